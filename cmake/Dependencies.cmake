@@ -1,0 +1,47 @@
+# All dependencies come from Debian packages (scripts/install-deps.sh) or the
+# CUDA toolkit on the machine. See README.md.
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)            # CMake's FindProtobuf module (Debian ships no config)
+find_package(gRPC CONFIG REQUIRED)
+find_package(absl CONFIG REQUIRED)         # 20220623: no absl::log; see common/logging.h
+find_package(Gloo CONFIG REQUIRED)         # imported target is plain `gloo`
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)
+add_library(psync_cblas INTERFACE)
+target_link_libraries(psync_cblas INTERFACE BLAS::BLAS)
+target_include_directories(psync_cblas INTERFACE ${CBLAS_INCLUDE_DIR})
+
+# ---- CUDA (optional): built whenever nvcc is found.
+set(PSYNC_HAVE_CUDA OFF)
+if(WITH_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)     # H100/H200. Never "native": build hosts have no GPU.
+    endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared) # one libcudart.so shared with cuBLAS and NCCL
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl HINTS ENV NCCL_HOME ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+    if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+      message(FATAL_ERROR "CUDA found but NCCL not found: set NCCL_HOME, or configure with -DWITH_CUDA=OFF")
+    endif()
+    add_library(NCCL::nccl SHARED IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES
+      IMPORTED_LOCATION "${NCCL_LIBRARY}" INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+    set(PSYNC_HAVE_CUDA ON)
+    message(STATUS "psync: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, archs=${CMAKE_CUDA_ARCHITECTURES}, NCCL=${NCCL_LIBRARY}")
+  else()
+    message(STATUS "psync: no CUDA compiler found, building CPU-only")
+  endif()
+endif()
+
+# Every psync target compiles with warnings on.
+function(psync_warnings target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+endfunction()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs psync's build and run dependencies from Debian packages.
+# As root: installs whatever is missing with apt. Otherwise: prints the
+# command to run and exits non-zero if something is missing.
+#   PSYNC_WITH_TORCH=1  also install python3-torch (for bench/ side-by-side runs)
+set -euo pipefail
+
+pkgs=(cmake ninja-build g++ pkg-config
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+      libabsl-dev libgloo-dev libopenblas-dev libgtest-dev libgmock-dev
+      python3 iproute2)
+if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
+if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then exit 0; fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "psync: missing Debian packages: ${missing[*]}" >&2
+  echo "psync: install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "psync: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=900 update -q >&2
+apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,34 @@
+// Storage: one reference-counted allocation on one device.
+//
+// CPU memory is 64-byte aligned. CUDA memory comes from the device's
+// stream-ordered pool (cudaMallocAsync on the device's compute stream) and is
+// returned with cudaFreeAsync on the same stream, so freeing never blocks.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "worker/tensor/device.h"
+
+namespace psync {
+
+class Storage {
+ public:
+  // Throws psync::TensorError when the allocation fails (e.g. CUDA OOM).
+  static std::shared_ptr<Storage> Allocate(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device) : data_(data), nbytes_(nbytes), device_(device) {}
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+};
+
+}  // namespace psync
