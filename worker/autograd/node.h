@@ -29,6 +29,14 @@ struct Edge {
 
 using TensorList = std::vector<Tensor>;
 
+// Thrown by Apply on a node whose saved tensors were released by an earlier
+// backward without retain_graph. The engine reports it as FailedPrecondition
+// naming the node.
+class GraphFreedError : public TensorError {
+ public:
+  using TensorError::TensorError;
+};
+
 constexpr int kDefaultPriority = 0;
 constexpr int kAccumulateGradPriority = 1 << 30;
 
@@ -39,7 +47,9 @@ class Node : public std::enable_shared_from_this<Node> {
  public:
   // Pre-hooks see (and may replace) the gradients flowing into the node.
   using PreHook = std::function<TensorList(const TensorList& grad_inputs)>;
-  // Post-hooks run after the node; they see its inputs and outputs.
+  // Post-hooks run after the node; they see its inputs and outputs:
+  // grad_outputs = what Apply returned (one per next edge; empty for
+  // AccumulateGrad), grad_inputs = what Apply received (after pre-hooks).
   using PostHook = std::function<void(const TensorList& grad_outputs, const TensorList& grad_inputs)>;
 
   explicit Node(int priority = kDefaultPriority);
@@ -67,6 +77,7 @@ class Node : public std::enable_shared_from_this<Node> {
   int AddPreHook(PreHook hook);
   int AddPostHook(PostHook hook);
   void RemovePostHook(int id);
+  void RemovePreHook(int id);
   const std::vector<std::pair<int, PreHook>>& pre_hooks() const { return pre_hooks_; }
   const std::vector<std::pair<int, PostHook>>& post_hooks() const { return post_hooks_; }
 

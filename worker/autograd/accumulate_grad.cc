@@ -1,0 +1,49 @@
+#include "worker/autograd/accumulate_grad.h"
+
+#include "worker/tensor/ops.h"
+
+namespace psync::autograd {
+
+AccumulateGrad::AccumulateGrad(std::weak_ptr<VariableState> variable)
+    : Node(kAccumulateGradPriority), variable_(std::move(variable)) {}
+
+Variable AccumulateGrad::variable() const {
+  std::shared_ptr<VariableState> state = variable_.lock();
+  return state ? Variable(std::move(state)) : Variable();
+}
+
+std::string AccumulateGrad::name() const {
+  std::shared_ptr<VariableState> state = variable_.lock();
+  if (!state) return "AccumulateGrad(<freed leaf>)";
+  return "AccumulateGrad(" + (state->name.empty() ? std::string("<unnamed>") : state->name) + ")";
+}
+
+TensorList AccumulateGrad::Apply(TensorList&& grads) {
+  std::shared_ptr<VariableState> state = variable_.lock();
+  // A leaf that is gone, or an output that got no gradient: nothing to add.
+  if (!state || grads.empty() || !grads[0].defined()) return {};
+  Tensor incoming = std::move(grads[0]);
+  if (incoming.shape() != state->data.shape()) {
+    throw TensorError("gradient of shape " + ShapeToString(incoming.shape()) + " for " + name() +
+                      " whose data has shape " + ShapeToString(state->data.shape()));
+  }
+  if (!state->grad.defined()) {
+    // Steal the buffer only when nobody else can see it. Otherwise the
+    // incoming tensor may alias another variable's data or a saved tensor,
+    // and a later in-place accumulation into grad would corrupt it, so take
+    // a private copy. The engine holds one extra handle while post-hooks
+    // exist (they get to see the inputs), so that one is expected.
+    const long expected_refs = 1 + (post_hooks().empty() ? 0 : 1);
+    if (incoming.storage().use_count() <= expected_refs) {
+      state->grad = std::move(incoming);
+    } else {
+      state->grad = incoming.Clone();
+    }
+  } else {
+    // In place, so a grad that is a view into a reducer bucket stays one.
+    ops::AddInPlace(state->grad, incoming);
+  }
+  return {};
+}
+
+}  // namespace psync::autograd

@@ -1,0 +1,40 @@
+// Differentiable functions on Variable.
+//
+// Each function computes its result with worker/tensor/ops.h and, when any
+// input requires grad, records a backward node (named "<Op>Backward") that
+// saves only what its gradient formula needs and drops it in
+// ReleaseVariables. Nodes get next edges only for inputs that require grad;
+// the result requires grad iff some input does. Shape and device errors
+// throw psync::TensorError (from the tensor ops), like the ops themselves.
+//
+// Backward through a node whose saved tensors were released (an earlier
+// backward without retain_graph) throws GraphFreedError, which the engine
+// reports as FailedPrecondition naming the node.
+#pragma once
+
+#include "worker/autograd/variable.h"
+
+namespace psync::autograd {
+
+// a [m,k] @ b [k,n] -> [m,n].
+Variable Matmul(const Variable& a, const Variable& b);
+// x [N,in] @ weight[out,in]^T + bias[out] -> [N,out], like torch.nn.functional.linear.
+// `bias` may be undefined (no bias).
+Variable Linear(const Variable& x, const Variable& weight, const Variable& bias);
+Variable Relu(const Variable& x);
+// Elementwise, same shapes (no broadcasting).
+Variable Add(const Variable& a, const Variable& b);
+Variable Sub(const Variable& a, const Variable& b);
+Variable Mul(const Variable& a, const Variable& b);
+Variable Scale(const Variable& x, float s);
+// Reductions over all elements -> shape [].
+Variable Sum(const Variable& x);
+Variable Mean(const Variable& x);
+// mean((pred - target)^2) over all elements -> shape []. Same shapes;
+// target may require grad too.
+Variable MseLoss(const Variable& pred, const Variable& target);
+// logits [N,C]; labels [N] holding class indices as floats (0..C-1), must
+// not require grad. Mean over rows of -log_softmax(logits)[i, labels[i]].
+Variable CrossEntropyLoss(const Variable& logits, const Variable& labels);
+
+}  // namespace psync::autograd
