@@ -1,0 +1,123 @@
+// Host side of the CUDA backend: device count, stream-ordered allocation,
+// copies, synchronization and cuBLAS matmul. Kernels are in kernels.cu.
+#include "worker/tensor/cuda/cuda_ops.h"
+
+#include <climits>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/cuda/cuda_context.h"
+#include "worker/tensor/tensor.h"
+
+namespace psync::cuda_ops {
+
+int DeviceCount(std::string* why) {
+  // Asked once: the answer cannot change within a process, and without a
+  // driver cudaGetDeviceCount returns cudaErrorInsufficientDriver (35) and
+  // leaves the count untouched, so the error code decides, not the count.
+  static std::once_flag once;
+  static int count = 0;
+  static std::string reason;
+  std::call_once(once, [] {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // not sticky; clear it
+      count = 0;
+      reason = absl::StrCat(cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
+    } else if (n == 0) {
+      reason = "the CUDA driver reports no devices";
+    } else {
+      count = n;
+    }
+  });
+  if (why && count == 0) *why = reason;
+  return count;
+}
+
+void* Allocate(size_t nbytes, int device) {
+  cudaStream_t stream = cuda::ComputeStream(device);
+  cuda::DeviceGuard guard(device);
+  void* ptr = nullptr;
+  if (nbytes == 0) return nullptr;  // a defined, empty tensor needs no memory
+  const cudaError_t err = cudaMallocAsync(&ptr, nbytes, stream);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw TensorError(absl::StrCat("cudaMallocAsync of ", nbytes, " bytes on cuda:", device,
+                                   " failed: ", cudaGetErrorString(err)));
+  }
+  return ptr;
+}
+
+void Free(void* ptr, int device) noexcept {
+  if (ptr == nullptr) return;
+  try {
+    // Ordered after every op already queued on the compute stream, so the
+    // memory is reused only once they are done with it.
+    cudaFreeAsync(ptr, cuda::ComputeStream(device));
+  } catch (...) {
+    // Destructor path (maybe at process exit after the driver shut down):
+    // nothing sensible to do; the pool dies with the process.
+  }
+}
+
+void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cuda() && src_device.is_cpu()) {
+    cuda::DeviceGuard guard(dst_device.index);
+    // From pageable host memory this returns once the source has been staged,
+    // so the caller may free or reuse its buffer immediately.
+    PSYNC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice,
+                                     cuda::ComputeStream(dst_device.index)));
+  } else if (dst_device.is_cpu() && src_device.is_cuda()) {
+    cuda::DeviceGuard guard(src_device.index);
+    cudaStream_t stream = cuda::ComputeStream(src_device.index);
+    PSYNC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
+    PSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else if (dst_device == src_device) {
+    cuda::DeviceGuard guard(dst_device.index);
+    PSYNC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
+                                     cuda::ComputeStream(dst_device.index)));
+  } else {
+    // Between two GPUs (rare: tests, checkpoints). Each side's memory is
+    // ordered on its own compute stream, so wait for the source, copy on the
+    // destination stream, and wait for that too before the source may be freed.
+    PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(src_device.index)));
+    cudaStream_t stream = cuda::ComputeStream(dst_device.index);
+    cuda::DeviceGuard guard(dst_device.index);
+    PSYNC_CUDA_CHECK(
+        cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
+    PSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+}
+
+void Synchronize(int device) {
+  PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(device)));
+}
+
+void Gemm(int device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+          const float* b, float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    Fill(device, c, m * n, 0.0f);
+    return;
+  }
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    throw TensorError(absl::StrCat("Matmul: dimensions m=", m, " n=", n, " k=", k,
+                                   " do not fit cuBLAS int"));
+  }
+  cublasHandle_t handle = cuda::CublasHandle(device);
+  cuda::DeviceGuard guard(device);
+  // cuBLAS is column-major. A row-major [r,c] matrix is its column-major
+  // transpose, so C^T[n,m] = op(B)^T op(A)^T is computed with B first.
+  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  const int lda = trans_a ? M : K;  // row-major leading dims as stored
+  const int ldb = trans_b ? K : N;
+  const float alpha = 1.0f, beta = 0.0f;
+  PSYNC_CUBLAS_CHECK(cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, ldb, a,
+                                 lda, &beta, c, N));
+}
+
+}  // namespace psync::cuda_ops

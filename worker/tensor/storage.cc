@@ -1,0 +1,48 @@
+#include "worker/tensor/storage.h"
+
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/tensor.h"
+
+namespace psync {
+
+namespace {
+// 64 bytes: one cache line, and enough for AVX-512 loads in OpenBLAS.
+constexpr size_t kCpuAlignment = 64;
+}  // namespace
+
+std::shared_ptr<Storage> Storage::Allocate(size_t nbytes, Device device) {
+  void* data = nullptr;
+  if (device.is_cpu()) {
+    // aligned_alloc wants a size that is a multiple of the alignment; a
+    // zero-byte storage still gets a real (unique) pointer.
+    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    if (rounded == 0) rounded = kCpuAlignment;
+    data = std::aligned_alloc(kCpuAlignment, rounded);
+    if (data == nullptr) {
+      throw TensorError("Storage::Allocate: out of CPU memory allocating " +
+                        std::to_string(nbytes) + " bytes");
+    }
+  } else {
+    absl::Status st = CheckDeviceAvailable(device);
+    if (!st.ok()) throw TensorError("Storage::Allocate: " + std::string(st.message()));
+    data = cuda_ops::Allocate(nbytes, device.index);  // throws on failure
+  }
+  // Storage's constructor is private, so no make_shared.
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device));
+}
+
+Storage::~Storage() {
+  if (device_.is_cpu()) {
+    std::free(data_);
+  } else {
+    // cudaFreeAsync on the compute stream: the memory goes back to the pool
+    // once the work already queued there (which may still read it) is done.
+    cuda_ops::Free(data_, device_.index);
+  }
+}
+
+}  // namespace psync
