@@ -1,0 +1,23 @@
+// Loss functions (thin, so models and tests read like PyTorch code).
+#pragma once
+
+#include "worker/autograd/functions.h"
+#include "worker/nn/module.h"
+
+namespace psync::nn {
+
+// mean((pred - target)^2) over all elements -> shape [].
+inline Variable MseLoss(const Variable& pred, const Variable& target) { return autograd::MseLoss(pred, target); }
+inline Variable MseLoss(const Variable& pred, const Tensor& target) {
+  return autograd::MseLoss(pred, Variable(target));
+}
+
+// logits [N,C], labels [N] = class indices as floats; mean over rows -> [].
+inline Variable CrossEntropyLoss(const Variable& logits, const Variable& labels) {
+  return autograd::CrossEntropyLoss(logits, labels);
+}
+inline Variable CrossEntropyLoss(const Variable& logits, const Tensor& labels) {
+  return autograd::CrossEntropyLoss(logits, Variable(labels));
+}
+
+}  // namespace psync::nn

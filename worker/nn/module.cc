@@ -1,0 +1,61 @@
+#include "worker/nn/module.h"
+
+#include "common/logging.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::nn {
+
+Parameter Module::RegisterParameter(const std::string& name, Tensor data) {
+  for (const auto& [existing, unused] : params_) {
+    PSYNC_CHECK(existing != name) << "parameter '" << name << "' registered twice";
+  }
+  Parameter p(std::move(data), name);
+  params_.emplace_back(name, p);
+  return p;
+}
+
+void Module::AddChild(const std::string& name, std::shared_ptr<Module> child) {
+  PSYNC_CHECK(child != nullptr) << "child module '" << name << "' is null";
+  for (const auto& [existing, unused] : children_) {
+    PSYNC_CHECK(existing != name) << "child module '" << name << "' registered twice";
+  }
+  child->PrefixNames(name + ".");
+  children_.emplace_back(name, std::move(child));
+}
+
+void Module::PrefixNames(const std::string& prefix) {
+  // Only the Variables' display names change; the registry keeps local
+  // names and builds dotted ones in named_parameters().
+  for (auto& [local, var] : params_) var.set_name(prefix + var.name());
+  for (auto& [local, child] : children_) child->PrefixNames(prefix);
+}
+
+void Module::CollectNamed(const std::string& prefix, std::vector<std::pair<std::string, Variable>>* out) const {
+  for (const auto& [local, var] : params_) out->emplace_back(prefix + local, var);
+  for (const auto& [local, child] : children_) child->CollectNamed(prefix + local + ".", out);
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  CollectNamed("", &out);
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  for (auto& [name, var] : named_parameters()) out.push_back(var);
+  return out;
+}
+
+void Module::ZeroGrad(bool set_to_none) {
+  for (const Variable& p : parameters()) {
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else if (p.grad().defined()) {
+      Tensor g = p.grad();
+      ops::Fill(g, 0.0f);
+    }
+  }
+}
+
+}  // namespace psync::nn
