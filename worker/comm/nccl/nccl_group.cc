@@ -1,0 +1,410 @@
+#include "worker/comm/nccl/nccl_group.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/comm/prefix_store.h"
+#include "worker/comm/util.h"
+
+#if defined(PSYNC_WITH_CUDA) && __has_include("worker/tensor/cuda/cuda_context.h")
+#include "worker/tensor/cuda/cuda_context.h"
+#define PSYNC_COMM_HAVE_COMPUTE_STREAM 1
+#endif
+
+namespace psync::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+// The compute stream of `device` (owned by worker/tensor); may throw
+// psync::TensorError.
+cudaStream_t LookupComputeStream(int device) {
+#if defined(PSYNC_COMM_HAVE_COMPUTE_STREAM)
+  return psync::cuda::ComputeStream(device);
+#else
+  (void)device;
+  return cudaStreamLegacy;  // fallback when tensor has no CUDA context: the legacy default stream
+#endif
+}
+
+std::string CudaErr(cudaError_t e) { return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
+std::string NcclErr(ncclResult_t r, ncclComm_t comm) {
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  return absl::StrCat(ncclGetErrorString(r), (last && *last) ? absl::StrCat(" (", last, ")") : std::string());
+}
+
+void Backoff(std::chrono::microseconds* d) {
+  std::this_thread::sleep_for(*d);
+  *d = std::min(*d * 2, std::chrono::microseconds(1000));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- state
+struct NcclGroup::State {
+  // Immutable after Create().
+  int rank = 0;
+  int size = 0;
+  int device = 0;
+  Millis timeout{30000};
+  std::shared_ptr<Store> store;     // scoped with the prefix; used by Allgather
+  cudaStream_t comm_stream = nullptr;     // owned: NCCL kernels only
+  cudaStream_t compute_stream = nullptr;  // not owned: worker/tensor's stream of `device`
+
+  // Guarded by mu: the communicator and every NCCL call on it.
+  mutable std::mutex mu;
+  ncclComm_t comm = nullptr;  // null after abort/destroy
+  absl::Status poison;        // first failure; OK while healthy
+  uint64_t allgather_seq = 0;
+
+  // Caller holds mu. Aborts the communicator once and records the reason.
+  void PoisonLocked(const absl::Status& reason) {
+    if (poison.ok()) poison = reason;
+    if (comm) {
+      cudaSetDevice(device);
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+
+  // Caller holds mu. Waits until a non-blocking NCCL call leaves ncclInProgress.
+  ncclResult_t SettleLocked(ncclResult_t r, Clock::time_point deadline) {
+    std::chrono::microseconds d(20);
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) return ncclInProgress;
+      Backoff(&d);
+      ncclCommGetAsyncError(comm, &r);
+    }
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------- work
+class NcclWork : public Work {
+ public:
+  NcclWork(std::string desc, std::shared_ptr<NcclGroup::State> group, Tensor tensor, cudaEvent_t done,
+           absl::Status initial)
+      : desc_(std::move(desc)), group_(std::move(group)), tensor_(std::move(tensor)), done_event_(done) {
+    if (!initial.ok()) {
+      finished_ = true;
+      status_ = initial;
+    }
+  }
+  ~NcclWork() override {
+    if (done_event_) {
+      cudaSetDevice(group_->device);
+      // Keep stream-ordered frees of tensor_ behind the collective.
+      cudaStreamWaitEvent(group_->compute_stream, done_event_, 0);
+      cudaEventDestroy(done_event_);
+    }
+  }
+
+  std::string Describe() const override { return desc_; }
+
+  bool IsCompleted() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (finished_) return true;
+    if (!done_event_) return true;
+    cudaSetDevice(group_->device);
+    return cudaEventQuery(done_event_) != cudaErrorNotReady;
+  }
+
+  absl::Status Wait(Millis timeout) override {
+    std::lock_guard<std::mutex> l(mu_);  // one waiter polls at a time
+    if (finished_) return status_;
+    const auto deadline = Clock::now() + timeout;
+    std::chrono::microseconds d(20);
+    cudaSetDevice(group_->device);
+    while (true) {
+      cudaError_t q = cudaEventQuery(done_event_);
+      if (q == cudaSuccess) {
+        cudaStreamWaitEvent(group_->compute_stream, done_event_, 0);
+        return Finish(absl::OkStatus());
+      }
+      {
+        std::lock_guard<std::mutex> g(group_->mu);
+        if (!group_->poison.ok()) {
+          return Finish(absl::Status(group_->poison.code(), absl::StrCat(desc_, " not completed: process group failed: ",
+                                                                         std::string(group_->poison.message()))));
+        }
+        absl::Status err;
+        if (q != cudaErrorNotReady) {
+          err = absl::InternalError(absl::StrCat(desc_, " failed: CUDA error ", CudaErr(q)));
+        } else {
+          ncclResult_t r = ncclSuccess;
+          if (group_->comm) ncclCommGetAsyncError(group_->comm, &r);
+          if (r != ncclSuccess && r != ncclInProgress) {
+            err = absl::UnavailableError(absl::StrCat(desc_, " failed: NCCL error ", NcclErr(r, group_->comm),
+                                                      " (did a peer die?)"));
+          } else if (Clock::now() >= deadline) {
+            err = absl::DeadlineExceededError(
+                absl::StrCat(desc_, " timed out after ", internal::FormatDuration(timeout)));
+          }
+        }
+        if (!err.ok()) {
+          group_->PoisonLocked(err);
+          return Finish(err);
+        }
+      }
+      Backoff(&d);
+    }
+  }
+
+ private:
+  absl::Status Finish(absl::Status st) {  // caller holds mu_
+    finished_ = true;
+    status_ = std::move(st);
+    return status_;
+  }
+
+  // Immutable after construction.
+  const std::string desc_;
+  const std::shared_ptr<NcclGroup::State> group_;
+  const Tensor tensor_;  // keeps the memory alive while the collective may run
+  const cudaEvent_t done_event_;  // recorded on the comm stream after the collective; null when never issued
+  // Guarded by mu_.
+  std::mutex mu_;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
+// ---------------------------------------------------------------- group
+absl::StatusOr<std::unique_ptr<ProcessGroup>> NcclGroup::Create(std::shared_ptr<Store> store, int rank, int size,
+                                                                NcclOptions options) {
+  if (!store) return absl::InvalidArgumentError("NcclGroup::Create: store is null");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("NcclGroup::Create: bad rank ", rank, " of ", size));
+  }
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: ", e != cudaSuccess ? CudaErr(e) : std::string("cudaGetDeviceCount returned 0"),
+        " (nccl backend needs a GPU; use backend \"gloo\" for CPU)"));
+  }
+  const int device = options.device >= 0 ? options.device : rank % count;
+  if (device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: cuda:", device, " requested but only ", count, " visible"));
+  }
+  const std::string where = absl::StrCat("nccl init of rank ", rank, " of ", size, " on cuda:", device);
+  if ((e = cudaSetDevice(device)) != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(where, ": cudaSetDevice: ", CudaErr(e)));
+  }
+
+  auto state = std::make_shared<State>();
+  try {
+    state->compute_stream = LookupComputeStream(device);
+  } catch (const std::exception& ex) {
+    return absl::FailedPreconditionError(absl::StrCat(where, ": no compute stream: ", ex.what()));
+  }
+  state->rank = rank;
+  state->size = size;
+  state->device = device;
+  state->timeout = options.timeout;
+  state->store = options.prefix.empty() ? store : std::make_shared<PrefixStore>(options.prefix, store);
+
+  // Unique id exchange through the store.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  const std::string key = "nccl_unique_id";
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return absl::UnavailableError(absl::StrCat(where, ": ncclGetUniqueId: ", NcclErr(r, nullptr)));
+    absl::Status st = state->store->Set(key, std::string(id.internal, sizeof(id.internal)));
+    if (!st.ok()) return Annotate(st, where);
+  } else {
+    absl::StatusOr<std::string> v = state->store->Get(key, options.timeout);
+    if (!v.ok()) return Annotate(v.status(), absl::StrCat(where, ": waiting for rank 0's unique id"));
+    if (v->size() != sizeof(id.internal)) {
+      return absl::InternalError(absl::StrCat(where, ": bad unique id of ", v->size(), " bytes in the store"));
+    }
+    std::memcpy(id.internal, v->data(), sizeof(id.internal));
+  }
+
+  // Non-blocking init, polled with the timeout.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const auto deadline = Clock::now() + options.timeout;
+  {
+    std::lock_guard<std::mutex> l(state->mu);
+    ncclResult_t r = ncclCommInitRankConfig(&state->comm, size, id, rank, &config);
+    if (r == ncclInProgress || r == ncclSuccess) r = state->SettleLocked(ncclInProgress, deadline);
+    if (r != ncclSuccess) {
+      absl::Status st = r == ncclInProgress
+                            ? absl::DeadlineExceededError(absl::StrCat(where, " timed out after ",
+                                                                       internal::FormatDuration(options.timeout),
+                                                                       " (did every rank start?)"))
+                            : absl::UnavailableError(absl::StrCat(where, " failed: ", NcclErr(r, state->comm)));
+      if (state->comm) ncclCommAbort(state->comm);
+      state->comm = nullptr;
+      return st;
+    }
+  }
+  if ((e = cudaStreamCreateWithFlags(&state->comm_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    std::lock_guard<std::mutex> l(state->mu);
+    state->PoisonLocked(absl::InternalError(where));
+    return absl::InternalError(absl::StrCat(where, ": ", CudaErr(e)));
+  }
+  return std::unique_ptr<ProcessGroup>(new NcclGroup(rank, size, device, std::move(state)));
+}
+
+NcclGroup::NcclGroup(int rank, int size, int device, std::shared_ptr<State> state)
+    : rank_(rank), size_(size), device_(device), state_(std::move(state)) {}
+
+NcclGroup::~NcclGroup() {
+  // Works hold a shared_ptr to State; the communicator goes away here: a
+  // clean finalize when the comm stream drained within the timeout, else abort.
+  std::lock_guard<std::mutex> l(state_->mu);
+  cudaSetDevice(state_->device);
+  if (state_->comm) {
+    const auto deadline = Clock::now() + state_->timeout;
+    std::chrono::microseconds d(20);
+    while (cudaStreamQuery(state_->comm_stream) == cudaErrorNotReady && Clock::now() < deadline) Backoff(&d);
+    bool clean = cudaStreamQuery(state_->comm_stream) == cudaSuccess;
+    if (clean) {
+      ncclResult_t r = ncclCommFinalize(state_->comm);
+      r = state_->SettleLocked(r, deadline);
+      clean = (r == ncclSuccess);
+    }
+    if (clean) {
+      ncclCommDestroy(state_->comm);
+    } else {
+      ncclCommAbort(state_->comm);
+    }
+    state_->comm = nullptr;
+    if (state_->poison.ok()) state_->poison = absl::AbortedError("process group destroyed");
+  }
+  // The comm stream is destroyed here; pending works only query their events.
+  if (state_->comm_stream) cudaStreamDestroy(state_->comm_stream);
+  state_->comm_stream = nullptr;
+}
+
+absl::Status NcclGroup::health() const {
+  std::lock_guard<std::mutex> l(state_->mu);
+  return state_->poison;
+}
+
+namespace {
+
+enum class Kind { kAllreduce, kBroadcast };
+
+std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kind, Tensor tensor, int root,
+                            std::string desc) {
+  auto fail = [&](absl::Status st) { return std::make_shared<NcclWork>(desc, s, Tensor(), nullptr, std::move(st)); };
+  if (!tensor.defined() || !tensor.device().is_cuda() || tensor.device().index != s->device) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat(desc, ": nccl needs a tensor on cuda:", s->device, ", got ",
+                     tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
+  }
+  if (kind == Kind::kBroadcast && (root < 0 || root >= s->size)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
+  }
+  std::lock_guard<std::mutex> l(s->mu);
+  if (!s->poison.ok()) {
+    return fail(absl::Status(s->poison.code(), absl::StrCat(desc, " not run: process group failed earlier: ",
+                                                             std::string(s->poison.message()))));
+  }
+  cudaSetDevice(s->device);
+  cudaEvent_t ready = nullptr, done = nullptr;
+  cudaError_t e;
+  auto cuda_fail = [&](const char* what) {
+    absl::Status st = absl::InternalError(absl::StrCat(desc, " failed: ", what, ": ", CudaErr(e)));
+    if (ready) cudaEventDestroy(ready);
+    if (done) cudaEventDestroy(done);
+    s->PoisonLocked(st);
+    return fail(st);
+  };
+  if ((e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming)) != cudaSuccess) return cuda_fail("cudaEventCreate");
+  if ((e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) != cudaSuccess) return cuda_fail("cudaEventCreate");
+  // compute stream -> comm stream: the collective sees every kernel issued so far.
+  if ((e = cudaEventRecord(ready, s->compute_stream)) != cudaSuccess) return cuda_fail("cudaEventRecord");
+  if ((e = cudaStreamWaitEvent(s->comm_stream, ready, 0)) != cudaSuccess) return cuda_fail("cudaStreamWaitEvent");
+  cudaEventDestroy(ready);  // released once the wait is satisfied
+  ready = nullptr;
+
+  const size_t n = static_cast<size_t>(tensor.numel());
+  float* p = tensor.data();
+  ncclResult_t r = ncclSuccess;
+  if (n > 0) {
+    r = kind == Kind::kAllreduce ? ncclAllReduce(p, p, n, ncclFloat, ncclSum, s->comm, s->comm_stream)
+                                 : ncclBroadcast(p, p, n, ncclFloat, root, s->comm, s->comm_stream);
+    r = s->SettleLocked(r, Clock::now() + s->timeout);
+  }
+  if (r != ncclSuccess) {
+    absl::Status st = r == ncclInProgress
+                          ? absl::DeadlineExceededError(absl::StrCat(desc, " timed out while enqueuing"))
+                          : absl::UnavailableError(absl::StrCat(desc, " failed: NCCL error ", NcclErr(r, s->comm)));
+    cudaEventDestroy(done);
+    s->PoisonLocked(st);
+    return fail(st);
+  }
+  if ((e = cudaEventRecord(done, s->comm_stream)) != cudaSuccess) return cuda_fail("cudaEventRecord");
+  return std::make_shared<NcclWork>(std::move(desc), s, std::move(tensor), done, absl::OkStatus());
+}
+
+}  // namespace
+
+std::shared_ptr<Work> NcclGroup::AllreduceSum(Tensor tensor, const std::string& name) {
+  std::string desc = absl::StrCat("allreduce '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
+                                  ") on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
+  return Issue(state_, Kind::kAllreduce, std::move(tensor), 0, std::move(desc));
+}
+
+std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
+  std::string desc = absl::StrCat("broadcast '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
+                                  ") from root ", root, " on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
+  return Issue(state_, Kind::kBroadcast, std::move(tensor), root, std::move(desc));
+}
+
+absl::StatusOr<std::vector<std::string>> NcclGroup::Allgather(const std::string& bytes, Millis timeout) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (!state_->poison.ok()) return state_->poison;
+    seq = state_->allgather_seq++;
+  }
+  const std::string base = absl::StrCat("allgather/", seq, "/");
+  absl::Status st = state_->store->Set(absl::StrCat(base, rank_), bytes);
+  if (!st.ok()) return Annotate(st, absl::StrCat("allgather #", seq, " on rank ", rank_, " of ", size_));
+  std::vector<std::string> out;
+  const auto deadline = Clock::now() + timeout;
+  for (int r = 0; r < size_; ++r) {
+    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    absl::StatusOr<std::string> v = state_->store->Get(absl::StrCat(base, r), std::max(left, Millis(0)));
+    if (!v.ok()) {
+      return Annotate(v.status(), absl::StrCat("allgather #", seq, " on rank ", rank_, " of ", size_,
+                                               " (waiting for rank ", r, ")"));
+    }
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+absl::Status NcclGroup::Barrier(Millis timeout) {
+  Tensor t;
+  try {
+    t = Tensor::Zeros({1}, Device::CUDA(device_));
+  } catch (const std::exception& ex) {
+    return absl::InternalError(absl::StrCat("barrier on rank ", rank_, ": ", ex.what()));
+  }
+  auto work = Issue(state_, Kind::kAllreduce, t, 0,
+                    absl::StrCat("barrier on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")"));
+  return work->Wait(timeout);
+}
+
+void NcclGroup::Abort(const absl::Status& reason) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->PoisonLocked(reason.ok() ? absl::AbortedError(absl::StrCat("process group aborted on rank ", rank_))
+                                   : reason);
+}
+
+}  // namespace psync::comm
