@@ -1,0 +1,39 @@
+#!/bin/sh
+# psync container entrypoint: the first argument names the program, the rest
+# are its flags (docs/cli-contract.md). Runs under tini (PID 1), so signals
+# reach the program and zombies are reaped.
+#
+#   psync-coordinator | coordinator   -> psync-coordinator ARGS...
+#   psync-worker      | worker        -> psync-worker ARGS...
+#   psyncctl          | ctl           -> psyncctl ARGS...
+#   psync-launch      | launch        -> psync-launch ARGS...
+#   anything else (sh, bash, ...)     -> exec'd as given (debugging)
+#
+# Environment glue (only where the variable is not already set):
+#   RANK  <- JOB_COMPLETION_INDEX      (Kubernetes Indexed Job)
+#   PSYNC_COORDINATOR <- MASTER_ADDR:MASTER_PORT   (default target of psyncctl)
+set -eu
+
+if [ -z "${RANK:-}" ] && [ -n "${JOB_COMPLETION_INDEX:-}" ]; then
+  RANK=$JOB_COMPLETION_INDEX
+  export RANK
+fi
+if [ -z "${PSYNC_COORDINATOR:-}" ] && [ -n "${MASTER_ADDR:-}" ]; then
+  PSYNC_COORDINATOR="${MASTER_ADDR}:${MASTER_PORT:-29500}"
+  export PSYNC_COORDINATOR
+fi
+
+if [ "$#" -eq 0 ]; then
+  echo "usage: <psync-coordinator|psync-worker|psyncctl|psync-launch> [flags...]" >&2
+  exit 2
+fi
+
+prog=$1
+shift
+case "$prog" in
+  psync-coordinator|coordinator) exec psync-coordinator "$@" ;;
+  psync-worker|worker)           exec psync-worker "$@" ;;
+  psyncctl|ctl)                  exec psyncctl "$@" ;;
+  psync-launch|launch)           exec psync-launch "$@" ;;
+  *)                             exec "$prog" "$@" ;;
+esac
