@@ -1,0 +1,456 @@
+// psync-launch: a coordinator plus N local workers, like torchrun --standalone.
+//
+//   psync-launch --nproc=N [--port=0] [--job-id=psync] [--token=T] -- [worker flags]
+//
+// Starts psync-coordinator (found next to this binary, in the build tree, or
+// on PATH) on 127.0.0.1, waits for its port file, then starts N psync-workers
+// with --rank/--world-size/--coordinator set (and the torchrun environment:
+// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), passing the worker
+// flags to each. Rank 0's stdout (progress) is shown; other ranks' stdout is
+// dropped; every stderr is shown. Children run in their own process group, so
+// a terminal Ctrl-C reaches only the launcher, which then stops the job
+// through the coordinator's Shutdown RPC (psyncctl shutdown): every worker
+// stops after the same iteration and exits 0. A second Ctrl-C (or workers
+// that don't stop in time) sends SIGTERM, then SIGKILL. The launcher never
+// starts gRPC itself (it forks), so it talks to the coordinator via psyncctl.
+//
+// Exit status: the worst of the workers' exit codes (0 done/stopped, 1
+// internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5 coordinator lost; a
+// worker killed by a signal counts as 128+signal), or the launcher's own:
+// 2 for bad flags, 3 when the coordinator does not start.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "worker/runtime/flag_parse.h"
+
+ABSL_FLAG(int, nproc, 0, "number of local workers (required)");
+ABSL_FLAG(int, port, 0, "coordinator port (0 = pick a free one)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address the coordinator binds to and workers connect to");
+ABSL_FLAG(std::string, job_id, "psync", "job id");
+ABSL_FLAG(std::string, token, "", "shared secret (env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, coordinator_bin, "", "path of psync-coordinator (default: found next to psync-launch)");
+ABSL_FLAG(std::string, worker_bin, "", "path of psync-worker (default: found next to psync-launch)");
+ABSL_FLAG(std::string, psyncctl_bin, "", "path of psyncctl (default: found next to psync-launch)");
+ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator, space separated");
+ABSL_FLAG(absl::Duration, grace, absl::Seconds(30),
+          "after a stop request or a failed worker: how long workers get to exit before SIGTERM");
+ABSL_FLAG(bool, all_output, false, "show every rank's stdout, not only rank 0's");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t r = write(g_signal_pipe[1], &b, 1);
+  (void)r;
+}
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string p(buf);
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+bool IsExecutable(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+}
+
+// `name` next to this binary, then in the build tree (this binary lives in
+// <build>/client/launch/), then on PATH.
+std::optional<std::string> FindBinary(const std::string& name, const std::vector<std::string>& build_rel) {
+  const std::string dir = SelfDir();
+  std::vector<std::string> candidates = {dir + "/" + name};
+  for (const std::string& rel : build_rel) candidates.push_back(dir + "/../../" + rel + "/" + name);
+  for (const std::string& c : candidates) {
+    if (IsExecutable(c)) return c;
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string d;
+    while (std::getline(ss, d, ':')) {
+      if (!d.empty() && IsExecutable(d + "/" + name)) return d + "/" + name;
+    }
+  }
+  return std::nullopt;
+}
+
+struct Child {
+  std::string what;  // "coordinator", "rank 1"
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  int exit_code = -1;  // decoded: code, or 128+signal
+};
+
+// fork + exec with its own process group; stdout to `stdout_fd` (-1 = inherit).
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
+    for (const std::string& kv : env_add) {
+      size_t eq = kv.find('=');
+      setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+    }
+    execv(args[0], args.data());
+    std::fprintf(stderr, "psync-launch: cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent, so there is no race with a signal
+  return pid;
+}
+
+int DecodeStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string DescribeStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "unknown status";
+}
+
+// Reaps finished children without blocking; returns true if any changed.
+bool Reap(std::vector<Child*>& all) {
+  bool changed = false;
+  for (Child* c : all) {
+    if (!c->running) continue;
+    int st = 0;
+    pid_t r = waitpid(c->pid, &st, WNOHANG);
+    if (r == c->pid) {
+      c->running = false;
+      c->status = st;
+      c->exit_code = DecodeStatus(st);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void SignalAll(std::vector<Child*>& children, int sig) {
+  for (Child* c : children) {
+    if (c->running) kill(-c->pid, sig);  // its whole process group
+  }
+}
+
+// Waits until every child in `children` exited or `limit` passed.
+bool WaitAll(std::vector<Child*>& children, std::chrono::milliseconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (true) {
+    Reap(children);
+    bool any = std::any_of(children.begin(), children.end(), [](Child* c) { return c->running; });
+    if (!any) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// TERM, wait, KILL, wait: bounded.
+void StopAll(std::vector<Child*>& children, std::chrono::milliseconds term_wait) {
+  SignalAll(children, SIGTERM);
+  if (WaitAll(children, term_wait)) return;
+  SignalAll(children, SIGKILL);
+  WaitAll(children, std::chrono::milliseconds(5000));
+}
+
+// Runs a short helper (psyncctl) to completion with a bound; returns its exit code or -1.
+int RunBounded(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+  int devnull = open("/dev/null", O_WRONLY);
+  pid_t pid = Spawn(argv, {}, devnull);
+  if (devnull >= 0) close(devnull);
+  if (pid < 0) return -1;
+  Child c{"psyncctl", pid, true};
+  std::vector<Child*> v = {&c};
+  if (!WaitAll(v, limit)) {
+    StopAll(v, std::chrono::milliseconds(1000));
+    return -1;
+  }
+  return c.exit_code;
+}
+
+std::vector<std::string> SplitSpaces(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string w;
+  while (ss >> w) out.push_back(w);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "coordinator_bin",
+                                                "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
+                                                "all_output"};
+  absl::StatusOr<psync::runtime::ParsedArgs> parsed =
+      psync::runtime::ParseFlagsStrict(argc, argv, kFlags, /*stop_at_dashes=*/true);
+  if (!parsed.ok()) {
+    std::cerr << "psync-launch: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  if (parsed->help) {
+    std::cout << "usage: psync-launch --nproc=N [--port=0] [--job-id=psync] [--token=T] -- [worker flags]\n"
+              << psync::runtime::FlagsHelp(kFlags);
+    return 0;
+  }
+  if (!parsed->positional.empty()) {
+    std::cerr << "psync-launch: unexpected argument '" << parsed->positional.front()
+              << "' (worker flags go after a bare --)\n";
+    return 2;
+  }
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (nproc <= 0) {
+    std::cerr << "psync-launch: --nproc: must be a positive number of workers (got " << nproc << ")\n";
+    return 2;
+  }
+  const int port_flag = absl::GetFlag(FLAGS_port);
+  if (port_flag < 0 || port_flag > 65535) {
+    std::cerr << "psync-launch: --port: " << port_flag << " is not a port (0 = pick a free one)\n";
+    return 2;
+  }
+  std::string token = absl::GetFlag(FLAGS_token);
+  if (parsed->specified.count("token") == 0 && std::getenv("PSYNC_TOKEN")) token = std::getenv("PSYNC_TOKEN");
+  const std::string host = absl::GetFlag(FLAGS_host);
+  const std::string job_id = absl::GetFlag(FLAGS_job_id);
+  const std::chrono::milliseconds grace(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace)));
+  const std::vector<std::string>& worker_flags = parsed->after_dashes;
+  for (const std::string& f : worker_flags) {
+    for (const char* reserved : {"--rank", "--world-size", "--world_size", "--coordinator", "--local-rank",
+                                 "--local_rank", "--job-id", "--job_id", "--token"}) {
+      std::string r = reserved;
+      if (f == r || f.rfind(r + "=", 0) == 0) {
+        std::cerr << "psync-launch: worker flag " << r << " is set by the launcher; use psync-launch's own flags\n";
+        return 2;
+      }
+    }
+  }
+
+  auto find = [](const std::string& flag_value, const std::string& name, const std::vector<std::string>& rel,
+                 const char* flag) -> std::optional<std::string> {
+    if (!flag_value.empty()) {
+      if (IsExecutable(flag_value)) return flag_value;
+      std::cerr << "psync-launch: --" << flag << ": " << flag_value << " is not an executable\n";
+      return std::nullopt;
+    }
+    std::optional<std::string> p = FindBinary(name, rel);
+    if (!p) std::cerr << "psync-launch: cannot find " << name << " next to psync-launch or on PATH (use --" << flag << ")\n";
+    return p;
+  };
+  auto coord_bin = find(absl::GetFlag(FLAGS_coordinator_bin), "psync-coordinator", {"server", "bin"}, "coordinator-bin");
+  auto worker_bin = find(absl::GetFlag(FLAGS_worker_bin), "psync-worker", {"worker/runtime", "bin"}, "worker-bin");
+  auto ctl_bin = find(absl::GetFlag(FLAGS_psyncctl_bin), "psyncctl", {"client", "client/psyncctl", "client/ctl", "bin"},
+                      "psyncctl-bin");
+  if (!coord_bin || !worker_bin) return 2;
+  if (!ctl_bin) std::cerr << "psync-launch: warning: without psyncctl, Ctrl-C stops workers with SIGTERM\n";
+
+  if (pipe(g_signal_pipe) != 0) {
+    std::perror("psync-launch: pipe");
+    return 1;
+  }
+  fcntl(g_signal_pipe[0], F_SETFL, O_NONBLOCK);
+  fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+  fcntl(g_signal_pipe[0], F_SETFD, FD_CLOEXEC);
+  fcntl(g_signal_pipe[1], F_SETFD, FD_CLOEXEC);
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  char tmpl[] = "/tmp/psync-launch-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("psync-launch: mkdtemp");
+    return 1;
+  }
+  const std::string tmpdir = tmpl;
+  const std::string port_file = tmpdir + "/port";
+  auto cleanup_tmp = [&] {
+    unlink(port_file.c_str());
+    rmdir(tmpdir.c_str());
+  };
+
+  // ---- coordinator
+  int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  std::vector<std::string> cargv = {*coord_bin, absl::StrCat("--host=", host), absl::StrCat("--port=", port_flag),
+                                    absl::StrCat("--world-size=", nproc), absl::StrCat("--job-id=", job_id),
+                                    absl::StrCat("--port-file=", port_file)};
+  for (const std::string& a : SplitSpaces(absl::GetFlag(FLAGS_coordinator_args))) cargv.push_back(a);
+  std::vector<std::string> cenv;
+  if (!token.empty()) cenv.push_back("PSYNC_TOKEN=" + token);
+  Child coordinator{"coordinator", Spawn(cargv, cenv, devnull), true};
+  if (coordinator.pid < 0) {
+    std::perror("psync-launch: fork");
+    return 1;
+  }
+  std::vector<Child*> coord_only = {&coordinator};
+  int port = 0;
+  {
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (port == 0) {
+      std::ifstream f(port_file);
+      int p = 0;
+      if (f >> p && p > 0) {
+        port = p;
+        break;
+      }
+      Reap(coord_only);
+      unsigned char sig;
+      bool interrupted = read(g_signal_pipe[0], &sig, 1) == 1;
+      if (!coordinator.running || interrupted || Clock::now() >= deadline) {
+        if (!coordinator.running) {
+          std::cerr << "psync-launch: psync-coordinator exited before listening (" << DescribeStatus(coordinator.status)
+                    << ")\n";
+        } else if (interrupted) {
+          std::cerr << "psync-launch: interrupted while starting the coordinator\n";
+        } else {
+          std::cerr << "psync-launch: psync-coordinator did not write its port file within 30s\n";
+        }
+        StopAll(coord_only, std::chrono::milliseconds(3000));
+        cleanup_tmp();
+        return interrupted ? 130 : 3;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const std::string coord_addr = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  std::cerr << "psync-launch: coordinator " << coord_addr << " (pid " << coordinator.pid << "), starting " << nproc
+            << " worker(s)\n";
+
+  // ---- workers
+  std::vector<Child> workers(static_cast<size_t>(nproc));
+  std::vector<Child*> wptrs;
+  const bool all_output = absl::GetFlag(FLAGS_all_output);
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> wargv = {*worker_bin};
+    for (const std::string& f : worker_flags) wargv.push_back(f);
+    wargv.push_back(absl::StrCat("--rank=", r));
+    wargv.push_back(absl::StrCat("--world-size=", nproc));
+    wargv.push_back(absl::StrCat("--local-rank=", r));
+    wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
+    wargv.push_back(absl::StrCat("--job-id=", job_id));
+    std::vector<std::string> wenv = {absl::StrCat("RANK=", r), absl::StrCat("WORLD_SIZE=", nproc),
+                                     absl::StrCat("LOCAL_RANK=", r), "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
+                                     absl::StrCat("MASTER_PORT=", port)};
+    if (!token.empty()) wenv.push_back("PSYNC_TOKEN=" + token);
+    // Many workers on few cores: one BLAS thread each unless the user chose.
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) wenv.push_back("OPENBLAS_NUM_THREADS=1");
+    workers[r].what = absl::StrCat("rank ", r);
+    workers[r].pid = Spawn(wargv, wenv, (r == 0 || all_output) ? -1 : devnull);
+    workers[r].running = workers[r].pid > 0;
+    if (workers[r].pid < 0) {
+      std::perror("psync-launch: fork");
+      workers[r].exit_code = 1;
+    }
+    wptrs.push_back(&workers[r]);
+  }
+  if (devnull >= 0) close(devnull);
+
+  // ---- supervise
+  int interrupts = 0;
+  std::optional<Clock::time_point> kill_at;  // when to SIGTERM the workers still running
+  bool coordinator_reported = false;
+  while (true) {
+    Reap(wptrs);
+    Reap(coord_only);
+    bool any_running = std::any_of(wptrs.begin(), wptrs.end(), [](Child* c) { return c->running; });
+    if (!any_running) break;
+    for (Child* c : wptrs) {
+      if (!c->running && c->exit_code != 0 && !kill_at) {
+        // A failed worker: the coordinator aborts the others; give them `grace` to exit.
+        kill_at = Clock::now() + grace;
+      }
+    }
+    if (!coordinator.running && !coordinator_reported) {
+      coordinator_reported = true;
+      std::cerr << "psync-launch: psync-coordinator exited (" << DescribeStatus(coordinator.status)
+                << "); workers will stop\n";
+      if (!kill_at) kill_at = Clock::now() + grace;
+    }
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) == 1) {
+      ++interrupts;
+      if (interrupts == 1 && ctl_bin && coordinator.running) {
+        std::cerr << "psync-launch: " << strsignal(sig)
+                  << ": asking the coordinator to stop the job (again to force)\n";
+        std::vector<std::string> ctl = {*ctl_bin, "--coordinator=" + coord_addr};
+        if (!token.empty()) ctl.push_back("--token=" + token);
+        ctl.push_back("shutdown");
+        int rc = RunBounded(ctl, std::chrono::milliseconds(10000));
+        if (rc != 0) {
+          std::cerr << "psync-launch: psyncctl shutdown failed (" << rc << "); stopping workers with SIGTERM\n";
+          SignalAll(wptrs, SIGTERM);
+        }
+        kill_at = Clock::now() + grace;
+      } else {
+        std::cerr << "psync-launch: " << strsignal(sig) << ": stopping workers now\n";
+        SignalAll(wptrs, interrupts >= 3 ? SIGKILL : SIGTERM);
+        kill_at = Clock::now() + std::chrono::seconds(5);
+      }
+    }
+    if (kill_at && Clock::now() >= *kill_at) {
+      std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
+      StopAll(wptrs, std::chrono::milliseconds(5000));
+      break;
+    }
+    struct pollfd pfd = {g_signal_pipe[0], POLLIN, 0};
+    poll(&pfd, 1, 50);
+  }
+
+  // ---- tear down the coordinator (bounded)
+  if (coordinator.running) {
+    StopAll(coord_only, std::chrono::milliseconds(5000));
+  }
+  cleanup_tmp();
+
+  int worst = 0;
+  std::vector<std::string> parts;
+  for (const Child& w : workers) {
+    worst = std::max(worst, w.exit_code < 0 ? 1 : w.exit_code);
+    parts.push_back(absl::StrCat(w.what, ": ", w.pid > 0 ? DescribeStatus(w.status) : "not started"));
+  }
+  std::cerr << "psync-launch: " << absl::StrJoin(parts, ", ") << "; exit " << worst << "\n";
+  return worst;
+}

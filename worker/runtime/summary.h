@@ -1,0 +1,41 @@
+// Run statistics: step times, losses, and the --summary JSON each rank
+// writes at exit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace psync::runtime {
+
+// The q-quantile (0..1) of `values`, linear interpolation between closest
+// ranks (numpy's default). NaN for an empty input.
+double Quantile(std::vector<double> values, double q);
+
+struct RunSummary {
+  int rank = -1;
+  int world_size = 0;
+  int64_t steps_requested = 0;
+  int64_t steps_completed = 0;
+  double final_loss = 0;              // this rank's loss of its last completed step (NaN if none)
+  std::vector<double> step_ms;        // wall time of every completed step
+  std::string exit_reason;
+  int exit_code = 0;
+  std::string backend, device;
+  double total_s = 0;
+
+  // Step times used for median/p90: the steps after the first 10 (all steps
+  // when there are 10 or fewer).
+  std::vector<double> TimedSteps() const;
+  double median_step_ms() const { return Quantile(TimedSteps(), 0.5); }
+  double p90_step_ms() const { return Quantile(TimedSteps(), 0.9); }
+
+  // {"rank":..,"steps_completed":..,"final_loss":..,"median_step_ms":..,
+  //  "p90_step_ms":..,"exit_reason":..,...}
+  std::string ToJson() const;
+  absl::Status WriteJson(const std::string& path) const;
+};
+
+}  // namespace psync::runtime

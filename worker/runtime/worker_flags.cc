@@ -1,0 +1,275 @@
+#include "worker/runtime/worker_flags.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "worker/runtime/flag_parse.h"
+
+// ---- control plane
+ABSL_FLAG(std::string, coordinator, "", "coordinator HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT, else 127.0.0.1:29500)");
+ABSL_FLAG(int, rank, -1, "this worker's rank, -1 = any (env RANK)");
+ABSL_FLAG(int, world_size, 0, "number of workers; 0 = take it from the coordinator (env WORLD_SIZE)");
+ABSL_FLAG(int, local_rank, 0, "rank on this host; picks the CUDA device (env LOCAL_RANK)");
+ABSL_FLAG(std::string, job_id, "psync", "job id; must match the coordinator's");
+ABSL_FLAG(std::string, token, "", "shared secret for the coordinator (env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, gloo_host, "",
+          "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
+          "address of the connection to the coordinator)");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "collective / plan wait timeout");
+// ---- model and data
+ABSL_FLAG(std::string, model, "mlp", "model: mlp");
+ABSL_FLAG(std::string, widths, "32,64,64,16", "MLP layer widths, comma separated (input first)");
+ABSL_FLAG(int, skip_layer, -1, "layer to skip (square, not the last); -1 = none");
+ABSL_FLAG(std::string, skip_pattern, "always", "when --skip-layer is skipped: always|odd|lastmicro");
+ABSL_FLAG(std::string, init, "", "initial weights (safetensors: layers.{i}.weight [out,in], layers.{i}.bias [out])");
+ABSL_FLAG(std::string, data, "", "training set (safetensors: x [N,in], y [N,out]); default: seeded synthetic set");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the synthetic data set and the default initialisation");
+ABSL_FLAG(int64_t, synthetic_rows, 1024, "rows of the synthetic data set");
+// ---- optimisation
+ABSL_FLAG(int64_t, global_batch, 64, "rows per optimizer step over all workers");
+ABSL_FLAG(int64_t, accumulate, 1, "micro-batches per optimizer step (gradient accumulation)");
+ABSL_FLAG(int64_t, steps, 100, "optimizer steps");
+ABSL_FLAG(double, lr, 0.05, "SGD learning rate");
+ABSL_FLAG(double, momentum, 0, "SGD momentum");
+ABSL_FLAG(double, weight_decay, 0, "SGD weight decay");
+// ---- DDP
+ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the forward pass");
+ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
+ABSL_FLAG(double, first_bucket_mb, 1, "first bucket size cap in MiB");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cuda:N");
+// ---- outputs
+ABSL_FLAG(std::string, save, "", "rank 0 writes the final weights here (safetensors)");
+ABSL_FLAG(std::string, trace, "", "Chrome trace JSON output ({rank} is replaced by the rank)");
+ABSL_FLAG(std::string, summary, "", "JSON summary output ({rank} is replaced by the rank)");
+ABSL_FLAG(int64_t, progress_every, 10, "rank 0 prints a progress line every N steps (0 = never)");
+ABSL_FLAG(bool, quiet, false, "no progress lines");
+
+namespace psync::runtime {
+
+namespace {
+
+const std::set<std::string>& WorkerFlagNames() {
+  static const std::set<std::string> names = {
+      "coordinator", "rank", "world_size", "local_rank", "job_id", "token", "gloo_host", "timeout",
+      "model", "widths", "skip_layer", "skip_pattern", "init", "data", "seed", "synthetic_rows",
+      "global_batch", "accumulate", "steps", "lr", "momentum", "weight_decay",
+      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device",
+      "save", "trace", "summary", "progress_every", "quiet"};
+  return names;
+}
+
+absl::Status Bad(const std::string& flag, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", msg));
+}
+
+absl::StatusOr<int> EnvInt(const EnvLookup& env, const std::string& var) {
+  std::optional<std::string> v = env(var);
+  int out = 0;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", var, "='", *v, "' is not an integer"));
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* SkipPatternName(SkipPattern p) {
+  switch (p) {
+    case SkipPattern::kAlways: return "always";
+    case SkipPattern::kOdd: return "odd";
+    case SkipPattern::kLastMicro: return "lastmicro";
+  }
+  return "?";
+}
+
+bool WorkerOptions::SkipActive(int64_t step, int64_t micro) const {
+  if (skip_layer < 0) return false;
+  switch (skip_pattern) {
+    case SkipPattern::kAlways: return true;
+    case SkipPattern::kOdd: return step % 2 == 1;
+    case SkipPattern::kLastMicro: return micro == accumulate - 1;
+  }
+  return false;
+}
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string ExpandRank(const std::string& pattern, int rank) {
+  std::string out = pattern;
+  const std::string key = "{rank}";
+  size_t pos = 0;
+  while ((pos = out.find(key, pos)) != std::string::npos) {
+    std::string r = std::to_string(rank);
+    out.replace(pos, key.size(), r);
+    pos += r.size();
+  }
+  return out;
+}
+
+absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const EnvLookup& env,
+                                                 std::string* help_out) {
+  absl::StatusOr<ParsedArgs> parsed = ParseFlagsStrict(argc, argv, WorkerFlagNames());
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->help) {
+    if (help_out) {
+      *help_out = absl::StrCat("usage: psync-worker [flags]\n", FlagsHelp(WorkerFlagNames()),
+                               "environment: RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PSYNC_TOKEN\n");
+    }
+    return WorkerOptions{};
+  }
+  if (!parsed->positional.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", parsed->positional.front(), "' (flags look like --name=value)"));
+  }
+  auto given = [&](const char* name) { return parsed->specified.count(name) > 0; };
+
+  WorkerOptions o;
+  // ---- control plane, with environment fallbacks
+  if (given("coordinator")) {
+    o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  } else if (env("MASTER_ADDR")) {
+    std::string port = env("MASTER_PORT").value_or("29500");
+    o.coordinator = absl::StrCat(*env("MASTER_ADDR"), ":", port);
+  } else if (env("MASTER_PORT")) {
+    o.coordinator = absl::StrCat("127.0.0.1:", *env("MASTER_PORT"));
+  }
+  {
+    size_t colon = o.coordinator.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(o.coordinator.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return Bad("coordinator", absl::StrCat("'", o.coordinator, "' is not HOST:PORT"));
+    }
+  }
+  o.rank = absl::GetFlag(FLAGS_rank);
+  if (!given("rank") && env("RANK")) {
+    absl::StatusOr<int> r = EnvInt(env, "RANK");
+    if (!r.ok()) return r.status();
+    o.rank = *r;
+  }
+  if (o.rank < -1) return Bad("rank", absl::StrCat(o.rank, " is negative (use -1 for any)"));
+  o.world_size = absl::GetFlag(FLAGS_world_size);
+  if (!given("world_size") && env("WORLD_SIZE")) {
+    absl::StatusOr<int> r = EnvInt(env, "WORLD_SIZE");
+    if (!r.ok()) return r.status();
+    o.world_size = *r;
+  }
+  if (o.world_size < 0) return Bad("world-size", absl::StrCat(o.world_size, " is negative"));
+  if (o.world_size > 0 && o.rank >= o.world_size) {
+    return Bad("rank", absl::StrCat(o.rank, " is not below --world-size ", o.world_size));
+  }
+  o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (!given("local_rank") && env("LOCAL_RANK")) {
+    absl::StatusOr<int> r = EnvInt(env, "LOCAL_RANK");
+    if (!r.ok()) return r.status();
+    o.local_rank = *r;
+  }
+  if (o.local_rank < 0) return Bad("local-rank", absl::StrCat(o.local_rank, " is negative"));
+  o.job_id = absl::GetFlag(FLAGS_job_id);
+  if (o.job_id.empty()) return Bad("job-id", "must not be empty");
+  o.token = absl::GetFlag(FLAGS_token);
+  if (!given("token") && env("PSYNC_TOKEN")) o.token = *env("PSYNC_TOKEN");
+  o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
+  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");
+  o.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+
+  // ---- model
+  o.model = absl::GetFlag(FLAGS_model);
+  if (o.model != "mlp") return Bad("model", absl::StrCat("unknown model '", o.model, "' (supported: mlp)"));
+  o.widths.clear();
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_widths), ',')) {
+    int64_t w = 0;
+    if (!absl::SimpleAtoi(part, &w) || w <= 0) {
+      return Bad("widths", absl::StrCat("'", absl::GetFlag(FLAGS_widths),
+                                        "' is not a comma-separated list of positive integers"));
+    }
+    o.widths.push_back(w);
+  }
+  if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
+  o.skip_layer = absl::GetFlag(FLAGS_skip_layer);
+  const std::string pattern = absl::GetFlag(FLAGS_skip_pattern);
+  if (pattern == "always") o.skip_pattern = SkipPattern::kAlways;
+  else if (pattern == "odd") o.skip_pattern = SkipPattern::kOdd;
+  else if (pattern == "lastmicro") o.skip_pattern = SkipPattern::kLastMicro;
+  else return Bad("skip-pattern", absl::StrCat("'", pattern, "' is not one of always|odd|lastmicro"));
+  if (o.skip_layer < -1) return Bad("skip-layer", "must be -1 (none) or a layer index");
+  if (o.skip_layer >= 0) {
+    if (o.skip_layer >= o.num_layers() - 1) {
+      return Bad("skip-layer", absl::StrCat(o.skip_layer, " must name a layer before the last (the model has ",
+                                            o.num_layers(), " layers, 0-based)"));
+    }
+    if (o.widths[o.skip_layer] != o.widths[o.skip_layer + 1]) {
+      return Bad("skip-layer", absl::StrCat("layer ", o.skip_layer, " is ", o.widths[o.skip_layer], "->",
+                                            o.widths[o.skip_layer + 1], "; only a square layer can be skipped"));
+    }
+  }
+  o.init_path = absl::GetFlag(FLAGS_init);
+  o.data_path = absl::GetFlag(FLAGS_data);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.synthetic_rows = absl::GetFlag(FLAGS_synthetic_rows);
+  if (o.synthetic_rows <= 0) return Bad("synthetic-rows", "must be positive");
+
+  // ---- optimisation
+  o.global_batch = absl::GetFlag(FLAGS_global_batch);
+  if (o.global_batch <= 0) return Bad("global-batch", absl::StrCat(o.global_batch, " must be positive"));
+  o.accumulate = absl::GetFlag(FLAGS_accumulate);
+  if (o.accumulate <= 0) return Bad("accumulate", absl::StrCat(o.accumulate, " must be positive"));
+  o.steps = absl::GetFlag(FLAGS_steps);
+  if (o.steps < 0) return Bad("steps", absl::StrCat(o.steps, " must not be negative"));
+  o.lr = absl::GetFlag(FLAGS_lr);
+  if (!std::isfinite(o.lr) || o.lr < 0) return Bad("lr", "must be a finite number >= 0");
+  o.momentum = absl::GetFlag(FLAGS_momentum);
+  if (!std::isfinite(o.momentum) || o.momentum < 0 || o.momentum >= 1) return Bad("momentum", "must be in [0, 1)");
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) return Bad("weight-decay", "must be a finite number >= 0");
+  if (o.world_size > 0) {
+    absl::Status st = ValidateBatchGeometry(o, o.world_size);
+    if (!st.ok()) return st;
+  }
+
+  // ---- DDP
+  o.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb)) return Bad("bucket-cap-mb", "must be positive");
+  o.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  if (!(o.first_bucket_mb > 0) || !std::isfinite(o.first_bucket_mb)) return Bad("first-bucket-mb", "must be positive");
+  o.device = absl::GetFlag(FLAGS_device);
+  if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
+    return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));
+  }
+
+  // ---- outputs
+  o.save_path = absl::GetFlag(FLAGS_save);
+  o.trace_path = absl::GetFlag(FLAGS_trace);
+  o.summary_path = absl::GetFlag(FLAGS_summary);
+  o.progress_every = absl::GetFlag(FLAGS_progress_every);
+  if (o.progress_every < 0) return Bad("progress-every", "must not be negative");
+  o.quiet = absl::GetFlag(FLAGS_quiet);
+  return o;
+}
+
+absl::Status ValidateBatchGeometry(const WorkerOptions& opt, int world_size) {
+  const int64_t per = static_cast<int64_t>(world_size) * opt.accumulate;
+  if (world_size <= 0 || opt.global_batch % per != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", opt.global_batch, " must be divisible by --world-size x --accumulate = ", world_size,
+        " x ", opt.accumulate, " = ", per));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync::runtime

@@ -1,0 +1,82 @@
+// psync-worker's options: Abseil flags (docs/cli-contract.md) plus the
+// torchrun / Kubeflow environment (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, LOCAL_RANK, PSYNC_TOKEN). A flag given on the command line
+// wins over the environment.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace psync::runtime {
+
+enum class SkipPattern { kAlways, kOdd, kLastMicro };
+const char* SkipPatternName(SkipPattern p);
+
+struct WorkerOptions {
+  // control plane
+  std::string coordinator = "127.0.0.1:29500";  // HOST:PORT
+  int rank = -1;                                 // -1 = any
+  int world_size = 0;                            // 0 = take it from the coordinator
+  int local_rank = 0;
+  std::string job_id = "psync";
+  std::string token;
+  std::string gloo_host;                         // empty = derived (see trainer)
+  std::chrono::milliseconds timeout{30000};
+  // model
+  std::string model = "mlp";
+  std::vector<int64_t> widths = {32, 64, 64, 16};
+  int skip_layer = -1;
+  SkipPattern skip_pattern = SkipPattern::kAlways;
+  std::string init_path;
+  std::string data_path;
+  uint64_t seed = 0;
+  int64_t synthetic_rows = 1024;
+  // optimisation
+  int64_t global_batch = 64;
+  int64_t accumulate = 1;
+  int64_t steps = 100;
+  double lr = 0.05;
+  double momentum = 0;
+  double weight_decay = 0;
+  // DDP
+  bool find_unused_parameters = false;
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
+  // outputs
+  std::string save_path;
+  std::string trace_path;    // may contain {rank}
+  std::string summary_path;  // may contain {rank}
+  int64_t progress_every = 10;
+  bool quiet = false;
+
+  int num_layers() const { return static_cast<int>(widths.size()) - 1; }
+  // True when layer `skip_layer` is skipped in micro-batch `micro` (of
+  // `accumulate`) of step `step`.
+  bool SkipActive(int64_t step, int64_t micro) const;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup ProcessEnv();
+
+// Parses argv (Abseil flag syntax) and the environment into options and
+// validates them. Errors are InvalidArgument with a one-line message naming
+// the flag; the caller prints it and exits 2. `help_out` receives the usage
+// text when --help was given (then the returned options are meaningless).
+absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const EnvLookup& env,
+                                                 std::string* help_out);
+
+// Checks the relations between options (widths vs skip layer, batch
+// divisibility once the world size is known, ...). world_size must be > 0.
+absl::Status ValidateBatchGeometry(const WorkerOptions& opt, int world_size);
+
+// Replaces every "{rank}" in `pattern` with `rank`.
+std::string ExpandRank(const std::string& pattern, int rank);
+
+}  // namespace psync::runtime
