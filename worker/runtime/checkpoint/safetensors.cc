@@ -1,0 +1,513 @@
+#include "worker/runtime/checkpoint/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/json.h"
+
+// The format is little-endian; we copy bytes straight into float storage.
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.cc assumes a little-endian host"
+#endif
+
+namespace psync {
+namespace {
+
+constexpr char kMetadataKey[] = "__metadata__";
+constexpr uint64_t kPrefixBytes = 8;
+
+// One tensor as described by the header.
+struct Entry {
+  std::string name;
+  Shape shape;
+  uint64_t begin = 0;  // relative to the start of the data section
+  uint64_t end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // sorted by (begin, end)
+  std::map<std::string, std::string> metadata;
+};
+
+absl::Status Corrupt(const std::string& source, absl::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("safetensors file ", source, ": ", problem));
+}
+
+std::string TensorRef(const std::string& name) { return absl::StrCat("tensor ", json::Quote(name)); }
+
+uint64_t ReadLe64(const char* p) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, sizeof(v));  // little-endian host (checked above)
+  return v;
+}
+
+// Validates the length prefix against the total size; returns N.
+absl::StatusOr<uint64_t> CheckPrefix(const char* prefix, uint64_t total_size, const std::string& source) {
+  uint64_t n = ReadLe64(prefix);
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return Corrupt(source, absl::StrFormat(
+        "header length %d is over the %d-byte limit; the file is corrupt or not a safetensors file",
+        n, kSafetensorsMaxHeaderBytes));
+  }
+  if (n > total_size - kPrefixBytes) {
+    return Corrupt(source, absl::StrFormat(
+        "header length %d is larger than the %d bytes that follow the 8-byte length prefix; "
+        "the file is truncated or not a safetensors file",
+        n, total_size - kPrefixBytes));
+  }
+  if (n < 2) {
+    return Corrupt(source, absl::StrFormat("header length %d is too small to hold a JSON object", n));
+  }
+  return n;
+}
+
+absl::Status CheckTotalSize(uint64_t total_size, const std::string& source) {
+  if (total_size < kPrefixBytes) {
+    return Corrupt(source, absl::StrFormat(
+        "file is %d bytes, too short for a safetensors file (it starts with an 8-byte header length)",
+        total_size));
+  }
+  return absl::OkStatus();
+}
+
+// Reads a non-negative integer from a JSON value; `what` describes it for errors.
+absl::StatusOr<uint64_t> NonNegativeInt(const json::Value& v, const std::string& source,
+                                        const std::string& what) {
+  if (!v.is_int() || v.int_value() < 0) {
+    return Corrupt(source, absl::StrCat(what, " is ", json::Serialize(v),
+                                        ", not a non-negative integer"));
+  }
+  return static_cast<uint64_t>(v.int_value());
+}
+
+absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& info, const std::string& source) {
+  const std::string ref = TensorRef(name);
+  if (name.empty()) {
+    // The format allows it, but no state_dict has one and our writer refuses
+    // to produce one; an empty key is a sign of a broken writer.
+    return Corrupt(source, "a tensor has an empty name");
+  }
+  if (!info.is_object()) {
+    return Corrupt(source, absl::StrCat(ref, ": header entry is a JSON ", json::TypeName(info.type()),
+                                        ", expected an object with dtype, shape and data_offsets"));
+  }
+  for (const auto& [key, unused] : info.object()) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      return Corrupt(source, absl::StrCat(ref, ": unknown field ", json::Quote(key),
+                                          " (expected only dtype, shape and data_offsets)"));
+    }
+  }
+  const json::Value* dtype = info.Find("dtype");
+  const json::Value* shape = info.Find("shape");
+  const json::Value* offsets = info.Find("data_offsets");
+  for (auto [field, value] : {std::pair<const char*, const json::Value*>{"dtype", dtype},
+                              {"shape", shape}, {"data_offsets", offsets}}) {
+    if (value == nullptr) return Corrupt(source, absl::StrCat(ref, ": missing field \"", field, "\""));
+  }
+  if (!dtype->is_string()) {
+    return Corrupt(source, absl::StrCat(ref, ": dtype is ", json::Serialize(*dtype), ", expected a string"));
+  }
+  if (dtype->string_value() != "F32") {
+    return Corrupt(source, absl::StrCat(
+        ref, " has dtype ", dtype->string_value(),
+        "; only F32 is supported (convert the tensor to float32 before saving, e.g. "
+        "{k: v.float() for k, v in state_dict.items()})"));
+  }
+
+  Entry e;
+  e.name = name;
+  if (!shape->is_array()) {
+    return Corrupt(source, absl::StrCat(ref, ": shape is ", json::Serialize(*shape),
+                                        ", expected a list of non-negative integers"));
+  }
+  bool has_zero = false;
+  for (size_t i = 0; i < shape->array().size(); ++i) {
+    auto d = NonNegativeInt(shape->array()[i], source, absl::StrCat(ref, ": shape[", i, "]"));
+    if (!d.ok()) return d.status();
+    has_zero |= (*d == 0);
+    e.shape.push_back(static_cast<int64_t>(*d));
+  }
+  // Element count with overflow checks (a hostile header could claim 2^62 x 2^62).
+  uint64_t numel = 1;
+  if (has_zero) {
+    numel = 0;
+  } else {
+    for (int64_t d : e.shape) {
+      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) || numel > (UINT64_MAX / 4)) {
+        return Corrupt(source, absl::StrCat(ref, ": shape ", ShapeToString(e.shape),
+                                            " has more elements than can be addressed"));
+      }
+    }
+  }
+
+  if (!offsets->is_array() || offsets->array().size() != 2) {
+    return Corrupt(source, absl::StrCat(ref, ": data_offsets is ", json::Serialize(*offsets),
+                                        ", expected [begin, end]"));
+  }
+  auto begin = NonNegativeInt(offsets->array()[0], source, absl::StrCat(ref, ": data_offsets[0]"));
+  if (!begin.ok()) return begin.status();
+  auto end = NonNegativeInt(offsets->array()[1], source, absl::StrCat(ref, ": data_offsets[1]"));
+  if (!end.ok()) return end.status();
+  if (*end < *begin) {
+    return Corrupt(source, absl::StrFormat("%s: data_offsets [%d, %d] end before they begin", ref, *begin, *end));
+  }
+  e.begin = *begin;
+  e.end = *end;
+  const uint64_t want = numel * sizeof(float);
+  if (e.end - e.begin != want) {
+    return Corrupt(source, absl::StrFormat(
+        "%s: shape %s with dtype F32 needs %d bytes but data_offsets [%d, %d] span %d bytes",
+        ref, ShapeToString(e.shape), want, e.begin, e.end, e.end - e.begin));
+  }
+  return e;
+}
+
+// Parses and validates the JSON header against a data section of `data_len` bytes.
+absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_len, const std::string& source) {
+  json::ParseOptions opt;
+  opt.max_size = kSafetensorsMaxHeaderBytes;
+  auto parsed = json::Parse(text, opt);
+  if (!parsed.ok()) {
+    // Byte offsets in the JSON error are relative to the header, which starts
+    // at file offset 8; say so to make hexdump debugging easy.
+    return Corrupt(source, absl::StrCat("invalid JSON header (byte offsets count from file offset 8): ",
+                                        parsed.status().message()));
+  }
+  if (!parsed->is_object()) {
+    return Corrupt(source, absl::StrCat("header is a JSON ", json::TypeName(parsed->type()),
+                                        ", expected an object mapping tensor names to their info"));
+  }
+  Header h;
+  for (const auto& [name, info] : parsed->object()) {
+    if (name == kMetadataKey) {
+      if (!info.is_object()) {
+        return Corrupt(source, absl::StrCat("__metadata__ is a JSON ", json::TypeName(info.type()),
+                                            ", expected an object of strings"));
+      }
+      for (const auto& [k, v] : info.object()) {
+        if (!v.is_string()) {
+          return Corrupt(source, absl::StrCat("__metadata__ value for ", json::Quote(k), " is ",
+                                              json::Serialize(v), ", expected a string"));
+        }
+        h.metadata[k] = v.string_value();
+      }
+      continue;
+    }
+    auto e = ParseEntry(name, info, source);
+    if (!e.ok()) return e.status();
+    if (e->end > data_len) {
+      return Corrupt(source, absl::StrFormat(
+          "%s: data_offsets [%d, %d] run past the end of the data section (%d bytes); "
+          "the file is truncated or corrupt",
+          TensorRef(name), e->begin, e->end, data_len));
+    }
+    h.entries.push_back(std::move(*e));
+  }
+  // The ranges must tile the data section exactly, like the reference
+  // implementation's validate(): this rejects overlapping tensors (which
+  // would alias on load) and hidden bytes between or after tensors.
+  std::stable_sort(h.entries.begin(), h.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : h.entries) {
+    if (e.begin < covered) {
+      return Corrupt(source, absl::StrFormat("%s (bytes [%d, %d]) overlaps %s (bytes [%d, %d])",
+                                             TensorRef(e.name), e.begin, e.end, TensorRef(prev->name),
+                                             prev->begin, prev->end));
+    }
+    if (e.begin > covered) {
+      return Corrupt(source, absl::StrFormat(
+          "gap in the data section: bytes [%d, %d] before %s belong to no tensor", covered, e.begin,
+          TensorRef(e.name)));
+    }
+    covered = e.end;
+    prev = &e;
+  }
+  if (covered != data_len) {
+    return Corrupt(source, absl::StrFormat(
+        "data section is %d bytes but the tensors cover only the first %d; "
+        "the header does not describe the whole file",
+        data_len, covered));
+  }
+  return h;
+}
+
+absl::Status ErrnoStatus(int err, const std::string& what) {
+  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+// Closes a file descriptor on scope exit.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { if (fd_ >= 0) ::close(fd_); }
+  int release() { int f = fd_; fd_ = -1; return f; }
+ private:
+  int fd_;
+};
+
+// Reads exactly `n` bytes at `offset`; a short read means the file changed
+// size under us (or is truncated), which is reported as corruption.
+absl::Status PreadAll(int fd, char* buf, uint64_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    ssize_t r = ::pread(fd, buf, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, absl::StrCat("reading safetensors file ", path));
+    }
+    if (r == 0) {
+      return Corrupt(path, absl::StrFormat("unexpected end of file at byte %d (did it shrink while reading?)", offset));
+    }
+    buf += r;
+    n -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* buf, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, buf, std::min<size_t>(n, 1u << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, absl::StrCat("writing ", path));
+    }
+    buf += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// Allocates CPU tensors for the entries; `fill` copies the bytes in.
+template <typename Fill>
+absl::StatusOr<SafetensorsContents> Materialize(Header h, const std::string& source, Fill fill) {
+  SafetensorsContents out;
+  out.metadata = std::move(h.metadata);
+  out.tensors.reserve(h.entries.size());
+  for (const Entry& e : h.entries) {
+    Tensor t;
+    try {
+      t = Tensor::Empty(e.shape, Device::CPU());
+    } catch (const std::exception& ex) {
+      return absl::ResourceExhaustedError(absl::StrCat("safetensors file ", source, ": cannot allocate ",
+                                                       TensorRef(e.name), " ", ShapeToString(e.shape), ": ",
+                                                       ex.what()));
+    }
+    if (e.end > e.begin) {
+      absl::Status st = fill(e, reinterpret_cast<char*>(t.data()));
+      if (!st.ok()) return st;
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsContents> ParseSafetensorsWithMetadata(absl::string_view bytes,
+                                                                 const std::string& source_name) {
+  absl::Status st = CheckTotalSize(bytes.size(), source_name);
+  if (!st.ok()) return st;
+  auto n = CheckPrefix(bytes.data(), bytes.size(), source_name);
+  if (!n.ok()) return n.status();
+  const uint64_t data_start = kPrefixBytes + *n;
+  auto h = ParseHeader(bytes.substr(kPrefixBytes, *n), bytes.size() - data_start, source_name);
+  if (!h.ok()) return h.status();
+  const char* data = bytes.data() + data_start;
+  return Materialize(std::move(*h), source_name, [&](const Entry& e, char* dst) {
+    std::memcpy(dst, data + e.begin, e.end - e.begin);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<NamedTensors> ParseSafetensors(absl::string_view bytes, const std::string& source_name) {
+  auto c = ParseSafetensorsWithMetadata(bytes, source_name);
+  if (!c.ok()) return c.status();
+  return std::move(c->tensors);
+}
+
+absl::StatusOr<SafetensorsContents> ReadSafetensorsWithMetadata(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open safetensors file ", path));
+  FdCloser closer(fd);
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat safetensors file ", path));
+  if (!S_ISREG(sb.st_mode)) return Corrupt(path, "not a regular file");
+  const uint64_t size = static_cast<uint64_t>(sb.st_size);
+  absl::Status st = CheckTotalSize(size, path);
+  if (!st.ok()) return st;
+  char prefix[kPrefixBytes];
+  st = PreadAll(fd, prefix, kPrefixBytes, 0, path);
+  if (!st.ok()) return st;
+  auto n = CheckPrefix(prefix, size, path);
+  if (!n.ok()) return n.status();
+  std::string header(*n, '\0');
+  st = PreadAll(fd, header.data(), *n, kPrefixBytes, path);
+  if (!st.ok()) return st;
+  const uint64_t data_start = kPrefixBytes + *n;
+  auto h = ParseHeader(header, size - data_start, path);
+  if (!h.ok()) return h.status();
+  return Materialize(std::move(*h), path, [&](const Entry& e, char* dst) {
+    return PreadAll(fd, dst, e.end - e.begin, data_start + e.begin, path);
+  });
+}
+
+absl::StatusOr<NamedTensors> ReadSafetensors(const std::string& path) {
+  auto c = ReadSafetensorsWithMetadata(path);
+  if (!c.ok()) return c.status();
+  return std::move(c->tensors);
+}
+
+namespace {
+
+// Validates names and builds the padded header (without the length prefix).
+absl::StatusOr<std::string> BuildHeader(const NamedTensors& tensors,
+                                        const std::map<std::string, std::string>& metadata) {
+  json::Value header = json::Value::MakeObject();
+  if (!metadata.empty()) {
+    json::Value md = json::Value::MakeObject();
+    for (const auto& [k, v] : metadata) md.Set(k, v);
+    header.Set(kMetadataKey, std::move(md));
+  }
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == kMetadataKey) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot save a tensor named ", json::Quote(name), " in safetensors: the name must be non-empty "
+          "and not \"__metadata__\""));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot save safetensors: duplicate tensor name ", json::Quote(name)));
+    }
+    if (!t.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot save safetensors: ", TensorRef(name), " is undefined"));
+    }
+    json::Value shape = json::Value::MakeArray();
+    for (int64_t d : t.shape()) shape.Append(d);
+    json::Value info = json::Value::MakeObject();
+    info.Set("dtype", "F32");
+    info.Set("shape", std::move(shape));
+    info.Set("data_offsets", json::Array{offset, offset + t.nbytes()});
+    header.Set(name, std::move(info));
+    offset += t.nbytes();
+  }
+  std::string text = json::Serialize(header);
+  // Pad with spaces so the data section starts 8-byte aligned (8 + N = 0 mod 8),
+  // as the reference writer does; readers can then map the data in place.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+// Appends or writes each tensor's bytes, copying CUDA tensors to the host.
+template <typename Sink>
+absl::Status ForEachTensorBytes(const NamedTensors& tensors, Sink sink) {
+  for (const auto& [name, t] : tensors) {
+    if (t.nbytes() == 0) continue;
+    try {
+      if (t.device().is_cpu()) {
+        absl::Status st = sink(reinterpret_cast<const char*>(t.data()), t.nbytes());
+        if (!st.ok()) return st;
+      } else {
+        std::vector<float> host = t.ToVector();
+        absl::Status st = sink(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
+        if (!st.ok()) return st;
+      }
+    } catch (const std::exception& ex) {
+      return absl::InternalError(absl::StrCat("cannot copy ", TensorRef(name), " (", t.DebugString(),
+                                              ") to the host for saving: ", ex.what()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string LengthPrefix(uint64_t n) {
+  char buf[8];
+  std::memcpy(buf, &n, sizeof(n));  // little-endian host
+  return std::string(buf, sizeof(buf));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SerializeSafetensors(const NamedTensors& tensors,
+                                                 const std::map<std::string, std::string>& metadata) {
+  auto header = BuildHeader(tensors, metadata);
+  if (!header.ok()) return header.status();
+  std::string out = LengthPrefix(header->size());
+  out += *header;
+  absl::Status st = ForEachTensorBytes(tensors, [&](const char* p, size_t n) {
+    out.append(p, n);
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  auto header = BuildHeader(tensors, metadata);
+  if (!header.ok()) return header.status();
+
+  // Temp file in the same directory, so rename() is atomic (same filesystem).
+  std::string tmp = absl::StrCat(path, ".tmp.XXXXXX");
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return ErrnoStatus(errno, absl::StrCat("cannot create a temporary file next to ", path,
+                                           " (does the directory exist and is it writable?)"));
+  }
+  bool committed = false;
+  struct Cleanup {
+    int& fd;
+    const std::string& tmp;
+    bool& committed;
+    ~Cleanup() {
+      if (fd >= 0) ::close(fd);
+      if (!committed) ::unlink(tmp.c_str());
+    }
+  } cleanup{fd, tmp, committed};
+
+  // mkstemp creates 0600; a checkpoint should be readable like any output file.
+  (void)::fchmod(fd, 0644);
+  absl::Status st = WriteAll(fd, LengthPrefix(header->size()).data(), 8, tmp);
+  if (st.ok()) st = WriteAll(fd, header->data(), header->size(), tmp);
+  if (st.ok()) {
+    st = ForEachTensorBytes(tensors, [&](const char* p, size_t n) { return WriteAll(fd, p, n, tmp); });
+  }
+  if (!st.ok()) return st;
+  if (::fsync(fd) != 0) return ErrnoStatus(errno, absl::StrCat("fsync ", tmp));
+  int cfd = fd;
+  fd = -1;
+  if (::close(cfd) != 0) return ErrnoStatus(errno, absl::StrCat("closing ", tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("renaming ", tmp, " to ", path));
+  }
+  committed = true;
+  // Persist the rename itself. Failure here is not fatal for the caller's
+  // data (the file is complete), so it is ignored.
+  std::string dir = ".";
+  if (size_t slash = path.rfind('/'); slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync
