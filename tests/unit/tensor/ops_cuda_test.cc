@@ -1,0 +1,220 @@
+// Every op on CUDA against the same op on CPU. Skips without a GPU (the
+// build machine has none); it must still compile and link everywhere.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/tensor/test_util.h"
+#include "worker/tensor/ops.h"
+
+#ifdef PSYNC_WITH_CUDA
+#include "worker/tensor/cuda/cuda_context.h"
+#endif
+
+namespace psync {
+namespace {
+
+using ::psync::testing::ExpectTensorError;
+using ::psync::testing::RandomLabels;
+using ::psync::testing::RandomTensor;
+
+class OpsCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device: " << CheckDeviceAvailable(Device::CUDA(0)).message();
+    }
+  }
+  const Device gpu_ = Device::CUDA(0);
+
+  // CUDA result vs CPU result: max |diff| <= tol * (1 + max |cpu|).
+  static void ExpectClose(const Tensor& cuda, const Tensor& cpu, float tol, const std::string& what) {
+    ASSERT_TRUE(cuda.device().is_cuda()) << what;
+    ASSERT_TRUE(cpu.device().is_cpu()) << what;
+    ASSERT_EQ(cuda.shape(), cpu.shape()) << what;
+    float scale = 0.0f;
+    for (float v : cpu.ToVector()) scale = std::max(scale, std::fabs(v));
+    EXPECT_LE(ops::MaxAbsDiff(cuda, cpu), tol * (1.0f + scale)) << what;
+  }
+};
+
+TEST_F(OpsCuda, TransfersAndViews) {
+  Tensor h = RandomTensor({5, 7}, 1);
+  Tensor d = h.To(gpu_);
+  EXPECT_EQ(d.device(), gpu_);
+  EXPECT_EQ(d.shape(), h.shape());
+  EXPECT_TRUE(d.To(gpu_).IsSameView(d));
+  EXPECT_EQ(d.ToVector(), h.ToVector());
+  EXPECT_EQ(d.To(Device::CPU()).ToVector(), h.ToVector());
+  Tensor c = d.Clone();
+  EXPECT_FALSE(c.SharesStorageWith(d));
+  EXPECT_EQ(c.ToVector(), h.ToVector());
+  EXPECT_EQ(Tensor::FromVector({1, 2, 3}, {3}, gpu_).ToVector(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(Tensor::Full({4}, 2.0f, gpu_).ToVector(), std::vector<float>(4, 2.0f));
+  EXPECT_EQ(Tensor::Zeros({2, 2}, gpu_).ToVector(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(Tensor::Scalar(3.0f, gpu_).Item(), 3.0f);
+  EXPECT_TRUE(Tensor::Empty({0}, gpu_).defined());
+
+  // Views share device storage; writes through a view reach the base.
+  Tensor flat = Tensor::Zeros({8}, gpu_);
+  Tensor v = flat.View(2, {2, 2});
+  EXPECT_TRUE(v.SharesStorageWith(flat));
+  ops::Copy(v, Tensor::FromVector({1, 2, 3, 4}, {4}));  // host -> device view
+  EXPECT_EQ(flat.ToVector(), (std::vector<float>{0, 0, 1, 2, 3, 4, 0, 0}));
+  Tensor back = Tensor::Zeros({4});
+  ops::Copy(back, v);  // device view -> host
+  EXPECT_EQ(back.ToVector(), (std::vector<float>{1, 2, 3, 4}));
+  Tensor d2 = Tensor::Zeros({4}, gpu_);
+  ops::Copy(d2, v);  // device -> device
+  EXPECT_EQ(d2.ToVector(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST_F(OpsCuda, MatmulAllTransposes) {
+  const int64_t m = 67, k = 129, n = 33;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      Tensor a = RandomTensor(ta ? Shape{k, m} : Shape{m, k}, 10 + ta);
+      Tensor b = RandomTensor(tb ? Shape{n, k} : Shape{k, n}, 20 + tb);
+      ExpectClose(ops::Matmul(a.To(gpu_), b.To(gpu_), ta, tb), ops::Matmul(a, b, ta, tb), 1e-5f,
+                  "matmul ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    }
+  }
+  Tensor z = ops::Matmul(Tensor::Zeros({3, 0}, gpu_), Tensor::Zeros({0, 2}, gpu_));
+  EXPECT_EQ(z.ToVector(), std::vector<float>(6, 0.0f));
+}
+
+TEST_F(OpsCuda, ElementwiseAndBias) {
+  Tensor a = RandomTensor({37, 19}, 30), b = RandomTensor({37, 19}, 31), bias = RandomTensor({19}, 32);
+  Tensor da = a.To(gpu_), db = b.To(gpu_), dbias = bias.To(gpu_);
+  // Elementwise ops round once per element: bitwise equal to CPU.
+  EXPECT_EQ(ops::Add(da, db).ToVector(), ops::Add(a, b).ToVector());
+  EXPECT_EQ(ops::Sub(da, db).ToVector(), ops::Sub(a, b).ToVector());
+  EXPECT_EQ(ops::Mul(da, db).ToVector(), ops::Mul(a, b).ToVector());
+  EXPECT_EQ(ops::Scale(da, 1.7f).ToVector(), ops::Scale(a, 1.7f).ToVector());
+  EXPECT_EQ(ops::Relu(da).ToVector(), ops::Relu(a).ToVector());
+  EXPECT_EQ(ops::ReluBackward(db, ops::Relu(da)).ToVector(), ops::ReluBackward(b, ops::Relu(a)).ToVector());
+  EXPECT_EQ(ops::AddBias(da, dbias).ToVector(), ops::AddBias(a, bias).ToVector());
+}
+
+TEST_F(OpsCuda, Reductions) {
+  Tensor x = RandomTensor({513, 21}, 40, Device::CPU(), -2.0f, 3.0f);
+  Tensor dx = x.To(gpu_);
+  // SumRows walks rows in the CPU's order with a double accumulator.
+  EXPECT_EQ(ops::SumRows(dx).ToVector(), ops::SumRows(x).ToVector());
+  Tensor ds = ops::Sum(dx), dm = ops::Mean(dx);
+  EXPECT_EQ(ds.device(), gpu_);
+  EXPECT_EQ(ds.dim(), 0);
+  ExpectClose(ds, ops::Sum(x), 1e-6f, "sum");
+  ExpectClose(dm, ops::Mean(x), 1e-6f, "mean");
+  EXPECT_EQ(ops::Sum(Tensor::Zeros({0}, gpu_)).Item(), 0.0f);
+  Tensor big = RandomTensor({1 << 20}, 41);
+  ExpectClose(ops::Sum(big.To(gpu_)), ops::Sum(big), 1e-6f, "sum 1M");
+}
+
+TEST_F(OpsCuda, SoftmaxAndCrossEntropy) {
+  const int64_t rows = 129, cols = 10;
+  Tensor logits = RandomTensor({rows, cols}, 50, Device::CPU(), -6.0f, 6.0f);
+  Tensor labels = RandomLabels(rows, cols, 51);
+  Tensor dl = logits.To(gpu_), dlab = labels.To(gpu_);
+  ExpectClose(ops::LogSoftmax(dl), ops::LogSoftmax(logits), 1e-6f, "log_softmax");
+  ExpectClose(ops::CrossEntropy(dl, dlab), ops::CrossEntropy(logits, labels), 1e-6f, "ce");
+  // grad on the GPU (the normal case) and on the CPU (allowed).
+  Tensor g = Tensor::Scalar(0.5f);
+  ExpectClose(ops::CrossEntropyBackward(g.To(gpu_), dl, dlab),
+              ops::CrossEntropyBackward(g, logits, labels), 1e-6f, "ce backward");
+  ExpectClose(ops::CrossEntropyBackward(g, dl, dlab), ops::CrossEntropyBackward(g, logits, labels),
+              1e-6f, "ce backward, host grad");
+  // A bad label cannot throw on the device: the loss becomes NaN.
+  Tensor bad = Tensor::FromVector(std::vector<float>(rows, 10.0f), {rows}, gpu_);
+  EXPECT_TRUE(std::isnan(ops::CrossEntropy(dl, bad).Item()));
+}
+
+TEST_F(OpsCuda, ExpandFillInPlace) {
+  Tensor s = Tensor::Scalar(3.0f, gpu_);
+  Tensor e = ops::Expand(s, {4, 5}, 0.5f);
+  EXPECT_EQ(e.device(), gpu_);
+  EXPECT_EQ(e.ToVector(), std::vector<float>(20, 1.5f));
+
+  Tensor t = Tensor::Empty({7}, gpu_);
+  ops::Fill(t, 2.25f);
+  EXPECT_EQ(t.ToVector(), std::vector<float>(7, 2.25f));
+
+  Tensor x = RandomTensor({1000}, 60), y = RandomTensor({1000}, 61);
+  Tensor dx = x.To(gpu_), dy = y.To(gpu_);
+  ops::Axpy(-0.3f, dx, dy);
+  ops::Axpy(-0.3f, x, y);
+  EXPECT_EQ(dy.ToVector(), y.ToVector());
+  ops::AddInPlace(dy, dx);
+  ops::AddInPlace(y, x);
+  EXPECT_EQ(dy.ToVector(), y.ToVector());
+  ops::ScaleInPlace(dy, 0.125f);
+  ops::ScaleInPlace(y, 0.125f);
+  EXPECT_EQ(dy.ToVector(), y.ToVector());
+  // Views.
+  Tensor flat = Tensor::Full({6}, 1.0f, gpu_);
+  Tensor v = flat.View(1, {2});
+  ops::ScaleInPlace(v, 3.0f);
+  EXPECT_EQ(flat.ToVector(), (std::vector<float>{1, 3, 3, 1, 1, 1}));
+  ops::Synchronize(gpu_);
+}
+
+TEST_F(OpsCuda, DeviceMismatchAndContext) {
+  Tensor a = Tensor::Zeros({2, 2}, gpu_), b = Tensor::Zeros({2, 2});
+  ExpectTensorError([&] { ops::Matmul(a, b); }, {"Matmul", "[2, 2] cuda:0", "[2, 2] cpu", "different devices"});
+  ExpectTensorError([&] { ops::Add(a, b); }, {"Add", "different devices"});
+  ExpectTensorError([&] { ops::AddInPlace(a, b); }, {"AddInPlace", "different devices"});
+  EXPECT_EQ(ops::MaxAbsDiff(a, b), 0.0f);  // any devices
+  ExpectTensorError([&] { Tensor::Zeros({1}, Device::CUDA(CudaDeviceCount())); }, {"cuda:"});
+#ifdef PSYNC_WITH_CUDA
+  EXPECT_NE(cuda::ComputeStream(0), nullptr);
+  EXPECT_NE(cuda::CublasHandle(0), nullptr);
+  EXPECT_EQ(cuda::ComputeStream(0), cuda::ComputeStream(0));
+  ExpectTensorError([] { PSYNC_CUDA_CHECK(cudaErrorInvalidValue); }, {"cudaErrorInvalidValue"});
+#endif
+}
+
+TEST_F(OpsCuda, MlpStepMatchesCpu) {
+  // A small forward/backward/SGD step, the shape of real training.
+  Tensor x = RandomTensor({64, 32}, 70), w1 = RandomTensor({32, 48}, 71), b1 = RandomTensor({48}, 72);
+  Tensor w2 = RandomTensor({48, 10}, 73), labels = RandomLabels(64, 10, 74);
+  auto step = [&](Device d) {
+    Tensor X = x.To(d), W1 = w1.To(d).Clone(), B1 = b1.To(d), W2 = w2.To(d).Clone(), L = labels.To(d);
+    Tensor h = ops::Relu(ops::AddBias(ops::Matmul(X, W1), B1));
+    Tensor logits = ops::Matmul(h, W2);
+    Tensor loss = ops::CrossEntropy(logits, L);
+    Tensor dlogits = ops::CrossEntropyBackward(ops::Expand(loss, {}, 0.0f), logits, L);
+    dlogits = ops::CrossEntropyBackward(Tensor::Scalar(1.0f, d), logits, L);
+    Tensor dw2 = ops::Matmul(h, dlogits, true, false);
+    Tensor dh = ops::ReluBackward(ops::Matmul(dlogits, W2, false, true), h);
+    Tensor dw1 = ops::Matmul(X, dh, true, false);
+    Tensor db1 = ops::SumRows(dh);
+    ops::Axpy(-0.1f, dw1, W1);
+    ops::Axpy(-0.1f, dw2, W2);
+    return std::vector<Tensor>{loss, W1, W2, db1};
+  };
+  auto cpu = step(Device::CPU());
+  auto gpu = step(gpu_);
+  for (size_t i = 0; i < cpu.size(); ++i) ExpectClose(gpu[i], cpu[i], 1e-5f, "tensor " + std::to_string(i));
+}
+
+// Runs everywhere: without CUDA support the CUDA paths say how to get it.
+TEST(OpsCudaUnavailable, ClearMessage) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    Tensor::Zeros({2}, Device::CUDA(0));
+    ADD_FAILURE() << "expected TensorError";
+  } catch (const TensorError& e) {
+    const std::string msg = e.what();
+    if (BuiltWithCuda()) {
+      EXPECT_NE(msg.find("no CUDA device"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find("rebuild with nvcc on PATH"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_THROW(ops::Synchronize(Device::CUDA(0)), TensorError);
+}
+
+}  // namespace
+}  // namespace psync
