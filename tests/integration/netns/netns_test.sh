@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Multi-host test of psync on Linux network namespaces (one "host" per
+# process), the same scenario as deploy/compose/docker-compose.yml:
+#
+#   hub namespace: bridge br0
+#     C  (coordinator)  10.77.0.1/24  --veth-- br0
+#     W0 (worker rank 0) 10.77.0.10/24 --veth-- br0
+#     W1 (worker rank 1) 10.77.0.11/24 --veth-- br0
+#
+# Phase 1  run to completion: both workers exit 0, Gloo traffic flows
+#          worker-to-worker between 10.77.0.10 and 10.77.0.11, psyncctl status
+#          from C (loopback) and from W0 (across the bridge) reports the job.
+# Phase 2  the compose runner (deploy/compose/check-job.sh) from C: waits for
+#          progress, shuts the job down; both workers exit 0.
+# Phase 3  partition: W1's link goes down mid-run. W0 aborts with a named
+#          error (exit 4) within 10 s, the coordinator reports rank 1 lost
+#          (psyncctl workers / status), W1 exits by itself (bounded), nothing hangs.
+#
+# usage: netns_test.sh [BIN_OR_DIR...]  each a binary or a directory holding
+#        psync-coordinator / psync-worker / psyncctl (else they come from $PATH)
+# Needs root and permission for `ip netns add`; otherwise prints SKIP and exits 77.
+# Every process runs under `timeout`; an EXIT trap kills them and deletes the namespaces.
+set -uo pipefail
+
+SKIP=77
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+
+ID=$$
+NS_HUB=psync-hub-$ID
+NS_C=psync-c-$ID
+NS_W0=psync-w0-$ID
+NS_W1=psync-w1-$ID
+ALL_NS=("$NS_HUB" "$NS_C" "$NS_W0" "$NS_W1")
+NET=10.77.0
+IP_C=$NET.1
+IP_W0=$NET.10
+IP_W1=$NET.11
+PORT=29500
+TOKEN="netns-test-token-$ID"
+WORK=""
+PIDS=()
+
+log() { printf '[netns %(%H:%M:%S)T] %s\n' -1 "$*"; }
+skip() { echo "SKIP: $*"; exit "$SKIP"; }
+fail() { echo "FAIL: $*" >&2; dump_logs; exit 1; }
+
+dump_logs() {
+  [[ -n "$WORK" && -d "$WORK" ]] || return 0
+  local f
+  for f in "$WORK"/*.log; do
+    [[ -f "$f" ]] || continue
+    echo "----- $(basename "$f") (last 40 lines)" >&2
+    tail -n 40 "$f" >&2
+  done
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local p ns
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  sleep 0.3
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for ns in "${ALL_NS[@]}"; do
+    if ip netns list 2>/dev/null | grep -qw -- "$ns"; then
+      # Whatever still runs inside our own namespaces was started by this script.
+      for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+      ip netns del "$ns" 2>/dev/null
+    fi
+  done
+  [[ -n "$WORK" ]] && rm -rf "$WORK"
+  exit "$rc"
+}
+
+# in NS CMD...: run CMD inside namespace NS (bounded by the caller's `timeout`).
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# ---------------------------------------------------------------- topology
+setup_topology() {
+  ip netns add "$NS_HUB" 2>"$WORK/netns.err" || skip "cannot create network namespaces ($(head -n1 "$WORK/netns.err"))"
+  ip netns add "$NS_C" && ip netns add "$NS_W0" && ip netns add "$NS_W1" || skip "ip netns add failed"
+  ip -n "$NS_HUB" link add br0 type bridge 2>"$WORK/bridge.err" || skip "no bridge support ($(head -n1 "$WORK/bridge.err"))"
+  ip -n "$NS_HUB" link set br0 up
+  ip -n "$NS_HUB" link set lo up
+  local ns addr port
+  for spec in "$NS_C:$IP_C:vc" "$NS_W0:$IP_W0:vw0" "$NS_W1:$IP_W1:vw1"; do
+    IFS=: read -r ns addr port <<<"$spec"
+    # hub side named $port, host side eth0; created directly in the namespaces.
+    ip -n "$NS_HUB" link add "$port" type veth peer name eth0 netns "$ns" 2>"$WORK/veth.err" \
+      || skip "no veth support ($(head -n1 "$WORK/veth.err"))"
+    ip -n "$NS_HUB" link set "$port" master br0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  done
+  # Reachability C <- W0, W1 and W1 <- W0 over the bridge (bounded; no ping needed).
+  reach "$NS_C" "$IP_C" "$NS_W0" "$NS_W1" || fail "W0/W1 cannot reach C ($IP_C) over the bridge"
+  reach "$NS_W1" "$IP_W1" "$NS_W0" || fail "W0 cannot reach W1 ($IP_W1) over the bridge"
+  log "topology up: C=$IP_C W0=$IP_W0 W1=$IP_W1 (namespaces ${ALL_NS[*]})"
+}
+
+# reach LISTEN_NS LISTEN_IP FROM_NS...: a TCP listener in LISTEN_NS accepts one
+# connection from each FROM_NS (python3; 10 s bound).
+reach() {
+  local lns=$1 lip=$2; shift 2
+  local n=$#
+  timeout 10 ip netns exec "$lns" python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 29999)); s.listen(8); s.settimeout(9)
+for _ in range(int(sys.argv[2])): s.accept()[0].close()
+' "$lip" "$n" &
+  local lpid=$! ns ok
+  for ns in "$@"; do
+    ok=0
+    local until=$((SECONDS + 8))
+    while ((SECONDS < until)); do
+      if timeout 2 ip netns exec "$ns" python3 -c '
+import socket, sys; socket.create_connection((sys.argv[1], 29999), timeout=1).close()' "$lip" 2>/dev/null; then
+        ok=1; break
+      fi
+      sleep 0.1
+    done
+    ((ok)) || { kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; return 1; }
+  done
+  wait "$lpid"
+}
+
+# start NAME LIMIT_S NS CMD...: start CMD in NS in the background under
+# `timeout LIMIT_S`; its pid goes to PID_<NAME>, its output to $WORK/NAME.log.
+start() {
+  local name=$1 limit=$2 ns=$3; shift 3
+  timeout -k 5 "$limit" ip netns exec "$ns" env PATH="$PATH" PSYNC_TOKEN="$TOKEN" "$@" >"$WORK/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  printf -v "PID_$name" '%s' "$pid"
+}
+
+# wait_exit PID LIMIT_S: waits for PID at most LIMIT_S seconds; prints its exit
+# code, or "timeout" (then kills it).
+wait_exit() {
+  local pid=$1 limit=$2 t=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( t >= limit * 10 )); then
+      kill -TERM "$pid" 2>/dev/null; sleep 0.5; kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      echo timeout; return
+    fi
+    sleep 0.1; t=$((t + 1))
+  done
+  wait "$pid"; echo $?
+}
+
+ctl() {  # ctl NS ARGS...: psyncctl against the coordinator, bounded
+  local ns=$1; shift
+  local target=$IP_C:$PORT
+  [[ "$ns" == "$NS_C" ]] && target=127.0.0.1:$PORT
+  timeout -k 2 15 ip netns exec "$ns" env PSYNC_TOKEN="$TOKEN" psyncctl --coordinator="$target" "$@"
+}
+
+start_coordinator() {  # JOB_ID LOG_NAME EXTRA_FLAGS...
+  local job=$1 name=$2; shift 2
+  start "$name" 240 "$NS_C" psync-coordinator --host=0.0.0.0 --port="$PORT" --world-size=2 --job-id="$job" \
+    --join-timeout=60s "$@"
+  local i
+  for i in $(seq 1 100); do
+    grep -q "listening on" "$WORK/$name.log" 2>/dev/null && return 0
+    local pvar=PID_$name
+    kill -0 "${!pvar}" 2>/dev/null || fail "coordinator ($name) exited before listening"
+    sleep 0.1
+  done
+  fail "coordinator ($name) not listening after 10 s"
+}
+
+start_workers() {  # JOB_ID PREFIX WORKER_FLAGS...
+  local job=$1 prefix=$2; shift 2
+  start "${prefix}0" 240 "$NS_W0" psync-worker --coordinator="$IP_C:$PORT" --rank=0 --world-size=2 --job-id="$job" \
+    --gloo-host="$IP_W0" --device=cpu "$@"
+  start "${prefix}1" 240 "$NS_W1" psync-worker --coordinator="$IP_C:$PORT" --rank=1 --world-size=2 --job-id="$job" \
+    --gloo-host="$IP_W1" --device=cpu "$@"
+}
+
+stop_coordinator() {  # NAME
+  local pvar=PID_$1
+  kill -TERM "${!pvar}" 2>/dev/null
+  local rc; rc=$(wait_exit "${!pvar}" 10)
+  [[ "$rc" != timeout ]] || fail "coordinator ($1) did not stop within 10 s of SIGTERM"
+}
+
+# json_field JSON_TEXT KEY: first value of "KEY": in JSON_TEXT (numbers/strings).
+json_field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], ""))' "$1" "$2"; }
+
+# ---------------------------------------------------------------- phases
+phase_complete() {
+  log "phase 1: run to completion across hosts"
+  start_coordinator netns-complete coord1 --report-timeout=20s
+  start_workers netns-complete w1_ --steps=300 --timeout=20s --progress-every=50
+  # While it runs: the Gloo pair must be worker-to-worker over the bridge.
+  local i seen=0 st
+  for i in $(seq 1 100); do
+    if in_ns "$NS_W0" ss -Htn state established "( dst $IP_W1 or src $IP_W1 )" 2>/dev/null | grep -q .; then
+      seen=1; break
+    fi
+    kill -0 "$PID_w1_0" 2>/dev/null || break
+    sleep 0.1
+  done
+  st=$(ctl "$NS_W0" status) || fail "psyncctl status from W0 (across the bridge) failed"
+  log "psyncctl status from W0: $(echo "$st" | head -n1)"
+  local rc0 rc1
+  rc0=$(wait_exit "$PID_w1_0" 120); rc1=$(wait_exit "$PID_w1_1" 120)
+  [[ "$rc0" == 0 && "$rc1" == 0 ]] || fail "phase 1: worker exit codes rank0=$rc0 rank1=$rc1 (want 0 0)"
+  ((seen)) || fail "phase 1: no TCP connection between W0 ($IP_W0) and W1 ($IP_W1): Gloo did not use the workers' own addresses"
+  st=$(ctl "$NS_C" --json status) || fail "psyncctl status from C failed after the job"
+  local state; state=$(json_field "$st" state)
+  [[ "$state" == JOB_FINISHED || "$state" == FINISHED ]] || fail "phase 1: job state '$state' (want FINISHED): $st"
+  log "phase 1 ok: workers exit 0/0, Gloo over $IP_W0<->$IP_W1, coordinator says $state"
+  stop_coordinator coord1
+}
+
+phase_runner() {
+  log "phase 2: the compose runner (status, then shutdown) against hosts"
+  start_coordinator netns-runner coord2 --report-timeout=20s
+  start_workers netns-runner w2_ --steps=1000000 --timeout=20s --progress-every=0
+  timeout -k 2 120 ip netns exec "$NS_C" env PATH="$PATH" PSYNC_TOKEN="$TOKEN" PSYNC_COORDINATOR="127.0.0.1:$PORT" \
+    PSYNC_CHECK_MIN_ITERATION=10 PSYNC_CHECK_TIMEOUT_S=90 sh "$root/deploy/compose/check-job.sh" >"$WORK/runner2.log" 2>&1 \
+    || fail "phase 2: check-job.sh failed (rc=$?)"
+  local rc0 rc1
+  rc0=$(wait_exit "$PID_w2_0" 60); rc1=$(wait_exit "$PID_w2_1" 60)
+  [[ "$rc0" == 0 && "$rc1" == 0 ]] || fail "phase 2: worker exit codes after shutdown rank0=$rc0 rank1=$rc1 (want 0 0)"
+  log "phase 2 ok: runner passed, workers stopped cleanly (0/0)"
+  stop_coordinator coord2
+}
+
+phase_partition() {
+  log "phase 3: partition W1 mid-run"
+  start_coordinator netns-partition coord3 --report-timeout=3s
+  start_workers netns-partition w3_ --steps=1000000 --timeout=5s --progress-every=0
+  # Wait for real progress before cutting the link.
+  local i it=-1 st
+  for i in $(seq 1 300); do
+    st=$(ctl "$NS_C" --json status 2>/dev/null) && it=$(json_field "$st" iteration)
+    [[ "$it" =~ ^[0-9]+$ ]] && (( it >= 20 )) && break
+    kill -0 "$PID_w3_0" 2>/dev/null || fail "phase 3: rank 0 exited before the partition"
+    sleep 0.1
+  done
+  [[ "$it" =~ ^[0-9]+$ ]] && (( it >= 20 )) || fail "phase 3: no progress before the partition (iteration=$it)"
+  log "cutting W1's link at iteration $it"
+  local t0=$SECONDS
+  ip -n "$NS_HUB" link set vw1 down
+  local rc0 dt
+  rc0=$(wait_exit "$PID_w3_0" 10); dt=$((SECONDS - t0))
+  [[ "$rc0" != timeout ]] || fail "phase 3: rank 0 still running 10 s after the partition"
+  [[ "$rc0" == 4 ]] || fail "phase 3: rank 0 exit code $rc0 (want 4: peer lost / job aborted)"
+  grep -Eiq 'lost|abort' "$WORK/w3_0.log" || fail "phase 3: rank 0's error does not name the failure"
+  log "rank 0 aborted after ${dt}s (exit 4): $(grep -Ei 'lost|abort' "$WORK/w3_0.log" | tail -n1)"
+  # The coordinator (still reachable on C's loopback) names the lost rank.
+  local wk
+  wk=$(ctl "$NS_C" --json workers) || fail "phase 3: psyncctl workers failed after the partition"
+  python3 - "$wk" <<'EOF' || fail "phase 3: coordinator does not report rank 1 as lost: $wk"
+import json, sys
+d = json.loads(sys.argv[1])
+ws = d.get("workers", d if isinstance(d, list) else [])
+r1 = [w for w in ws if int(w.get("rank", -1)) == 1]
+assert r1 and "LOST" in str(r1[0].get("state", "")).upper(), r1
+EOF
+  st=$(ctl "$NS_C" status) || fail "phase 3: psyncctl status failed after the partition"
+  log "coordinator after the partition: $(echo "$st" | tr '\n' ' ' | cut -c1-200)"
+  # The cut-off rank must end by itself (its own collective / coordinator timeouts).
+  local rc1; rc1=$(wait_exit "$PID_w3_1" 60)
+  [[ "$rc1" != timeout ]] || fail "phase 3: partitioned rank 1 hung (> 60 s after the cut)"
+  [[ "$rc1" == 4 || "$rc1" == 5 ]] || fail "phase 3: partitioned rank 1 exit code $rc1 (want 4 or 5)"
+  log "phase 3 ok: rank 0 exit 4 in ${dt}s, rank 1 exit $rc1, coordinator reports rank 1 lost"
+  stop_coordinator coord3
+}
+
+main() {
+  local a
+  for a in "$@"; do
+    if [[ -d "$a" ]]; then PATH="$(cd "$a" && pwd):$PATH"; else PATH="$(cd "$(dirname "$a")" && pwd):$PATH"; fi
+  done
+  [[ $(id -u) -eq 0 ]] || skip "needs root for network namespaces (uid $(id -u))"
+  command -v ip >/dev/null || skip "iproute2 (ip) not installed"
+  command -v timeout >/dev/null || skip "coreutils timeout not found"
+  local b
+  for b in psync-coordinator psync-worker psyncctl; do
+    command -v "$b" >/dev/null || fail "$b not found (give the directory of the built binaries as the first argument)"
+  done
+  WORK=$(mktemp -d /tmp/psync-netns.XXXXXX)
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  setup_topology
+  phase_complete
+  phase_runner
+  phase_partition
+  echo "netns: 3 passed, 0 failed"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi
