@@ -1,0 +1,77 @@
+#include "server/limits.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psync::server {
+
+int64_t ParamBytes(const v1::ParamSpec& p) {
+  int64_t n = p.element_size() > 0 ? p.element_size() : 4;
+  for (int64_t d : p.shape()) n *= d;
+  return n;
+}
+
+absl::Status ValidateString(const char* field, const std::string& s, int max_bytes) {
+  if (s.size() > static_cast<size_t>(max_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is ", s.size(), " bytes; the limit is ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
+  for (auto [field, value] : {std::pair<const char*, const std::string*>{"hostname", &req.hostname()},
+                              {"device", &req.device()},
+                              {"backend", &req.backend()},
+                              {"job_id", &req.job_id()}}) {
+    absl::Status st = ValidateString(field, *value, kMaxStringBytes);
+    if (!st.ok()) return st;
+  }
+  if (req.requested_rank() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requested_rank is ", req.requested_rank(), "; use -1 for any rank or 0..W-1"));
+  }
+  if (req.world_size() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size is ", req.world_size(), "; must be >= 0"));
+  }
+  if (req.backend() != "gloo" && req.backend() != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend is '", req.backend(), "'; expected \"gloo\" or \"nccl\""));
+  }
+  if (req.manifest_size() == 0 || req.manifest_size() > kMaxParams) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest has ", req.manifest_size(),
+                                                   " parameters; expected 1..", kMaxParams));
+  }
+  for (int64_t cap : {req.bucket_cap_bytes(), req.first_bucket_cap_bytes()}) {
+    if (cap <= 0 || cap > kMaxBucketCapBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("bucket cap is ", cap, " bytes; expected 1..",
+                                                     kMaxBucketCapBytes));
+    }
+  }
+  for (int i = 0; i < req.manifest_size(); ++i) {
+    const v1::ParamSpec& p = req.manifest(i);
+    if (p.name().empty() || p.name().size() > static_cast<size_t>(kMaxNameBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest[", i, "].name is ", p.name().size(),
+                                                     " bytes; expected 1..", kMaxNameBytes));
+    }
+    if (p.shape_size() > kMaxShapeRank) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest[", i, "] ('", p.name(), "') has rank ",
+                                                     p.shape_size(), "; the limit is ", kMaxShapeRank));
+    }
+    if (p.element_size() < 0 || p.element_size() > 16) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest[", i, "] ('", p.name(),
+                                                     "') element_size is ", p.element_size(),
+                                                     "; expected 0..16"));
+    }
+    int64_t n = 1;
+    for (int64_t d : p.shape()) {
+      if (d < 0 || d > (int64_t{1} << 40) || (d > 0 && n > (int64_t{1} << 44) / d)) {
+        return absl::InvalidArgumentError(absl::StrCat("manifest[", i, "] ('", p.name(),
+                                                       "') has an invalid or too large shape"));
+      }
+      n *= d;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync::server

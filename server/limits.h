@@ -1,0 +1,34 @@
+// Hard limits on what the coordinator accepts (documented in
+// protos/psync/v1/coordinator.proto), and the request validation that
+// enforces them. No gRPC.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "psync/v1/coordinator.pb.h"
+
+namespace psync::server {
+
+inline constexpr int kMaxReceiveMessageBytes = 16 << 20;
+inline constexpr int kMaxParams = 1 << 20;              // bitmap <= 128 KiB
+inline constexpr int kMaxNameBytes = 1024;
+inline constexpr int kMaxShapeRank = 16;
+inline constexpr int kMaxStringBytes = 1024;            // hostname, device, reasons
+inline constexpr int kMaxWorldSize = 65536;
+inline constexpr int kMaxKeyBytes = 1024;
+inline constexpr int kMaxValueBytes = 1 << 20;
+inline constexpr int kMaxKeysPerJob = 65536;
+inline constexpr int64_t kMaxBucketCapBytes = int64_t{16} << 30;
+inline constexpr int64_t kMaxStoreWaitMs = 3600 * 1000;
+
+// Bytes of one parameter (product of dims * element size); shape already validated.
+int64_t ParamBytes(const v1::ParamSpec& p);
+// ceil(P / 8).
+inline int64_t BitmapBytes(int64_t num_params) { return (num_params + 7) / 8; }
+
+// InvalidArgument naming the field and the limit.
+absl::Status ValidateJoinRequest(const v1::JoinRequest& req);
+absl::Status ValidateString(const char* field, const std::string& s, int max_bytes);
+
+}  // namespace psync::server

@@ -1,0 +1,114 @@
+// psync-coordinator: rendezvous, bootstrap store, per-iteration plans and
+// control for one job. Flags: docs/cli-contract.md.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "server/coordinator_server.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "listen address");
+ABSL_FLAG(int, port, 29500, "listen port (0 = pick a free port)");
+ABSL_FLAG(int, world_size, 0, "number of workers in the job (required)");
+ABSL_FLAG(std::string, job_id, "psync", "job id every worker must send");
+ABSL_FLAG(std::string, token, "", "require 'authorization: Bearer <token>' (default: env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate file (with --tls-key: serve TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key file");
+ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(300), "how long Join waits for the world");
+ABSL_FLAG(absl::Duration, report_timeout, absl::Seconds(60), "a worker silent this long is lost");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once listening");
+ABSL_FLAG(bool, exit_when_done, false, "exit once the job has finished or aborted");
+
+namespace {
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+int BadFlag(const std::string& msg) {
+  std::fprintf(stderr, "psync-coordinator: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("psync-coordinator --world-size=N [--port=29500] [--job-id=psync] ...");
+  absl::ParseCommandLine(argc, argv);
+  psync::server::ServerOptions opt;
+  opt.host = absl::GetFlag(FLAGS_host);
+  opt.port = absl::GetFlag(FLAGS_port);
+  opt.job.world_size = absl::GetFlag(FLAGS_world_size);
+  opt.job.job_id = absl::GetFlag(FLAGS_job_id);
+  opt.job.join_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_join_timeout));
+  opt.job.report_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_report_timeout));
+  opt.token = absl::GetFlag(FLAGS_token);
+  if (opt.token.empty()) {
+    if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
+  }
+  if (opt.job.world_size < 1) return BadFlag("--world-size is required and must be >= 1");
+  if (opt.port < 0 || opt.port > 65535) return BadFlag("--port must be in 0..65535");
+  if (opt.job.job_id.empty()) return BadFlag("--job-id must not be empty");
+  if (opt.job.join_timeout.count() <= 0) return BadFlag("--join-timeout must be > 0");
+  if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) return BadFlag("--tls-cert and --tls-key go together");
+  if (!cert.empty()) {
+    if (!ReadFile(cert, &opt.tls_cert_pem)) return BadFlag("--tls-cert: cannot read " + cert);
+    if (!ReadFile(key, &opt.tls_key_pem)) return BadFlag("--tls-key: cannot read " + key);
+  }
+
+  // Block SIGINT/SIGTERM in every thread; the main thread waits for them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto server = psync::server::CoordinatorServer::Start(opt);
+  if (!server.ok()) {
+    std::fprintf(stderr, "psync-coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  const int port = (*server)->port();
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::fprintf(stderr, "psync-coordinator: cannot write --port-file %s\n", port_file.c_str());
+      return 1;
+    }
+  }
+  std::cout << "psync-coordinator listening on " << opt.host << ":" << port << std::endl;
+  PSYNC_LOG(INFO) << "job '" << opt.job.job_id << "' world size " << opt.job.world_size
+                  << (opt.token.empty() ? "" : ", token required")
+                  << (cert.empty() ? "" : ", TLS");
+
+  const bool exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
+  timespec tick{0, 200 * 1000 * 1000};
+  while (true) {
+    int sig = sigtimedwait(&sigs, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      PSYNC_LOG(INFO) << "signal " << sig << ": shutting down";
+      break;
+    }
+    if (exit_when_done && (*server)->job().Ended()) break;
+  }
+  (*server)->Shutdown();
+  return 0;
+}
