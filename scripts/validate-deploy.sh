@@ -1,0 +1,450 @@
+#!/usr/bin/env bash
+# Offline checks of deploy/ (no Docker engine, no cluster needed):
+#   1. shell syntax of the deploy scripts
+#   2. docker-compose config -q of deploy/compose/docker-compose.yml
+#   3. kubectl kustomize of deploy/k8s/base and every overlay, then structural
+#      checks of the rendered objects (probes, ports, ranks, token, policies,
+#      WORLD_SIZE == completions == parallelism, GPU requests, $(VAR) refs)
+#   4. Dockerfiles: COPY sources exist and are not excluded by .dockerignore,
+#      a non-root USER, the tini + entrypoint ENTRYPOINT
+#   With the built binaries (arguments: binaries or directories holding
+#   psync-coordinator, psync-worker, psyncctl[, psync-launch]):
+#   5. every flag (and psyncctl command) that Dockerfiles, compose, k8s
+#      manifests and deploy scripts pass to a psync binary is one that binary's
+#      --help lists
+#   6. the entrypoint dispatches to the binaries; the runtime package list of
+#      the images covers the binaries' shared libraries (ldd + dpkg -S)
+# Prints "validate-deploy: N passed, N failed, N skipped"; exits 1 on any failure.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+passed=0 failed=0 skipped=0
+ok()   { echo "PASS: $*"; passed=$((passed + 1)); }
+bad()  { echo "FAIL: $*"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $*"; skipped=$((skipped + 1)); }
+
+work=$(mktemp -d /tmp/psync-validate.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# ---------------------------------------------------------------- binaries
+bindirs=()
+for a in "$@"; do
+  if [[ -d "$a" ]]; then bindirs+=("$(cd "$a" && pwd)"); elif [[ -e "$a" ]]; then bindirs+=("$(cd "$(dirname "$a")" && pwd)"); else
+    bad "argument $a: no such binary or directory"; fi
+done
+if ((${#bindirs[@]})); then PATH="$(IFS=:; echo "${bindirs[*]}"):$PATH"; fi
+find_bin() {  # only from the directories given, never a stray one on $PATH
+  local d
+  for d in "${bindirs[@]}"; do [[ -x "$d/$1" ]] && { echo "$d/$1"; return 0; }; done
+  return 1
+}
+
+# A python3 with PyYAML (Debian's python3-yaml comes with docker-compose).
+py=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import yaml' 2>/dev/null; then py=$p; break; fi
+done
+
+# ---------------------------------------------------------------- 1. shell syntax
+for f in deploy/docker/entrypoint.sh deploy/compose/check-job.sh; do
+  if sh -n "$f" 2>"$work/sh.err"; then ok "sh -n $f"; else bad "sh -n $f: $(cat "$work/sh.err")"; fi
+done
+for f in scripts/validate-deploy.sh tests/integration/netns/netns_test.sh; do
+  if bash -n "$f" 2>"$work/sh.err"; then ok "bash -n $f"; else bad "bash -n $f: $(cat "$work/sh.err")"; fi
+done
+
+# ---------------------------------------------------------------- 2. compose
+compose_file=deploy/compose/docker-compose.yml
+if command -v docker-compose >/dev/null; then
+  if docker-compose -f "$compose_file" config -q 2>"$work/compose.err"; then ok "docker-compose config -q"
+  else bad "docker-compose config -q: $(cat "$work/compose.err")"; fi
+  docker-compose -f "$compose_file" config >"$work/compose.yaml" 2>/dev/null || cp "$compose_file" "$work/compose.yaml"
+else
+  skip "docker-compose not installed (scripts/test.sh installs it with PSYNC_WITH_DEPLOY_TOOLS=1)"
+  cp "$compose_file" "$work/compose.yaml"
+fi
+
+# ---------------------------------------------------------------- 3. kustomize
+k8s_dirs=(deploy/k8s/base)
+for d in deploy/k8s/overlays/*/; do k8s_dirs+=("${d%/}"); done
+rendered=()
+if command -v kubectl >/dev/null; then
+  for d in "${k8s_dirs[@]}"; do
+    out="$work/k8s-$(basename "$d").yaml"
+    if kubectl kustomize "$d" >"$out" 2>"$work/kz.err"; then ok "kubectl kustomize $d"; rendered+=("$d=$out")
+    else bad "kubectl kustomize $d: $(cat "$work/kz.err")"; fi
+  done
+else
+  skip "kubectl not installed: kustomize renders not checked"
+fi
+
+if [[ -z "$py" ]]; then
+  skip "no python3 with PyYAML: manifest, Dockerfile and flag checks skipped"
+  echo "validate-deploy: $passed passed, $failed failed, $skipped skipped"
+  ((failed == 0)); exit
+fi
+
+# ---------------------------------------------------------------- 4-5. python checks
+helpdir="$work/help"; mkdir -p "$helpdir"
+have_bins=1
+for b in psync-coordinator psync-worker psyncctl psync-launch; do
+  if f=$(find_bin "$b"); then
+    timeout 20 "$f" --help >"$helpdir/$b" 2>&1
+    timeout 20 "$f" --helpfull >>"$helpdir/$b" 2>&1
+    if ! grep -q -- '--' "$helpdir/$b"; then bad "$b --help printed no flags"; rm -f "$helpdir/$b"; fi
+  elif [[ "$b" != psync-launch ]]; then
+    have_bins=0
+  fi
+done
+((have_bins)) || skip "binaries not given (or incomplete): flags are not checked against --help"
+
+"$py" - "$root" "$work/compose.yaml" "$helpdir" "$work/pycount" "${rendered[@]}" <<'PYEOF'
+import glob, json, os, re, shlex, sys, fnmatch
+import yaml
+
+root, compose_path, helpdir, countfile = sys.argv[1:5]
+renders = [a.split("=", 1) for a in sys.argv[5:]]
+failures = passes = skips = 0
+
+def ok(msg):
+    global passes
+    passes += 1
+    print("PASS: " + msg)
+def bad(msg):
+    global failures
+    failures += 1
+    print("FAIL: " + msg)
+
+BINARIES = ["psync-coordinator", "psync-worker", "psyncctl", "psync-launch"]
+ALIASES = {"coordinator": "psync-coordinator", "worker": "psync-worker", "ctl": "psyncctl", "launch": "psync-launch"}
+SEPARATORS = {";", "&&", "||", "|", "(", ")", "&", "then", "do", "else", "if", "until", "while", "!", "`", "$"}
+
+# ------------------------------------------------ invocations: (where, binary, [args])
+invocations = []
+
+def scan_tokens(where, tokens, entrypoint_words=True):
+    """Finds psync binaries in a token list (argv or shell words) and the flags after them."""
+    cur, args = None, []
+    def flush():
+        if cur: invocations.append((where, cur, list(args)))
+    for i, t in enumerate(tokens):
+        base = os.path.basename(t)
+        is_bin = base in BINARIES or (entrypoint_words and i == 0 and t in ALIASES)
+        if is_bin:
+            flush(); cur, args = ALIASES.get(base, base), []
+        elif t in SEPARATORS:
+            flush(); cur, args = None, []
+        elif cur == "psync-launch" and t == "--":
+            flush(); cur, args = "psync-worker", []
+        elif cur:
+            args.append(t)
+    flush()
+
+def scan_shell(where, text):
+    lines, acc = [], ""
+    for line in text.splitlines():
+        if line.rstrip().endswith("\\"):
+            acc += line.rstrip()[:-1] + " "; continue
+        lines.append(acc + line); acc = ""
+    for n, line in enumerate(lines, 1):
+        if not any(b in line for b in BINARIES): continue
+        try:
+            lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()`")
+            lex.whitespace_split = True
+            lex.commenters = "#"
+            toks = list(lex)
+        except ValueError:
+            toks = line.split()
+        # split "$(" style tokens like "status=$(" -> treat "$" remains as separators
+        scan_tokens(f"{where}:{n}", [t for t in toks], entrypoint_words=False)
+
+def scan_argv(where, argv):
+    if not argv: return
+    argv = [str(a) for a in argv]
+    # sh -c / bash -c SCRIPT
+    for i, a in enumerate(argv[:-1]):
+        if os.path.basename(a) in ("sh", "bash") and argv[i + 1] == "-c" and i + 2 < len(argv):
+            scan_shell(where, argv[i + 2]); return
+    scan_tokens(where, argv)
+
+# Dockerfiles: exec-form CMD/ENTRYPOINT/HEALTHCHECK and shell-form RUN lines
+dockerfiles = sorted(glob.glob(os.path.join(root, "deploy/docker/Dockerfile*")))
+for df in dockerfiles:
+    rel = os.path.relpath(df, root)
+    text = open(df).read().replace("\\\n", " ")
+    for line in text.splitlines():
+        m = re.match(r"\s*(CMD|ENTRYPOINT|HEALTHCHECK\s+.*?CMD)\s+(.*)", line)
+        if not m: continue
+        body = m.group(2).strip()
+        if body.startswith("["):
+            scan_argv(rel, [t for t in json.loads(body) if t not in ("/usr/bin/tini", "--")][1:]
+                      if "psync-entrypoint" in body else json.loads(body))
+        else:
+            scan_shell(rel, body)
+
+# compose: command / entrypoint / healthcheck.test of every service
+compose = yaml.safe_load(open(compose_path))
+for name, svc in (compose.get("services") or {}).items():
+    where = f"docker-compose.yml:{name}"
+    for key in ("command", "entrypoint"):
+        v = svc.get(key)
+        if isinstance(v, str): scan_shell(where, v)
+        elif v: scan_argv(where, v)
+    hc = (svc.get("healthcheck") or {}).get("test")
+    if isinstance(hc, list) and hc:
+        argv = hc[1:]
+        if hc[0] == "CMD-SHELL": scan_shell(where + ":healthcheck", " ".join(argv))
+        else:
+            argv = argv[1:] if argv and argv[0].endswith("psync-entrypoint") else argv
+            scan_argv(where + ":healthcheck", argv)
+    elif isinstance(hc, str): scan_shell(where + ":healthcheck", hc)
+
+# deploy scripts run inside the images
+for sh in glob.glob(os.path.join(root, "deploy/**/*.sh"), recursive=True):
+    if sh.endswith("entrypoint.sh"): continue
+    scan_shell(os.path.relpath(sh, root), open(sh).read())
+
+# ------------------------------------------------ k8s structural checks
+def containers(pod):
+    return (pod.get("initContainers") or []) + (pod.get("containers") or [])
+
+for rdir, path in renders:
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    by = {}
+    for d in docs:
+        for f in ("apiVersion", "kind"):
+            if f not in d: bad(f"{rdir}: object without {f}: {d.get('metadata')}")
+        if not (d.get("metadata") or {}).get("name"): bad(f"{rdir}: {d.get('kind')} without metadata.name")
+        by.setdefault(d.get("kind"), []).append(d)
+    tag = rdir
+    cms = {c["metadata"]["name"]: c.get("data") or {} for c in by.get("ConfigMap", [])}
+    secrets = {s["metadata"]["name"]: set((s.get("data") or {}).keys()) | set((s.get("stringData") or {}).keys())
+               for s in by.get("Secret", [])}
+    svcs = by.get("Service", [])
+    deps = [d for d in by.get("Deployment", []) if "coordinator" in d["metadata"]["name"]]
+    jobs = by.get("Job", [])
+    if len(deps) != 1 or len(jobs) != 1 or not svcs:
+        bad(f"{tag}: want 1 coordinator Deployment, 1 worker Job, a Service; got {len(deps)}/{len(jobs)}/{len(svcs)}")
+        continue
+    dep, job, svc = deps[0], jobs[0], svcs[0]
+    cpod = dep["spec"]["template"]["spec"]; cl = dep["spec"]["template"]["metadata"].get("labels", {})
+    wpod = job["spec"]["template"]["spec"]; wl = job["spec"]["template"]["metadata"].get("labels", {})
+    errs = []
+
+    def env_of(c):
+        names, vals, refs = set(), {}, []
+        for ef in c.get("envFrom") or []:
+            cmn = (ef.get("configMapRef") or {}).get("name")
+            if cmn is not None:
+                if cmn not in cms: errs.append(f"{c['name']}: envFrom ConfigMap {cmn} not in the render")
+                names |= set(cms.get(cmn, {})); vals.update(cms.get(cmn, {}))
+        for e in c.get("env") or []:
+            names.add(e["name"])
+            if "value" in e: vals[e["name"]] = e["value"]
+            skr = ((e.get("valueFrom") or {}).get("secretKeyRef"))
+            if skr:
+                refs.append((e["name"], skr))
+                if skr["name"] not in secrets: errs.append(f"{c['name']}: Secret {skr['name']} not in the render")
+                elif skr["key"] not in secrets[skr["name"]]: errs.append(f"{c['name']}: Secret {skr['name']} has no key {skr['key']}")
+        return names, vals, refs
+
+    for pod, kind in ((cpod, "coordinator"), (wpod, "worker")):
+        sc = pod.get("securityContext") or {}
+        if not sc.get("runAsNonRoot"): errs.append(f"{kind} pod: runAsNonRoot not set")
+        for c in containers(pod):
+            names, vals, refs = env_of(c)
+            for a in (c.get("command") or []) + (c.get("args") or []):
+                for v in re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", str(a)):
+                    if v not in names: errs.append(f"{kind}/{c['name']}: $({v}) in args is not defined in its env")
+            if not any(n == "PSYNC_TOKEN" for n, _ in refs):
+                errs.append(f"{kind}/{c['name']}: PSYNC_TOKEN not from a secretKeyRef")
+            scan_argv(f"{tag}:{kind}/{c['name']}", (c.get("command") or []) + (c.get("args") or []))
+    # coordinator: port + gRPC probes
+    cc = cpod["containers"][0]
+    ports = [p.get("containerPort") for p in cc.get("ports") or []]
+    if 29500 not in ports: errs.append("coordinator: containerPort 29500 missing")
+    for probe in ("readinessProbe", "livenessProbe"):
+        g = (cc.get(probe) or {}).get("grpc")
+        if not g or g.get("port") != 29500: errs.append(f"coordinator: {probe} is not a grpc probe on 29500")
+    # Service selects the coordinator, port 29500
+    sel = svc["spec"].get("selector") or {}
+    if not sel or any(cl.get(k) != v for k, v in sel.items()): errs.append("Service selector does not match the coordinator pod")
+    if not any(p.get("port") == 29500 for p in svc["spec"].get("ports", [])): errs.append("Service has no port 29500")
+    # Job: indexed, sizes agree with WORLD_SIZE, rank from the index, MASTER_* -> Service
+    js = job["spec"]
+    if js.get("completionMode") != "Indexed": errs.append("worker Job is not Indexed")
+    wc = wpod["containers"][0]
+    names, vals, _ = env_of(wc)
+    ws = vals.get("WORLD_SIZE")
+    if not (str(js.get("completions")) == str(js.get("parallelism")) == str(ws)):
+        errs.append(f"worker Job completions={js.get('completions')} parallelism={js.get('parallelism')} WORLD_SIZE={ws} differ")
+    rank_env = [e for e in wc.get("env") or [] if e["name"] == "RANK"]
+    fp = ((rank_env[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "") if rank_env else ""
+    if "job-completion-index" not in fp: errs.append("worker RANK is not taken from the job completion index")
+    if vals.get("MASTER_ADDR") != svc["metadata"]["name"]: errs.append(f"MASTER_ADDR={vals.get('MASTER_ADDR')} is not the Service {svc['metadata']['name']}")
+    if str(vals.get("MASTER_PORT")) != "29500": errs.append(f"MASTER_PORT={vals.get('MASTER_PORT')} is not 29500")
+    # device and GPUs
+    gpu = "gpu" in os.path.basename(rdir)
+    args = wc.get("args") or []
+    lim = ((wc.get("resources") or {}).get("limits") or {})
+    if gpu:
+        if "--device=cuda" not in args: errs.append("gpu: worker args lack --device=cuda")
+        if str(lim.get("nvidia.com/gpu")) != "1": errs.append("gpu: worker limits lack nvidia.com/gpu: 1")
+        if "cuda" not in wc.get("image", ""): errs.append(f"gpu: worker image {wc.get('image')} is not the CUDA image")
+    else:
+        if "--device=cuda" in args or "nvidia.com/gpu" in lim: errs.append("cpu: worker asks for CUDA")
+    # NetworkPolicy: selects the coordinator, admits the workers on 29500 only
+    pols = [p for p in by.get("NetworkPolicy", []) if all(cl.get(k) == v for k, v in
+            (p["spec"].get("podSelector", {}).get("matchLabels") or {}).items()) and p["spec"].get("podSelector", {}).get("matchLabels")]
+    def sel_match(selector, labels):
+        for k, v in (selector.get("matchLabels") or {}).items():
+            if labels.get(k) != v: return False
+        for e in selector.get("matchExpressions") or []:
+            has = e["key"] in labels
+            if e["operator"] == "In" and (not has or labels[e["key"]] not in e["values"]): return False
+            if e["operator"] == "NotIn" and has and labels[e["key"]] in e["values"]: return False
+            if e["operator"] == "Exists" and not has: return False
+            if e["operator"] == "DoesNotExist" and has: return False
+        return True
+    if not pols: errs.append("no NetworkPolicy selects the coordinator")
+    else:
+        admits_workers = admits_coordinator_self = admits_all = False
+        for p in pols:
+            for rule in p["spec"].get("ingress") or []:
+                frm = rule.get("from")
+                if not frm: admits_all = True
+                for f in frm or []:
+                    ps = f.get("podSelector")
+                    if ps is not None and sel_match(ps, wl): admits_workers = True
+                    if ps == {} or "ipBlock" in f: admits_all = True
+        if not admits_workers: errs.append("NetworkPolicy does not admit the worker pods")
+        if admits_all: errs.append("NetworkPolicy admits every pod / address")
+    if errs:
+        for e in errs: bad(f"{tag}: {e}")
+    else:
+        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings")
+
+# ------------------------------------------------ Dockerfiles
+ignores = []
+if os.path.exists(os.path.join(root, ".dockerignore")):
+    ignores = [l.strip() for l in open(os.path.join(root, ".dockerignore")) if l.strip() and not l.startswith("#")]
+def ignored(rel):
+    hit = False
+    parts = rel.split("/")
+    for pat in ignores:
+        neg = pat.startswith("!"); pat = pat.lstrip("!").rstrip("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if fnmatch.fnmatch(prefix, pat) or (pat.startswith("**/") and fnmatch.fnmatch(parts[i - 1], pat[3:])):
+                hit = not neg; break
+    return hit
+for df in dockerfiles:
+    rel = os.path.relpath(df, root)
+    text = open(df).read().replace("\\\n", " ")
+    errs = []
+    stages = re.split(r"(?m)^FROM\s", text)
+    final = stages[-1]
+    for m in re.finditer(r"(?m)^COPY\s+(?!--from)(.*)$", text):
+        srcs = [s for s in m.group(1).split() if not s.startswith("--")][:-1]
+        for s in srcs:
+            s = s.rstrip("/") or "."
+            if s != "." and not os.path.exists(os.path.join(root, s)): errs.append(f"COPY source {s} does not exist")
+            elif s != "." and ignored(s): errs.append(f"COPY source {s} is excluded by .dockerignore")
+    users = re.findall(r"(?m)^USER\s+(\S+)", final)
+    if not users or users[-1].split(":")[0] in ("root", "0"): errs.append("final stage does not run as a non-root USER")
+    if not re.search(r'(?m)^ENTRYPOINT\s+\["/usr/bin/tini",\s*"--",\s*"/usr/local/bin/psync-entrypoint"\]', final):
+        errs.append("final stage ENTRYPOINT is not tini + psync-entrypoint")
+    if "runtime-packages.txt" not in final: errs.append("runtime stage does not install deploy/docker/runtime-packages.txt")
+    if errs:
+        for e in errs: bad(f"{rel}: {e}")
+    else:
+        ok(f"{rel}: COPY sources present and not dockerignored, non-root USER, tini entrypoint")
+for needed in ("scripts/install-deps.sh", "deploy/docker/entrypoint.sh", "deploy/docker/runtime-packages.txt", "CMakeLists.txt"):
+    if ignored(needed): bad(f".dockerignore excludes {needed}, which the image build needs")
+
+# ------------------------------------------------ flags against --help
+helps = {}
+for b in BINARIES:
+    p = os.path.join(helpdir, b)
+    if os.path.exists(p): helps[b] = open(p, errors="replace").read()
+def norm(n): return n.replace("-", "_")
+if not invocations:
+    bad("no psync invocations found in deploy/ (scanner broken?)")
+by_bin = {}
+for where, b, args in invocations:
+    by_bin.setdefault(b, []).append((where, args))
+print(f"INFO: psync invocations found: " + ", ".join(f"{b} x{len(v)}" for b, v in sorted(by_bin.items())))
+for b, uses in sorted(by_bin.items()):
+    if b not in helps:
+        print(f"SKIP: flags of {b} ({len(uses)} uses) not checked: binary not given")
+        skips += 1
+        continue
+    known = {norm(m) for m in re.findall(r"--([A-Za-z][A-Za-z0-9_-]*)", helps[b])}
+    words = set(re.findall(r"[A-Za-z][A-Za-z0-9_-]*", helps[b]))
+    errs, nflags = [], 0
+    for where, args in uses:
+        positional_ok = b == "psyncctl"
+        for a in args:
+            if a.startswith("--") and len(a) > 2:
+                nflags += 1
+                name = norm(a[2:].split("=", 1)[0])
+                if name in known or (name.startswith("no") and name[2:] in known): continue
+                errs.append(f"{where}: {b} does not accept --{a[2:].split('=', 1)[0]}")
+            elif positional_ok and re.fullmatch(r"[a-z]+", a):
+                if a not in words: errs.append(f"{where}: psyncctl has no command '{a}'")
+                positional_ok = False   # only the first positional is the command
+    if errs:
+        for e in errs: bad(e)
+    else:
+        ok(f"{b}: all {nflags} flags in {len(uses)} invocations are in its --help")
+open(countfile, "w").write(f"{passes} {failures} {skips}\n")
+PYEOF
+pyrc=$?
+if read -r p f s <"$work/pycount" 2>/dev/null; then
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+else
+  bad "manifest/flag checker crashed (rc=$pyrc)"
+fi
+
+# ---------------------------------------------------------------- 6. entrypoint + runtime libraries
+if ((have_bins)); then
+  ep=deploy/docker/entrypoint.sh
+  if out=$(PATH="$PATH" timeout 20 sh "$ep" psyncctl --help 2>&1) && grep -q -- '--' <<<"$out"; then ok "entrypoint dispatches psyncctl"
+  else bad "entrypoint: psyncctl --help through $ep failed: $(head -n3 <<<"$out")"; fi
+  if [[ $(env -u RANK JOB_COMPLETION_INDEX=3 sh "$ep" sh -c 'echo "$RANK"') == 3 ]]; then ok "entrypoint: RANK from JOB_COMPLETION_INDEX"
+  else bad "entrypoint does not set RANK from JOB_COMPLETION_INDEX"; fi
+  if [[ $(env -u PSYNC_COORDINATOR MASTER_ADDR=c MASTER_PORT=1 sh "$ep" sh -c 'echo "$PSYNC_COORDINATOR"') == c:1 ]]; then
+    ok "entrypoint: PSYNC_COORDINATOR from MASTER_ADDR:MASTER_PORT"
+  else bad "entrypoint does not set PSYNC_COORDINATOR from MASTER_ADDR/MASTER_PORT"; fi
+
+  if command -v dpkg >/dev/null && command -v apt-cache >/dev/null && command -v ldd >/dev/null; then
+    listed=$(grep -v '^#' deploy/docker/runtime-packages.txt | tr -s ' \n' ' ')
+    # shellcheck disable=SC2086
+    closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+      --no-replaces --no-enhances $listed 2>/dev/null | grep -v '^ ' | sed 's/:.*//' | sort -u)
+    base="libc6 libstdc++6 libgcc-s1 zlib1g libgomp1"
+    missing=() notdeb=()
+    for b in psync-coordinator psync-worker psyncctl psync-launch; do
+      f=$(find_bin "$b") || continue
+      while read -r lib; do
+        [[ -n "$lib" ]] || continue
+        case "$lib" in /usr/local/cuda*|/opt/nccl/*) continue ;; esac   # copied by Dockerfile.cuda
+        pkg=""
+        for cand in "$lib" "$(readlink -f "$lib")" "/usr${lib#/usr}" "${lib#/usr}"; do
+          pkg=$(dpkg -S "$cand" 2>/dev/null | head -n1 | cut -d: -f1) && [[ -n "$pkg" ]] && break
+        done
+        if [[ -z "$pkg" ]]; then notdeb+=("$b:$lib"); continue; fi
+        if ! grep -qxF "$pkg" <<<"$closure" && ! grep -qw -- "$pkg" <<<"$base"; then missing+=("$pkg ($b: $lib)"); fi
+      done < <(ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+    done
+    if ((${#notdeb[@]})); then bad "libraries from no Debian package and not CUDA: ${notdeb[*]}"; fi
+    if ((${#missing[@]})); then bad "deploy/docker/runtime-packages.txt misses: ${missing[*]}"
+    else ok "runtime-packages.txt covers every shared library of the binaries (ldd + dpkg -S)"; fi
+  else
+    skip "dpkg/apt-cache/ldd missing: runtime package list not checked"
+  fi
+fi
+
+echo "validate-deploy: $passed passed, $failed failed, $skipped skipped"
+((failed == 0))
