@@ -17,6 +17,7 @@ struct Executed {
   const Node* node;
   std::string name;
   bool is_accumulator;
+  std::vector<const Node*> next;  // copied now: the graph is gone when we check
 };
 
 // Installs a node observer that records begin events; removes it on exit.
@@ -24,7 +25,10 @@ class Recorder {
  public:
   Recorder() {
     Engine::Get().SetNodeObserver([this](const Node& node, bool begin) {
-      if (begin) trace.push_back({&node, node.name(), dynamic_cast<const AccumulateGrad*>(&node) != nullptr});
+      if (!begin) return;
+      std::vector<const Node*> next;
+      for (const Edge& e : node.next_edges()) next.push_back(e.function.get());
+      trace.push_back({&node, node.name(), dynamic_cast<const AccumulateGrad*>(&node) != nullptr, next});
     });
   }
   ~Recorder() { Engine::Get().SetNodeObserver(nullptr); }
@@ -60,15 +64,15 @@ std::vector<std::string> AccumulatorOrder(const std::vector<Executed>& trace) {
 // True when every AccumulateGrad runs right after the node that produced its
 // gradient, with only other AccumulateGrads of that node in between.
 bool AccumulatorsFollowProducers(const std::vector<Executed>& trace) {
-  const Node* producer = nullptr;
+  const Executed* producer = nullptr;
   for (const Executed& e : trace) {
     if (!e.is_accumulator) {
-      producer = e.node;
+      producer = &e;
       continue;
     }
     if (producer == nullptr) return false;
     bool feeds = false;
-    for (const Edge& edge : producer->next_edges()) feeds |= edge.function.get() == e.node;
+    for (const Node* next : producer->next) feeds |= next == e.node;
     if (!feeds) return false;
   }
   return true;
