@@ -36,10 +36,10 @@ using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;
 
-// How long the destructor waits for a busy communication thread to notice
-// the abort before detaching it (it then exits by itself within the Gloo
-// timeout, keeping the shared State alive).
-constexpr Millis kJoinBound{3000};
+// How long the destructor waits for a communication thread that is still
+// inside a Gloo op of a poisoned group before detaching it (it then exits by
+// itself within the Gloo timeout, keeping the shared State alive).
+constexpr Millis kJoinBound{500};
 
 // ---------------------------------------------------------------- store adapter
 // Our Store seen as a gloo::rendezvous::Store. Gloo only calls it from the
@@ -107,8 +107,14 @@ absl::Status WithCode(absl::StatusCode code, const std::string& msg) { return ab
 // ---------------------------------------------------------------- work
 class GlooWork : public Work {
  public:
-  GlooWork(std::string desc, std::weak_ptr<GlooGroup::State> group, GlooFn fn, uint32_t tag, Millis op_timeout)
-      : desc_(std::move(desc)), group_(std::move(group)), fn_(std::move(fn)), tag_(tag), op_timeout_(op_timeout) {}
+  GlooWork(std::string desc, std::weak_ptr<GlooGroup::State> group, GlooFn fn, uint32_t tag, Millis op_timeout,
+           std::string peer_hint = "a peer")
+      : desc_(std::move(desc)),
+        group_(std::move(group)),
+        fn_(std::move(fn)),
+        tag_(tag),
+        op_timeout_(op_timeout),
+        peer_hint_(std::move(peer_hint)) {}
 
   absl::Status Wait(Millis timeout) override;
   bool IsCompleted() override {
@@ -140,8 +146,8 @@ class GlooWork : public Work {
         return absl::DeadlineExceededError(absl::StrCat(desc_, " timed out after ", internal::FormatDuration(op_timeout_),
                                                         " (a peer never arrived or stalled; gloo: ", what, ")"));
       }
-      return absl::UnavailableError(
-          absl::StrCat(desc_, " failed: connection to a peer lost (did a peer die?); gloo: ", what));
+      return absl::UnavailableError(absl::StrCat(desc_, " failed: connection to ", peer_hint_,
+                                                 " lost (did it die?); gloo: ", what));
     } catch (const gloo::EnforceNotMet& e) {
       return absl::AbortedError(absl::StrCat(desc_, " failed: gloo: ", e.what()));
     } catch (const std::exception& e) {
@@ -161,6 +167,7 @@ class GlooWork : public Work {
   const GlooFn fn_;  // holds the tensor handles: memory stays alive while the op may run
   const uint32_t tag_;
   const Millis op_timeout_;
+  const std::string peer_hint_;  // "peer rank 1" in a world of 2, else "a peer" (gloo names its address)
   // Guarded by mu_ (any thread).
   std::mutex mu_;
   std::condition_variable cv_;
@@ -210,12 +217,20 @@ struct GlooGroup::State {
       w->Complete(WithCode(original.code(), absl::StrCat(w->desc(), " not completed: process group failed: ",
                                                         std::string(original.message()))));
     }
-    if (close_now && ctx) {
-      try {
-        ctx->closeConnections();
-      } catch (...) {
-        // Closing is best effort; the Gloo timeout still bounds every op.
-      }
+    if (close_now && ctx) CloseConnections();
+  }
+
+  // Closes every pair's socket so peers blocked in a collective with us fail
+  // fast ("connection reset by peer") instead of waiting for their timeout.
+  // Our own communication thread, if blocked in a Gloo op, is not woken by
+  // this (this Gloo snapshot exposes no public way to do so); it leaves the op
+  // within the Gloo context timeout (= GlooOptions::timeout), and the
+  // destructor detaches it if it is still blocked then.
+  void CloseConnections() {
+    try {
+      ctx->closeConnections();
+    } catch (...) {
+      // Best effort; the Gloo timeout still bounds every op.
     }
   }
 
@@ -226,7 +241,8 @@ struct GlooGroup::State {
       std::lock_guard<std::mutex> l(mu);
       const uint32_t tag = next_tag;
       next_tag += 2;  // each op may use tag and tag+1
-      w = std::make_shared<GlooWork>(std::move(desc), self, std::move(fn), tag, timeout);
+      w = std::make_shared<GlooWork>(std::move(desc), self, std::move(fn), tag, timeout,
+                                     size == 2 ? absl::StrCat("peer rank ", 1 - rank) : std::string("a peer"));
       poisoned = poison;
       if (poisoned.ok()) queue.push_back(w);
     }
