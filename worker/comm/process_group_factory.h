@@ -1,6 +1,9 @@
 // CreateProcessGroup: one entry point for both backends.
 //
-//   auto pg = CreateProcessGroup("gloo", store, rank, size, {.timeout = 30s, .prefix = "run7/pg0"});
+//   GroupOptions opts;
+//   opts.timeout = std::chrono::seconds(30);
+//   opts.prefix = "run7/pg0";  // fresh per group instance
+//   auto pg = CreateProcessGroup("gloo", store, rank, size, opts);
 //
 // "gloo": CPU tensors over TCP (GlooGroup). "nccl": CUDA tensors (NcclGroup);
 // FailedPrecondition when psync was built without CUDA/NCCL or there is no

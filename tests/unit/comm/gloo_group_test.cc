@@ -7,6 +7,7 @@
 
 #include "tests/unit/comm/multiprocess.h"
 #include "worker/comm/file_store.h"
+#include "worker/comm/hash_store.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/process_group_factory.h"
 
@@ -163,6 +164,32 @@ TEST(GlooGroup, WorldOfOne) {
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->at(0), "me");
   EXPECT_TRUE(pg->Barrier(milliseconds(5000)).ok());
+}
+
+// Ranks as threads of one process over a HashStore (how in-process tests of
+// other modules can use the group).
+TEST(GlooGroup, ThreadsInOneProcess) {
+  auto store = std::make_shared<HashStore>();
+  const int size = 3;
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions opts;
+      opts.timeout = milliseconds(10000);
+      opts.prefix = "threads";
+      auto pg = GlooGroup::Create(store, r, size, opts);
+      if (!pg.ok()) { errors[r] = pg.status().ToString(); return; }
+      Tensor t = Tensor::Full({1000}, static_cast<float>(r));
+      absl::Status st = (*pg)->AllreduceSum(t, "grads")->Wait(milliseconds(10000));
+      if (!st.ok()) { errors[r] = st.ToString(); return; }
+      if (t.ToVector()[999] != 3.0f) errors[r] = "wrong sum";
+      st = (*pg)->Barrier(milliseconds(10000));
+      if (!st.ok()) errors[r] = st.ToString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // Rank 1 is SIGKILLed while rank 0 is inside an allreduce: rank 0's Wait

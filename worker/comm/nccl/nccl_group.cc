@@ -113,6 +113,10 @@ class NcclWork : public Work {
     std::lock_guard<std::mutex> l(mu_);
     if (finished_) return true;
     if (!done_event_) return true;
+    {
+      std::lock_guard<std::mutex> g(group_->mu);
+      if (!group_->poison.ok()) return true;  // Wait returns the failure at once
+    }
     cudaSetDevice(group_->device);
     return cudaEventQuery(done_event_) != cudaErrorNotReady;
   }
