@@ -1,0 +1,302 @@
+// psyncctl: control client for psync-coordinator (docs/cli-contract.md).
+//
+//   psyncctl [--coordinator=HOST:PORT] [--token=T] [--json] status|workers|buckets|unused|shutdown [--wait]|watch
+//
+// Exit codes: 0 ok; 1 coordinator unreachable or RPC failed; 2 bad usage.
+// --json prints the response message as JSON (one object; for watch, one per line).
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "psync/v1/control.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "", "HOST:PORT (default: env PSYNC_COORDINATOR, else 127.0.0.1:29500)");
+ABSL_FLAG(std::string, token, "", "bearer token (default: env PSYNC_TOKEN)");
+ABSL_FLAG(bool, json, false, "print JSON instead of tables");
+ABSL_FLAG(bool, wait, false, "shutdown: wait until every worker has finished or disconnected");
+ABSL_FLAG(int, timeout, 5, "seconds to wait for the coordinator to answer");
+
+namespace {
+
+namespace v1 = psync::v1;
+
+std::string g_target;
+std::string g_token;
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "psyncctl: %s\n", msg.c_str());
+  return 1;
+}
+
+int RpcFail(const char* what, const grpc::Status& st) {
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return Fail(absl::StrCat("cannot reach coordinator at ", g_target, ": ", st.error_message()));
+  }
+  return Fail(absl::StrCat(what, " failed at coordinator ", g_target, ": ", st.error_message()));
+}
+
+void Prepare(grpc::ClientContext* ctx, bool deadline = true) {
+  if (!g_token.empty()) ctx->AddMetadata("authorization", "Bearer " + g_token);
+  if (deadline) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_timeout)));
+  }
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string StateName(v1::JobState s) {
+  std::string n = v1::JobState_Name(s);
+  return n.rfind("JOB_", 0) == 0 ? n.substr(4) : n;
+}
+std::string WorkerStateName(v1::WorkerState s) {
+  std::string n = v1::WorkerState_Name(s);
+  return n.rfind("WORKER_", 0) == 0 ? n.substr(7) : n;
+}
+
+void PrintWorkers(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& ws) {
+  std::printf("%-5s %-20s %-8s %-8s %-9s %-6s %-10s %-12s %s\n", "RANK", "HOST", "PID", "DEVICE", "STATE",
+              "ITER", "STEP_MS", "LOSS", "NOTE");
+  for (const auto& w : ws) {
+    std::printf("%-5d %-20s %-8lld %-8s %-9s %-6lld %-10.2f %-12.6g %s\n", w.rank(),
+                w.hostname().substr(0, 20).c_str(), static_cast<long long>(w.pid()), w.device().c_str(),
+                WorkerStateName(w.state()).c_str(), static_cast<long long>(w.last_iteration()),
+                w.last_step_ms(), w.last_loss(), w.exit_reason().c_str());
+  }
+}
+
+int Status(v1::Control::Stub* stub, bool json) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::StatusResponse r;
+  grpc::Status st = stub->Status(&ctx, v1::StatusRequest(), &r);
+  if (!st.ok()) return RpcFail("status", st);
+  if (json) {
+    std::printf("%s\n", ToJson(r).c_str());
+    return 0;
+  }
+  std::printf("job %s  state %s  world %d/%d  generation %lld  iteration %lld  backend %s\n",
+              r.job_id().c_str(), StateName(r.state()).c_str(), r.joined(), r.world_size(),
+              static_cast<long long>(r.generation()), static_cast<long long>(r.iteration()),
+              r.backend().empty() ? "-" : r.backend().c_str());
+  if (!r.reason().empty()) std::printf("reason: %s\n", r.reason().c_str());
+  if (r.stop_after_iteration() >= 0) {
+    std::printf("stopping after iteration %lld\n", static_cast<long long>(r.stop_after_iteration()));
+  }
+  if (r.slowest_rank() >= 0) {
+    std::printf("slowest rank %d: %.2f ms per step (median %.2f ms, %+.1f%%)\n", r.slowest_rank(),
+                r.slowest_step_ms(), r.median_step_ms(), r.slowest_vs_median_pct());
+  }
+  if (r.workers_size() > 0) PrintWorkers(r.workers());
+  return 0;
+}
+
+int Workers(v1::Control::Stub* stub, bool json) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::WorkersResponse r;
+  grpc::Status st = stub->Workers(&ctx, v1::WorkersRequest(), &r);
+  if (!st.ok()) return RpcFail("workers", st);
+  if (json) {
+    std::printf("%s\n", ToJson(r).c_str());
+    return 0;
+  }
+  if (r.workers_size() == 0) {
+    std::printf("no workers joined yet\n");
+    return 0;
+  }
+  PrintWorkers(r.workers());
+  return 0;
+}
+
+int Buckets(v1::Control::Stub* stub, bool json) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::BucketsResponse r;
+  grpc::Status st = stub->Buckets(&ctx, v1::BucketsRequest(), &r);
+  if (!st.ok()) return RpcFail("buckets", st);
+  if (json) {
+    std::printf("%s\n", ToJson(r).c_str());
+    return 0;
+  }
+  if (r.param_names_size() == 0) {
+    std::printf("no bucket plan yet (no worker joined)\n");
+    return 0;
+  }
+  const auto& plan = r.plan();
+  std::printf("bucket plan %lld (%s), applies from iteration %lld: %d buckets; caps %lld bytes (first %lld)\n",
+              static_cast<long long>(plan.id()),
+              plan.id() == 0 ? "reverse registration order" : "rank 0's ready order",
+              static_cast<long long>(plan.applies_from_iteration()), plan.buckets_size(),
+              static_cast<long long>(r.bucket_cap_bytes()), static_cast<long long>(r.first_bucket_cap_bytes()));
+  std::printf("%-7s %-12s %-7s %s\n", "BUCKET", "BYTES", "PARAMS", "NAMES");
+  for (int b = 0; b < plan.buckets_size(); ++b) {
+    std::vector<std::string> names;
+    for (int p : plan.buckets(b).param_index()) {
+      names.push_back(p >= 0 && p < r.param_names_size() ? r.param_names(p) : absl::StrCat("#", p));
+    }
+    std::printf("%-7d %-12lld %-7d %s\n", b, static_cast<long long>(plan.buckets(b).bytes()),
+                plan.buckets(b).param_index_size(), absl::StrJoin(names, ", ").c_str());
+  }
+  return 0;
+}
+
+int Unused(v1::Control::Stub* stub, bool json) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::UnusedResponse r;
+  grpc::Status st = stub->Unused(&ctx, v1::UnusedRequest(), &r);
+  if (!st.ok()) return RpcFail("unused", st);
+  if (json) {
+    std::printf("%s\n", ToJson(r).c_str());
+    return 0;
+  }
+  if (r.iteration() < 0) {
+    std::printf("no iteration completed yet\n");
+    return 0;
+  }
+  std::printf("iteration %lld: %d of %d parameters unused on every rank\n",
+              static_cast<long long>(r.iteration()), r.param_names_size(), r.num_params());
+  for (int i = 0; i < r.param_names_size(); ++i) {
+    std::printf("  %d  %s\n", r.param_index(i), r.param_names(i).c_str());
+  }
+  return 0;
+}
+
+int Shutdown(v1::Control::Stub* stub, bool json, bool wait) {
+  v1::ShutdownResponse r;
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ShutdownRequest req;
+    req.set_reason("shutdown requested by psyncctl");
+    grpc::Status st = stub->Shutdown(&ctx, req, &r);
+    if (!st.ok()) return RpcFail("shutdown", st);
+  }
+  if (json && !wait) {
+    std::printf("%s\n", ToJson(r).c_str());
+  } else if (!json) {
+    if (r.stop_after_iteration() < 0) {
+      std::printf("job shut down before any worker started (state %s)\n", StateName(r.state()).c_str());
+    } else {
+      std::printf("%severy rank stops after iteration %lld (state %s)\n",
+                  r.already_stopping() ? "already stopping: " : "",
+                  static_cast<long long>(r.stop_after_iteration()), StateName(r.state()).c_str());
+    }
+  }
+  if (!wait) return 0;
+  while (true) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::StatusResponse s;
+    grpc::Status st = stub->Status(&ctx, v1::StatusRequest(), &s);
+    if (!st.ok()) return RpcFail("status", st);
+    bool all_gone = true;
+    for (const auto& w : s.workers()) {
+      if (w.state() == v1::WORKER_JOINED || w.state() == v1::WORKER_TRAINING) all_gone = false;
+    }
+    if (s.state() == v1::JOB_FINISHED || s.state() == v1::JOB_ABORTED || all_gone) {
+      if (json) {
+        std::printf("{\"shutdown\":%s,\"final_status\":%s}\n", ToJson(r).c_str(), ToJson(s).c_str());
+      } else {
+        std::printf("job %s after iteration %lld%s%s\n", StateName(s.state()).c_str(),
+                    static_cast<long long>(s.iteration()), s.reason().empty() ? "" : ": ",
+                    s.reason().c_str());
+      }
+      return s.state() == v1::JOB_ABORTED ? 1 : 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+int Watch(v1::Control::Stub* stub, bool json) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, /*deadline=*/false);
+  v1::WatchRequest req;
+  req.set_include_history(true);
+  auto reader = stub->Watch(&ctx, req);
+  v1::Event e;
+  while (reader->Read(&e)) {
+    if (json) {
+      std::printf("%s\n", ToJson(e).c_str());
+    } else {
+      const time_t secs = static_cast<time_t>(e.unix_ms() / 1000);
+      struct tm tm;
+      localtime_r(&secs, &tm);
+      std::string type = v1::EventType_Name(e.type());
+      if (type.rfind("EVENT_", 0) == 0) type = type.substr(6);
+      std::printf("%02d:%02d:%02d.%03d  %-15s %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  static_cast<int>(e.unix_ms() % 1000), type.c_str(), e.message().c_str());
+    }
+    std::fflush(stdout);
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return RpcFail("watch", st);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "psyncctl [--coordinator=HOST:PORT] [--token=T] [--json] "
+      "status|workers|buckets|unused|shutdown [--wait]|watch");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr,
+                 "psyncctl: expected one command: status|workers|buckets|unused|shutdown [--wait]|watch\n");
+    return 2;
+  }
+  const std::string cmd = args[1];
+  g_target = absl::GetFlag(FLAGS_coordinator);
+  if (g_target.empty()) {
+    const char* env = std::getenv("PSYNC_COORDINATOR");
+    g_target = env && *env ? env : "127.0.0.1:29500";
+  }
+  g_token = absl::GetFlag(FLAGS_token);
+  if (g_token.empty()) {
+    if (const char* t = std::getenv("PSYNC_TOKEN")) g_token = t;
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  const int timeout = absl::GetFlag(FLAGS_timeout);
+  if (cmd != "status" && cmd != "workers" && cmd != "buckets" && cmd != "unused" && cmd != "shutdown" &&
+      cmd != "watch") {
+    std::fprintf(stderr, "psyncctl: unknown command '%s'; expected status|workers|buckets|unused|shutdown|watch\n",
+                 cmd.c_str());
+    return 2;
+  }
+  grpc::ChannelArguments chargs;
+  chargs.SetInt("grpc.enable_http_proxy", 0);
+  auto channel = grpc::CreateCustomChannel(g_target, grpc::InsecureChannelCredentials(), chargs);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(timeout))) {
+    return Fail(absl::StrCat("cannot reach coordinator at ", g_target, ": no connection within ", timeout,
+                             "s (is psync-coordinator running? set --coordinator or PSYNC_COORDINATOR)"));
+  }
+  auto stub = v1::Control::NewStub(channel);
+  if (cmd == "status") return Status(stub.get(), json);
+  if (cmd == "workers") return Workers(stub.get(), json);
+  if (cmd == "buckets") return Buckets(stub.get(), json);
+  if (cmd == "unused") return Unused(stub.get(), json);
+  if (cmd == "shutdown") return Shutdown(stub.get(), json, absl::GetFlag(FLAGS_wait));
+  return Watch(stub.get(), json);
+}

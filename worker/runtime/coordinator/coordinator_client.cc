@@ -1,0 +1,324 @@
+#include "worker/runtime/coordinator/coordinator_client.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "psync/v1/coordinator.grpc.pb.h"
+
+namespace psync::coordinator {
+
+std::string PackBitmap(const std::vector<bool>& bits) {
+  std::string out((bits.size() + 7) / 8, '\0');
+  for (size_t i = 0; i < bits.size(); ++i) {
+    if (bits[i]) out[i / 8] = static_cast<char>(out[i / 8] | (1u << (i % 8)));
+  }
+  return out;
+}
+
+std::vector<bool> UnpackBitmap(const std::string& bitmap, size_t num_bits) {
+  std::vector<bool> out(num_bits, false);
+  for (size_t i = 0; i < num_bits && i / 8 < bitmap.size(); ++i) {
+    out[i] = (static_cast<unsigned char>(bitmap[i / 8]) >> (i % 8)) & 1u;
+  }
+  return out;
+}
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& st, const std::string& target, const char* what) {
+  if (st.ok()) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(st.error_code());
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError(
+        absl::StrCat("coordinator at ", target, " unreachable (", what, "): ", st.error_message()));
+  }
+  return absl::Status(code, absl::StrCat(what, " refused by coordinator at ", target, ": ",
+                                         st.error_message()));
+}
+
+const char* CodeName(grpc::StatusCode c) {
+  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int i = static_cast<int>(c);
+  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
+}
+
+BucketPlan FromProto(const v1::BucketPlan& p) {
+  BucketPlan out;
+  out.id = p.id();
+  out.applies_from_iteration = p.applies_from_iteration();
+  for (const auto& b : p.buckets()) out.buckets.emplace_back(b.param_index().begin(), b.param_index().end());
+  return out;
+}
+
+Plan FromProto(const v1::Plan& p) {
+  Plan out;
+  out.iteration = p.iteration();
+  out.globally_unused = p.globally_unused();
+  if (p.has_bucket_plan()) out.bucket_plan = FromProto(p.bucket_plan());
+  out.action = p.action() == v1::STOP_AFTER ? Action::kStopAfter
+               : p.action() == v1::ABORT    ? Action::kAbort
+                                            : Action::kContinue;
+  out.reason = p.reason();
+  return out;
+}
+
+}  // namespace
+
+struct CoordinatorClient::Impl {
+  std::string target, token, job_id = "psync";
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+
+  // Train stream. write_mu_ serializes Write/WritesDone/Finish.
+  std::mutex write_mu;
+  std::unique_ptr<grpc::ClientContext> train_ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::TrainUp, v1::Plan>> stream;
+  std::thread reader;
+
+  // Plans buffered by the reader thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Plan> plans;
+  bool ended = false;        // reader saw the end of the stream
+  std::string end_message;   // why (if not a clean end after Done)
+  bool done_sent = false;
+
+  void Prepare(grpc::ClientContext* ctx) const {
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  }
+
+  void ReadLoop() {
+    v1::Plan p;
+    while (stream->Read(&p)) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        plans.push_back(FromProto(p));
+      }
+      cv.notify_all();
+    }
+    grpc::Status st;
+    {
+      std::lock_guard<std::mutex> wl(write_mu);
+      st = stream->Finish();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ended = true;
+      end_message = absl::StrCat("coordinator at ", target, " lost: ",
+                                 st.ok() ? std::string("Train stream ended by the coordinator")
+                                         : absl::StrCat(CodeName(st.error_code()),
+                                                        ": ", st.error_message()));
+    }
+    cv.notify_all();
+  }
+};
+
+
+CoordinatorClient::CoordinatorClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CoordinatorClient::~CoordinatorClient() { Close(); }
+
+const std::string& CoordinatorClient::target() const { return impl_->target; }
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& target, const std::string& token, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->target = target;
+  impl->token = token;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  args.SetInt("grpc.enable_http_proxy", 0);
+  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    return absl::UnavailableError(absl::StrCat("coordinator at ", target, " unreachable: no connection within ",
+                                               timeout.count(), " ms (is psync-coordinator running there?)"));
+  }
+  impl->stub = v1::Coordinator::NewStub(impl->channel);
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(impl)));
+}
+
+absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::chrono::milliseconds timeout) {
+  v1::JoinRequest r;
+  r.set_job_id(req.job_id);
+  r.set_requested_rank(req.requested_rank);
+  r.set_world_size(req.world_size);
+  std::string host = req.hostname;
+  if (host.empty()) {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof(buf) - 1) == 0) host = buf;
+  }
+  r.set_hostname(host);
+  r.set_pid(req.pid ? req.pid : static_cast<int64_t>(getpid()));
+  r.set_device(req.device);
+  r.set_backend(req.backend);
+  for (const auto& p : req.manifest) {
+    v1::ParamSpec* s = r.add_manifest();
+    s->set_name(p.name);
+    for (int64_t d : p.shape) s->add_shape(d);
+    s->set_element_size(p.element_size);
+  }
+  r.set_bucket_cap_bytes(req.bucket_cap_bytes);
+  r.set_first_bucket_cap_bytes(req.first_bucket_cap_bytes);
+  impl_->job_id = req.job_id;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::JoinResponse resp;
+  grpc::Status st = impl_->stub->Join(&ctx, r, &resp);
+  if (!st.ok()) return FromGrpc(st, impl_->target, "Join");
+  JoinResult out;
+  out.rank = resp.rank();
+  out.world_size = resp.world_size();
+  out.generation = resp.generation();
+  out.store_prefix = resp.store_prefix();
+  out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
+  return out;
+}
+
+absl::Status CoordinatorClient::StoreSet(const std::string& key, const std::string& value) {
+  v1::StoreSetRequest r;
+  r.set_job_id(impl_->job_id);
+  r.set_key(key);
+  r.set_value(value);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::StoreSetResponse resp;
+  return FromGrpc(impl_->stub->StoreSet(&ctx, r, &resp), impl_->target,
+                  absl::StrCat("StoreSet '", key, "'").c_str());
+}
+
+absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& key,
+                                                        std::chrono::milliseconds timeout) {
+  v1::StoreGetRequest r;
+  r.set_job_id(impl_->job_id);
+  r.set_key(key);
+  r.set_timeout_ms(timeout.count());
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  // The server answers DEADLINE_EXCEEDED itself at `timeout`; allow slack for the trip.
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
+  v1::StoreGetResponse resp;
+  grpc::Status st = impl_->stub->StoreGet(&ctx, r, &resp);
+  if (!st.ok()) return FromGrpc(st, impl_->target, absl::StrCat("StoreGet '", key, "'").c_str());
+  return resp.value();
+}
+
+absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
+  if (impl_->stream) return absl::FailedPreconditionError("Train stream already open");
+  impl_->train_ctx = std::make_unique<grpc::ClientContext>();
+  impl_->Prepare(impl_->train_ctx.get());
+  impl_->stream = impl_->stub->Train(impl_->train_ctx.get());
+  v1::TrainUp up;
+  up.mutable_hello()->set_job_id(impl_->job_id);
+  up.mutable_hello()->set_rank(rank);
+  up.mutable_hello()->set_generation(generation);
+  bool ok;
+  {
+    std::lock_guard<std::mutex> l(impl_->write_mu);
+    ok = impl_->stream->Write(up);
+  }
+  impl_->reader = std::thread([this] { impl_->ReadLoop(); });
+  if (!ok) {
+    std::unique_lock<std::mutex> l(impl_->mu);
+    impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
+    return absl::UnavailableError(impl_->ended ? impl_->end_message
+                                               : absl::StrCat("coordinator at ", impl_->target,
+                                                              " lost: cannot send hello"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorClient::SendReport(const Report& report) {
+  if (!impl_->stream) return absl::FailedPreconditionError("SendReport before OpenTrainStream");
+  v1::TrainUp up;
+  v1::Report* r = up.mutable_report();
+  r->set_iteration(report.iteration);
+  r->set_used_bitmap(report.used_bitmap);
+  r->set_loss(report.loss);
+  r->set_last_step_ms(report.last_step_ms);
+  for (int p : report.ready_order) r->add_ready_order(p);
+  bool ok;
+  {
+    std::lock_guard<std::mutex> l(impl_->write_mu);
+    ok = impl_->stream->Write(up);
+  }
+  if (!ok) {
+    std::unique_lock<std::mutex> l(impl_->mu);
+    impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
+    return absl::UnavailableError(impl_->ended ? impl_->end_message
+                                               : absl::StrCat("coordinator at ", impl_->target,
+                                                              " lost: report write failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> CoordinatorClient::WaitPlan(int64_t iteration, std::chrono::milliseconds timeout) {
+  if (!impl_->stream) return absl::FailedPreconditionError("WaitPlan before OpenTrainStream");
+  std::unique_lock<std::mutex> l(impl_->mu);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    while (!impl_->plans.empty()) {
+      Plan& front = impl_->plans.front();
+      if (front.action == Action::kAbort || front.iteration >= iteration) {
+        Plan p = std::move(front);
+        impl_->plans.pop_front();
+        return p;
+      }
+      impl_->plans.pop_front();  // an older iteration nobody waited for
+    }
+    if (impl_->ended) return absl::UnavailableError(impl_->end_message);
+    if (impl_->cv.wait_until(l, deadline) == std::cv_status::timeout && impl_->plans.empty() &&
+        !impl_->ended) {
+      return absl::DeadlineExceededError(absl::StrCat("no plan for iteration ", iteration,
+                                                      " from coordinator at ", impl_->target, " within ",
+                                                      timeout.count(), " ms"));
+    }
+  }
+}
+
+absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exit_code) {
+  if (!impl_->stream) return absl::FailedPreconditionError("SendDone before OpenTrainStream");
+  v1::TrainUp up;
+  up.mutable_done()->set_exit_reason(exit_reason);
+  up.mutable_done()->set_exit_code(exit_code);
+  bool ok;
+  {
+    std::lock_guard<std::mutex> l(impl_->write_mu);
+    ok = impl_->stream->Write(up);
+    if (ok) impl_->stream->WritesDone();
+  }
+  {
+    std::unique_lock<std::mutex> l(impl_->mu);
+    impl_->done_sent = true;
+    impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
+  }
+  if (!ok) return absl::UnavailableError(absl::StrCat("coordinator at ", impl_->target, " lost: cannot send done"));
+  return absl::OkStatus();
+}
+
+void CoordinatorClient::Close() {
+  if (!impl_) return;
+  if (impl_->stream) {
+    bool ended;
+    {
+      std::lock_guard<std::mutex> l(impl_->mu);
+      ended = impl_->ended;
+    }
+    if (!ended) impl_->train_ctx->TryCancel();
+    if (impl_->reader.joinable()) impl_->reader.join();
+    impl_->stream.reset();
+    impl_->train_ctx.reset();
+  }
+}
+
+}  // namespace psync::coordinator

@@ -1,0 +1,145 @@
+// CoordinatorClient: the worker's side of the psync coordinator protocol
+// (protos/psync/v1/coordinator.proto), with no gRPC or protobuf types in
+// this header.
+//
+// Typical use in psync-worker:
+//
+//   PSYNC_ASSIGN_OR_RETURN(auto client,
+//       CoordinatorClient::Connect("10.0.0.1:29500", token, std::chrono::seconds(30)));
+//   JoinRequest req;  req.job_id = "psync"; req.requested_rank = -1; req.manifest = {...};
+//   PSYNC_ASSIGN_OR_RETURN(JoinResult joined, client->Join(req, std::chrono::seconds(300)));
+//   CoordinatorStore store(client.get(), joined.store_prefix);  // for Gloo / NCCL bootstrap
+//   PSYNC_RETURN_IF_ERROR(client->OpenTrainStream(joined.rank, joined.generation));
+//   for (int64_t i = 0; ; ++i) {
+//     forward ...
+//     PSYNC_RETURN_IF_ERROR(client->SendReport({i, PackBitmap(used), loss, step_ms, ready_order}));
+//     backward ...
+//     PSYNC_ASSIGN_OR_RETURN(Plan plan, client->WaitPlan(i, timeout));   // same Plan on every rank
+//     if (plan.bucket_plan) reducer.SetPlanFrom(plan.bucket_plan->applies_from_iteration, ...);
+//     if (plan.action == Action::kAbort) -> exit code 4 (plan.reason names the lost rank)
+//     optimizer step;
+//     if (plan.action == Action::kStopAfter) break;
+//   }
+//   client->SendDone("completed", 0);
+//   client->Close();
+//
+// Error codes (absl::Status):
+//   Join: FailedPrecondition (wrong job / model / caps / backend, job aborted),
+//         AlreadyExists (duplicate rank), ResourceExhausted (world full),
+//         DeadlineExceeded (world incomplete), Unauthenticated (token),
+//         Unavailable ("coordinator at HOST:PORT unreachable: ...").
+//   SendReport / WaitPlan: Unavailable "coordinator at HOST:PORT lost: ..." when
+//         the stream breaks (the server's status message is included, e.g.
+//         an INVALID_ARGUMENT about the bitmap length); DeadlineExceeded when
+//         no plan for the iteration arrived within the timeout.
+//
+// Threads: all methods are thread-safe. OpenTrainStream starts one reader
+// thread that buffers incoming Plans; SendReport/SendDone write from the
+// caller's thread (serialized internally). Close() (or the destructor) ends
+// the stream and joins the reader.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace psync::coordinator {
+
+struct ParamSpec {
+  std::string name;            // e.g. "layers.0.weight"
+  std::vector<int64_t> shape;  // e.g. {64, 32}
+  int element_size = 4;        // bytes per element
+};
+
+struct JoinRequest {
+  std::string job_id = "psync";
+  int requested_rank = -1;     // -1 = any free rank
+  int world_size = 0;          // expected world size; 0 = accept the coordinator's
+  std::string hostname;        // default: gethostname()
+  int64_t pid = 0;             // default: getpid()
+  std::string device = "cpu";
+  std::string backend = "gloo";  // "gloo" or "nccl"
+  std::vector<ParamSpec> manifest;  // registration order
+  int64_t bucket_cap_bytes = 25 << 20;
+  int64_t first_bucket_cap_bytes = 1 << 20;
+};
+
+struct BucketPlan {
+  int64_t id = 0;              // 0 = initial (reverse manifest order), 1 = from rank 0's ready order
+  int64_t applies_from_iteration = 0;
+  std::vector<std::vector<int>> buckets;  // manifest indices, bucket 0 first
+};
+
+struct JoinResult {
+  int rank = -1;
+  int world_size = 0;
+  int64_t generation = 0;
+  std::string store_prefix;    // prefix for every bootstrap store key
+  BucketPlan initial_bucket_plan;
+};
+
+struct Report {
+  int64_t iteration = 0;
+  std::string used_bitmap;     // PackBitmap(used): ceil(P/8) bytes, bit p = param p used
+  double loss = 0;
+  double last_step_ms = 0;
+  std::vector<int> ready_order;  // rank 0, once (report of iteration 1); else empty
+};
+
+enum class Action { kContinue, kStopAfter, kAbort };
+
+struct Plan {
+  int64_t iteration = 0;
+  std::string globally_unused;   // bitmap, same layout as Report::used_bitmap
+  std::optional<BucketPlan> bucket_plan;
+  Action action = Action::kContinue;
+  std::string reason;
+};
+
+// Bitmaps: byte p/8, bit p%8 (LSB first).
+std::string PackBitmap(const std::vector<bool>& bits);
+std::vector<bool> UnpackBitmap(const std::string& bitmap, size_t num_bits);
+
+class CoordinatorClient {
+ public:
+  // Creates a channel to `target` ("host:port") and waits up to `timeout`
+  // for it to connect. `token` may be empty. Unavailable names the target.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& target, const std::string& token, std::chrono::milliseconds timeout);
+  ~CoordinatorClient();
+
+  const std::string& target() const;
+
+  // Blocks until the world is complete (the coordinator's --join-timeout) or `timeout`.
+  absl::StatusOr<JoinResult> Join(const JoinRequest& req, std::chrono::milliseconds timeout);
+
+  // Bootstrap store (keys are used as given: add the store prefix yourself,
+  // or use CoordinatorStore). StoreGet waits up to `timeout` for the key.
+  absl::Status StoreSet(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> StoreGet(const std::string& key, std::chrono::milliseconds timeout);
+
+  // Opens the Train stream and sends Hello; starts the plan reader thread.
+  absl::Status OpenTrainStream(int rank, int64_t generation);
+  absl::Status SendReport(const Report& report);
+  // Returns the Plan for `iteration` (plans for older iterations are dropped).
+  // An ABORT plan is returned for any iteration it arrives for.
+  absl::StatusOr<Plan> WaitPlan(int64_t iteration, std::chrono::milliseconds timeout);
+  // Sends Done and half-closes the stream; waits briefly for the server to finish it.
+  absl::Status SendDone(const std::string& exit_reason, int exit_code = 0);
+  // Cancels the stream if still open and joins the reader thread. Idempotent.
+  void Close();
+
+  struct Impl;
+
+ private:
+  explicit CoordinatorClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace psync::coordinator
