@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -48,7 +49,18 @@ int BadFlag(const std::string& msg) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync-coordinator --world-size=N [--port=29500] [--job-id=psync] ...");
-  absl::ParseCommandLine(argc, argv);
+  // The contract spells flags with dashes (--world-size); Abseil names them with underscores.
+  std::vector<std::string> storage(argv, argv + argc);
+  std::vector<char*> fixed;
+  for (auto& a : storage) {
+    if (a.rfind("--", 0) == 0) {
+      for (size_t i = 2; i < a.size() && a[i] != '='; ++i) {
+        if (a[i] == '-') a[i] = '_';
+      }
+    }
+    fixed.push_back(a.data());
+  }
+  absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
   psync::server::ServerOptions opt;
   opt.host = absl::GetFlag(FLAGS_host);
   opt.port = absl::GetFlag(FLAGS_port);
