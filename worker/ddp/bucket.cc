@@ -1,0 +1,63 @@
+#include "worker/ddp/bucket.h"
+
+#include "common/logging.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::ddp {
+
+Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
+                     const std::vector<autograd::Variable>& params) {
+  PSYNC_CHECK(!param_indices.empty()) << "bucket " << index << " has no parameters";
+  const Device device = params[param_indices.front()].data().device();
+  int64_t total = 0;
+  for (size_t i : param_indices) total += params[i].data().numel();
+  Tensor buffer = Tensor::Zeros({total}, device);
+  std::vector<BucketSlot> slots;
+  slots.reserve(param_indices.size());
+  int64_t offset = 0;
+  for (size_t i : param_indices) {
+    const Tensor& data = params[i].data();
+    PSYNC_CHECK(data.device() == device) << "bucket " << index << " mixes devices";
+    slots.push_back(BucketSlot{i, offset, buffer.View(offset, data.shape())});
+    offset += data.numel();
+  }
+  Bucket bucket(index, std::move(buffer), std::move(slots));
+  bucket.ResetForIteration();
+  return bucket;
+}
+
+std::vector<size_t> Bucket::param_indices() const {
+  std::vector<size_t> out;
+  out.reserve(slots_.size());
+  for (const auto& s : slots_) out.push_back(s.param);
+  return out;
+}
+
+void Bucket::ResetForIteration() {
+  pending = slots_.size();
+  launched = false;
+  completed = false;
+  work.reset();
+  launch_time = Clock::time_point{};
+  complete_time = Clock::time_point{};
+}
+
+void CopyGradIntoSlot(BucketSlot& slot, const autograd::Variable& param) {
+  const Tensor& grad = param.grad();
+  if (!grad.defined()) {
+    ops::Fill(slot.view, 0.0f);
+    return;
+  }
+  if (grad.IsSameView(slot.view)) return;  // accumulated in place
+  ops::Copy(slot.view, grad);
+  param.set_grad(slot.view);
+}
+
+void MoveGradIntoSlot(BucketSlot& slot, const autograd::Variable& param) {
+  const Tensor& grad = param.grad();
+  if (!grad.defined() || grad.IsSameView(slot.view)) return;
+  ops::Copy(slot.view, grad);
+  param.set_grad(slot.view);
+}
+
+}  // namespace psync::ddp

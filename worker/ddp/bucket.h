@@ -1,0 +1,83 @@
+// Bucket: one flat gradient buffer reduced by a single collective.
+//
+// Every parameter of the bucket owns a slot: a view (Tensor::View) of the
+// flat buffer with the parameter's shape. After the first synchronised
+// backward, each parameter's grad IS its slot view (gradient_as_bucket_view),
+// so AccumulateGrad accumulates straight into the buffer and nothing is
+// copied back out after the allreduce.
+//
+// Threads: a Bucket belongs to its Reducer and is touched only on the
+// backward (training) thread. The communication thread touches the buffer's
+// memory only between launch and the completion of `work`, while the
+// backward thread leaves it alone (the slots of a launched bucket are all
+// ready, so no AccumulateGrad writes to them until the next backward).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "worker/autograd/variable.h"
+#include "worker/comm/work.h"
+#include "worker/tensor/tensor.h"
+
+namespace psync::ddp {
+
+using Clock = std::chrono::steady_clock;
+
+struct BucketSlot {
+  size_t param = 0;    // index into the reducer's parameter list
+  int64_t offset = 0;  // in elements, into the bucket's buffer
+  Tensor view;         // buffer.View(offset, parameter shape)
+};
+
+class Bucket {
+ public:
+  // Allocates a zeroed flat buffer on the parameters' device (all of
+  // `param_indices` must share it; see ValidateBucketPlan) and cuts a slot
+  // view for each.
+  static Bucket Build(size_t index, const std::vector<size_t>& param_indices,
+                      const std::vector<autograd::Variable>& params);
+
+  size_t index() const { return index_; }
+  const Tensor& buffer() const { return buffer_; }
+  Tensor& mutable_buffer() { return buffer_; }
+  const std::vector<BucketSlot>& slots() const { return slots_; }
+  std::vector<BucketSlot>& slots_mutable() { return slots_; }
+  size_t nbytes() const { return buffer_.nbytes(); }
+  std::vector<size_t> param_indices() const;
+
+  // ---- per-iteration state (backward thread) ----
+  // Parameters of this bucket not yet marked ready in this backward.
+  size_t pending = 0;
+  bool launched = false;
+  bool completed = false;          // completion observed by the backward thread
+  std::shared_ptr<comm::Work> work;
+  Clock::time_point launch_time{};
+  Clock::time_point complete_time{};  // when the backward thread saw it complete
+  // Back to "nothing ready" for the next backward.
+  void ResetForIteration();
+
+ private:
+  Bucket(size_t index, Tensor buffer, std::vector<BucketSlot> slots)
+      : index_(index), buffer_(std::move(buffer)), slots_(std::move(slots)) {}
+  size_t index_ = 0;
+  Tensor buffer_;
+  std::vector<BucketSlot> slots_;
+};
+
+// Copy-in semantics, run when a parameter is marked ready:
+//  * grad is the slot view already: it was accumulated in place; nothing to do.
+//  * grad is another tensor (first backward, or after zero_grad with
+//    set_to_none, or a gradient accumulated locally under no_sync): copy it
+//    into the slot and make grad the view.
+//  * grad undefined (a parameter unused on this rank): zero the slot, so this
+//    rank contributes zeros; grad stays undefined (finalize decides).
+void CopyGradIntoSlot(BucketSlot& slot, const autograd::Variable& param);
+
+// Re-points a parameter's defined grad at `slot` (copying its values): used
+// when buckets are rebuilt, so gradients survive the rebuild.
+void MoveGradIntoSlot(BucketSlot& slot, const autograd::Variable& param);
+
+}  // namespace psync::ddp

@@ -1,0 +1,60 @@
+// Bucket assignment: which parameters share a flat reduction buffer.
+//
+// A pure function of (sizes, devices, caps, order), so every rank that calls
+// it with the same inputs gets the same buckets: this is what makes the
+// collectives of all ranks line up.
+//
+//   order     the order parameters are expected to become ready in
+//             backward: reverse registration order at first (the last layer's
+//             gradients are computed first), later the order observed in the
+//             first iteration (see Reducer).
+//   caps      bucket k closes once it holds >= cap bytes, where cap is
+//             first_bucket_cap_bytes for the first bucket of each device and
+//             bucket_cap_bytes after it (a small first bucket starts the
+//             first collective early). A single parameter larger than the cap
+//             gets a bucket of its own; buckets never split a parameter.
+//
+// Buckets hold parameters of one device each. The result lists buckets in
+// the order they are expected to become ready (by the position in `order` of
+// their first parameter), and each bucket's parameters in `order`.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/tensor/device.h"
+
+namespace psync::ddp {
+
+using BucketPlan = std::vector<std::vector<size_t>>;  // bucket -> parameter indices
+
+inline constexpr size_t kMiB = size_t{1} << 20;
+inline constexpr size_t kDefaultBucketCapBytes = 25 * kMiB;
+inline constexpr size_t kDefaultFirstBucketCapBytes = 1 * kMiB;
+
+struct BucketCaps {
+  size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
+  size_t bucket_cap_bytes = kDefaultBucketCapBytes;
+};
+
+// n-1, n-2, ..., 0.
+std::vector<size_t> ReverseOrder(size_t n);
+
+// Checks that `order` is a permutation of 0..n-1 (names the first problem).
+absl::Status ValidateOrder(const std::vector<size_t>& order, size_t n);
+
+// Checks that `plan` uses every parameter exactly once, has no empty
+// bucket, and keeps each bucket on one device.
+absl::Status ValidateBucketPlan(const BucketPlan& plan, const std::vector<Device>& devices);
+
+// Packs parameters (sizes in bytes, one device each) into buckets, walking
+// them in `order` (a permutation of 0..n-1; ValidateOrder first).
+BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vector<Device>& devices,
+                         const BucketCaps& caps, const std::vector<size_t>& order);
+
+// The parameters of `plan`, bucket after bucket: the order AssignBuckets
+// would need to reproduce it (with the same caps).
+std::vector<size_t> FlattenPlan(const BucketPlan& plan);
+
+}  // namespace psync::ddp

@@ -1,0 +1,113 @@
+#include "worker/ddp/ddp.h"
+
+#include <exception>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::ddp {
+namespace {
+
+size_t MbToBytes(double mb) { return static_cast<size_t>(mb * static_cast<double>(kMiB)); }
+
+template <typename Fn>
+absl::Status RunForward(Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const TensorError& e) {
+    return absl::InvalidArgumentError(absl::StrCat("forward: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("forward: ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::Status BroadcastParameters(const std::vector<autograd::Variable>& params, comm::ProcessGroup& group,
+                                 std::chrono::milliseconds timeout) {
+  if (group.size() == 1) return absl::OkStatus();
+  // One flat buffer per device: one collective instead of one per parameter.
+  std::map<std::pair<int, int>, std::vector<size_t>> by_device;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Device d = params[i].data().device();
+    by_device[{static_cast<int>(d.type), d.is_cpu() ? 0 : d.index}].push_back(i);
+  }
+  try {
+    for (const auto& [key, indices] : by_device) {
+      const Device device = params[indices.front()].data().device();
+      int64_t total = 0;
+      for (size_t i : indices) total += params[i].data().numel();
+      Tensor flat = Tensor::Empty({total}, device);
+      int64_t offset = 0;
+      for (size_t i : indices) {
+        Tensor slot = flat.View(offset, {params[i].data().numel()});
+        ops::Copy(slot, params[i].data());
+        offset += params[i].data().numel();
+      }
+      absl::Status st = group.Broadcast(flat, 0, "initial parameters")->Wait(timeout);
+      if (!st.ok()) return Annotate(st, "DDP: broadcasting rank 0's parameters");
+      offset = 0;
+      for (size_t i : indices) {
+        ops::Copy(params[i].mutable_data(), flat.View(offset, params[i].data().shape()));
+        offset += params[i].data().numel();
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("DDP: broadcasting rank 0's parameters: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+    std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> group, DdpOptions options,
+    std::shared_ptr<UnusedParameterSource> source) {
+  if (!module) return absl::InvalidArgumentError("DistributedDataParallel needs a module");
+  if (!group) return absl::InvalidArgumentError("DistributedDataParallel needs a process group");
+  if (!options.gradient_as_bucket_view) {
+    return absl::InvalidArgumentError("gradient_as_bucket_view=false is not supported: gradients are bucket views");
+  }
+  if (options.bucket_cap_mb <= 0 || options.first_bucket_cap_mb <= 0) {
+    return absl::InvalidArgumentError("bucket_cap_mb and first_bucket_cap_mb must be positive");
+  }
+  std::vector<autograd::Variable> params = module->parameters();
+  if (options.broadcast_parameters) {
+    PSYNC_RETURN_IF_ERROR(BroadcastParameters(params, *group, options.timeout));
+  }
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = std::max<size_t>(1, MbToBytes(options.bucket_cap_mb));
+  ro.first_bucket_cap_bytes = std::max<size_t>(1, MbToBytes(options.first_bucket_cap_mb));
+  ro.find_unused_parameters = options.find_unused_parameters;
+  ro.timeout = options.timeout;
+  ro.rebuild = options.rebuild;
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
+                         Reducer::Create(std::move(params), group, ro, std::move(source)));
+  return std::unique_ptr<DistributedDataParallel>(
+      new DistributedDataParallel(std::move(module), std::move(group), options, std::move(reducer)));
+}
+
+absl::StatusOr<autograd::Variable> DistributedDataParallel::Forward(const autograd::Variable& x) {
+  return Forward([&] { return module_->Forward(x); });
+}
+
+absl::StatusOr<autograd::Variable> DistributedDataParallel::Forward(
+    const std::function<autograd::Variable()>& forward) {
+  PSYNC_ASSIGN_OR_RETURN(std::vector<autograd::Variable> out,
+                         ForwardMany([&] { return std::vector<autograd::Variable>{forward()}; }));
+  return out.front();
+}
+
+absl::StatusOr<std::vector<autograd::Variable>> DistributedDataParallel::ForwardMany(
+    const std::function<std::vector<autograd::Variable>()>& forward) {
+  // Fail before doing any work when the previous backward was left
+  // unfinished (the error names the parameters that got no gradient).
+  PSYNC_RETURN_IF_ERROR(reducer_->CheckReadyForForward());
+  std::vector<autograd::Variable> outputs;
+  PSYNC_RETURN_IF_ERROR(RunForward([&] { outputs = forward(); }));
+  PSYNC_RETURN_IF_ERROR(reducer_->PrepareForBackward(outputs));
+  return outputs;
+}
+
+}  // namespace psync::ddp

@@ -1,0 +1,430 @@
+#include "worker/ddp/reducer.h"
+
+#include <algorithm>
+#include <exception>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/autograd/engine.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::ddp {
+namespace {
+
+std::string ParamName(const autograd::Variable& v, size_t index) {
+  return v.name().empty() ? absl::StrCat("parameter #", index) : v.name();
+}
+
+// Runs tensor code that reports errors by throwing (TensorError, a failed
+// check) and turns the exception into a Status.
+template <typename Fn>
+absl::Status Catching(const std::string& where, Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(where, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- creation
+
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::Variable> params,
+                                                         std::shared_ptr<comm::ProcessGroup> group,
+                                                         ReducerOptions options,
+                                                         std::shared_ptr<UnusedParameterSource> source) {
+  if (!group) return absl::InvalidArgumentError("Reducer needs a process group");
+  if (params.empty()) return absl::InvalidArgumentError("Reducer needs at least one parameter");
+  if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {
+    return absl::InvalidArgumentError("bucket caps must be positive");
+  }
+  std::unordered_set<const autograd::VariableState*> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const autograd::Variable& p = params[i];
+    if (!p.defined() || !p.requires_grad() || !p.is_leaf()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ParamName(p, i), " is not a leaf that requires grad; DDP reduces parameters only"));
+    }
+    if (!seen.insert(p.state().get()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(ParamName(p, i), " is listed twice"));
+    }
+  }
+  std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(group), options, std::move(source)));
+  const std::vector<size_t> order = ReverseOrder(reducer->params_.size());
+  absl::Status st = Catching("building buckets", [&] { reducer->InstallBuckets(reducer->PlanFromOrder(order)); });
+  if (!st.ok()) return st;
+  reducer->AttachHooks();
+  return reducer;
+}
+
+Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::ProcessGroup> group,
+                 ReducerOptions options, std::shared_ptr<UnusedParameterSource> source)
+    : params_(std::move(params)),
+      group_(std::move(group)),
+      options_(options),
+      source_(std::move(source)),
+      device_(params_.front().data().device()) {
+  if (!source_ && options_.find_unused_parameters) {
+    source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
+  }
+  ready_.assign(params_.size(), 0);
+  local_used_.assign(params_.size(), 0);
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->RemovePostHook(hook_ids_[i]);
+}
+
+void Reducer::AttachHooks() {
+  accumulators_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::shared_ptr<autograd::AccumulateGrad> acc = params_[i].grad_accumulator();
+    hook_ids_.push_back(acc->AddPostHook(
+        [this, i](const autograd::TensorList&, const autograd::TensorList&) { OnGradAccumulated(i); }));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+BucketPlan Reducer::PlanFromOrder(const std::vector<size_t>& order) const {
+  std::vector<size_t> sizes;
+  std::vector<Device> devices;
+  for (const auto& p : params_) {
+    sizes.push_back(p.data().nbytes());
+    devices.push_back(p.data().device());
+  }
+  return AssignBuckets(sizes, devices, BucketCaps{options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}, order);
+}
+
+BucketPlan Reducer::bucket_plan() const {
+  BucketPlan plan;
+  for (const auto& b : buckets_) plan.push_back(b.param_indices());
+  return plan;
+}
+
+void Reducer::InstallBuckets(const BucketPlan& plan) {
+  std::vector<Bucket> buckets;
+  std::vector<Location> locations(params_.size());
+  for (size_t b = 0; b < plan.size(); ++b) {
+    buckets.push_back(Bucket::Build(b, plan[b], params_));
+    for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
+  }
+  // Gradients already living in the old buckets move along (values copied),
+  // so a rebuild between backward and optimizer step loses nothing.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    MoveGradIntoSlot(buckets[locations[i].bucket].slots_mutable()[locations[i].slot], params_[i]);
+  }
+  buckets_ = std::move(buckets);
+  locations_ = std::move(locations);
+}
+
+absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
+  if (state_ == State::kFailed) return failure_;
+  if (state_ == State::kInBackward) {
+    return absl::FailedPreconditionError("ApplyBucketPlan must be called between iterations, not during backward");
+  }
+  return RebuildBuckets(plan);
+}
+
+absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
+  std::vector<Device> devices;
+  for (const auto& p : params_) devices.push_back(p.data().device());
+  PSYNC_RETURN_IF_ERROR(ValidateBucketPlan(plan, devices));
+  if (plan == bucket_plan()) return absl::OkStatus();
+  // Why: a new layout (the observed order, or the coordinator's plan) takes
+  // effect at this iteration boundary, identically on every rank.
+  return Catching("rebuilding buckets", [&] { InstallBuckets(plan); });
+}
+
+// ---------------------------------------------------------------- forward side
+
+void Reducer::ResetIteration(bool sync) {
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (auto& b : buckets_) b.ResetForIteration();
+  next_bucket_to_launch_ = 0;
+  next_bucket_to_complete_ = 0;
+  locally_unused_.clear();
+  hook_error_ = absl::OkStatus();
+  expect_sync_ = sync;
+  observed_order_.clear();
+  trace_ = IterationTrace{};
+  trace_.iteration = iteration_;
+  trace_.synced = sync;
+  trace_.buckets.resize(buckets_.size());
+}
+
+absl::Status Reducer::CheckReadyForForward() {
+  if (state_ == State::kFailed) return failure_;
+  if (state_ == State::kInBackward && expect_sync_) {
+    // Why: hooks fired but Finalize never ran (backward failed midway, or
+    // its error was ignored); buckets may be in flight on some ranks only.
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "DDP: the previous backward (iteration ", iteration_, ", rank ", group_->rank(), " of ", group_->size(),
+        ") did not finish gradient reduction before this forward. Parameters that got no gradient: ",
+        absl::StrJoin(UnreadyParameterNames(), ", "),
+        ". Every parameter must get a gradient in every backward unless find_unused_parameters is on: "
+        "enable DdpOptions::find_unused_parameters, or make sure every output of forward takes part in the loss.")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& outputs) {
+  PSYNC_RETURN_IF_ERROR(CheckReadyForForward());
+  // Why: a new forward starts a new backward's bookkeeping. From kPrepared
+  // this is the "output discarded without backward" case; nothing was
+  // launched, so resetting is safe. A no_sync backward needs no finishing.
+  ResetIteration(sync_enabled_);
+  trace_.prepare = TraceClock::now();
+  if (options_.find_unused_parameters && expect_sync_) {
+    // Why now and not at the first hook: the graph is complete after
+    // forward. Marking waits for the first hook (BeginBackward) so that a
+    // discarded output leaves nothing half-done.
+    std::unordered_set<const autograd::Node*> reached;
+    for (const auto& acc : autograd::ReachableAccumulators(outputs)) reached.insert(acc.get());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!reached.count(accumulators_[i].get())) locally_unused_.push_back(i);
+    }
+  }
+  state_ = State::kPrepared;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- hooks (backward thread)
+
+void Reducer::OnGradAccumulated(size_t param) {
+  if (state_ == State::kFailed) return;
+  absl::Status st = Catching(absl::StrCat("DDP hook of ", ParamName(params_[param], param)), [&] {
+    if (state_ != State::kInBackward) BeginBackward();
+    // Why: usage is what the global unused map is made of; OR-ed over a
+    // no_sync window because the flags are only cleared by a synced Finalize.
+    local_used_[param] = 1;
+    if (!expect_sync_) return;  // no_sync: the gradient stays local, accumulated in grad
+    MarkReady(param);
+  });
+  if (!st.ok()) RecordError(st);
+}
+
+void Reducer::BeginBackward() {
+  if (state_ == State::kIdle) {
+    // Why: forward did not go through PrepareForBackward (module called
+    // directly); treat it as a forward with every parameter expected.
+    ResetIteration(sync_enabled_);
+  }
+  state_ = State::kInBackward;
+  trace_.first_hook = TraceClock::now();
+  absl::Status st = autograd::Engine::Get().QueueCallback(
+      [this]() -> absl::Status { return expect_sync_ ? Finalize() : FinishLocalBackward(); });
+  if (!st.ok()) RecordError(Annotate(st, "DDP: queueing the end-of-backward callback"));
+  if (!expect_sync_) return;
+  // Why at the first hook and not in PrepareForBackward: only now is this
+  // backward certain to run, so the caller could discard the outputs before.
+  for (size_t i : locally_unused_) MarkReady(i);
+  trace_.locally_unused = locally_unused_.size();
+}
+
+void Reducer::MarkReady(size_t param) {
+  if (ready_[param]) {
+    RecordError(absl::InternalError(absl::StrCat("DDP: ", ParamName(params_[param], param),
+                                                 " was marked ready twice in one backward (a reentrant backward, or "
+                                                 "a parameter shared between two reducers?)")));
+    return;
+  }
+  ready_[param] = 1;
+  if (recording_order_) observed_order_.push_back(param);
+  const Location loc = locations_[param];
+  Bucket& bucket = buckets_[loc.bucket];
+  // Copy-in: the accumulated gradient (also one accumulated locally under
+  // no_sync, or zeros when unused here) goes into the bucket slot now.
+  CopyGradIntoSlot(bucket.slots_mutable()[loc.slot], params_[param]);
+  if (--bucket.pending == 0) LaunchReadyBuckets();
+  PollCompletions();
+}
+
+void Reducer::LaunchReadyBuckets() {
+  // Why strictly in index order: every rank must issue the same collectives
+  // in the same order; a ready bucket waits for all lower-indexed ones.
+  while (next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_to_launch_++];
+    b.launch_time = TraceClock::now();
+    b.work = group_->AllreduceSum(b.buffer(), absl::StrCat("bucket ", b.index()));
+    b.launched = true;
+    BucketTrace& t = trace_.buckets[b.index()];
+    t = BucketTrace{b.index(), b.nbytes(), b.slots().size(), b.launch_time, {}};
+    if (trace_.launch_order.empty()) trace_.first_launch = b.launch_time;
+    trace_.last_launch = b.launch_time;
+    trace_.launch_order.push_back(b.index());
+    if (observer_) observer_->OnBucketLaunched(iteration_, t);
+  }
+  if (next_bucket_to_launch_ == buckets_.size() && options_.find_unused_parameters) {
+    // Why here: right after the last bucket launch is the same point of the
+    // same iteration on every rank, and local_used_ is final (every
+    // parameter was marked).
+    source_->Submit(iteration_, local_used_);
+  }
+}
+
+void Reducer::PollCompletions() {
+  while (next_bucket_to_complete_ < next_bucket_to_launch_) {
+    Bucket& b = buckets_[next_bucket_to_complete_];
+    if (!b.work->IsCompleted()) return;
+    b.completed = true;
+    b.complete_time = TraceClock::now();
+    trace_.buckets[b.index()].complete = b.complete_time;
+    if (observer_) observer_->OnBucketCompleted(iteration_, trace_.buckets[b.index()]);
+    ++next_bucket_to_complete_;
+  }
+}
+
+void Reducer::RecordError(const absl::Status& status) {
+  if (hook_error_.ok()) hook_error_ = status;
+}
+
+// ---------------------------------------------------------------- end of backward
+
+absl::Status Reducer::FinishLocalBackward() {
+  // Why: a no_sync backward has nothing to wait for; gradients stay local.
+  state_ = State::kIdle;
+  trace_.finalize_begin = trace_.finalize_end = TraceClock::now();
+  last_trace_ = trace_;
+  if (observer_) observer_->OnIterationFinalized(last_trace_);
+  return hook_error_;
+}
+
+std::vector<std::string> Reducer::UnreadyParameterNames() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) names.push_back(ParamName(params_[i], i));
+  }
+  return names;
+}
+
+absl::Status Reducer::Fail(absl::Status status) {
+  // Why abort: peers are blocked in (or about to issue) collectives this
+  // rank will never match; aborting makes them fail fast, not hang.
+  state_ = State::kFailed;
+  failure_ = status;
+  group_->Abort(status);
+  return status;
+}
+
+absl::Status Reducer::Finalize() {
+  trace_.finalize_begin = TraceClock::now();
+  const TraceClock::time_point deadline = trace_.finalize_begin + options_.timeout;
+  if (!hook_error_.ok()) return Fail(hook_error_);
+  if (next_bucket_to_launch_ < buckets_.size()) {
+    // Why here, before any optimizer step: a parameter without a gradient
+    // left its bucket (and all later ones) unlaunched on this rank.
+    const std::vector<std::string> names = UnreadyParameterNames();
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "DDP: backward finished but ", names.size(), " parameter(s) got no gradient on rank ", group_->rank(),
+        " of ", group_->size(), " (iteration ", iteration_, "), so their buckets were never reduced: ",
+        absl::StrJoin(names, ", "),
+        ". Every parameter must get a gradient in every backward unless find_unused_parameters is on: "
+        "enable DdpOptions::find_unused_parameters (and run forward through DistributedDataParallel), or make "
+        "sure every output of forward takes part in the loss. The process group was aborted so peers fail fast.")));
+  }
+  PSYNC_RETURN_IF_ERROR(WaitForBuckets(deadline));
+
+  std::vector<uint8_t> global_used;
+  if (options_.find_unused_parameters) {
+    const auto remaining =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
+    absl::StatusOr<std::vector<uint8_t>> used = source_->GlobalUsed(iteration_, remaining);
+    if (!used.ok()) return Fail(Annotate(used.status(), "DDP: global unused-parameter map"));
+    if (used->size() != params_.size()) {
+      return Fail(absl::InternalError(absl::StrCat("DDP: global used map has ", used->size(), " entries for ",
+                                                   params_.size(), " parameters")));
+    }
+    global_used = std::move(*used);
+  }
+  absl::Status st = Catching("DDP: averaging gradients",
+                             [&] { WriteBackGradients(options_.find_unused_parameters ? &global_used : nullptr); });
+  if (!st.ok()) return Fail(st);
+
+  if (recording_order_) {
+    // Why: the first synced backward's ready order is the layout the next
+    // iterations want (buckets fill in the order gradients arrive).
+    recording_order_ = false;
+    recorded_order_ = observed_order_;
+    if (options_.rebuild == RebuildMode::kBroadcastFromRank0) {
+      st = RebuildFromRank0(deadline);
+      if (!st.ok()) return Fail(st);
+    }
+  }
+  // Why: the no_sync window (if any) ends with this synced backward.
+  std::fill(local_used_.begin(), local_used_.end(), 0);
+  ++iteration_;
+  state_ = State::kIdle;
+  trace_.finalize_end = TraceClock::now();
+  last_trace_ = trace_;
+  if (observer_) observer_->OnIterationFinalized(last_trace_);
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
+  for (size_t k = next_bucket_to_complete_; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    const auto remaining = std::max(
+        std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
+    absl::Status st = b.work->Wait(remaining);
+    if (!st.ok()) {
+      return Fail(Annotate(st, absl::StrCat("DDP: reducing bucket ", k, " of ", buckets_.size(), " (rank ",
+                                            group_->rank(), ", iteration ", iteration_, ")")));
+    }
+    b.completed = true;
+    b.complete_time = TraceClock::now();
+    trace_.buckets[k].complete = b.complete_time;
+    if (observer_) observer_->OnBucketCompleted(iteration_, trace_.buckets[k]);
+    next_bucket_to_complete_ = k + 1;
+  }
+  return absl::OkStatus();
+}
+
+void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
+  const float scale = 1.0f / static_cast<float>(group_->size());
+  for (auto& b : buckets_) {
+    if (group_->size() > 1) ops::ScaleInPlace(b.mutable_buffer(), scale);
+  }
+  size_t globally_unused = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (global_used && !(*global_used)[i]) {
+      // Unused on every rank: leave grad untouched (undefined stays
+      // undefined, so the optimizer skips the parameter).
+      ++globally_unused;
+      continue;
+    }
+    const Location loc = locations_[i];
+    const BucketSlot& slot = buckets_[loc.bucket].slots()[loc.slot];
+    // Used somewhere (maybe not here): the averaged gradient is in the slot.
+    if (!params_[i].grad().IsSameView(slot.view)) params_[i].set_grad(slot.view);
+  }
+  trace_.globally_unused = globally_unused;
+}
+
+absl::Status Reducer::RebuildFromRank0(TraceClock::time_point deadline) {
+  const size_t n = params_.size();
+  if (observed_order_.size() != n) {
+    return absl::InternalError(
+        absl::StrCat("DDP: observed ready order has ", observed_order_.size(), " of ", n, " parameters"));
+  }
+  // Indices as floats are exact up to 2^24 parameters.
+  std::vector<float> values(observed_order_.begin(), observed_order_.end());
+  Tensor order_tensor = Tensor::FromVector(values, {static_cast<int64_t>(n)}, device_);
+  std::shared_ptr<comm::Work> work = group_->Broadcast(order_tensor, 0, "bucket order");
+  const auto remaining = std::max(std::chrono::milliseconds(0),
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
+  PSYNC_RETURN_IF_ERROR(Annotate(work->Wait(remaining), "DDP: broadcasting rank 0's bucket order"));
+  std::vector<size_t> order;
+  for (float v : order_tensor.ToVector()) order.push_back(static_cast<size_t>(v));
+  PSYNC_RETURN_IF_ERROR(Annotate(ValidateOrder(order, n), "DDP: rank 0's bucket order"));
+  PSYNC_RETURN_IF_ERROR(RebuildBuckets(PlanFromOrder(order)));
+  trace_.rebuilt_buckets = true;
+  return absl::OkStatus();
+}
+
+}  // namespace psync::ddp

@@ -1,0 +1,217 @@
+// Reducer: averages gradients across ranks in buckets, overlapping the
+// collectives with the rest of backward.
+//
+// How it hooks in: a post-hook on every parameter's AccumulateGrad (the
+// node is created once per leaf and kept, so the hook stays attached and the
+// prioritized engine runs it as soon as the gradient exists). The hook marks
+// the parameter ready; a bucket launches once all its parameters are ready,
+// and buckets launch strictly in index order on every rank
+// (next_bucket_to_launch_), so all ranks issue the same collectives in the
+// same order. The first hook of a backward queues Finalize as the engine's
+// end-of-backward callback: wait for every bucket (options.timeout), divide
+// by the world size; the gradients are then in each parameter's grad, which
+// is a view into its bucket (no copy back out).
+//
+// State machine (state_; every transition is on the backward thread, which
+// is also the thread that runs forward):
+//
+//   kIdle ──PrepareForBackward──► kPrepared ──first hook──► kInBackward
+//     ▲                             │   ▲                        │
+//     │                             └───┘ PrepareForBackward     │ Finalize OK (synced), or the
+//     │                               again: the output was      │ end callback of a no_sync
+//     │                               discarded without backward │ backward
+//     └──────────────────────────────────────────────────────────┘
+//   kIdle ──first hook without PrepareForBackward──► kInBackward
+//       (forward bypassed DDP; treated as "every parameter expected")
+//   kInBackward (synced) ──PrepareForBackward──► kFailed   (the backward never finished)
+//   kInBackward ──Finalize error──► kFailed  (missing gradients, a failed or timed-out collective)
+//   kFailed is sticky: PrepareForBackward returns the same error. Entering
+//   it aborts the process group so peers fail fast instead of hanging.
+//
+// Iteration-scoped data (reset by PrepareForBackward): ready_, bucket
+// pending counts, next_bucket_to_launch_, locally_unused_. Window-scoped
+// (reset only after a synchronised Finalize, so it ORs over no_sync
+// micro-batches): local_used_.
+//
+// Threads: everything here is owned by the backward thread (hooks run on the
+// thread that calls Engine::Backward; the engine is single-threaded per
+// backward). The process group's communication thread only touches a
+// bucket's buffer between launch and Work completion; the backward thread
+// only reads Work state (IsCompleted / Wait). Public methods must be called
+// from the training thread, between backwards (PrepareForBackward,
+// ApplyBucketPlan, SetSyncEnabled, getters).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/autograd/accumulate_grad.h"
+#include "worker/autograd/variable.h"
+#include "worker/comm/process_group.h"
+#include "worker/ddp/bucket.h"
+#include "worker/ddp/bucket_assignment.h"
+#include "worker/ddp/reducer_trace.h"
+#include "worker/ddp/unused_parameter_source.h"
+
+namespace psync::ddp {
+
+// What happens to the bucket layout after the first synchronised backward.
+enum class RebuildMode {
+  // Rank 0's observed ready order is broadcast over the process group and
+  // every rank rebuilds its buckets from it (like PyTorch DDP).
+  kBroadcastFromRank0,
+  // Only record the order (recorded_ready_order()); the caller supplies a
+  // plan with ApplyBucketPlan (the coordinator does, from rank reports).
+  kExternal,
+  // Keep the initial (reverse registration order) buckets.
+  kNone,
+};
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
+  bool find_unused_parameters = false;
+  // Bound on Finalize's wait for the collectives (and the global used map).
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
+};
+
+class Reducer {
+ public:
+  // `params`: the leaves to reduce (requires_grad, named: names appear in
+  // errors). `source`: global unused-parameter sets; null = an allreduce of
+  // the bitmaps over `group` (used only with find_unused_parameters).
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::vector<autograd::Variable> params,
+                                                         std::shared_ptr<comm::ProcessGroup> group,
+                                                         ReducerOptions options,
+                                                         std::shared_ptr<UnusedParameterSource> source = nullptr);
+  ~Reducer();  // detaches the hooks
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Call after every forward, before its backward. With
+  // find_unused_parameters, walks the graph from `outputs`; parameters not
+  // reached are marked ready at the first hook of the next backward (not
+  // now, so an output may be discarded and forward run again). Fails when
+  // the previous synchronised backward left reduction unfinished: the error
+  // names the parameters that got no gradient.
+  absl::Status PrepareForBackward(const std::vector<autograd::Variable>& outputs);
+  // The check PrepareForBackward starts with, for callers that want to fail
+  // before running forward: the sticky error, or the unfinished-backward
+  // error (which also enters kFailed).
+  absl::Status CheckReadyForForward();
+
+  // false = no_sync: hooks only record usage and gradients accumulate
+  // locally. Captured by PrepareForBackward (i.e. at forward time).
+  void SetSyncEnabled(bool enabled) { sync_enabled_ = enabled; }
+  bool sync_enabled() const { return sync_enabled_; }
+
+  // Replaces the buckets with `plan` (bucket -> parameter indices; all
+  // parameters, each once, one device per bucket). Call at an iteration
+  // boundary (after Finalize, before the next forward) with the same plan on
+  // every rank. Existing gradients are moved into the new buckets.
+  absl::Status ApplyBucketPlan(BucketPlan plan);
+  // The order parameters became ready in the first synchronised backward
+  // (empty before it finished).
+  const std::vector<size_t>& recorded_ready_order() const { return recorded_order_; }
+  BucketPlan bucket_plan() const;
+  // The plan AssignBuckets makes from `order` with this reducer's caps.
+  BucketPlan PlanFromOrder(const std::vector<size_t>& order) const;
+
+  // Synchronised backwards finalized so far (the UnusedParameterSource's
+  // iteration number). set_iteration: when resuming from a checkpoint.
+  int64_t iteration() const { return iteration_; }
+  void set_iteration(int64_t iteration) { iteration_ = iteration; }
+
+  void SetObserver(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
+  const IterationTrace& last_iteration_trace() const { return last_trace_; }
+
+  // OK, or the sticky error (state kFailed).
+  absl::Status status() const { return failure_; }
+  const std::vector<autograd::Variable>& parameters() const { return params_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  // The slot of parameter `param` in its bucket: its grad after a synced backward.
+  const Tensor& bucket_view(size_t param) const {
+    return buckets_[locations_[param].bucket].slots()[locations_[param].slot].view;
+  }
+  const ReducerOptions& options() const { return options_; }
+  comm::ProcessGroup& group() const { return *group_; }
+
+ private:
+  enum class State { kIdle, kPrepared, kInBackward, kFailed };
+  struct Location {
+    size_t bucket = 0;
+    size_t slot = 0;
+  };
+
+  Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::ProcessGroup> group, ReducerOptions options,
+          std::shared_ptr<UnusedParameterSource> source);
+  void AttachHooks();
+  void InstallBuckets(const BucketPlan& plan);  // builds buckets_ and locations_
+  absl::Status RebuildBuckets(const BucketPlan& plan);  // validated InstallBuckets, no state check
+
+  // Hook path (backward thread).
+  void OnGradAccumulated(size_t param);
+  void BeginBackward();
+  void MarkReady(size_t param);
+  void LaunchReadyBuckets();
+  void PollCompletions();
+  void RecordError(const absl::Status& status);
+
+  // End-of-backward callbacks (backward thread).
+  absl::Status Finalize();
+  absl::Status FinishLocalBackward();
+  absl::Status WaitForBuckets(TraceClock::time_point deadline);
+  void WriteBackGradients(const std::vector<uint8_t>* global_used);
+  absl::Status RebuildFromRank0(TraceClock::time_point deadline);
+
+  void ResetIteration(bool sync);
+  absl::Status Fail(absl::Status status);
+  std::vector<std::string> UnreadyParameterNames() const;
+
+  // ---- configuration (immutable after Create)
+  std::vector<autograd::Variable> params_;
+  std::vector<std::shared_ptr<autograd::AccumulateGrad>> accumulators_;  // kept alive: hooks stay attached
+  std::vector<int> hook_ids_;
+  std::shared_ptr<comm::ProcessGroup> group_;
+  const ReducerOptions options_;
+  std::shared_ptr<UnusedParameterSource> source_;
+  std::shared_ptr<ReducerObserver> observer_;
+  Device device_;  // of the first parameter: where small control tensors live
+
+  // ---- layout (changed only at iteration boundaries)
+  std::vector<Bucket> buckets_;
+  std::vector<Location> locations_;  // parameter -> (bucket, slot)
+
+  // ---- state machine (backward thread)
+  State state_ = State::kIdle;
+  absl::Status failure_;         // set with kFailed
+  bool sync_enabled_ = true;     // toggled by NoSync
+  bool expect_sync_ = true;      // captured at PrepareForBackward for its backward
+  int64_t iteration_ = 0;
+
+  // ---- iteration-scoped (reset by PrepareForBackward)
+  std::vector<uint8_t> ready_;             // marked ready in this backward
+  std::vector<size_t> locally_unused_;     // from the graph walk; marked at the first hook
+  size_t next_bucket_to_launch_ = 0;
+  size_t next_bucket_to_complete_ = 0;     // completion polling cursor
+  absl::Status hook_error_;                // first error inside a hook; Finalize returns it
+  IterationTrace trace_;
+  IterationTrace last_trace_;
+
+  // ---- window-scoped (reset after a synchronised Finalize)
+  std::vector<uint8_t> local_used_;        // OR over the no_sync window
+
+  // ---- bucket rebuild
+  bool recording_order_ = true;            // until the first synchronised Finalize
+  std::vector<size_t> observed_order_;     // ready order of the current first backward
+  std::vector<size_t> recorded_order_;     // published after it finished
+};
+
+}  // namespace psync::ddp
