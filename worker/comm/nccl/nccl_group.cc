@@ -110,8 +110,11 @@ class NcclWork : public Work {
   std::string Describe() const override { return desc_; }
 
   bool IsCompleted() override {
-    std::lock_guard<std::mutex> l(mu_);
-    if (finished_) return true;
+    {
+      // Never blocks behind a Wait that is polling (it holds mu_).
+      std::unique_lock<std::mutex> l(mu_, std::try_to_lock);
+      if (l.owns_lock() && finished_) return true;
+    }
     if (!done_event_) return true;
     {
       std::lock_guard<std::mutex> g(group_->mu);
