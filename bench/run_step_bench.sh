@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Side-by-side training-step benchmark: psync-step-bench vs bench/torch_step.py
+# (Debian's python3-torch), same MLP, batch and thread count.
+#
+#   bench/run_step_bench.sh                      # defaults below
+#   THREADS=2 STEPS=10 WIDTHS=512,2048,512 bench/run_step_bench.sh
+#   bench/run_step_bench.sh --device=cuda        # extra flags go to both sides
+#
+# Environment: WIDTHS (1024,4096,4096,1024), BATCH (256), STEPS (20),
+# WARMUP (3), THREADS (nproc), DEVICE (cpu), BUILD_DIR (<repo>/build),
+# ROUNDS (1: each round runs psync then torch; the table shows the best
+# median of each, which is the least disturbed by other load on the machine).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+WIDTHS="${WIDTHS:-1024,4096,4096,1024}"
+BATCH="${BATCH:-256}"
+STEPS="${STEPS:-20}"
+WARMUP="${WARMUP:-3}"
+THREADS="${THREADS:-$(nproc)}"
+DEVICE="${DEVICE:-cpu}"
+ROUNDS="${ROUNDS:-1}"
+PY=/usr/bin/python3
+
+# ---- build only the benchmark
+if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
+  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}"
+fi
+cmake --build "$BUILD_DIR" --target psync-step-bench -j "$(nproc)"
+BENCH="$BUILD_DIR/bench/psync-step-bench"
+
+# ---- PyTorch (Debian package python3-torch)
+have_torch=1
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "python3-torch missing: installing it with apt" >&2
+    apt-get update -o DPkg::Lock::Timeout=900
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=900 python3-torch
+  else
+    echo "PyTorch is not importable by $PY; install it with:" >&2
+    echo "  sudo apt-get install -y python3-torch" >&2
+    echo "(running psync alone)" >&2
+    have_torch=0
+  fi
+fi
+
+# Same thread budget for both: OpenBLAS (psync's matmuls, and torch's BLAS on
+# Debian), OpenMP (torch's intra-op pool); the binaries also get --threads.
+export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
+
+common=(--widths="$WIDTHS" --batch="$BATCH" --steps="$STEPS" --warmup="$WARMUP" --threads="$THREADS" --device="$DEVICE" "$@")
+results=()
+for ((r = 1; r <= ROUNDS; r++)); do
+  echo "== round $r/$ROUNDS: $BENCH ${common[*]}"
+  out=$("$BENCH" "${common[@]}"); echo "$out"
+  results+=("$(grep '^RESULT' <<<"$out")")
+  if [[ $have_torch -eq 1 ]]; then
+    echo "== round $r/$ROUNDS: $PY $ROOT/bench/torch_step.py ${common[*]}"
+    out=$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}"); echo "$out"
+    results+=("$(grep '^RESULT' <<<"$out")")
+  fi
+done
+
+echo
+echo "MLP $WIDTHS, batch $BATCH, $THREADS threads, device $DEVICE, $STEPS steps x $ROUNDS round(s)"
+printf '%s\n' "${results[@]}" | awk '
+  {
+    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    impl = v["impl"]
+    if (!(impl in med) || v["median_ms"] + 0 < med[impl]) { med[impl] = v["median_ms"] + 0; mean[impl] = v["mean_ms"] + 0; mn[impl] = v["min_ms"] + 0 }
+  }
+  END {
+    printf "%-8s %14s %14s %12s\n", "impl", "median ms/step", "mean ms/step", "min ms"
+    for (k in med) printf "%-8s %14.2f %14.2f %12.2f\n", k, med[k], mean[k], mn[k]
+    if (("psync" in med) && ("torch" in med) && med["torch"] > 0)
+      printf "ratio psync/PyTorch (median): %.2fx  (<1 = psync faster)\n", med["psync"] / med["torch"]
+  }'
