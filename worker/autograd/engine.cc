@@ -55,9 +55,11 @@ absl::Status Guarded(const std::string& where, Fn&& fn) {
 // Step 2 for one node: observer, pre-hooks, Apply, post-hooks, observer.
 absl::Status RunNode(Node& node, TensorList inputs, const Engine::NodeObserver* observer, TensorList* outputs) {
   const std::string where = absl::StrCat("backward of ", Describe(node));
-  if (observer) (*observer)(node, true);
   absl::Status status = Guarded(where, [&] {
-    for (const auto& [id, hook] : node.pre_hooks()) {
+    if (observer) (*observer)(node, true);
+    // Copies of the hook lists: a hook may add or remove hooks.
+    const auto pre_hooks = node.pre_hooks();
+    for (const auto& [id, hook] : pre_hooks) {
       const size_t n = inputs.size();
       inputs = hook(inputs);
       PSYNC_CHECK(inputs.size() == n) << "pre-hook " << id << " returned " << inputs.size()
@@ -69,11 +71,13 @@ absl::Status RunNode(Node& node, TensorList inputs, const Engine::NodeObserver* 
     *outputs = node.Apply(std::move(inputs));
     PSYNC_CHECK(outputs->size() == node.next_edges().size())
         << "Apply returned " << outputs->size() << " gradients for " << node.next_edges().size() << " next edges";
-    // Copy the hook list: a hook may remove itself.
     const auto post_hooks = node.post_hooks();
     for (const auto& entry : post_hooks) entry.second(*outputs, kept);
   });
-  if (observer) (*observer)(node, false);
+  if (observer) {
+    absl::Status end = Guarded(where + " (node observer)", [&] { (*observer)(node, false); });
+    if (status.ok()) status = end;
+  }
   return status;
 }
 

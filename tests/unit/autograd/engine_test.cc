@@ -288,3 +288,18 @@ TEST(Engine, ThreadsRunIndependentBackwards) {
 
 }  // namespace
 }  // namespace psync::autograd
+
+namespace psync::autograd {
+namespace {
+
+TEST(Engine, ThrowingObserverBecomesAStatus) {
+  Variable x(Tensor::Scalar(1.0f), true, "x");
+  Engine::Get().SetNodeObserver([](const Node&, bool) { throw std::runtime_error("trace file full"); });
+  absl::Status st = Backward(Sum(x));
+  Engine::Get().SetNodeObserver(nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("trace file full"));
+}
+
+}  // namespace
+}  // namespace psync::autograd
