@@ -203,7 +203,7 @@ absl::StatusOr<v1::JoinResponse> JobState::Join(const v1::JoinRequest& req,
     const bool was_cancelled = cancelled && cancelled();
     std::vector<int> present, missing;
     for (int r = 0; r < cfg_.world_size; ++r) {
-      (members_[static_cast<size_t>(r)].joined && r != rank ? present : missing).push_back(r);
+      (members_[static_cast<size_t>(r)].joined ? present : missing).push_back(r);
     }
     m = Member{};
     --joined_;
@@ -213,7 +213,7 @@ absl::StatusOr<v1::JoinResponse> JobState::Join(const v1::JoinRequest& req,
     }
     if (missing.size() > 16) missing.resize(16);
     return absl::DeadlineExceededError(absl::StrCat(
-        "world incomplete after ", Seconds(cfg_.join_timeout), ": ", joined_ + 1, " of ",
+        "world incomplete after ", Seconds(cfg_.join_timeout), ": ", present.size(), " of ",
         cfg_.world_size, " ranks joined; still missing ranks ", absl::StrJoin(missing, ","),
         " (start the remaining workers, or raise --join-timeout)"));
   }
