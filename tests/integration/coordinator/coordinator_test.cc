@@ -1,0 +1,355 @@
+// Coordinator over real sockets: server in-process on 127.0.0.1:0, workers
+// as CoordinatorClient objects on threads, psyncctl spawned (posix_spawn,
+// never fork: this process runs gRPC).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "psync/v1/control.grpc.pb.h"
+#include "psync/v1/coordinator.grpc.pb.h"
+#include "server/coordinator_server.h"
+#include "worker/runtime/coordinator/coordinator_client.h"
+
+extern char** environ;
+
+namespace psync {
+namespace {
+
+using namespace std::chrono_literals;
+using coordinator::Action;
+using coordinator::CoordinatorClient;
+
+constexpr int kParams = 10;
+
+struct Server {
+  explicit Server(int world, const std::string& token = "", std::chrono::milliseconds report = 10000ms) {
+    server::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.job.job_id = "psync";
+    o.job.world_size = world;
+    o.job.join_timeout = 10000ms;
+    o.job.report_timeout = report;
+    o.token = token;
+    o.liveness_period = 100ms;
+    auto s = server::CoordinatorServer::Start(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    srv = std::move(*s);
+    target = "127.0.0.1:" + std::to_string(srv->port());
+  }
+  std::unique_ptr<server::CoordinatorServer> srv;
+  std::string target;
+
+  v1::StatusResponse Status(const std::string& token = "") {
+    auto ch = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+    auto stub = v1::Control::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::StatusResponse r;
+    last = stub->Status(&ctx, v1::StatusRequest(), &r);
+    return r;
+  }
+  grpc::Status last;
+};
+
+coordinator::JoinRequest Req(int rank, int params = kParams) {
+  coordinator::JoinRequest r;
+  r.requested_rank = rank;
+  r.bucket_cap_bytes = 16;
+  r.first_bucket_cap_bytes = 8;
+  for (int i = 0; i < params; ++i) r.manifest.push_back({"p" + std::to_string(i), {1}, 4});
+  return r;
+}
+
+std::unique_ptr<CoordinatorClient> Connect(const Server& s, const std::string& token = "") {
+  auto c = CoordinatorClient::Connect(s.target, token, 5000ms);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::string AllUsed() { return coordinator::PackBitmap(std::vector<bool>(kParams, true)); }
+
+struct Worker {
+  std::unique_ptr<CoordinatorClient> client;
+  coordinator::JoinResult joined;
+};
+
+// Joins `n` workers concurrently (any rank) and opens their streams; indexed by rank.
+std::vector<Worker> StartWorld(const Server& s, int n) {
+  std::vector<std::future<Worker>> fs;
+  for (int i = 0; i < n; ++i) {
+    fs.push_back(std::async(std::launch::async, [&s] {
+      Worker w;
+      w.client = Connect(s);
+      auto j = w.client->Join(Req(-1), 10000ms);
+      EXPECT_TRUE(j.ok()) << j.status();
+      if (j.ok()) w.joined = *j;
+      return w;
+    }));
+  }
+  std::vector<Worker> out(static_cast<size_t>(n));
+  for (auto& f : fs) {
+    Worker w = f.get();
+    if (w.joined.rank < 0) continue;
+    EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+    out[static_cast<size_t>(w.joined.rank)] = std::move(w);
+  }
+  return out;
+}
+
+TEST(Coordinator, RendezvousOfFourAndOneIteration) {
+  Server s(4);
+  auto ws = StartWorld(s, 4);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ws[r].client) << r;
+    EXPECT_EQ(ws[r].joined.rank, r);
+    EXPECT_EQ(ws[r].joined.world_size, 4);
+    EXPECT_EQ(ws[r].joined.store_prefix, ws[0].joined.store_prefix);
+  }
+  for (int r = 0; r < 4; ++r) {
+    std::vector<bool> used(kParams, true);
+    used[9] = false;
+    used[r] = r != 3;  // p3 unused on rank 3 only -> still used globally
+    ASSERT_TRUE(ws[r].client->SendReport({0, coordinator::PackBitmap(used), 1.0, 5.0 + r, {}}).ok());
+  }
+  for (int r = 0; r < 4; ++r) {
+    auto p = ws[r].client->WaitPlan(0, 5000ms);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->action, Action::kContinue);
+    auto unused = coordinator::UnpackBitmap(p->globally_unused, kParams);
+    for (int i = 0; i < kParams; ++i) EXPECT_EQ(unused[i], i == 9) << i;
+  }
+  auto st = s.Status();
+  ASSERT_TRUE(s.last.ok());
+  EXPECT_EQ(st.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(st.iteration(), 0);
+  EXPECT_EQ(st.slowest_rank(), 3);
+}
+
+TEST(Coordinator, WrongTokenIsUnauthenticated) {
+  Server s(1, "s3cret");
+  auto bad = Connect(s, "wrong");
+  auto j = bad->Join(Req(-1), 5000ms);
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(std::string(j.status().message()).find("invalid token"), std::string::npos) << j.status();
+  s.Status();
+  EXPECT_EQ(s.last.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(s.last.error_message().find("requires a token"), std::string::npos);
+  s.Status("s3cret");
+  EXPECT_TRUE(s.last.ok());
+  auto good = Connect(s, "s3cret");
+  EXPECT_TRUE(good->Join(Req(-1), 5000ms).ok());
+}
+
+TEST(Coordinator, MalformedBitmapLengthGetsInvalidArgument) {
+  Server s(1);
+  auto ws = StartWorld(s, 1);
+  ASSERT_TRUE(ws[0].client->SendReport({0, std::string(5, '\xff'), 0, 0, {}}).ok());
+  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);
+  const std::string msg(p.status().message());
+  EXPECT_NE(msg.find("INVALID_ARGUMENT"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("used_bitmap is 5 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("must be 2 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("coordinator at " + s.target + " lost"), std::string::npos) << msg;
+  s.Status();
+  EXPECT_TRUE(s.last.ok());  // server still serves
+}
+
+TEST(Coordinator, GarbageStreamsDoNotDisturbTheJob) {
+  Server s(1);
+  auto ws = StartWorld(s, 1);
+  auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(ch);
+  {  // report before hello
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    auto st = stub->Train(&ctx);
+    v1::TrainUp up;
+    up.mutable_report()->set_iteration(0);
+    st->Write(up);
+    st->WritesDone();
+    v1::Plan p;
+    EXPECT_FALSE(st->Read(&p));
+    EXPECT_EQ(st->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {  // hijack an attached rank
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    auto st = stub->Train(&ctx);
+    v1::TrainUp up;
+    up.mutable_hello()->set_job_id("psync");
+    up.mutable_hello()->set_rank(0);
+    up.mutable_hello()->set_generation(ws[0].joined.generation);
+    st->Write(up);
+    st->WritesDone();
+    v1::Plan p;
+    EXPECT_FALSE(st->Read(&p));
+    EXPECT_EQ(st->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  {  // unknown rank
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    auto st = stub->Train(&ctx);
+    v1::TrainUp up;
+    up.mutable_hello()->set_job_id("psync");
+    up.mutable_hello()->set_rank(99);
+    st->Write(up);
+    st->WritesDone();
+    v1::Plan p;
+    EXPECT_FALSE(st->Read(&p));
+    EXPECT_EQ(st->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  ASSERT_TRUE(ws[0].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kContinue);
+}
+
+TEST(Coordinator, DuplicateRankAndMismatchedModelRefused) {
+  Server s(2);
+  auto a = Connect(s);
+  auto fa = std::async(std::launch::async, [&] { return a->Join(Req(1), 10000ms); });
+  std::this_thread::sleep_for(200ms);
+  auto b = Connect(s);
+  auto dup = b->Join(Req(1), 5000ms);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(std::string(dup.status().message()).find("rank 1 is already taken"), std::string::npos);
+  auto req = Req(0);
+  req.manifest[4].shape = {3, 3};
+  auto mm = b->Join(req, 5000ms);
+  EXPECT_EQ(mm.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(mm.status().message()).find("parameter 4 is 'p4' [3, 3] here but 'p4' [1] there"),
+            std::string::npos)
+      << mm.status();
+  EXPECT_TRUE(b->Join(Req(0), 5000ms).ok());
+  EXPECT_TRUE(fa.get().ok());
+}
+
+TEST(Coordinator, StoreGetWaitsForSetAndTimesOut) {
+  Server s(1);
+  auto a = Connect(s);
+  auto b = Connect(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = std::async(std::launch::async, [&] { return a->StoreGet("psync/k", 5000ms); });
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(b->StoreSet("psync/k", std::string("v\0x", 3)).ok());
+  auto v = f.get();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::string("v\0x", 3));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  auto miss = a->StoreGet("psync/missing", 200ms);
+  EXPECT_EQ(miss.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(std::string(miss.status().message()).find("psync/missing"), std::string::npos);
+  EXPECT_EQ(a->StoreSet("psync/big", std::string((1 << 20) + 1, 'x')).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Coordinator, DroppedStreamAbortsOthersNamingIt) {
+  Server s(3);
+  auto ws = StartWorld(s, 3);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
+  ws[0].client->SendReport({1, AllUsed(), 0, 0, {}});
+  ws[1].client->Close();  // rank 1 dies without Done
+  for (int r : {0, 2}) {
+    auto p = ws[r].client->WaitPlan(1, 5000ms);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->action, Action::kAbort);
+    EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
+    EXPECT_NE(p->reason.find("lost: stream closed"), std::string::npos) << p->reason;
+  }
+  auto st = s.Status();
+  ASSERT_TRUE(s.last.ok());
+  EXPECT_EQ(st.state(), v1::JOB_ABORTED);
+  EXPECT_NE(st.reason().find("rank 1"), std::string::npos);
+  auto late = Connect(s);
+  auto j = late->Join(Req(-1), 5000ms);
+  EXPECT_NE(std::string(j.status().message()).find("was aborted"), std::string::npos) << j.status();
+}
+
+TEST(Coordinator, ReportTimeoutAbortsNamingIteration) {
+  Server s(2, "", 300ms);
+  auto ws = StartWorld(s, 2);
+  ASSERT_TRUE(ws[0].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_NE(p->reason.find("no report for iteration 0 within 300ms"), std::string::npos) << p->reason;
+}
+
+TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
+  Server s(3);
+  auto ws = StartWorld(s, 3);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
+  ASSERT_TRUE(ws[2].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
+  auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
+  auto stub = v1::Control::NewStub(ch);
+  grpc::ClientContext ctx;
+  v1::ShutdownResponse resp;
+  ASSERT_TRUE(stub->Shutdown(&ctx, v1::ShutdownRequest(), &resp).ok());
+  EXPECT_EQ(resp.stop_after_iteration(), 1);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
+  for (int r = 0; r < 3; ++r) {
+    auto p = ws[r].client->WaitPlan(1, 5000ms);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->iteration, 1);
+    EXPECT_EQ(p->action, Action::kStopAfter);
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(ws[r].client->SendDone("stopped after iteration 1").ok());
+  auto st = s.Status();
+  EXPECT_EQ(st.state(), v1::JOB_FINISHED);
+}
+
+// Runs a binary; returns exit code; stdout+stderr in *out.
+int Spawn(const std::vector<std::string>& argv, std::string* out) {
+  char path[] = "/tmp/psyncctl_out_XXXXXX";
+  int fd = mkstemp(path);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, fd, 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd);
+  if (rc != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  unlink(path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Coordinator, PsyncctlAgainstLiveServerAndDeadPort) {
+  Server s(2);
+  std::string out;
+  EXPECT_EQ(Spawn({PSYNCCTL_PATH, "--coordinator=" + s.target, "--json", "status"}, &out), 0) << out;
+  EXPECT_NE(out.find("\"world_size\":2"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"state\":\"JOB_WAITING\""), std::string::npos) << out;
+  EXPECT_EQ(Spawn({PSYNCCTL_PATH, "--coordinator=" + s.target, "status"}, &out), 0) << out;
+  EXPECT_NE(out.find("state WAITING  world 0/2"), std::string::npos) << out;
+  EXPECT_EQ(Spawn({PSYNCCTL_PATH, "--coordinator=127.0.0.1:1", "--timeout=2", "status"}, &out), 1) << out;
+  EXPECT_NE(out.find("psyncctl: cannot reach coordinator at 127.0.0.1:1: "), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace psync
