@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <stdexcept>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -196,7 +197,12 @@ absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& 
 // ---------------------------------------------------------------- hooks (backward thread)
 
 void Reducer::OnGradAccumulated(size_t param) {
-  if (state_ == State::kFailed) return;
+  if (state_ == State::kFailed) {
+    // Why throw: a backward after a failure (without a forward, which would
+    // have returned the error) must not quietly leave gradients unreduced.
+    // The engine stops and returns this as the backward's error.
+    throw std::runtime_error(absl::StrCat("DDP reducer failed earlier: ", failure_.ToString()));
+  }
   absl::Status st = Catching(absl::StrCat("DDP hook of ", ParamName(params_[param], param)), [&] {
     if (state_ != State::kInBackward) BeginBackward();
     // Why: usage is what the global unused map is made of; OR-ed over a

@@ -289,6 +289,10 @@ TEST(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
           SC_CHECK(rank, !again.ok(), "next forward must fail");
           SC_CHECK(rank, std::string(again.status().message()).find("layers.1.weight") != std::string::npos,
                    again.status().ToString());
+          // A backward that bypasses DDP's forward does not quietly skip reduction.
+          absl::Status direct = autograd::Backward(nn::MseLoss(mlp->Forward(autograd::Variable(x)), y));
+          SC_CHECK(rank, !direct.ok(), "backward after a failure must fail");
+          SC_CHECK(rank, std::string(direct.message()).find("layers.1.weight") != std::string::npos, direct.ToString());
         } else {
           // The peer fails fast (rank 0 aborted the group), well inside the 30 s timeout.
           SC_CHECK(rank, elapsed < milliseconds(15000), absl::StrCat("took ", elapsed.count(), " ms: ", msg));
