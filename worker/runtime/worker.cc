@@ -37,9 +37,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace coord = ::psync::coordinator;
 
+// The one-line reason is printed by RunWorker after every object of the run
+// (process group, client) is gone, so it is the last line on stderr.
+thread_local std::string* g_reason = nullptr;
 int Exit(int code, const std::string& reason) {
-  std::fprintf(stderr, "psync-worker: %s\n", reason.c_str());
-  std::fflush(stderr);
+  if (g_reason) *g_reason = reason;
   return code;
 }
 
@@ -205,7 +207,23 @@ absl::StatusOr<std::string> DeriveGlooHost(const std::string& coordinator) {
   return out;
 }
 
+namespace {
+int RunWorkerImpl(const WorkerOptions& opt);
+}  // namespace
+
 int RunWorker(const WorkerOptions& opt) {
+  std::string reason;
+  g_reason = &reason;
+  const int code = RunWorkerImpl(opt);
+  g_reason = nullptr;
+  std::fflush(stdout);
+  std::fprintf(stderr, "psync-worker: %s\n", reason.c_str());
+  std::fflush(stderr);
+  return code;
+}
+
+namespace {
+int RunWorkerImpl(const WorkerOptions& opt) {
   const auto started = Clock::now();
   if (opt.rank >= 0) SetLogRank(opt.rank);
 
@@ -383,5 +401,7 @@ int RunWorker(const WorkerOptions& opt) {
   }
   return finish(tr.exit_code, tr.reason, &tr);
 }
+
+}  // namespace
 
 }  // namespace psync::runtime

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Integration tests of psync-worker / psync-launch with real processes on
+# 127.0.0.1 (free ports via --port 0 + --port-file), bounded waits, and
+# cleanup of every child this script started.
+#
+#   worker_it.sh CASE BIN_DIR
+#     BIN_DIR: the build directory (server/psync-coordinator,
+#     worker/runtime/psync-worker, client/psyncctl, client/launch/psync-launch,
+#     tests/integration/worker/weights_diff).
+# Exit: 0 pass, 1 fail, 77 skipped.
+set -uo pipefail
+CASE=$1
+B=$(cd "$2" && pwd)
+WORKER=$B/worker/runtime/psync-worker
+COORD=$B/server/psync-coordinator
+CTL=$B/client/psyncctl
+LAUNCH=$B/client/launch/psync-launch
+DIFF=$B/tests/integration/worker/weights_diff
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d /tmp/psync-it-XXXXXX)
+export OPENBLAS_NUM_THREADS=1 no_proxy=127.0.0.1,localhost
+PIDS=()
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+fail() { echo "FAIL [$CASE]: $*"; for f in "$T"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
+note() { echo "[$CASE] $*"; }
+
+# start_coord N [extra flags]: sets CPID, CADDR.
+start_coord() {
+  local n=$1; shift
+  rm -f "$T/port"
+  "$COORD" --host=127.0.0.1 --port=0 --world-size="$n" --port-file="$T/port" "$@" >"$T/coord.log" 2>&1 &
+  CPID=$!; PIDS+=("$CPID")
+  for _ in $(seq 200); do [[ -s $T/port ]] && break; sleep 0.05; done
+  [[ -s $T/port ]] || fail "coordinator did not write its port file"
+  CADDR=127.0.0.1:$(cat "$T/port")
+}
+# start_worker RANK WORLD [flags]: sets WPID[RANK]; logs in $T/w$RANK.log
+declare -A WPID
+start_worker() {
+  local r=$1 w=$2; shift 2
+  "$WORKER" --coordinator="$CADDR" --rank="$r" --world-size="$w" "$@" >"$T/w$r.log" 2>&1 &
+  WPID[$r]=$!; PIDS+=("${WPID[$r]}")
+}
+# wait_exit PID SECONDS: sets rc to the exit code, or "timeout". (Not in a
+# $(...) subshell: only this shell can wait for its children.)
+wait_exit() {
+  local pid=$1 limit=$2 t=0
+  while kill -0 "$pid" 2>/dev/null; do
+    # a finished child stays a zombie (kill -0 succeeds) until `wait` reaps it
+    if [[ $(ps -o stat= -p "$pid" 2>/dev/null) == Z* ]]; then break; fi
+    sleep 0.1; t=$((t + 1))
+    if ((t > limit * 10)); then rc=timeout; return; fi
+  done
+  wait "$pid"; rc=$?
+}
+json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
+
+# run_job N OUT [flags]: coordinator + N workers, all must exit 0 within 120 s.
+run_job() {
+  local n=$1 out=$2; shift 2
+  start_coord "$n"
+  for ((r = 0; r < n; r++)); do start_worker "$r" "$n" --quiet "$@" --save="$out"; done
+  for ((r = 0; r < n; r++)); do
+    local rc; wait_exit "${WPID[$r]}" 120
+    [[ $rc == 0 ]] || fail "rank $r of $n exited $rc ($*)"
+  done
+  kill "$CPID" 2>/dev/null; wait "$CPID" 2>/dev/null
+}
+same_weights() {  # A B [tol]
+  local msg; msg=$("$DIFF" "$1" "$2" "${3:-1e-5}") || fail "weights differ: $msg ($1 vs $2)"
+  note "$(basename "$1") vs $(basename "$2"): $msg"
+}
+# equal_to_single N [flags]: N workers == 1 worker
+equal_to_single() {
+  local n=$1; shift
+  run_job 1 "$T/w1.st" "$@"
+  run_job "$n" "$T/wn.st" "$@"
+  same_weights "$T/w1.st" "$T/wn.st"
+}
+
+case $CASE in
+  equal_2)            equal_to_single 2 --steps=40 ;;
+  equal_4_accumulate) equal_to_single 4 --steps=30 --accumulate=2 ;;
+  equal_2_skip_always) equal_to_single 2 --steps=30 --skip-layer=1 --find-unused-parameters ;;
+  equal_4_skip_odd_accumulate)
+    equal_to_single 4 --steps=30 --skip-layer=1 --skip-pattern=odd --accumulate=2 --find-unused-parameters \
+      --momentum=0.9 --weight-decay=0.001 ;;
+  equal_2_small_buckets)  # many buckets, bucket plan rebuilt from rank 0's order
+    equal_to_single 2 --steps=30 --bucket-cap-mb=0.004 --first-bucket-mb=0.001 ;;
+
+  torch)
+    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+    R=$HERE/torch_reference.py
+    /usr/bin/python3 "$R" make-inputs --rows=200 --seed=3 --init="$T/init.st" --data="$T/data.st" || fail "make-inputs"
+    for cfg in "2||" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters" \
+               "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters"; do
+      IFS='|' read -r n common extra <<<"$cfg"
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$R" train --init="$T/init.st" --data="$T/data.st" --world-size="$n" --steps=25 $common \
+        --out="$T/torch.st" || fail "torch reference failed"
+      # shellcheck disable=SC2086
+      run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
+      same_weights "$T/torch.st" "$T/psync.st" 1e-5
+    done ;;
+
+  shutdown)
+    start_coord 2
+    for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet --save="$T/stop.st" --summary="$T/sum{rank}.json"; done
+    sleep 2
+    "$CTL" --coordinator="$CADDR" shutdown >"$T/ctl.log" 2>&1 || fail "psyncctl shutdown failed"
+    for r in 0 1; do wait_exit "${WPID[$r]}" 20; [[ $rc == 0 ]] || fail "rank $r exited $rc after shutdown"; done
+    k0=$(json_field "$T/sum0.json" steps_completed); k1=$(json_field "$T/sum1.json" steps_completed)
+    [[ -n $k0 && $k0 == "$k1" ]] || fail "steps_completed differ: $k0 vs $k1"
+    ((k0 > 0 && k0 < 1000000)) || fail "steps_completed $k0"
+    note "both ranks stopped after $k0 steps"
+    kill "$CPID"; wait "$CPID" 2>/dev/null
+    run_job 1 "$T/single.st" --steps="$k0"
+    same_weights "$T/single.st" "$T/stop.st" ;;
+
+  kill_worker)
+    start_coord 4
+    for r in 0 1 2 3; do start_worker $r 4 --steps=1000000 --quiet; done
+    sleep 2
+    t0=$(date +%s.%N)
+    kill -9 "${WPID[2]}"
+    for r in 0 1 3; do
+      wait_exit "${WPID[$r]}" 10
+      [[ $rc != timeout ]] || fail "rank $r still running 10 s after rank 2 was killed"
+      [[ $rc != 0 ]] || fail "rank $r exited 0 after losing rank 2"
+      grep -q "rank 2" "$T/w$r.log" || fail "rank $r's error does not name rank 2: $(tail -1 "$T/w$r.log")"
+      note "rank $r: exit $rc: $(tail -1 "$T/w$r.log")"
+    done
+    note "all survivors exited within $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}') s"
+    kill -0 "$CPID" || fail "the coordinator died"
+    "$CTL" --coordinator="$CADDR" status >"$T/status.txt" 2>&1
+    grep -qiE "abort|lost" "$T/status.txt" || fail "psyncctl status does not report the loss: $(cat "$T/status.txt")"
+    grep -q "2" "$T/status.txt" || fail "psyncctl status does not name rank 2"
+    note "psyncctl status: $(grep -iE "abort|lost" "$T/status.txt" | head -2 | tr '\n' ' ')" ;;
+
+  kill_coordinator)
+    start_coord 2
+    for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet; done
+    sleep 2
+    kill -9 "$CPID"
+    for r in 0 1; do
+      wait_exit "${WPID[$r]}" 10
+      [[ $rc == 5 ]] || fail "rank $r: exit $rc, want 5 within 10 s"
+      grep -qi "coordinator" "$T/w$r.log" || fail "rank $r's message does not mention the coordinator"
+      note "rank $r: $(tail -1 "$T/w$r.log")"
+    done ;;
+
+  bad_input)
+    out=$("$WORKER" --no-such-flag=1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *no-such-flag* && $(wc -l <<<"$out") == 1 ]] || fail "unknown flag: rc=$rc out=$out"
+    out=$("$WORKER" --steps=abc 2>&1); rc=$?
+    [[ $rc == 2 && $out == *steps* ]] || fail "bad value: rc=$rc out=$out"
+    out=$("$WORKER" --global-batch=10 --accumulate=3 --world-size=1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *global-batch* && $out == *accumulate* ]] || fail "batch geometry: rc=$rc out=$out"
+    out=$("$WORKER" --skip-layer=2 2>&1); rc=$?
+    [[ $rc == 2 && $out == *skip-layer* ]] || fail "skip layer: rc=$rc out=$out"
+    head -c 100 /dev/urandom >"$T/corrupt.st"
+    out=$("$WORKER" --init="$T/corrupt.st" --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *corrupt.st* ]] || fail "corrupt --init: rc=$rc out=$out"
+    note "corrupt --init: $out"
+    printf '\x10\x00\x00\x00\x00\x00\x00\x00{"x":{"dtype"' >"$T/trunc.st"
+    out=$("$WORKER" --init="$T/trunc.st" --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *trunc.st* ]] || fail "truncated --init: rc=$rc out=$out"
+    "$WORKER" --help >/dev/null 2>&1 || fail "--help"
+    # widths mismatch with --data: x [4,8], y [4,4] (F32 zeros) against the default widths 32,64,64,16
+    python_bin=$(command -v /usr/bin/python3 || command -v python3)
+    "$python_bin" - "$T/data8.st" <<'EOF' || fail "writing data8.st"
+import json, struct, sys
+n = 4
+hdr = {"x": {"dtype": "F32", "shape": [n, 8], "data_offsets": [0, n * 8 * 4]},
+       "y": {"dtype": "F32", "shape": [n, 4], "data_offsets": [n * 8 * 4, n * 12 * 4]}}
+h = json.dumps(hdr).encode(); h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"\0" * (n * 12 * 4))
+EOF
+    out=$("$WORKER" --data="$T/data8.st" --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *data8.st* && $out == *"'x'"* ]] || fail "widths vs --data: rc=$rc out=$out"
+    note "widths mismatch: $out"
+    out=$("$WORKER" --coordinator=127.0.0.1:1 --steps=1 --timeout=2s 2>&1); rc=$?
+    [[ $rc == 3 ]] || fail "unreachable coordinator: rc=$rc out=$out"
+    note "unreachable coordinator: exit 3: $out" ;;
+
+  launch)
+    out=$("$LAUNCH" --nproc=2 -- --steps=30 --progress-every=10 --save="$T/l.st" --summary="$T/ls{rank}.json" \
+      --trace="$T/lt{rank}.json" 2>"$T/launch.log"); rc=$?
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc"
+    grep -q "step 30/30" <<<"$out" || fail "no progress line from rank 0: $out"
+    [[ -s $T/ls0.json && -s $T/ls1.json && -s $T/lt0.json && -s $T/lt1.json && -s $T/l.st ]] || fail "outputs missing"
+    for ev in '"forward"' '"backward"' 'AccumulateGrad(layers.0.weight)' 'allreduce bucket' 'launch bucket' \
+              '"finalize"' '"optimizer step"'; do
+      grep -q "$ev" "$T/lt0.json" || fail "trace lacks $ev"
+    done
+    run_job 1 "$T/one.st" --steps=30
+    same_weights "$T/one.st" "$T/l.st"
+    out=$("$LAUNCH" --nproc=2 -- --no-such-flag 2>"$T/launch2.log"); rc=$?
+    [[ $rc == 2 ]] || fail "bad worker flag through psync-launch: exit $rc"
+    # Ctrl-C: SIGINT to the launcher stops the job through the coordinator.
+    "$LAUNCH" --nproc=2 -- --steps=1000000 --quiet --summary="$T/int{rank}.json" >"$T/int.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    sleep 3
+    kill -INT "$LP"
+    wait_exit "$LP" 30
+    [[ $rc == 0 ]] || fail "psync-launch after SIGINT: exit $rc"
+    k0=$(json_field "$T/int0.json" steps_completed); k1=$(json_field "$T/int1.json" steps_completed)
+    [[ -n $k0 && $k0 == "$k1" ]] || fail "SIGINT: steps_completed differ: $k0 vs $k1"
+    note "SIGINT stopped both ranks after $k0 steps" ;;
+
+  *) echo "unknown case $CASE"; exit 2 ;;
+esac
+echo "PASS [$CASE]"
