@@ -128,7 +128,11 @@ absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
   if (state_ == State::kInBackward) {
     return absl::FailedPreconditionError("ApplyBucketPlan must be called between iterations, not during backward");
   }
-  return RebuildBuckets(plan);
+  PSYNC_RETURN_IF_ERROR(RebuildBuckets(plan));
+  // Between forward and backward (kPrepared) nothing is ready yet; only the
+  // per-bucket trace slots must follow the new layout.
+  trace_.buckets.assign(buckets_.size(), BucketTrace{});
+  return absl::OkStatus();
 }
 
 absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {

@@ -114,8 +114,9 @@ class Reducer {
 
   // Replaces the buckets with `plan` (bucket -> parameter indices; all
   // parameters, each once, one device per bucket). Call at an iteration
-  // boundary (after Finalize, before the next forward) with the same plan on
-  // every rank. Existing gradients are moved into the new buckets.
+  // boundary (after Finalize, before the next backward; FailedPrecondition
+  // during one) with the same plan on every rank. Existing gradients are
+  // moved into the new buckets.
   absl::Status ApplyBucketPlan(BucketPlan plan);
   // The order parameters became ready in the first synchronised backward
   // (empty before it finished).

@@ -161,5 +161,19 @@ TEST(Reducer, RejectsBadParametersAndPlans) {
   ASSERT_TRUE(Step(f).ok());
 }
 
+TEST(Reducer, PlanAppliedBetweenForwardAndBackward) {
+  Fixture f = Make(true);
+  auto [x, y] = StepData(0, 4, Device::CPU());
+  auto out = f.ddp->Forward([&] { return f.mlp->Forward(autograd::Variable(x), {1}); });
+  ASSERT_TRUE(out.ok());
+  BucketPlan plan;
+  for (size_t i = 0; i < 6; ++i) plan.push_back({5 - i});
+  ASSERT_TRUE(f.ddp->reducer().ApplyBucketPlan(plan).ok());
+  ASSERT_TRUE(autograd::Backward(nn::MseLoss(*out, y)).ok());
+  const IterationTrace& t = f.ddp->reducer().last_iteration_trace();
+  EXPECT_EQ(t.launch_order.size(), 6u);
+  EXPECT_EQ(t.globally_unused, 2u);
+}
+
 }  // namespace
 }  // namespace psync::ddp::testing
