@@ -137,19 +137,21 @@ start() {
   printf -v "PID_$name" '%s' "$pid"
 }
 
-# wait_exit PID LIMIT_S: waits for PID at most LIMIT_S seconds; prints its exit
-# code, or "timeout" (then kills it).
+# wait_exit PID LIMIT_S: waits for PID (a child of this shell) at most LIMIT_S
+# seconds; sets RC to its exit code, or to "timeout" (then kills it).
+# Not for $(...): a subshell cannot wait for its parent's children.
+RC=""
 wait_exit() {
   local pid=$1 limit=$2 t=0
   while kill -0 "$pid" 2>/dev/null; do
     if (( t >= limit * 10 )); then
       kill -TERM "$pid" 2>/dev/null; sleep 0.5; kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
-      echo timeout; return
+      RC=timeout; return
     fi
     sleep 0.1; t=$((t + 1))
   done
-  wait "$pid"; echo $?
+  wait "$pid"; RC=$?
 }
 
 ctl() {  # ctl NS ARGS...: psyncctl against the coordinator, bounded
@@ -184,8 +186,8 @@ start_workers() {  # JOB_ID PREFIX WORKER_FLAGS...
 stop_coordinator() {  # NAME
   local pvar=PID_$1
   kill -TERM "${!pvar}" 2>/dev/null
-  local rc; rc=$(wait_exit "${!pvar}" 10)
-  [[ "$rc" != timeout ]] || fail "coordinator ($1) did not stop within 10 s of SIGTERM"
+  wait_exit "${!pvar}" 10
+  [[ "$RC" != timeout ]] || fail "coordinator ($1) did not stop within 10 s of SIGTERM"
 }
 
 # json_field JSON_TEXT KEY: first value of "KEY": in JSON_TEXT (numbers/strings).
@@ -208,7 +210,8 @@ phase_complete() {
   st=$(ctl "$NS_W0" status) || fail "psyncctl status from W0 (across the bridge) failed"
   log "psyncctl status from W0: $(echo "$st" | head -n1)"
   local rc0 rc1
-  rc0=$(wait_exit "$PID_w1_0" 120); rc1=$(wait_exit "$PID_w1_1" 120)
+  wait_exit "$PID_w1_0" 120; rc0=$RC
+  wait_exit "$PID_w1_1" 120; rc1=$RC
   [[ "$rc0" == 0 && "$rc1" == 0 ]] || fail "phase 1: worker exit codes rank0=$rc0 rank1=$rc1 (want 0 0)"
   ((seen)) || fail "phase 1: no TCP connection between W0 ($IP_W0) and W1 ($IP_W1): Gloo did not use the workers' own addresses"
   st=$(ctl "$NS_C" --json status) || fail "psyncctl status from C failed after the job"
@@ -226,7 +229,8 @@ phase_runner() {
     PSYNC_CHECK_MIN_ITERATION=10 PSYNC_CHECK_TIMEOUT_S=90 sh "$root/deploy/compose/check-job.sh" >"$WORK/runner2.log" 2>&1 \
     || fail "phase 2: check-job.sh failed (rc=$?)"
   local rc0 rc1
-  rc0=$(wait_exit "$PID_w2_0" 60); rc1=$(wait_exit "$PID_w2_1" 60)
+  wait_exit "$PID_w2_0" 60; rc0=$RC
+  wait_exit "$PID_w2_1" 60; rc1=$RC
   [[ "$rc0" == 0 && "$rc1" == 0 ]] || fail "phase 2: worker exit codes after shutdown rank0=$rc0 rank1=$rc1 (want 0 0)"
   log "phase 2 ok: runner passed, workers stopped cleanly (0/0)"
   stop_coordinator coord2
@@ -249,7 +253,7 @@ phase_partition() {
   local t0=$SECONDS
   ip -n "$NS_HUB" link set vw1 down
   local rc0 dt
-  rc0=$(wait_exit "$PID_w3_0" 10); dt=$((SECONDS - t0))
+  wait_exit "$PID_w3_0" 10; rc0=$RC; dt=$((SECONDS - t0))
   [[ "$rc0" != timeout ]] || fail "phase 3: rank 0 still running 10 s after the partition"
   [[ "$rc0" == 4 ]] || fail "phase 3: rank 0 exit code $rc0 (want 4: peer lost / job aborted)"
   grep -Eiq 'lost|abort' "$WORK/w3_0.log" || fail "phase 3: rank 0's error does not name the failure"
@@ -267,7 +271,7 @@ EOF
   st=$(ctl "$NS_C" status) || fail "phase 3: psyncctl status failed after the partition"
   log "coordinator after the partition: $(echo "$st" | tr '\n' ' ' | cut -c1-200)"
   # The cut-off rank must end by itself (its own collective / coordinator timeouts).
-  local rc1; rc1=$(wait_exit "$PID_w3_1" 60)
+  local rc1; wait_exit "$PID_w3_1" 60; rc1=$RC
   [[ "$rc1" != timeout ]] || fail "phase 3: partitioned rank 1 hung (> 60 s after the cut)"
   [[ "$rc1" == 4 || "$rc1" == 5 ]] || fail "phase 3: partitioned rank 1 exit code $rc1 (want 4 or 5)"
   log "phase 3 ok: rank 0 exit 4 in ${dt}s, rank 1 exit $rc1, coordinator reports rank 1 lost"
