@@ -239,7 +239,7 @@ phase_runner() {
 phase_partition() {
   log "phase 3: partition W1 mid-run"
   start_coordinator netns-partition coord3 --report-timeout=3s
-  start_workers netns-partition w3_ --steps=1000000 --timeout=5s --progress-every=0
+  start_workers netns-partition w3_ --steps=1000000 --timeout=4s --progress-every=0
   # Wait for real progress before cutting the link.
   local i it=-1 st
   for i in $(seq 1 300); do
