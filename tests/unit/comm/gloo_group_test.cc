@@ -1,11 +1,14 @@
 // GlooGroup over real processes on 127.0.0.1 (forked ranks, FileStore).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
 
-#include "tests/unit/comm/multiprocess.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/hash_store.h"
 #include "worker/comm/gloo/gloo_group.h"
@@ -16,8 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using testing::RunRanks;
-using testing::TempDir;
+using test_support::ExpectAllRanksOk;
+using test_support::RunRanks;
+using test_support::TempDir;
 
 std::string Msg(const absl::Status& st) { return std::string(st.message()); }
 bool Has(const absl::Status& st, const std::string& s) { return Msg(st).find(s) != std::string::npos; }
@@ -123,7 +127,7 @@ int Collectives(int rank, int size, const std::string& dir) {
 void RunCollectives(int size) {
   TempDir dir;
   auto results = RunRanks(size, [&](int rank) { return Collectives(rank, size, dir.path()); }, std::chrono::seconds(90));
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << " code " << results[r].code;
+  ExpectAllRanksOk(results);
 }
 
 TEST(GlooGroup, CollectivesWorld2) { RunCollectives(2); }
@@ -233,6 +237,7 @@ TEST(GlooGroup, PeerKilledDuringCollective) {
         return 0;
       },
       std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].ok()) << "survivor code " << results[0].code;
   EXPECT_EQ(results[1].code, -SIGKILL);
 }
@@ -267,7 +272,7 @@ TEST(GlooGroup, PeerNeverArrivesWaitTimeout) {
         return 0;
       },
       std::chrono::seconds(60));
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << " code " << results[r].code;
+  ExpectAllRanksOk(results);
 }
 
 // Same, but the group's own (Gloo context) timeout fires first.
@@ -294,7 +299,7 @@ TEST(GlooGroup, PeerNeverArrivesGroupTimeout) {
         return 0;
       },
       std::chrono::seconds(60));
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << " code " << results[r].code;
+  ExpectAllRanksOk(results);
 }
 
 // Abort from another thread fails pending work promptly, with the reason.
@@ -344,7 +349,7 @@ TEST(GlooGroup, AbortFromAnotherThread) {
         return 0;
       },
       std::chrono::seconds(60));
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << " code " << results[r].code;
+  ExpectAllRanksOk(results);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 #include <memory>
 #include <thread>
 
-#include "tests/unit/comm/multiprocess.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/hash_store.h"
 #include "worker/comm/prefix_store.h"
@@ -14,8 +15,9 @@ namespace psync::comm {
 namespace {
 
 using std::chrono::milliseconds;
-using testing::RunRanks;
-using testing::TempDir;
+using test_support::ExpectAllRanksOk;
+using test_support::RunRanks;
+using test_support::TempDir;
 
 std::string Msg(const absl::Status& st) { return std::string(st.message()); }
 
@@ -143,7 +145,7 @@ TEST(FileStore, AcrossProcesses) {
         return 0;
       },
       std::chrono::seconds(30));
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << " code " << results[r].code;
+  ExpectAllRanksOk(results);
 }
 
 }  // namespace

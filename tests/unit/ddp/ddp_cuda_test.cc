@@ -2,7 +2,7 @@
 // skips itself without a GPU (or without the NCCL backend).
 #include <gtest/gtest.h>
 
-#include "tests/unit/comm/multiprocess.h"
+#include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
 
 namespace psync::ddp::testing {
@@ -12,7 +12,7 @@ TEST(DdpCuda, WorldOneNcclMatchesReference) {
   if (!comm::NcclBackendBuilt()) GTEST_SKIP() << "psync was built without NCCL";
   absl::Status available = CheckDeviceAvailable(Device::CUDA(0));
   if (!available.ok()) GTEST_SKIP() << available.message();
-  comm::testing::TempDir dir;
+  psync::test_support::TempDir dir;
   Scenario sc;
   sc.world = 1;
   sc.micro = 2;

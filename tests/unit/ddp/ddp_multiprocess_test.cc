@@ -5,27 +5,25 @@
 #include <signal.h>
 
 #include "absl/strings/str_split.h"
-#include "tests/unit/comm/multiprocess.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
 
 namespace psync::ddp::testing {
 namespace {
 
-using comm::testing::ChildResult;
-using comm::testing::TempDir;
+using psync::test_support::ExpectAllRanksOk;
+using psync::test_support::RunRanks;
+using psync::test_support::TempDir;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kDeadline(90000);
 
-void ExpectAllOk(const std::vector<ChildResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_EQ(results[r].code, 0) << "rank " << r;
-}
-
 void RunScenario(const Scenario& sc) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  ExpectAllOk(comm::testing::RunRanks(
+  ExpectAllRanksOk(RunRanks(
       sc.world, [&](int rank) { return RunDdpRank(sc, rank, dir.path()); }, kDeadline));
 }
 
@@ -143,19 +141,19 @@ TEST(DdpMultiProcess, DiscardedOutputThenForwardWithUnusedParameters) {
 
 TEST(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
   TempDir dir;
-  auto results = comm::testing::RunRanks(
+  auto results = RunRanks(
       2,
       [&](int rank) -> int {
         auto pg = MakeGroup(dir.path(), rank, 2, milliseconds(20000));
-        SC_CHECK(rank, pg != nullptr, "group");
+        CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{8, 16, 16, 16, 16, 4}, Device::CPU(), kSeed);
         DdpOptions opts;
         opts.bucket_cap_mb = 0.0003;
         opts.first_bucket_cap_mb = 0.0001;
         opts.find_unused_parameters = true;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
-        SC_CHECK(rank, ddp.ok(), ddp.status().ToString());
-        SC_CHECK(rank, (*ddp)->reducer().num_buckets() >= 4, absl::StrCat((*ddp)->reducer().num_buckets()));
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        CHILD_CHECK(rank, (*ddp)->reducer().num_buckets() >= 4, absl::StrCat((*ddp)->reducer().num_buckets()));
         auto observer = std::make_shared<OrderObserver>();
         (*ddp)->reducer().SetObserver(observer);
         for (int s = 0; s < 4; ++s) {
@@ -163,75 +161,75 @@ TEST(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
           std::set<int> skip;
           if (rank == 1 && s % 2 == 0) skip = {2};
           auto out = (*ddp)->Forward([&] { return mlp->Forward(autograd::Variable(x), skip); });
-          SC_CHECK(rank, out.ok(), out.status().ToString());
+          CHILD_CHECK(rank, out.ok(), out.status().ToString());
           absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
-          SC_CHECK(rank, st.ok(), st.ToString());
+          CHILD_CHECK(rank, st.ok(), st.ToString());
           mlp->ZeroGrad();
         }
-        SC_CHECK(rank, observer->traces.size() == 4, "4 traces");
+        CHILD_CHECK(rank, observer->traces.size() == 4, "4 traces");
         for (const auto& t : observer->traces) {
           for (size_t k = 0; k < t.launch_order.size(); ++k) {
-            SC_CHECK(rank, t.launch_order[k] == k, absl::StrJoin(t.launch_order, ","));
-            SC_CHECK(rank, t.buckets[k].launch <= t.buckets[k].complete, "launch before completion");
+            CHILD_CHECK(rank, t.launch_order[k] == k, absl::StrJoin(t.launch_order, ","));
+            CHILD_CHECK(rank, t.buckets[k].launch <= t.buckets[k].complete, "launch before completion");
           }
-          SC_CHECK(rank, t.launch_order.size() == t.buckets.size(), "every bucket launched");
-          SC_CHECK(rank, t.first_hook <= t.first_launch && t.first_launch <= t.finalize_begin, "trace times");
+          CHILD_CHECK(rank, t.launch_order.size() == t.buckets.size(), "every bucket launched");
+          CHILD_CHECK(rank, t.first_hook <= t.first_launch && t.first_launch <= t.finalize_begin, "trace times");
         }
-        SC_CHECK(rank, observer->traces[0].rebuilt_buckets, "rebuilt after the first iteration");
-        SC_CHECK(rank, !observer->traces[1].rebuilt_buckets, "rebuilt once");
+        CHILD_CHECK(rank, observer->traces[0].rebuilt_buckets, "rebuilt after the first iteration");
+        CHILD_CHECK(rank, !observer->traces[1].rebuilt_buckets, "rebuilt once");
         return 0;
       },
       kDeadline);
-  ExpectAllOk(results);
+  ExpectAllRanksOk(results);
 }
 
 TEST(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
   TempDir dir;
-  auto results = comm::testing::RunRanks(
+  auto results = RunRanks(
       3,
       [&](int rank) -> int {
         auto pg = MakeGroup(dir.path(), rank, 3, milliseconds(20000));
-        SC_CHECK(rank, pg != nullptr, "group");
+        CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.bucket_cap_mb = 0.0005;
         opts.first_bucket_cap_mb = 0.0002;
         opts.find_unused_parameters = true;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
-        SC_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         Reducer& reducer = (*ddp)->reducer();
         const BucketPlan initial = reducer.bucket_plan();
-        SC_CHECK(rank, initial == reducer.PlanFromOrder(ReverseOrder(6)), "initial plan is reverse order");
+        CHILD_CHECK(rank, initial == reducer.PlanFromOrder(ReverseOrder(6)), "initial plan is reverse order");
         // Ranks observe different ready orders: rank r skips layer 1 when
         // r is odd, so its (unused) parameters are marked ready first.
         auto [x, y] = StepData(0, 4, Device::CPU());
         std::set<int> skip;
         if (rank % 2) skip = {1};
         auto out = (*ddp)->Forward([&] { return mlp->Forward(autograd::Variable(x), skip); });
-        SC_CHECK(rank, out.ok(), out.status().ToString());
+        CHILD_CHECK(rank, out.ok(), out.status().ToString());
         absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
-        SC_CHECK(rank, st.ok(), st.ToString());
+        CHILD_CHECK(rank, st.ok(), st.ToString());
         const std::vector<size_t>& order = reducer.recorded_ready_order();
-        SC_CHECK(rank, order.size() == 6, "recorded order covers all parameters");
+        CHILD_CHECK(rank, order.size() == 6, "recorded order covers all parameters");
         auto orders = pg->Allgather(absl::StrJoin(order, ","), milliseconds(20000));
-        SC_CHECK(rank, orders.ok(), orders.status().ToString());
-        SC_CHECK(rank, (*orders)[0] != (*orders)[1], "ranks 0 and 1 observed different orders");
+        CHILD_CHECK(rank, orders.ok(), orders.status().ToString());
+        CHILD_CHECK(rank, (*orders)[0] != (*orders)[1], "ranks 0 and 1 observed different orders");
         auto plans = pg->Allgather(PlanString(reducer.bucket_plan()), milliseconds(20000));
-        SC_CHECK(rank, plans.ok(), plans.status().ToString());
-        for (const auto& p : *plans) SC_CHECK(rank, p == (*plans)[0], "plans differ");
+        CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
+        for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], "plans differ");
         // The plan is rank 0's observed order, packed with the same caps.
         std::vector<size_t> rank0;
         for (auto piece : absl::StrSplit((*orders)[0], ',')) rank0.push_back(std::stoul(std::string(piece)));
-        SC_CHECK(rank, PlanString(reducer.bucket_plan()) == PlanString(reducer.PlanFromOrder(rank0)),
+        CHILD_CHECK(rank, PlanString(reducer.bucket_plan()) == PlanString(reducer.PlanFromOrder(rank0)),
                  "plan from rank 0's order");
         // Gradients survived the rebuild: they are views of the new buckets.
         for (const auto& p : mlp->parameters()) {
-          if (p.grad().defined()) SC_CHECK(rank, p.grad().storage_offset() >= 0, p.name());
+          if (p.grad().defined()) CHILD_CHECK(rank, p.grad().storage_offset() >= 0, p.name());
         }
         return 0;
       },
       kDeadline);
-  ExpectAllOk(results);
+  ExpectAllRanksOk(results);
 }
 
 TEST(DdpMultiProcess, ExternalBucketPlanAppliedAtIterationBoundary) {
@@ -250,57 +248,57 @@ TEST(DdpMultiProcess, ExternalBucketPlanAppliedAtIterationBoundary) {
 
 TEST(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
   TempDir dir;
-  auto results = comm::testing::RunRanks(
+  auto results = RunRanks(
       2,
       [&](int rank) -> int {
         auto pg = MakeGroup(dir.path(), rank, 2, milliseconds(30000));
-        SC_CHECK(rank, pg != nullptr, "group");
+        CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.timeout = milliseconds(30000);
         opts.bucket_cap_mb = 0.0005;
         opts.first_bucket_cap_mb = 0.0002;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
-        SC_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         nn::SGD sgd(mlp->parameters(), 0.1f);
         // Step 0: every layer used.
         auto [x, y] = StepData(0, 4, Device::CPU());
         auto out = (*ddp)->Forward(autograd::Variable(x));
-        SC_CHECK(rank, out.ok(), out.status().ToString());
-        SC_CHECK(rank, autograd::Backward(nn::MseLoss(*out, y)).ok(), "step 0");
-        SC_CHECK(rank, sgd.Step().ok(), "sgd");
+        CHILD_CHECK(rank, out.ok(), out.status().ToString());
+        CHILD_CHECK(rank, autograd::Backward(nn::MseLoss(*out, y)).ok(), "step 0");
+        CHILD_CHECK(rank, sgd.Step().ok(), "sgd");
         // Step 1: rank 0 skips layer 1 without find_unused_parameters.
         std::set<int> skip;
         if (rank == 0) skip = {1};
         const auto t0 = Clock::now();
         out = (*ddp)->Forward([&] { return mlp->Forward(autograd::Variable(x), skip); });
-        SC_CHECK(rank, out.ok(), out.status().ToString());
+        CHILD_CHECK(rank, out.ok(), out.status().ToString());
         absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
         const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
-        SC_CHECK(rank, !st.ok(), "backward must fail");
+        CHILD_CHECK(rank, !st.ok(), "backward must fail");
         const std::string msg(st.message());
         if (rank == 0) {
-          SC_CHECK(rank, msg.find("layers.1.weight") != std::string::npos, msg);
-          SC_CHECK(rank, msg.find("layers.1.bias") != std::string::npos, msg);
-          SC_CHECK(rank, msg.find("layers.0.weight") == std::string::npos, msg);
-          SC_CHECK(rank, msg.find("find_unused_parameters") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("layers.1.weight") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("layers.1.bias") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("layers.0.weight") == std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("find_unused_parameters") != std::string::npos, msg);
           // The next forward fails with the same named error.
           auto again = (*ddp)->Forward(autograd::Variable(x));
-          SC_CHECK(rank, !again.ok(), "next forward must fail");
-          SC_CHECK(rank, std::string(again.status().message()).find("layers.1.weight") != std::string::npos,
+          CHILD_CHECK(rank, !again.ok(), "next forward must fail");
+          CHILD_CHECK(rank, std::string(again.status().message()).find("layers.1.weight") != std::string::npos,
                    again.status().ToString());
           // A backward that bypasses DDP's forward does not quietly skip reduction.
           absl::Status direct = autograd::Backward(nn::MseLoss(mlp->Forward(autograd::Variable(x)), y));
-          SC_CHECK(rank, !direct.ok(), "backward after a failure must fail");
-          SC_CHECK(rank, std::string(direct.message()).find("layers.1.weight") != std::string::npos, direct.ToString());
+          CHILD_CHECK(rank, !direct.ok(), "backward after a failure must fail");
+          CHILD_CHECK(rank, std::string(direct.message()).find("layers.1.weight") != std::string::npos, direct.ToString());
         } else {
           // The peer fails fast (rank 0 aborted the group), well inside the 30 s timeout.
-          SC_CHECK(rank, elapsed < milliseconds(15000), absl::StrCat("took ", elapsed.count(), " ms: ", msg));
+          CHILD_CHECK(rank, elapsed < milliseconds(15000), absl::StrCat("took ", elapsed.count(), " ms: ", msg));
         }
         return 0;
       },
       kDeadline);
-  ExpectAllOk(results);
+  ExpectAllRanksOk(results);
 }
 
 TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
@@ -308,20 +306,20 @@ TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
   // throws) leaves reduction unfinished; the next forward names the
   // parameters that got no gradient.
   TempDir dir;
-  auto results = comm::testing::RunRanks(
+  auto results = RunRanks(
       1,
       [&](int rank) -> int {
         auto pg = MakeGroup(dir.path(), rank, 1, milliseconds(10000));
-        SC_CHECK(rank, pg != nullptr, "group");
+        CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.bucket_cap_mb = 0.0005;
         opts.first_bucket_cap_mb = 0.0002;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
-        SC_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         auto [x, y] = StepData(0, 4, Device::CPU());
         auto out = (*ddp)->Forward(autograd::Variable(x));
-        SC_CHECK(rank, out.ok(), out.status().ToString());
+        CHILD_CHECK(rank, out.ok(), out.status().ToString());
         // Make the first layer's weight accumulator fail: its hook runs after
         // the last layer's, so reduction is half done when backward stops.
         auto acc = mlp->parameters()[0].grad_accumulator();
@@ -330,51 +328,51 @@ TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
         });
         absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
         acc->RemovePreHook(id);
-        SC_CHECK(rank, !st.ok(), "backward must fail");
+        CHILD_CHECK(rank, !st.ok(), "backward must fail");
         auto again = (*ddp)->Forward(autograd::Variable(x));
-        SC_CHECK(rank, !again.ok(), "next forward must fail");
+        CHILD_CHECK(rank, !again.ok(), "next forward must fail");
         const std::string msg(again.status().message());
-        SC_CHECK(rank, msg.find("layers.0.weight") != std::string::npos, msg);
-        SC_CHECK(rank, msg.find("layers.2.weight") == std::string::npos, msg);
-        SC_CHECK(rank, msg.find("find_unused_parameters") != std::string::npos, msg);
+        CHILD_CHECK(rank, msg.find("layers.0.weight") != std::string::npos, msg);
+        CHILD_CHECK(rank, msg.find("layers.2.weight") == std::string::npos, msg);
+        CHILD_CHECK(rank, msg.find("find_unused_parameters") != std::string::npos, msg);
         return 0;
       },
       kDeadline);
-  ExpectAllOk(results);
+  ExpectAllRanksOk(results);
 }
 
 TEST(DdpMultiProcess, PeerKilledDuringCollectiveFailsWithinTimeout) {
   TempDir dir;
   constexpr milliseconds kTimeout(5000);
-  auto results = comm::testing::RunRanks(
+  auto results = RunRanks(
       2,
       [&](int rank) -> int {
         auto pg = MakeGroup(dir.path(), rank, 2, kTimeout);
-        SC_CHECK(rank, pg != nullptr, "group");
+        CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.timeout = kTimeout;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
-        SC_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         auto [x, y] = StepData(0, 4, Device::CPU());
         for (int s = 0; s < 2; ++s) {
           auto out = (*ddp)->Forward(autograd::Variable(x));
-          SC_CHECK(rank, out.ok(), out.status().ToString());
+          CHILD_CHECK(rank, out.ok(), out.status().ToString());
           if (rank == 1 && s == 1) raise(SIGKILL);  // dies before its half of the collective
           const auto t0 = Clock::now();
           absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
           const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
           if (s == 0) {
-            SC_CHECK(rank, st.ok(), st.ToString());
+            CHILD_CHECK(rank, st.ok(), st.ToString());
             continue;
           }
-          SC_CHECK(rank, !st.ok(), "backward must fail when the peer is gone");
-          SC_CHECK(rank, elapsed < kTimeout + milliseconds(3000),
+          CHILD_CHECK(rank, !st.ok(), "backward must fail when the peer is gone");
+          CHILD_CHECK(rank, elapsed < kTimeout + milliseconds(3000),
                    absl::StrCat("took ", elapsed.count(), " ms: ", st.ToString()));
           std::fprintf(stderr, "rank 0 got (after %lld ms): %s\n", static_cast<long long>(elapsed.count()),
                        st.ToString().c_str());
           // And the reducer stays failed.
-          SC_CHECK(rank, !(*ddp)->Forward(autograd::Variable(x)).ok(), "sticky error");
+          CHILD_CHECK(rank, !(*ddp)->Forward(autograd::Variable(x)).ok(), "sticky error");
         }
         return 0;
       },

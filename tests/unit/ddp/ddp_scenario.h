@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/common/subprocess.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/comm/file_store.h"
@@ -130,21 +131,12 @@ inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int
   return std::shared_ptr<comm::ProcessGroup>(std::move(*pg));
 }
 
-#define SC_CHECK(rank, cond, msg)                                                                        \
-  do {                                                                                                   \
-    if (!(cond)) {                                                                                       \
-      std::fprintf(stderr, "rank %d: CHECK failed at %s:%d: %s -- %s\n", (rank), __FILE__, __LINE__, #cond, \
-                   std::string(msg).c_str());                                                            \
-      return 1;                                                                                          \
-    }                                                                                                    \
-  } while (0)
-
 // One rank of the scenario under DDP; returns 0 when the weights match the
 // reference (max abs diff <= tol), launches were ascending in every
 // iteration, and all ranks ended with the same bucket plan.
 inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, float tol = 1e-5f) {
   std::shared_ptr<comm::ProcessGroup> pg = MakeGroup(dir, rank, sc.world, std::chrono::milliseconds(20000), sc.backend);
-  SC_CHECK(rank, pg != nullptr, "group");
+  CHILD_CHECK(rank, pg != nullptr, "group");
   // Each rank starts from different weights: DDP must broadcast rank 0's.
   auto mlp = std::make_shared<nn::MLP>(Widths(), sc.device, kSeed + static_cast<uint64_t>(rank));
   DdpOptions opts;
@@ -154,7 +146,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   opts.timeout = std::chrono::milliseconds(20000);
   opts.rebuild = sc.rebuild;
   auto ddp_or = DistributedDataParallel::Create(mlp, pg, opts);
-  SC_CHECK(rank, ddp_or.ok(), ddp_or.status().ToString());
+  CHILD_CHECK(rank, ddp_or.ok(), ddp_or.status().ToString());
   auto ddp = std::move(*ddp_or);
   auto observer = std::make_shared<OrderObserver>();
   ddp->reducer().SetObserver(observer);
@@ -172,34 +164,34 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
       if (sc.discard_first_output) {
         // Forward whose output is dropped without backward (all layers used).
         auto dropped = ddp->Forward([&] { return mlp->Forward(xin, {}); });
-        SC_CHECK(rank, dropped.ok(), dropped.status().ToString());
+        CHILD_CHECK(rank, dropped.ok(), dropped.status().ToString());
       }
       auto out = ddp->Forward([&] { return mlp->Forward(xin, skip); });
-      SC_CHECK(rank, out.ok(), out.status().ToString());
+      CHILD_CHECK(rank, out.ok(), out.status().ToString());
       autograd::Variable loss = autograd::Scale(nn::MseLoss(*out, Rows(y, first, sc.rows)), scale);
       absl::Status st = autograd::Backward(loss);
-      SC_CHECK(rank, st.ok(), absl::StrCat("step ", s, " micro ", m, ": ", st.ToString()));
+      CHILD_CHECK(rank, st.ok(), absl::StrCat("step ", s, " micro ", m, ": ", st.ToString()));
     }
     absl::Status st = sgd.Step();
-    SC_CHECK(rank, st.ok(), st.ToString());
+    CHILD_CHECK(rank, st.ok(), st.ToString());
     sgd.ZeroGrad(sc.alternate_zero ? (s % 2 == 0) : sc.set_to_none);
     if (s == 0 && sc.rebuild == RebuildMode::kExternal && sc.external_plan) {
       st = ddp->reducer().ApplyBucketPlan(sc.external_plan(ddp->reducer()));
-      SC_CHECK(rank, st.ok(), st.ToString());
+      CHILD_CHECK(rank, st.ok(), st.ToString());
     }
   }
   // Launch order: ascending and complete in every synced iteration.
-  SC_CHECK(rank, static_cast<int>(observer->traces.size()) == sc.steps, "one trace per step");
+  CHILD_CHECK(rank, static_cast<int>(observer->traces.size()) == sc.steps, "one trace per step");
   for (const auto& t : observer->traces) {
     std::vector<size_t> want(t.buckets.size());
     for (size_t k = 0; k < want.size(); ++k) want[k] = k;
-    SC_CHECK(rank, t.launch_order == want,
+    CHILD_CHECK(rank, t.launch_order == want,
              absl::StrCat("iteration ", t.iteration, " launch order ", absl::StrJoin(t.launch_order, ",")));
   }
   // Same bucket plan on every rank.
   auto plans = pg->Allgather(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
-  SC_CHECK(rank, plans.ok(), plans.status().ToString());
-  for (const auto& p : *plans) SC_CHECK(rank, p == (*plans)[0], absl::StrCat("plans differ: ", p, " vs ", (*plans)[0]));
+  CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
+  for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], absl::StrCat("plans differ: ", p, " vs ", (*plans)[0]));
   // Weights equal the full-batch reference.
   const std::vector<std::vector<float>> want = RunReference(sc);
   const auto params = mlp->parameters();
@@ -207,7 +199,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
     const std::vector<float> got = params[i].data().ToVector();
     float diff = 0;
     for (size_t j = 0; j < got.size(); ++j) diff = std::max(diff, std::fabs(got[j] - want[i][j]));
-    SC_CHECK(rank, diff <= tol, absl::StrCat(params[i].name(), " max abs diff ", diff));
+    CHILD_CHECK(rank, diff <= tol, absl::StrCat(params[i].name(), " max abs diff ", diff));
   }
   return 0;
 }
