@@ -1,27 +1,21 @@
 #include "worker/tensor/storage.h"
 
-#include <cstdlib>
 #include <new>
 #include <string>
 
+#include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_ops.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync {
 
-namespace {
-// 64 bytes: one cache line, and enough for AVX-512 loads in OpenBLAS.
-constexpr size_t kCpuAlignment = 64;
-}  // namespace
-
 std::shared_ptr<Storage> Storage::Allocate(size_t nbytes, Device device) {
   void* data = nullptr;
   if (device.is_cpu()) {
-    // aligned_alloc wants a size that is a multiple of the alignment; a
-    // zero-byte storage still gets a real (unique) pointer.
-    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    if (rounded == 0) rounded = kCpuAlignment;
-    data = std::aligned_alloc(kCpuAlignment, rounded);
+    // 64-byte aligned (one cache line, enough for AVX-512 loads in
+    // OpenBLAS), from the caching allocator; a zero-byte storage still gets
+    // a real (unique) pointer.
+    data = CpuCachingAllocator::Get().Allocate(nbytes);
     if (data == nullptr) {
       throw TensorError("Storage::Allocate: out of CPU memory allocating " +
                         std::to_string(nbytes) + " bytes");
@@ -37,7 +31,7 @@ std::shared_ptr<Storage> Storage::Allocate(size_t nbytes, Device device) {
 
 Storage::~Storage() {
   if (device_.is_cpu()) {
-    std::free(data_);
+    CpuCachingAllocator::Get().Free(data_, nbytes_);
   } else {
     // cudaFreeAsync on the compute stream: the memory goes back to the pool
     // once the work already queued there (which may still read it) is done.
