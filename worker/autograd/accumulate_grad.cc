@@ -18,7 +18,23 @@ std::string AccumulateGrad::name() const {
   return "AccumulateGrad(" + (state->name.empty() ? std::string("<unnamed>") : state->name) + ")";
 }
 
+void AccumulateGrad::SetGradDestination(Tensor destination) {
+  destination_ = std::move(destination);
+  destination_taken_ = false;
+}
+
+Tensor AccumulateGrad::TakeGradDestination(const Shape& shape, Device device) {
+  if (!destination_.defined() || destination_taken_) return Tensor();
+  if (destination_.shape() != shape || destination_.device() != device) return Tensor();
+  std::shared_ptr<VariableState> state = variable_.lock();
+  if (!state || state->grad.defined()) return Tensor();
+  destination_taken_ = true;
+  return destination_;
+}
+
 TensorList AccumulateGrad::Apply(TensorList&& grads) {
+  // A destination handed out for this gradient is free again afterwards.
+  destination_taken_ = false;
   std::shared_ptr<VariableState> state = variable_.lock();
   // A leaf that is gone, or an output that got no gradient: nothing to add.
   if (!state || grads.empty() || !grads[0].defined()) return {};
@@ -27,7 +43,10 @@ TensorList AccumulateGrad::Apply(TensorList&& grads) {
     throw TensorError("gradient of shape " + ShapeToString(incoming.shape()) + " for " + name() +
                       " whose data has shape " + ShapeToString(state->data.shape()));
   }
-  if (!state->grad.defined()) {
+  if (!state->grad.defined() && destination_.defined() && incoming.IsSameView(destination_)) {
+    // The producer wrote the gradient into the destination: adopt it.
+    state->grad = std::move(incoming);
+  } else if (!state->grad.defined()) {
     // Steal the buffer only when nobody else can see it. Otherwise the
     // incoming tensor may alias another variable's data or a saved tensor,
     // and a later in-place accumulation into grad would corrupt it, so take

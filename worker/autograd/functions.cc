@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "worker/autograd/accumulate_grad.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::autograd {
@@ -54,6 +55,20 @@ class FunctionNode : public Node {
  protected:
   FunctionNode(std::string name, bool saves_tensors) : name_(std::move(name)), saves_tensors_(saves_tensors) {}
   bool needs_grad(size_t input) const { return needs_grad_[input]; }
+  // Where the gradient of forward input `input` may be written instead of a
+  // fresh tensor: the gradient destination of the leaf's AccumulateGrad
+  // when the edge goes straight to one (a DDP bucket slot); undefined
+  // otherwise. Only for gradients computed from scratch into it (never an
+  // alias of another tensor), and only during Backward.
+  Tensor OutputBuffer(size_t input, const Shape& shape, Device device) const {
+    if (!needs_grad_[input]) return Tensor();
+    size_t edge = 0;
+    for (size_t i = 0; i < input; ++i) edge += needs_grad_[i] ? 1 : 0;
+    const Edge& e = next_edges()[edge];
+    if (!e.valid() || e.function->priority() != kAccumulateGradPriority) return Tensor();
+    auto* acc = dynamic_cast<AccumulateGrad*>(e.function.get());
+    return acc ? acc->TakeGradDestination(shape, device) : Tensor();
+  }
   // One gradient per forward input (undefined where not needed), from the
   // gradient of the single output.
   virtual TensorList Backward(const Tensor& grad) = 0;
@@ -97,8 +112,13 @@ class MatmulBackward : public FunctionNode {
  private:
   TensorList Backward(const Tensor& g) override {
     TensorList r(2);
-    if (needs_grad(0)) r[0] = ops::Matmul(g, b, false, true);  // g b^T
-    if (needs_grad(1)) r[1] = ops::Matmul(a, g, true, false);  // a^T g
+    // Into the leaf's gradient destination (bucket slot) when it has one.
+    if (needs_grad(0)) {
+      r[0] = ops::MatmulInto(OutputBuffer(0, {g.size(0), b.size(0)}, g.device()), g, b, false, true);  // g b^T
+    }
+    if (needs_grad(1)) {
+      r[1] = ops::MatmulInto(OutputBuffer(1, {a.size(1), g.size(1)}, g.device()), a, g, true, false);  // a^T g
+    }
     return r;
   }
   void ReleaseSaved() override { a = b = Tensor(); }
@@ -112,9 +132,13 @@ class LinearBackward : public FunctionNode {
  private:
   TensorList Backward(const Tensor& g) override {
     TensorList r(3);
-    if (needs_grad(0)) r[0] = ops::Matmul(g, w);               // [N,out] @ [out,in]
-    if (needs_grad(1)) r[1] = ops::Matmul(g, x, true, false);  // [out,N] @ [N,in]
-    if (needs_grad(2)) r[2] = ops::SumRows(g);                 // [out]
+    // Weight and bias gradients go straight into the leaves' gradient
+    // destinations (DDP bucket slots) when they have one.
+    if (needs_grad(0)) r[0] = ops::Matmul(g, w);  // [N,out] @ [out,in]
+    if (needs_grad(1)) {
+      r[1] = ops::MatmulInto(OutputBuffer(1, {g.size(1), x.size(1)}, g.device()), g, x, true, false);  // [out,N] @ [N,in]
+    }
+    if (needs_grad(2)) r[2] = ops::SumRowsInto(OutputBuffer(2, {g.size(1)}, g.device()), g);  // [out]
     return r;
   }
   void ReleaseSaved() override { x = w = Tensor(); }

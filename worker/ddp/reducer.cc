@@ -78,7 +78,20 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
 }
 
 Reducer::~Reducer() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->RemovePostHook(hook_ids_[i]);
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    accumulators_[i]->RemovePostHook(hook_ids_[i]);
+    accumulators_[i]->SetGradDestination(Tensor());
+  }
+}
+
+void Reducer::PointDestinationsAtBuckets() {
+  // Why: a gradient computed from scratch (grad undefined, e.g. after
+  // ZeroGrad(set_to_none)) is then written by its producer straight into
+  // the bucket slot (gradient_as_bucket_view without the copy-in).
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    const Location loc = locations_[i];
+    accumulators_[i]->SetGradDestination(buckets_[loc.bucket].slots()[loc.slot].view);
+  }
 }
 
 void Reducer::AttachHooks() {
@@ -89,6 +102,7 @@ void Reducer::AttachHooks() {
         [this, i](const autograd::TensorList&, const autograd::TensorList&) { OnGradAccumulated(i); }));
     accumulators_.push_back(std::move(acc));
   }
+  PointDestinationsAtBuckets();
 }
 
 BucketPlan Reducer::PlanFromOrder(const std::vector<size_t>& order) const {
@@ -121,6 +135,7 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   }
   buckets_ = std::move(buckets);
   locations_ = std::move(locations);
+  PointDestinationsAtBuckets();
 }
 
 absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {

@@ -12,6 +12,14 @@
 // by the world size; the gradients are then in each parameter's grad, which
 // is a view into its bucket (no copy back out).
 //
+// Copies: each slot view is its parameter's gradient destination
+// (AccumulateGrad::SetGradDestination), so when grad is undefined (first
+// backward, ZeroGrad(set_to_none)) a Linear/Matmul backward writes the
+// weight and bias gradients straight into the bucket, and AccumulateGrad
+// adopts the slot view as grad: no copy at all. Only gradients made by
+// other nodes (or a second producer of the same parameter) are copied into
+// the slot when the parameter is marked ready (CopyGradIntoSlot).
+//
 // State machine (state_; every transition is on the backward thread, which
 // is also the thread that runs forward):
 //
@@ -155,6 +163,9 @@ class Reducer {
           std::shared_ptr<UnusedParameterSource> source);
   void AttachHooks();
   void InstallBuckets(const BucketPlan& plan);  // builds buckets_ and locations_
+  // Makes every slot view its parameter's gradient destination (see
+  // AccumulateGrad::SetGradDestination).
+  void PointDestinationsAtBuckets();
   absl::Status RebuildBuckets(const BucketPlan& plan);  // validated InstallBuckets, no state check
 
   // Hook path (backward thread).

@@ -124,7 +124,8 @@ Device CheckCrossEntropyArgs(const char* op, std::initializer_list<Arg> args, co
 
 }  // namespace
 
-Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+namespace {
+Tensor MatmulImpl(Tensor* out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const char* op = trans_a ? (trans_b ? "Matmul(a^T, b^T)" : "Matmul(a^T, b)")
                            : (trans_b ? "Matmul(a, b^T)" : "Matmul(a, b)");
   auto args = {Arg{"a", &a}, Arg{"b", &b}};
@@ -136,13 +137,31 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const int64_t kb = trans_b ? b.size(1) : b.size(0);
   const int64_t n = trans_b ? b.size(0) : b.size(1);
   if (k != kb) Fail(op, args, absl::StrCat("inner dimensions differ (", k, " vs ", kb, ")"));
-  Tensor c = Tensor::Empty({m, n}, d);
+  Tensor c;
+  if (out != nullptr && out->defined()) {
+    if (out->device() != d || out->shape() != Shape{m, n}) {
+      Fail(op, args, absl::StrCat("output must be a [", m, ", ", n, "] tensor on ", d.ToString(), ", got ",
+                                  out->DebugString()));
+    }
+    c = *out;
+  } else {
+    c = Tensor::Empty({m, n}, d);
+  }
   if (d.is_cpu()) {
     cpu_ops::Gemm(trans_a, trans_b, m, n, k, a.data(), b.data(), c.data());
   } else {
     cuda_ops::Gemm(d.index, trans_a, trans_b, m, n, k, a.data(), b.data(), c.data());
   }
   return c;
+}
+}  // namespace
+
+Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return MatmulImpl(nullptr, a, b, trans_a, trans_b);
+}
+
+Tensor MatmulInto(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return MatmulImpl(&out, a, b, trans_a, trans_b);
 }
 
 Tensor AddBias(const Tensor& x, const Tensor& bias) {
@@ -161,19 +180,25 @@ Tensor AddBias(const Tensor& x, const Tensor& bias) {
   return y;
 }
 
-Tensor SumRows(const Tensor& x) {
+Tensor SumRowsInto(Tensor out, const Tensor& x) {
   const char* op = "SumRows";
   auto args = {Arg{"x", &x}};
   const Device d = CheckArgs(op, args);
   CheckDim(op, args, Arg{"x", &x}, 2);
-  Tensor y = Tensor::Empty({x.size(1)}, d);
-  if (d.is_cpu()) {
-    cpu_ops::SumRows(x.data(), y.data(), x.size(0), x.size(1));
-  } else {
-    cuda_ops::SumRows(d.index, x.data(), y.data(), x.size(0), x.size(1));
+  if (!out.defined()) {
+    out = Tensor::Empty({x.size(1)}, d);
+  } else if (out.device() != d || out.shape() != Shape{x.size(1)}) {
+    Fail(op, args, absl::StrCat("output must be [", x.size(1), "] on ", d.ToString(), ", got ", out.DebugString()));
   }
-  return y;
+  if (d.is_cpu()) {
+    cpu_ops::SumRows(x.data(), out.data(), x.size(0), x.size(1));
+  } else {
+    cuda_ops::SumRows(d.index, x.data(), out.data(), x.size(0), x.size(1));
+  }
+  return out;
 }
+
+Tensor SumRows(const Tensor& x) { return SumRowsInto(Tensor(), x); }
 
 Tensor Add(const Tensor& a, const Tensor& b) { return BinaryOp("Add", cuda_ops::BinaryOp::kAdd, a, b); }
 Tensor Sub(const Tensor& a, const Tensor& b) { return BinaryOp("Sub", cuda_ops::BinaryOp::kSub, a, b); }

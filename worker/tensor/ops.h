@@ -13,8 +13,13 @@ namespace psync::ops {
 // op(a) @ op(b), op = transpose when the flag is set. a: [m,k] ([k,m] if
 // trans_a), b: [k,n] ([n,k] if trans_b). Result [m,n].
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// Same, written into `out` ([m,n], same device, not overlapping a or b;
+// e.g. a DDP bucket slot) and returned; an undefined `out` = Matmul. Same
+// values as Matmul.
+Tensor MatmulInto(Tensor out, const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 Tensor AddBias(const Tensor& x, const Tensor& bias);  // x [N,C] + bias [C] broadcast over rows
 Tensor SumRows(const Tensor& x);                      // [N,C] -> [C] (sum over rows)
+Tensor SumRowsInto(Tensor out, const Tensor& x);      // same, into out [C] (undefined: new); returns it
 Tensor Add(const Tensor& a, const Tensor& b);         // same shape
 Tensor Sub(const Tensor& a, const Tensor& b);
 Tensor Mul(const Tensor& a, const Tensor& b);
