@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/control_service.h"
@@ -41,6 +43,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   const std::string addr = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(addr, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // Keepalive: ping every client every 10 s (even with no RPC in flight) and
+  // drop the connection when a ping is not acknowledged within 5 s, so a
+  // worker whose link died without a TCP reset has its stream closed. Accept
+  // the workers' own keepalive pings (every 2 s, see CoordinatorClient)
+  // without counting them as abuse.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(s->coordinator_.get());
   builder.RegisterService(s->control_.get());
   s->server_ = builder.BuildAndStart();
@@ -53,7 +65,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
     health->SetServingStatus("psync.v1.Coordinator", true);
     health->SetServingStatus("psync.v1.Control", true);
   }
-  s->liveness_ = std::make_unique<Liveness>(s->job_.get(), options.liveness_period);
+  // Check often enough that a silent rank is found within ~1.25 x heartbeat_timeout.
+  const auto period = std::clamp(std::min(options.liveness_period, s->job_->config().heartbeat_timeout / 4),
+                                 std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  s->liveness_ = std::make_unique<Liveness>(s->job_.get(), period);
   return s;
 }
 

@@ -97,11 +97,14 @@ grpc::Status CoordinatorService::Train(grpc::ServerContext* ctx,
         st = job_->Done(rank, up.done());
         done = true;
         break;
+      case v1::TrainUp::kHeartbeat:
+        st = job_->Heartbeat(rank, up.heartbeat());
+        break;
       case v1::TrainUp::kHello:
         st = absl::InvalidArgumentError("hello sent twice on one Train stream");
         break;
       default:
-        st = absl::InvalidArgumentError("empty TrainUp message (no hello, report or done)");
+        st = absl::InvalidArgumentError("empty TrainUp message (no hello, report, heartbeat or done)");
         break;
     }
     if (!st.ok()) {

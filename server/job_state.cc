@@ -51,10 +51,26 @@ v1::BucketPlan MakePlan(int64_t id, int64_t applies_from, const std::vector<Pack
   return plan;
 }
 
+JobConfig Resolve(JobConfig c) {
+  c.heartbeat_timeout = EffectiveHeartbeatTimeout(c);
+  return c;
+}
+
 }  // namespace
 
+std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg) {
+  if (cfg.heartbeat_timeout.count() > 0) return cfg.heartbeat_timeout;
+  return std::max(std::chrono::milliseconds(1),
+                  std::min(std::chrono::milliseconds(5000), cfg.report_timeout / 2));
+}
+
+std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg) {
+  const auto quarter = EffectiveHeartbeatTimeout(cfg) / 4;
+  return std::clamp(quarter, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+}
+
 JobState::JobState(JobConfig config)
-    : cfg_(std::move(config)),
+    : cfg_(Resolve(std::move(config))),
       start_time_(Clock::now()),
       store_prefix_(absl::StrCat(cfg_.job_id, "/g1-",
                                  std::chrono::duration_cast<std::chrono::microseconds>(
@@ -228,6 +244,7 @@ absl::StatusOr<v1::JoinResponse> JobState::Join(const v1::JoinRequest& req,
   resp.set_store_prefix(store_prefix_);
   *resp.mutable_initial_bucket_plan() = current_plan_.id() == 0 ? current_plan_ : v1::BucketPlan();
   resp.set_job_id(cfg_.job_id);
+  resp.set_heartbeat_interval_ms(HeartbeatInterval(cfg_).count());
   return resp;
 }
 
@@ -266,6 +283,7 @@ absl::StatusOr<std::shared_ptr<PlanMailbox>> JobState::Attach(const v1::Hello& h
   m.attached = true;
   m.state = v1::WORKER_TRAINING;
   m.last_activity = Clock::now();
+  m.last_heard = m.last_activity;
   m.mailbox = std::make_shared<PlanMailbox>();
   return m.mailbox;
 }
@@ -339,6 +357,7 @@ absl::Status JobState::Report(int rank, const v1::Report& r) {
   m.last_step_ms = r.last_step_ms();
   m.last_loss = r.loss();
   m.last_activity = Clock::now();
+  m.last_heard = m.last_activity;
   m.last_report_unix_ms = NowUnixMs();
   // A rank that already finished can never report this iteration.
   for (int q = 0; q < cfg_.world_size; ++q) {
@@ -465,6 +484,20 @@ absl::Status JobState::Done(int rank, const v1::Done& done) {
   return absl::OkStatus();
 }
 
+absl::Status JobState::Heartbeat(int rank, const v1::Heartbeat& hb, Clock::time_point now) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError("unknown rank");
+  if (hb.rank() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat names rank ", hb.rank(),
+                                                   " on the Train stream of rank ", rank));
+  }
+  Member& m = members_[static_cast<size_t>(rank)];
+  if (m.state != v1::WORKER_TRAINING) return absl::OkStatus();  // finishing, or already lost
+  m.last_heard = std::max(m.last_heard, now);
+  m.heartbeat_iteration = hb.iteration();
+  return absl::OkStatus();
+}
+
 void JobState::StreamClosed(int rank, const std::string& cause) {
   std::lock_guard<std::mutex> l(mu_);
   if (rank < 0 || rank >= cfg_.world_size) return;
@@ -492,20 +525,47 @@ void JobState::CheckLiveness(Clock::time_point now) {
   if (StopPlanSentLocked()) return;  // ranks are finishing; nothing more is expected
   for (int r = 0; r < cfg_.world_size; ++r) {
     const Member& m = members_[static_cast<size_t>(r)];
-    if (m.state == v1::WORKER_JOINED) {
-      if (now - world_complete_time_ > cfg_.report_timeout) {
-        MarkLostLocked(r, absl::StrCat("no Train stream within ", Seconds(cfg_.report_timeout),
-                                       " of the world completing"));
-        return;
-      }
-      continue;
+    if (m.state == v1::WORKER_JOINED && now - world_complete_time_ > cfg_.report_timeout) {
+      MarkLostLocked(r, absl::StrCat("no Train stream within ", Seconds(cfg_.report_timeout),
+                                     " of the world completing"));
+      return;
     }
+  }
+  // Rule 1 (see job_state.h): the TRAINING rank silent longest, if beyond heartbeat_timeout.
+  int silent = -1;
+  bool quiet = false;
+  const auto quiet_after = 2 * HeartbeatInterval(cfg_);  // two heartbeats missed
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    const Member& m = members_[static_cast<size_t>(r)];
+    if (m.state != v1::WORKER_TRAINING) continue;
+    const auto unheard = now - m.last_heard;
+    if (unheard > quiet_after) quiet = true;
+    if (unheard > cfg_.heartbeat_timeout &&
+        (silent < 0 || m.last_heard < members_[static_cast<size_t>(silent)].last_heard)) {
+      silent = r;
+    }
+  }
+  if (silent >= 0) {
+    const auto unheard = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - members_[static_cast<size_t>(silent)].last_heard);
+    MarkLostLocked(silent, absl::StrCat("no message (heartbeat or report) for ", Seconds(unheard),
+                                        ", beyond the heartbeat timeout of ",
+                                        Seconds(cfg_.heartbeat_timeout),
+                                        " (process or connection gone) at iteration ", next_plan_iter_));
+    return;
+  }
+  // Rule 2: report deadline, only while no rank is quiet (a quiet rank is the
+  // likelier cause of a stall: it becomes silent, or is heard again, within
+  // heartbeat_timeout).
+  if (quiet) return;
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    const Member& m = members_[static_cast<size_t>(r)];
     if (m.state != v1::WORKER_TRAINING) continue;
     if (reported_[static_cast<size_t>(r)]) continue;  // waiting for the others
     const auto since = std::max(m.last_activity, last_plan_time_);
     if (now - since > cfg_.report_timeout) {
       MarkLostLocked(r, absl::StrCat("no report for iteration ", next_plan_iter_, " within ",
-                                     Seconds(cfg_.report_timeout)));
+                                     Seconds(cfg_.report_timeout), " (still heartbeating)"));
       return;
     }
   }

@@ -9,8 +9,9 @@
 //      v                             v                       v  disconnected after the stop plan)
 //   FINISHED <-----------------------+-----------------------+
 //
-//   RUNNING / STOPPING --(a rank lost: stream closed without Done, report
-//   timeout, Done with exit_code != 0, protocol violation)--> ABORTED
+//   RUNNING / STOPPING --(a rank lost: stream closed without Done, silent
+//   beyond the heartbeat timeout, report timeout, Done with exit_code != 0,
+//   protocol violation)--> ABORTED
 //   (every other rank gets an ABORT plan naming the lost rank; later Joins
 //   are refused with the reason).
 //
@@ -21,6 +22,32 @@
 // rank; bucket plan if rank 0's ready order came with report i; action) is
 // pushed to every rank's mailbox. Shutdown marks that same first unsent
 // iteration STOP_AFTER, so every rank stops after the same iteration.
+//
+// Liveness (CheckLiveness, about every heartbeat_timeout/4): every message on
+// a rank's Train stream (hello, report, heartbeat, done) refreshes its
+// last_heard time; workers send a Heartbeat every heartbeat_interval()
+// from a thread of their own, so a rank blocked in a collective is still
+// heard. Which rank is blamed, in this order:
+//   1. Silent: a TRAINING rank not heard for more than heartbeat_timeout is
+//      lost ("no message for ..."); if several are, the one silent longest.
+//      This does not wait for any report deadline.
+//   2. Report deadline: a TRAINING rank that has not reported the pending
+//      iteration within report_timeout (of the last plan or its last report)
+//      is lost ("no report for iteration N within ..."), but only while no
+//      TRAINING rank is quiet, i.e. unheard for more than two heartbeat
+//      intervals (2 x heartbeat_timeout/4, at most 2 s). A quiet rank is
+//      either about to become silent (then rule 1 blames it) or will be heard
+//      again (then rule 2 applies), so the deferral is bounded by
+//      heartbeat_timeout. Ties: the lowest rank past its deadline.
+// Why: when one rank's link is cut without a TCP reset, its peers block in
+// the collective with it and stop reporting too; they keep heartbeating,
+// the cut rank does not, so the cut rank is the one blamed: by rule 1 when
+// heartbeat_timeout < report_timeout (the default), else because it is quiet
+// at the report deadline (it is, once report_timeout exceeds two heartbeat
+// intervals plus the time between the cut and the last plan). The heartbeat timeout
+// defaults to min(5 s, report_timeout / 2), so rule 1 normally fires first.
+// A JOINED rank that never opens a Train stream is lost report_timeout after
+// the world completed.
 //
 // Threads: every public method is thread-safe (one mutex, mu_). Callers are
 // gRPC handler threads (Join blocks here until the world is complete), the
@@ -52,7 +79,15 @@ struct JobConfig {
   int world_size = 1;
   std::chrono::milliseconds join_timeout{300000};
   std::chrono::milliseconds report_timeout{60000};
+  // A TRAINING rank not heard from (any Train message) this long is lost.
+  // 0 = min(5 s, report_timeout / 2).
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
+
+// heartbeat_timeout with the default applied (always > 0).
+std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg);
+// The interval workers send heartbeats at: heartbeat_timeout / 4, in 10 ms .. 1 s.
+std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg);
 
 class JobState {
  public:
@@ -60,6 +95,7 @@ class JobState {
 
   explicit JobState(JobConfig config);
   JobState(const JobState&) = delete;
+  // config() has heartbeat_timeout resolved (EffectiveHeartbeatTimeout).
   JobState& operator=(const JobState&) = delete;
 
   const JobConfig& config() const { return cfg_; }
@@ -79,13 +115,17 @@ class JobState {
   absl::Status Report(int rank, const v1::Report& report);
   // Done from an attached rank.
   absl::Status Done(int rank, const v1::Done& done);
+  // Heartbeat from an attached rank (`now` is for tests). An error is a
+  // protocol violation (wrong rank in the message).
+  absl::Status Heartbeat(int rank, const v1::Heartbeat& hb, Clock::time_point now = Clock::now());
   // The rank's stream ended (after Done, or not). `cause` is used in the
   // loss message when the rank had not sent Done ("stream closed", or the status).
   void StreamClosed(int rank, const std::string& cause);
 
-  // Declares ranks lost whose report is late beyond report_timeout (or that
-  // never opened a Train stream within report_timeout of the world
-  // completing). Called by the liveness thread about once a second.
+  // Declares at most one rank lost per call, by the rules in the header
+  // comment (silent beyond heartbeat_timeout first; report deadline only
+  // while no rank is quiet; no Train stream within report_timeout of the
+  // world completing). Called by the liveness thread.
   void CheckLiveness(Clock::time_point now);
 
   // Schedules STOP_AFTER on the first iteration whose plan was not sent yet.
@@ -113,7 +153,9 @@ class JobState {
     int64_t last_iteration = -1;
     double last_step_ms = 0, last_loss = 0;
     std::string exit_reason;
-    Clock::time_point last_activity{};
+    Clock::time_point last_activity{};   // last report (or attach)
+    Clock::time_point last_heard{};      // last message of any kind on the Train stream
+    int64_t heartbeat_iteration = -1;
     int64_t last_report_unix_ms = 0;
   };
 

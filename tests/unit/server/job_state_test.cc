@@ -265,7 +265,10 @@ TEST(JobState, StreamLossAbortsOthersNamingRank) {
 }
 
 TEST(JobState, ReportTimeoutDeclaresRankLost) {
-  JobState job(Cfg(2, 5000ms, 100ms));
+  // Heartbeat timeout far beyond the report timeout: this is the report rule alone.
+  JobConfig cfg = Cfg(2, 5000ms, 100ms);
+  cfg.heartbeat_timeout = 10000ms;
+  JobState job(cfg);
   auto mbs = JoinAll(job, {0, 1});
   std::string full("\xff\x03", 2);
   ASSERT_TRUE(job.Report(0, Rep(0, full)).ok());
@@ -278,6 +281,133 @@ TEST(JobState, ReportTimeoutDeclaresRankLost) {
   EXPECT_EQ(p.action(), v1::ABORT);
   EXPECT_NE(p.reason().find("rank 1 (h:101) lost: no report for iteration 0 within 100ms"), std::string::npos)
       << p.reason();
+}
+
+v1::Heartbeat Hb(int rank, int64_t it = 0) {
+  v1::Heartbeat h;
+  h.set_rank(rank);
+  h.set_iteration(it);
+  return h;
+}
+
+const std::string kFull("\xff\x03", 2);
+
+// Both ranks report iteration 0 and get its plan; returns the time after.
+JobState::Clock::time_point FinishIterationZero(JobState& job, std::vector<std::shared_ptr<PlanMailbox>>& mbs) {
+  EXPECT_TRUE(job.Report(0, Rep(0, kFull)).ok());
+  EXPECT_TRUE(job.Report(1, Rep(0, kFull)).ok());
+  v1::Plan p;
+  for (auto& mb : mbs) EXPECT_TRUE(PopNow(*mb, &p));
+  return JobState::Clock::now();
+}
+
+std::string LostReason(JobState& job, int rank) {
+  v1::WorkersResponse w;
+  job.FillWorkers(&w);
+  for (const auto& x : w.workers()) {
+    if (x.rank() == rank) return x.state() == v1::WORKER_LOST ? x.exit_reason() : std::string();
+  }
+  return "";
+}
+
+TEST(JobState, HeartbeatDefaultsAndInterval) {
+  EXPECT_EQ(EffectiveHeartbeatTimeout(Cfg(2, 5000ms, 60000ms)), 5000ms);
+  EXPECT_EQ(EffectiveHeartbeatTimeout(Cfg(2, 5000ms, 3000ms)), 1500ms);
+  JobConfig explicit_cfg = Cfg(2, 5000ms, 3000ms);
+  explicit_cfg.heartbeat_timeout = 20000ms;
+  EXPECT_EQ(EffectiveHeartbeatTimeout(explicit_cfg), 20000ms);
+  EXPECT_EQ(HeartbeatInterval(explicit_cfg), 1000ms);
+  EXPECT_EQ(HeartbeatInterval(Cfg(2, 5000ms, 3000ms)), 375ms);
+  JobState job(Cfg(1, 5000ms, 3000ms));
+  EXPECT_EQ(job.config().heartbeat_timeout, 1500ms);
+  auto resp = job.Join(Req(0));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->heartbeat_interval_ms(), 375);
+}
+
+TEST(JobState, HeartbeatNamingAnotherRankIsAProtocolError) {
+  JobState job(Cfg(2));
+  auto mbs = JoinAll(job, {0, 1});
+  EXPECT_TRUE(job.Heartbeat(0, Hb(0)).ok());
+  auto st = job.Heartbeat(0, Hb(1));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
+// The partition case: rank 1's link is cut, rank 0 blocks in the collective
+// with it. Neither reports iteration 1; rank 0 keeps heartbeating, rank 1 is
+// silent, and rank 1 is blamed (before the report timeout), never rank 0.
+TEST(JobState, SilentRankBlamedOverBlockedHeartbeatingRank) {
+  JobState job(Cfg(2, 5000ms, 3000ms));  // heartbeat timeout 1.5 s
+  auto mbs = JoinAll(job, {0, 1});
+  const auto t0 = FinishIterationZero(job, mbs);
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + i * 375ms).ok());
+    job.CheckLiveness(t0 + i * 375ms + 10ms);
+    if (i * 375 + 10 <= 1500) EXPECT_EQ(job.state(), v1::JOB_RUNNING) << i;
+  }
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  EXPECT_EQ(LostReason(job, 0), "");
+  EXPECT_NE(LostReason(job, 1).find("rank 1 (h:101) lost: no message"), std::string::npos) << LostReason(job, 1);
+  v1::Plan p;
+  ASSERT_TRUE(PopNow(*mbs[0], &p));
+  EXPECT_EQ(p.action(), v1::ABORT);
+  EXPECT_NE(p.reason().find("rank 1 (h:101) lost"), std::string::npos) << p.reason();
+}
+
+// Of two silent ranks, the one silent longest is blamed.
+TEST(JobState, LongestSilentRankBlamedFirst) {
+  JobState job(Cfg(3, 5000ms, 3000ms));
+  auto mbs = JoinAll(job, {0, 1, 2});
+  const auto t0 = JobState::Clock::now();
+  ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + 1000ms).ok());
+  ASSERT_TRUE(job.Heartbeat(1, Hb(1), t0 + 500ms).ok());
+  ASSERT_TRUE(job.Heartbeat(2, Hb(2), t0 + 900ms).ok());
+  job.CheckLiveness(t0 + 2700ms);  // all three past 1.5 s
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  EXPECT_NE(LostReason(job, 1).find("no message"), std::string::npos);
+  EXPECT_EQ(LostReason(job, 0), "");
+  EXPECT_EQ(LostReason(job, 2), "");
+}
+
+// Heartbeat timeout explicitly longer than the report timeout: at the report
+// deadline the blocked rank is still heartbeating but the cut rank is quiet,
+// so nobody is blamed until the cut rank becomes silent.
+TEST(JobState, HeartbeatKeepsRankAlivePastReportTimeoutWhileAnotherIsSilent) {
+  JobConfig cfg = Cfg(2, 5000ms, 3000ms);
+  cfg.heartbeat_timeout = 8000ms;  // interval 1 s, quiet after 2 s
+  JobState job(cfg);
+  auto mbs = JoinAll(job, {0, 1});
+  const auto t0 = FinishIterationZero(job, mbs);
+  for (int i = 1; i <= 7; ++i) {
+    ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + i * 1000ms).ok());
+    job.CheckLiveness(t0 + i * 1000ms + 100ms);  // report deadline passed from i = 3
+    ASSERT_EQ(job.state(), v1::JOB_RUNNING) << "at " << i << " s";
+  }
+  ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + 8000ms).ok());
+  job.CheckLiveness(t0 + 8100ms);
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  EXPECT_NE(LostReason(job, 1).find("no message"), std::string::npos) << LostReason(job, 1);
+  EXPECT_EQ(LostReason(job, 0), "");
+}
+
+// ... but once nobody is silent or quiet, a heartbeating rank that does not
+// report is blamed after the report timeout (a hang in the rank itself).
+TEST(JobState, HeartbeatingRankWithoutReportBlamedAfterReportTimeout) {
+  JobState job(Cfg(2, 5000ms, 1000ms));  // heartbeat timeout 500 ms, interval 125 ms
+  auto mbs = JoinAll(job, {0, 1});
+  const auto t0 = FinishIterationZero(job, mbs);
+  ASSERT_TRUE(job.Report(0, Rep(1, kFull)).ok());
+  for (int i = 1; i <= 12; ++i) {
+    const auto t = t0 + i * 100ms;
+    ASSERT_TRUE(job.Heartbeat(0, Hb(0, 1), t).ok());
+    ASSERT_TRUE(job.Heartbeat(1, Hb(1, 0), t).ok());
+    job.CheckLiveness(t + 10ms);
+    if (i <= 9) ASSERT_EQ(job.state(), v1::JOB_RUNNING) << i;
+  }
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  EXPECT_NE(LostReason(job, 1).find("no report for iteration 1 within 1s"), std::string::npos)
+      << LostReason(job, 1);
+  EXPECT_EQ(LostReason(job, 0), "");
 }
 
 }  // namespace
