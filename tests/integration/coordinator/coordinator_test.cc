@@ -17,6 +17,7 @@
 #include "psync/v1/control.grpc.pb.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
+#include "tests/common/subprocess.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
 
 extern char** environ;
@@ -313,30 +314,11 @@ TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
   EXPECT_EQ(st.state(), v1::JOB_FINISHED);
 }
 
-// Runs a binary; returns exit code; stdout+stderr in *out.
+// Runs a binary (bounded); returns exit code; stdout+stderr in *out.
 int Spawn(const std::vector<std::string>& argv, std::string* out) {
-  char path[] = "/tmp/psyncctl_out_XXXXXX";
-  int fd = mkstemp(path);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, fd, 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid;
-  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fd);
-  if (rc != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  unlink(path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  test_support::SpawnResult r = test_support::SpawnAndCapture(argv);
+  *out = r.output;
+  return r.code;
 }
 
 TEST(Coordinator, PsyncctlAgainstLiveServerAndDeadPort) {
