@@ -84,7 +84,9 @@ TEST(FileStore, OpenFailsOnAFile) {
   std::string file = dir.path() + "/f";
   { FILE* f = std::fopen(file.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
   auto s = FileStore::Open(file + "/sub");
-  EXPECT_FALSE(s.ok());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+  EXPECT_NE(Msg(s.status()).find("cannot create directory '" + file + "/sub'"), std::string::npos) << s.status();
 }
 
 TEST(PrefixStore, Basics) {

@@ -55,16 +55,25 @@ TEST(BucketAssignment, SeparatesDevicesAndOrdersByReadiness) {
   EXPECT_TRUE(ValidateBucketPlan(plan, devices).ok());
 }
 
+// `st` is InvalidArgument and its message contains `needle`.
+::testing::AssertionResult InvalidWith(const absl::Status& st, const std::string& needle) {
+  if (st.code() != absl::StatusCode::kInvalidArgument) return ::testing::AssertionFailure() << "code: " << st;
+  if (std::string(st.message()).find(needle) == std::string::npos) {
+    return ::testing::AssertionFailure() << "'" << needle << "' not in: " << st;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(BucketAssignment, Validation) {
   EXPECT_TRUE(ValidateOrder({1, 0, 2}, 3).ok());
-  EXPECT_FALSE(ValidateOrder({1, 1, 2}, 3).ok());
-  EXPECT_FALSE(ValidateOrder({1, 0}, 3).ok());
-  EXPECT_FALSE(ValidateOrder({0, 1, 3}, 3).ok());
+  EXPECT_TRUE(InvalidWith(ValidateOrder({1, 1, 2}, 3), "index 1 twice"));
+  EXPECT_TRUE(InvalidWith(ValidateOrder({1, 0}, 3), "2 entries for 3 parameters"));
+  EXPECT_TRUE(InvalidWith(ValidateOrder({0, 1, 3}, 3), "index 3 of 3"));
   EXPECT_TRUE(ValidateBucketPlan({{0, 2}, {1}}, Cpu(3)).ok());
-  EXPECT_FALSE(ValidateBucketPlan({{0, 2}}, Cpu(3)).ok());          // 1 missing
-  EXPECT_FALSE(ValidateBucketPlan({{0, 2}, {1, 2}}, Cpu(3)).ok());  // 2 twice
-  EXPECT_FALSE(ValidateBucketPlan({{0, 1, 2}, {}}, Cpu(3)).ok());   // empty bucket
-  EXPECT_FALSE(ValidateBucketPlan({{0, 5}, {1, 2}}, Cpu(3)).ok());  // out of range
+  EXPECT_TRUE(InvalidWith(ValidateBucketPlan({{0, 2}}, Cpu(3)), "parameter 1 is missing"));
+  EXPECT_TRUE(InvalidWith(ValidateBucketPlan({{0, 2}, {1, 2}}, Cpu(3)), "parameter 2 appears twice (again in bucket 1)"));
+  EXPECT_TRUE(InvalidWith(ValidateBucketPlan({{0, 1, 2}, {}}, Cpu(3)), "bucket 1 is empty"));
+  EXPECT_TRUE(InvalidWith(ValidateBucketPlan({{0, 5}, {1, 2}}, Cpu(3)), "bucket 0 names parameter 5 of 3"));
   std::vector<Device> mixed = {Device::CPU(), Device::CUDA(0)};
   absl::Status st = ValidateBucketPlan({{0, 1}}, mixed);
   EXPECT_FALSE(st.ok());

@@ -116,6 +116,36 @@ TEST(Reducer, GloballyUnusedParametersKeepUndefinedGrad) {
   for (const auto& p : f.mlp->parameters()) EXPECT_TRUE(p.grad().defined()) << p.name();
 }
 
+// Every parameter's gradient (zeros when undefined) after running the steps
+// with the given skips on a plain MLP: with world 1, DDP's average is exactly
+// this gradient.
+std::vector<std::vector<float>> PlainGrads(const std::vector<std::set<int>>& steps) {
+  auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+  auto [x, y] = StepData(0, 4, Device::CPU());
+  for (const auto& skip : steps) {
+    absl::Status st = autograd::Backward(nn::MseLoss(mlp->Forward(autograd::Variable(x), skip), y));
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  std::vector<std::vector<float>> out;
+  for (const auto& p : mlp->parameters()) {
+    out.push_back(p.grad().defined() ? p.grad().ToVector() : std::vector<float>(p.data().numel(), 0.0f));
+  }
+  return out;
+}
+
+void ExpectGradsEqual(const Fixture& f, const std::vector<std::vector<float>>& want, const std::string& what) {
+  const auto params = f.mlp->parameters();
+  ASSERT_EQ(params.size(), want.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    const std::vector<float> got = g.defined() ? g.ToVector() : std::vector<float>(want[i].size(), 0.0f);
+    ASSERT_EQ(got.size(), want[i].size()) << params[i].name();
+    for (size_t j = 0; j < got.size(); ++j) {
+      ASSERT_NEAR(got[j], want[i][j], 1e-6f) << what << ": " << params[i].name() << "[" << j << "]";
+    }
+  }
+}
+
 TEST(Reducer, DiscardedOutputThenForward) {
   for (bool find_unused : {false, true}) {
     Fixture f = Make(find_unused);
@@ -125,7 +155,10 @@ TEST(Reducer, DiscardedOutputThenForward) {
     std::set<int> skip;
     if (find_unused) skip = {1};
     ASSERT_TRUE(Step(f, skip).ok()) << find_unused;
+    // The dropped forwards left no trace in the reduced gradients.
+    ExpectGradsEqual(f, PlainGrads({skip}), absl::StrCat("first step, find_unused=", find_unused));
     ASSERT_TRUE(Step(f).ok()) << find_unused;
+    ExpectGradsEqual(f, PlainGrads({skip, {}}), absl::StrCat("second step, find_unused=", find_unused));
   }
 }
 
@@ -138,14 +171,19 @@ TEST(Reducer, RejectsBadParametersAndPlans) {
   std::shared_ptr<comm::ProcessGroup> pg(std::move(*pg_or));
   autograd::Variable a(Tensor::Zeros({2}), true, "a");
   autograd::Variable frozen(Tensor::Zeros({2}), false, "frozen");
-  EXPECT_FALSE(Reducer::Create({a, a}, pg, {}).ok());
+  auto twice = Reducer::Create({a, a}, pg, {});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument) << twice.status();
+  EXPECT_NE(std::string(twice.status().message()).find("listed twice"), std::string::npos) << twice.status();
   auto st = Reducer::Create({a, frozen}, pg, {});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(std::string(st.status().message()).find("frozen"), std::string::npos);
 
   Fixture f = Make(false);
   Reducer& r = f.ddp->reducer();
-  EXPECT_FALSE(r.ApplyBucketPlan({{0, 1}}).ok());
+  absl::Status partial = r.ApplyBucketPlan({{0, 1}});
+  EXPECT_EQ(partial.code(), absl::StatusCode::kInvalidArgument) << partial;
+  EXPECT_NE(std::string(partial.message()).find("is missing"), std::string::npos) << partial;
   ASSERT_TRUE(Step(f).ok());
   std::vector<std::vector<float>> before;
   for (const auto& p : f.mlp->parameters()) before.push_back(p.grad().ToVector());
