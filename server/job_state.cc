@@ -439,7 +439,16 @@ void JobState::MarkLostLocked(int rank, const std::string& why) {
   m.state = v1::WORKER_LOST;
   const std::string msg = absl::StrCat(RankNameLocked(rank), " lost: ", why);
   m.exit_reason = msg;
-  if (m.mailbox) m.mailbox->Close();
+  if (m.mailbox) {
+    // Tell the rank itself too, in case its stream still works (e.g. it was
+    // blamed for a missing report): it stops instead of waiting.
+    v1::Plan plan;
+    plan.set_iteration(next_plan_iter_);
+    plan.set_action(v1::ABORT);
+    plan.set_reason(absl::StrCat("this rank was declared lost: ", msg));
+    m.mailbox->Push(plan);
+    m.mailbox->Close();
+  }
   events_.Append(v1::EVENT_LOST, rank, next_plan_iter_, msg);
   AbortLocked(msg);
 }

@@ -2,9 +2,14 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -93,6 +98,42 @@ struct CoordinatorClient::Impl {
   std::string end_message;   // why (if not a clean end after Done)
   bool done_sent = false;
 
+  // Heartbeats (see the header). writes_closed (under write_mu): Done was
+  // written, nothing may follow it.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  int rank = -1;
+  std::atomic<int64_t> last_iteration{-1};
+  bool writes_closed = false;
+  std::thread heartbeat;
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  bool hb_stop = false;
+
+  void HeartbeatLoop() {
+    v1::TrainUp up;
+    up.mutable_heartbeat()->set_rank(rank);
+    std::unique_lock<std::mutex> l(hb_mu);
+    while (!hb_cv.wait_for(l, heartbeat_interval, [&] { return hb_stop; })) {
+      l.unlock();
+      up.mutable_heartbeat()->set_iteration(last_iteration.load());
+      bool ok;
+      {
+        std::lock_guard<std::mutex> wl(write_mu);
+        ok = !writes_closed && stream->Write(up);
+      }
+      l.lock();
+      if (!ok) break;  // Done sent, or the stream broke (the reader reports why)
+    }
+  }
+
+  void StopHeartbeats() {
+    {
+      std::lock_guard<std::mutex> l(hb_mu);
+      hb_stop = true;
+    }
+    hb_cv.notify_all();
+  }
+
   void Prepare(grpc::ClientContext* ctx) const {
     if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
   }
@@ -109,6 +150,7 @@ struct CoordinatorClient::Impl {
     grpc::Status st;
     {
       std::lock_guard<std::mutex> wl(write_mu);
+      writes_closed = true;
       st = stream->Finish();
     }
     {
@@ -130,17 +172,47 @@ CoordinatorClient::~CoordinatorClient() { Close(); }
 const std::string& CoordinatorClient::target() const { return impl_->target; }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const std::string& target, const std::string& token, std::chrono::milliseconds timeout) {
+    const std::string& target, const std::string& token, std::chrono::milliseconds timeout,
+    const std::string& tls_ca_file) {
   auto impl = std::make_unique<Impl>();
   impl->target = target;
   impl->token = token;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (tls_ca_file.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    std::ifstream f(tls_ca_file, std::ios::binary);
+    if (!f) {
+      return absl::InvalidArgumentError(absl::StrCat("TLS CA file '", tls_ca_file,
+                                                     "' cannot be read: ", std::strerror(errno)));
+    }
+    std::ostringstream pem;
+    pem << f.rdbuf();
+    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TLS CA file '", tls_ca_file, "' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(ssl);
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
   args.SetInt("grpc.enable_http_proxy", 0);
-  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  // Keepalive: notice a dead connection (no TCP reset, e.g. a cut link) within ~5 s.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  impl->channel = grpc::CreateCustomChannel(target, creds, args);
   if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
-    return absl::UnavailableError(absl::StrCat("coordinator at ", target, " unreachable: no connection within ",
-                                               timeout.count(), " ms (is psync-coordinator running there?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator at ", target, " unreachable: no connection within ", timeout.count(), " ms",
+        tls_ca_file.empty()
+            ? " (is psync-coordinator running there? if it serves TLS, pass --tls-ca)"
+            : absl::StrCat(" over TLS with CA '", tls_ca_file,
+                           "' (is psync-coordinator running there with --tls-cert/--tls-key, and is "
+                           "its certificate signed by that CA for this host name?)")));
   }
   impl->stub = v1::Coordinator::NewStub(impl->channel);
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(impl)));
@@ -181,6 +253,8 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.generation = resp.generation();
   out.store_prefix = resp.store_prefix();
   out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
+  if (resp.heartbeat_interval_ms() > 0) out.heartbeat_interval = std::chrono::milliseconds(resp.heartbeat_interval_ms());
+  impl_->heartbeat_interval = out.heartbeat_interval;
   return out;
 }
 
@@ -228,6 +302,8 @@ absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
     ok = impl_->stream->Write(up);
   }
   impl_->reader = std::thread([this] { impl_->ReadLoop(); });
+  impl_->rank = rank;
+  impl_->heartbeat = std::thread([this] { impl_->HeartbeatLoop(); });
   if (!ok) {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
@@ -247,6 +323,7 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
   r->set_loss(report.loss);
   r->set_last_step_ms(report.last_step_ms);
   for (int p : report.ready_order) r->add_ready_order(p);
+  impl_->last_iteration.store(report.iteration);
   bool ok;
   {
     std::lock_guard<std::mutex> l(impl_->write_mu);
@@ -294,9 +371,11 @@ absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exi
   bool ok;
   {
     std::lock_guard<std::mutex> l(impl_->write_mu);
+    impl_->writes_closed = true;
     ok = impl_->stream->Write(up);
     if (ok) impl_->stream->WritesDone();
   }
+  impl_->StopHeartbeats();
   {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->done_sent = true;
@@ -314,7 +393,9 @@ void CoordinatorClient::Close() {
       std::lock_guard<std::mutex> l(impl_->mu);
       ended = impl_->ended;
     }
+    impl_->StopHeartbeats();
     if (!ended) impl_->train_ctx->TryCancel();
+    if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
     if (impl_->reader.joinable()) impl_->reader.join();
     impl_->stream.reset();
     impl_->train_ctx.reset();

@@ -33,10 +33,23 @@
 //         an INVALID_ARGUMENT about the bitmap length); DeadlineExceeded when
 //         no plan for the iteration arrived within the timeout.
 //
+// Liveness: OpenTrainStream also starts a heartbeat thread that sends
+// Heartbeat{rank, last reported iteration} every JoinResult.heartbeat_interval
+// (set by the coordinator) until SendDone/Close, independent of the caller:
+// a worker blocked in a collective keeps being heard, and the coordinator
+// blames a rank whose messages stop. The channel uses gRPC keepalive (ping
+// every 2 s, 3 s timeout, also without calls), so a connection that died
+// without a TCP reset ends the Train stream (WaitPlan -> Unavailable
+// "coordinator ... lost") within about 5 s.
+//
+// TLS: Connect with a CA file (PEM) uses TLS and trusts the certificates it
+// holds (a self-signed server certificate itself works); without one the
+// channel is plaintext.
+//
 // Threads: all methods are thread-safe. OpenTrainStream starts one reader
-// thread that buffers incoming Plans; SendReport/SendDone write from the
-// caller's thread (serialized internally). Close() (or the destructor) ends
-// the stream and joins the reader.
+// thread that buffers incoming Plans and the heartbeat thread;
+// SendReport/SendDone write from the caller's thread (serialized
+// internally). Close() (or the destructor) ends the stream and joins both.
 #pragma once
 
 #include <chrono>
@@ -82,6 +95,7 @@ struct JoinResult {
   int64_t generation = 0;
   std::string store_prefix;    // prefix for every bootstrap store key
   BucketPlan initial_bucket_plan;
+  std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
 };
 
 struct Report {
@@ -109,9 +123,14 @@ std::vector<bool> UnpackBitmap(const std::string& bitmap, size_t num_bits);
 class CoordinatorClient {
  public:
   // Creates a channel to `target` ("host:port") and waits up to `timeout`
-  // for it to connect. `token` may be empty. Unavailable names the target.
+  // for it to connect. `token` may be empty. `tls_ca_file` (PEM) empty =
+  // plaintext; else TLS trusting that CA / certificate (InvalidArgument
+  // naming the file when it cannot be read or holds no PEM certificate).
+  // Unavailable names the target (and TLS, if used: a plaintext server or a
+  // certificate the CA does not vouch for fails here too).
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
-      const std::string& target, const std::string& token, std::chrono::milliseconds timeout);
+      const std::string& target, const std::string& token, std::chrono::milliseconds timeout,
+      const std::string& tls_ca_file = "");
   ~CoordinatorClient();
 
   const std::string& target() const;
@@ -132,7 +151,8 @@ class CoordinatorClient {
   absl::StatusOr<Plan> WaitPlan(int64_t iteration, std::chrono::milliseconds timeout);
   // Sends Done and half-closes the stream; waits briefly for the server to finish it.
   absl::Status SendDone(const std::string& exit_reason, int exit_code = 0);
-  // Cancels the stream if still open and joins the reader thread. Idempotent.
+  // Cancels the stream if still open and joins the reader and heartbeat
+  // threads. Idempotent.
   void Close();
 
   struct Impl;

@@ -1,0 +1,288 @@
+// Coordinator liveness and TLS over real sockets (server in-process on
+// 127.0.0.1:0):
+//  - a rank whose messages stop (stream open, no heartbeats) is declared lost,
+//    and a rank that heartbeats while blocked without reporting is not blamed;
+//  - TLS: a client with the CA connects, a plaintext client and a client with
+//    a missing CA file fail with clear errors. The certificate is generated
+//    at test time with the openssl CLI (the test skips when it is absent).
+// Subprocesses are started with posix_spawn (never fork: gRPC runs here).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "psync/v1/control.grpc.pb.h"
+#include "psync/v1/coordinator.grpc.pb.h"
+#include "server/coordinator_server.h"
+#include "worker/runtime/coordinator/coordinator_client.h"
+
+extern char** environ;
+
+namespace psync {
+namespace {
+
+using namespace std::chrono_literals;
+using coordinator::Action;
+using coordinator::CoordinatorClient;
+
+constexpr int kParams = 10;
+
+std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds report,
+                                                       std::chrono::milliseconds heartbeat = 0ms,
+                                                       const std::string& cert = "", const std::string& key = "") {
+  server::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.job.job_id = "psync";
+  o.job.world_size = 2;
+  o.job.join_timeout = 10000ms;
+  o.job.report_timeout = report;
+  o.job.heartbeat_timeout = heartbeat;
+  o.tls_cert_pem = cert;
+  o.tls_key_pem = key;
+  auto s = server::CoordinatorServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+coordinator::JoinRequest Req(int rank) {
+  coordinator::JoinRequest r;
+  r.requested_rank = rank;
+  r.bucket_cap_bytes = 16;
+  r.first_bucket_cap_bytes = 8;
+  for (int i = 0; i < kParams; ++i) r.manifest.push_back({"p" + std::to_string(i), {1}, 4});
+  return r;
+}
+
+v1::JoinRequest RawReq(int rank) {
+  v1::JoinRequest r;
+  r.set_job_id("psync");
+  r.set_requested_rank(rank);
+  r.set_hostname("silent");
+  r.set_pid(4242);
+  r.set_device("cpu");
+  r.set_backend("gloo");
+  r.set_bucket_cap_bytes(16);
+  r.set_first_bucket_cap_bytes(8);
+  for (int i = 0; i < kParams; ++i) {
+    auto* p = r.add_manifest();
+    p->set_name("p" + std::to_string(i));
+    p->add_shape(1);
+    p->set_element_size(4);
+  }
+  return r;
+}
+
+std::string AllUsed() { return coordinator::PackBitmap(std::vector<bool>(kParams, true)); }
+
+// A worker that speaks the protocol by hand and never heartbeats: after its
+// last report it keeps the Train stream open and sends nothing (like a
+// process whose link was cut without a TCP reset).
+struct SilentWorker {
+  std::shared_ptr<grpc::Channel> ch;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::TrainUp, v1::Plan>> stream;
+
+  explicit SilentWorker(const std::string& target)
+      : ch(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        stub(v1::Coordinator::NewStub(ch)) {}
+  ~SilentWorker() {
+    ctx.TryCancel();
+    if (stream) stream->Finish();
+  }
+  absl::StatusOr<v1::JoinResponse> Join(int rank) {
+    grpc::ClientContext jctx;
+    jctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    v1::JoinResponse resp;
+    grpc::Status st = stub->Join(&jctx, RawReq(rank), &resp);
+    if (!st.ok()) return absl::UnknownError(st.error_message());
+    return resp;
+  }
+  bool Open(int rank, int64_t generation) {
+    stream = stub->Train(&ctx);
+    v1::TrainUp up;
+    up.mutable_hello()->set_job_id("psync");
+    up.mutable_hello()->set_rank(rank);
+    up.mutable_hello()->set_generation(generation);
+    return stream->Write(up);
+  }
+  bool Report(int64_t it) {
+    v1::TrainUp up;
+    up.mutable_report()->set_iteration(it);
+    up.mutable_report()->set_used_bitmap(AllUsed());
+    return stream->Write(up);
+  }
+};
+
+v1::WorkersResponse Workers(const std::string& target) {
+  auto stub = v1::Control::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  v1::WorkersResponse w;
+  EXPECT_TRUE(stub->Workers(&ctx, v1::WorkersRequest(), &w).ok());
+  return w;
+}
+
+TEST(CoordinatorLiveness, SilentRankLostBeforeBlockedHeartbeatingRank) {
+  // Report timeout 4 s; heartbeat timeout min(5 s, 4 s / 2) = 2 s.
+  auto srv = StartServer(4000ms);
+  ASSERT_TRUE(srv);
+  const std::string target = "127.0.0.1:" + std::to_string(srv->port());
+  SilentWorker silent(target);
+  auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
+  auto c = CoordinatorClient::Connect(target, "", 5000ms);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto joined = (*c)->Join(Req(0), 10000ms);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->heartbeat_interval, 500ms);
+  auto sj = silent_join.get();
+  ASSERT_TRUE(sj.ok()) << sj.status();
+  ASSERT_TRUE(silent.Open(1, sj->generation()));
+  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
+  // Iteration 0 completes; then neither reports iteration 1: rank 0 is
+  // "blocked in the collective" but its client heartbeats, rank 1 is silent.
+  ASSERT_TRUE(silent.Report(0));
+  ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  auto p0 = (*c)->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p0.ok()) << p0.status();
+  ASSERT_EQ(p0->action, Action::kContinue);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p1 = (*c)->WaitPlan(1, 10000ms);
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  EXPECT_EQ(p1->action, Action::kAbort);
+  EXPECT_NE(p1->reason.find("rank 1 (silent:4242) lost: no message"), std::string::npos) << p1->reason;
+  EXPECT_LT(dt, 3800ms) << "the silent rank must be found by the heartbeat timeout, before the report timeout";
+  bool saw0 = false, saw1 = false;
+  const v1::WorkersResponse workers = Workers(target);
+  for (const auto& w : workers.workers()) {
+    if (w.rank() == 0) {
+      saw0 = true;
+      EXPECT_NE(w.state(), v1::WORKER_LOST) << w.exit_reason();
+    }
+    if (w.rank() == 1) {
+      saw1 = true;
+      EXPECT_EQ(w.state(), v1::WORKER_LOST);
+    }
+  }
+  EXPECT_TRUE(saw0 && saw1);
+}
+
+TEST(CoordinatorLiveness, HeartbeatingRankOutlivesReportTimeoutWhileAnotherIsQuiet) {
+  // Heartbeat timeout (4 s, interval 1 s) longer than the report timeout
+  // (2.5 s): at the report deadline the silent rank is already quiet (two
+  // heartbeats missed), so the heartbeating rank is not blamed; the silent
+  // one is, at the heartbeat timeout.
+  auto srv = StartServer(2500ms, 4000ms);
+  ASSERT_TRUE(srv);
+  const std::string target = "127.0.0.1:" + std::to_string(srv->port());
+  SilentWorker silent(target);
+  auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
+  auto c = CoordinatorClient::Connect(target, "", 5000ms);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto joined = (*c)->Join(Req(0), 10000ms);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  auto sj = silent_join.get();
+  ASSERT_TRUE(sj.ok()) << sj.status();
+  ASSERT_TRUE(silent.Open(1, sj->generation()));
+  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
+  ASSERT_TRUE(silent.Report(0));
+  ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  ASSERT_TRUE((*c)->WaitPlan(0, 5000ms).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p1 = (*c)->WaitPlan(1, 10000ms);
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  EXPECT_EQ(p1->action, Action::kAbort);
+  EXPECT_NE(p1->reason.find("rank 1 (silent:4242) lost: no message"), std::string::npos) << p1->reason;
+  EXPECT_GT(dt, 3000ms) << "past the report timeout, at the heartbeat timeout";
+}
+
+// ---------------------------------------------------------------- TLS
+
+int RunCmd(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(CoordinatorTls, CaClientConnectsPlaintextAndMissingCaFail) {
+  if (RunCmd({"openssl", "version"}) != 0) GTEST_SKIP() << "openssl CLI not found: cannot generate a test certificate";
+  char dir_tmpl[] = "/tmp/psync-tls-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_tmpl), nullptr);
+  const std::string dir = dir_tmpl;
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  ASSERT_EQ(RunCmd({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                 "-days", "1", "-subj", "/CN=localhost", "-addext",
+                 "subjectAltName=DNS:localhost,IP:127.0.0.1"}),
+            0);
+  auto srv = StartServer(10000ms, 0ms, ReadAll(cert), ReadAll(key));
+  ASSERT_TRUE(srv);
+  const std::string target = "127.0.0.1:" + std::to_string(srv->port());
+
+  // With the CA: connects, and the protocol works (Join blocks for the world,
+  // so a world of 2 joins from two clients).
+  auto a = CoordinatorClient::Connect(target, "", 5000ms, cert);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = CoordinatorClient::Connect(target, "", 5000ms, cert);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto jb = std::async(std::launch::async, [&] { return (*b)->Join(Req(1), 10000ms); });
+  auto ja = (*a)->Join(Req(0), 10000ms);
+  ASSERT_TRUE(ja.ok()) << ja.status();
+  ASSERT_TRUE(jb.get().ok());
+
+  // Plaintext against the TLS server: Unavailable, naming the fix.
+  auto plain = CoordinatorClient::Connect(target, "", 1500ms);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(plain.status().message()).find("--tls-ca"), std::string::npos) << plain.status();
+
+  // Missing / non-PEM CA file: InvalidArgument naming the file.
+  auto missing = CoordinatorClient::Connect(target, "", 1500ms, dir + "/nope.pem");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(missing.status().message()).find("nope.pem' cannot be read"), std::string::npos)
+      << missing.status();
+  auto not_pem = CoordinatorClient::Connect(target, "", 1500ms, key);
+  ASSERT_FALSE(not_pem.ok());
+  EXPECT_EQ(not_pem.status().code(), absl::StatusCode::kInvalidArgument) << not_pem.status();
+
+#ifdef PSYNCCTL_PATH
+  EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + cert, "status"}), 0);
+  EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--timeout=2", "status"}), 1);
+  EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + dir + "/nope.pem", "status"}), 2);
+#endif
+  srv->Shutdown();
+  RunCmd({"rm", "-rf", dir});
+}
+
+}  // namespace
+}  // namespace psync
