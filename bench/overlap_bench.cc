@@ -35,8 +35,7 @@
 #include <cblas.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -279,8 +278,10 @@ std::vector<int64_t> ParseWidths(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("gradient communication overlap: psync reducer vs serial allreduce vs no priorities");
-  absl::ParseCommandLine(argc, argv);
+  // gradient communication overlap: psync reducer vs serial allreduce vs no priorities
+  const psync::ParsedArgs args =
+      psync::ParseFlagsOrExit("psync-overlap-bench", "psync-overlap-bench [flags]  (gradient communication overlap: psync reducer vs serial allreduce vs no priorities)", argc, argv, psync::FlagsDefinedIn(__FILE__));
+  if (!args.positional.empty()) psync::ExitBadFlag("psync-overlap-bench", "unexpected argument '" + args.positional.front() + "'");
   Config c;
   c.widths = ParseWidths(absl::GetFlag(FLAGS_widths));
   c.batch = absl::GetFlag(FLAGS_batch);

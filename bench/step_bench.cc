@@ -18,8 +18,7 @@
 #include <cblas.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -70,8 +69,10 @@ psync::Tensor RandomTensor(const psync::Shape& shape, std::mt19937& rng, psync::
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("MLP forward+backward+SGD step time (compare with bench/torch_step.py)");
-  absl::ParseCommandLine(argc, argv);
+  // MLP forward+backward+SGD step time (compare with bench/torch_step.py)
+  const psync::ParsedArgs args =
+      psync::ParseFlagsOrExit("psync-step-bench", "psync-step-bench [flags]  (MLP forward+backward+SGD step time (compare with bench/torch_step.py))", argc, argv, psync::FlagsDefinedIn(__FILE__));
+  if (!args.positional.empty()) psync::ExitBadFlag("psync-step-bench", "unexpected argument '" + args.positional.front() + "'");
   const std::vector<int64_t> widths = ParseWidths(absl::GetFlag(FLAGS_widths));
   const int batch = absl::GetFlag(FLAGS_batch);
   const int steps = absl::GetFlag(FLAGS_steps);

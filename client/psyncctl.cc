@@ -1,13 +1,20 @@
 // psyncctl: control client for psync-coordinator (docs/cli-contract.md).
 //
-//   psyncctl [--coordinator=HOST:PORT] [--token=T] [--json] status|workers|buckets|unused|shutdown [--wait]|watch
+//   psyncctl [--coordinator=HOST:PORT] [--token=T] [--tls-ca=FILE] [--json] status|workers|buckets|unused|shutdown [--wait]|watch
+//
+// --tls-ca (env PSYNC_TLS_CA): talk TLS to a coordinator started with
+// --tls-cert/--tls-key, trusting the PEM CA / certificate in FILE.
 //
 // Exit codes: 0 ok; 1 coordinator unreachable or RPC failed; 2 bad usage.
 // --json prints the response message as JSON (one object; for watch, one per line).
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,15 +23,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/flags.h"
 #include "psync/v1/control.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT (default: env PSYNC_COORDINATOR, else 127.0.0.1:29500)");
 ABSL_FLAG(std::string, token, "", "bearer token (default: env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA / certificate to trust: connect over TLS (default: env PSYNC_TLS_CA; else plaintext)");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(bool, wait, false, "shutdown: wait until every worker has finished or disconnected");
 ABSL_FLAG(int, timeout, 5, "seconds to wait for the coordinator to answer");
@@ -258,10 +265,13 @@ int Watch(v1::Control::Stub* stub, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "psyncctl [--coordinator=HOST:PORT] [--token=T] [--json] "
-      "status|workers|buckets|unused|shutdown [--wait]|watch");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const psync::ParsedArgs parsed = psync::ParseFlagsOrExit(
+      "psyncctl",
+      "psyncctl [--coordinator=HOST:PORT] [--token=T] [--tls-ca=FILE] [--json] "
+      "status|workers|buckets|unused|shutdown [--wait]|watch",
+      argc, argv, psync::FlagsDefinedIn(__FILE__));
+  std::vector<std::string> args = {argv[0]};
+  args.insert(args.end(), parsed.positional.begin(), parsed.positional.end());
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "psyncctl: expected one command: status|workers|buckets|unused|shutdown [--wait]|watch\n");
@@ -277,6 +287,27 @@ int main(int argc, char** argv) {
   if (g_token.empty()) {
     if (const char* t = std::getenv("PSYNC_TOKEN")) g_token = t;
   }
+  std::string tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  if (!parsed.given("tls_ca")) {
+    if (const char* c = std::getenv("PSYNC_TLS_CA")) tls_ca = c;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!tls_ca.empty()) {
+    std::ifstream f(tls_ca, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "psyncctl: --tls-ca: cannot read '%s': %s\n", tls_ca.c_str(), std::strerror(errno));
+      return 2;
+    }
+    std::ostringstream pem;
+    pem << f.rdbuf();
+    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      std::fprintf(stderr, "psyncctl: --tls-ca: '%s' holds no PEM certificate\n", tls_ca.c_str());
+      return 2;
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(ssl);
+  }
   const bool json = absl::GetFlag(FLAGS_json);
   const int timeout = absl::GetFlag(FLAGS_timeout);
   if (cmd != "status" && cmd != "workers" && cmd != "buckets" && cmd != "unused" && cmd != "shutdown" &&
@@ -287,10 +318,15 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments chargs;
   chargs.SetInt("grpc.enable_http_proxy", 0);
-  auto channel = grpc::CreateCustomChannel(g_target, grpc::InsecureChannelCredentials(), chargs);
+  auto channel = grpc::CreateCustomChannel(g_target, creds, chargs);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(timeout))) {
-    return Fail(absl::StrCat("cannot reach coordinator at ", g_target, ": no connection within ", timeout,
-                             "s (is psync-coordinator running? set --coordinator or PSYNC_COORDINATOR)"));
+    return Fail(absl::StrCat(
+        "cannot reach coordinator at ", g_target, ": no connection within ", timeout, "s",
+        tls_ca.empty() ? " (is psync-coordinator running? set --coordinator or PSYNC_COORDINATOR; if it serves "
+                         "TLS, pass --tls-ca)"
+                       : absl::StrCat(" over TLS with CA '", tls_ca,
+                                      "' (is psync-coordinator running with --tls-cert/--tls-key, and is its "
+                                      "certificate signed by that CA for this host name?)")));
   }
   auto stub = v1::Control::NewStub(channel);
   if (cmd == "status") return Status(stub.get(), json);

@@ -11,9 +11,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "server/coordinator_server.h"
 
@@ -25,7 +24,12 @@ ABSL_FLAG(std::string, token, "", "require 'authorization: Bearer <token>' (defa
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate file (with --tls-key: serve TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(300), "how long Join waits for the world");
-ABSL_FLAG(absl::Duration, report_timeout, absl::Seconds(60), "a worker silent this long is lost");
+ABSL_FLAG(absl::Duration, report_timeout, absl::Seconds(60),
+          "a worker that sends no report for the current iteration this long is lost (if no other worker is "
+          "silent)");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
+          "a worker not heard from (heartbeats, reports) this long is lost; when not given: "
+          "min(5s, --report-timeout / 2)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once listening");
 ABSL_FLAG(bool, exit_when_done, false, "exit once the job has finished or aborted");
 
@@ -40,27 +44,17 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-int BadFlag(const std::string& msg) {
-  std::fprintf(stderr, "psync-coordinator: %s\n", msg.c_str());
-  return 2;
-}
+int BadFlag(const std::string& msg) { psync::ExitBadFlag("psync-coordinator", msg); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("psync-coordinator --world-size=N [--port=29500] [--job-id=psync] ...");
-  // The contract spells flags with dashes (--world-size); Abseil names them with underscores.
-  std::vector<std::string> storage(argv, argv + argc);
-  std::vector<char*> fixed;
-  for (auto& a : storage) {
-    if (a.rfind("--", 0) == 0) {
-      for (size_t i = 2; i < a.size() && a[i] != '='; ++i) {
-        if (a[i] == '-') a[i] = '_';
-      }
-    }
-    fixed.push_back(a.data());
+  const psync::ParsedArgs args = psync::ParseFlagsOrExit(
+      "psync-coordinator", "psync-coordinator --world-size=N [--port=29500] [--job-id=psync] [flags]", argc, argv,
+      psync::FlagsDefinedIn(__FILE__));
+  if (!args.positional.empty()) {
+    return BadFlag("unexpected argument '" + args.positional.front() + "' (flags look like --name=value)");
   }
-  absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
   psync::server::ServerOptions opt;
   opt.host = absl::GetFlag(FLAGS_host);
   opt.port = absl::GetFlag(FLAGS_port);
@@ -77,6 +71,10 @@ int main(int argc, char** argv) {
   if (opt.job.job_id.empty()) return BadFlag("--job-id must not be empty");
   if (opt.job.join_timeout.count() <= 0) return BadFlag("--join-timeout must be > 0");
   if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
+  if (args.given("heartbeat_timeout")) {
+    opt.job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));
+    if (opt.job.heartbeat_timeout.count() <= 0) return BadFlag("--heartbeat-timeout must be > 0");
+  }  // else 0: JobState uses min(5s, report-timeout / 2)
   const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
   if (cert.empty() != key.empty()) return BadFlag("--tls-cert and --tls-key go together");
   if (!cert.empty()) {

@@ -44,13 +44,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "worker/runtime/flag_parse.h"
+#include "common/flags.h"
 
 ABSL_FLAG(int, nproc, 0, "number of local workers (required)");
 ABSL_FLAG(int, port, 0, "coordinator port (0 = pick a free one)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the coordinator binds to and workers connect to");
 ABSL_FLAG(std::string, job_id, "psync", "job id");
 ABSL_FLAG(std::string, token, "", "shared secret (env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA / certificate the workers and psyncctl trust: connect over TLS (env PSYNC_TLS_CA; "
+          "serve TLS with --coordinator-args='--tls-cert=C --tls-key=K')");
 ABSL_FLAG(std::string, coordinator_bin, "", "path of psync-coordinator (default: found next to psync-launch)");
 ABSL_FLAG(std::string, worker_bin, "", "path of psync-worker (default: found next to psync-launch)");
 ABSL_FLAG(std::string, psyncctl_bin, "", "path of psyncctl (default: found next to psync-launch)");
@@ -219,18 +222,18 @@ std::vector<std::string> SplitSpaces(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "coordinator_bin",
+  static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                                 "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
                                                 "all_output"};
-  absl::StatusOr<psync::runtime::ParsedArgs> parsed =
-      psync::runtime::ParseFlagsStrict(argc, argv, kFlags, /*stop_at_dashes=*/true);
+  absl::StatusOr<psync::ParsedArgs> parsed =
+      psync::ParseFlagsStrict(argc, argv, kFlags, /*stop_at_dashes=*/true);
   if (!parsed.ok()) {
     std::cerr << "psync-launch: " << parsed.status().message() << "\n";
     return 2;
   }
   if (parsed->help) {
     std::cout << "usage: psync-launch --nproc=N [--port=0] [--job-id=psync] [--token=T] -- [worker flags]\n"
-              << psync::runtime::FlagsHelp(kFlags);
+              << psync::FlagsHelp(kFlags);
     return 0;
   }
   if (!parsed->positional.empty()) {
@@ -250,13 +253,19 @@ int main(int argc, char** argv) {
   }
   std::string token = absl::GetFlag(FLAGS_token);
   if (parsed->specified.count("token") == 0 && std::getenv("PSYNC_TOKEN")) token = std::getenv("PSYNC_TOKEN");
+  std::string tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  if (!parsed->given("tls_ca") && std::getenv("PSYNC_TLS_CA")) tls_ca = std::getenv("PSYNC_TLS_CA");
+  if (!tls_ca.empty() && access(tls_ca.c_str(), R_OK) != 0) {
+    std::cerr << "psync-launch: --tls-ca: cannot read '" << tls_ca << "': " << std::strerror(errno) << "\n";
+    return 2;
+  }
   const std::string host = absl::GetFlag(FLAGS_host);
   const std::string job_id = absl::GetFlag(FLAGS_job_id);
   const std::chrono::milliseconds grace(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace)));
   const std::vector<std::string>& worker_flags = parsed->after_dashes;
   for (const std::string& f : worker_flags) {
     for (const char* reserved : {"--rank", "--world-size", "--world_size", "--coordinator", "--local-rank",
-                                 "--local_rank", "--job-id", "--job_id", "--token"}) {
+                                 "--local_rank", "--job-id", "--job_id", "--token", "--tls-ca", "--tls_ca"}) {
       std::string r = reserved;
       if (f == r || f.rfind(r + "=", 0) == 0) {
         std::cerr << "psync-launch: worker flag " << r << " is set by the launcher; use psync-launch's own flags\n";
@@ -371,6 +380,7 @@ int main(int argc, char** argv) {
     wargv.push_back(absl::StrCat("--local-rank=", r));
     wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
     wargv.push_back(absl::StrCat("--job-id=", job_id));
+    if (!tls_ca.empty()) wargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
     std::vector<std::string> wenv = {absl::StrCat("RANK=", r), absl::StrCat("WORLD_SIZE=", nproc),
                                      absl::StrCat("LOCAL_RANK=", r), "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
                                      absl::StrCat("MASTER_PORT=", port)};
@@ -417,6 +427,7 @@ int main(int argc, char** argv) {
                   << ": asking the coordinator to stop the job (again to force)\n";
         std::vector<std::string> ctl = {*ctl_bin, "--coordinator=" + coord_addr};
         if (!token.empty()) ctl.push_back("--token=" + token);
+        if (!tls_ca.empty()) ctl.push_back("--tls-ca=" + tls_ca);
         ctl.push_back("shutdown");
         int rc = RunBounded(ctl, std::chrono::milliseconds(10000));
         if (rc != 0) {

@@ -262,7 +262,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
 
   // ---- rendezvous
   absl::StatusOr<std::unique_ptr<coord::CoordinatorClient>> client =
-      coord::CoordinatorClient::Connect(opt.coordinator, opt.token, opt.timeout);
+      coord::CoordinatorClient::Connect(opt.coordinator, opt.token, opt.timeout, opt.tls_ca);
   if (!client.ok()) {
     return Exit(kExitRendezvous, absl::StrCat("cannot reach the coordinator at ", opt.coordinator, ": ",
                                               std::string(client.status().message())));

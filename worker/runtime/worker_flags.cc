@@ -1,6 +1,9 @@
 #include "worker/runtime/worker_flags.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <cstdlib>
 #include <set>
 
@@ -10,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "worker/runtime/flag_parse.h"
+#include "common/flags.h"
 
 // ---- control plane
 ABSL_FLAG(std::string, coordinator, "", "coordinator HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT, else 127.0.0.1:29500)");
@@ -19,6 +22,8 @@ ABSL_FLAG(int, world_size, 0, "number of workers; 0 = take it from the coordinat
 ABSL_FLAG(int, local_rank, 0, "rank on this host; picks the CUDA device (env LOCAL_RANK)");
 ABSL_FLAG(std::string, job_id, "psync", "job id; must match the coordinator's");
 ABSL_FLAG(std::string, token, "", "shared secret for the coordinator (env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA / certificate to trust: connect to the coordinator over TLS (env PSYNC_TLS_CA; default plaintext)");
 ABSL_FLAG(std::string, gloo_host, "",
           "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
           "address of the connection to the coordinator)");
@@ -57,7 +62,7 @@ namespace {
 
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
-      "coordinator", "rank", "world_size", "local_rank", "job_id", "token", "gloo_host", "timeout",
+      "coordinator", "rank", "world_size", "local_rank", "job_id", "token", "tls_ca", "gloo_host", "timeout",
       "model", "widths", "skip_layer", "skip_pattern", "init", "data", "seed", "synthetic_rows",
       "global_batch", "accumulate", "steps", "lr", "momentum", "weight_decay",
       "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device",
@@ -126,7 +131,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (parsed->help) {
     if (help_out) {
       *help_out = absl::StrCat("usage: psync-worker [flags]\n", FlagsHelp(WorkerFlagNames()),
-                               "environment: RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PSYNC_TOKEN\n");
+                               "environment: RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PSYNC_TOKEN PSYNC_TLS_CA\n");
     }
     return WorkerOptions{};
   }
@@ -182,6 +187,11 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (o.job_id.empty()) return Bad("job-id", "must not be empty");
   o.token = absl::GetFlag(FLAGS_token);
   if (!given("token") && env("PSYNC_TOKEN")) o.token = *env("PSYNC_TOKEN");
+  o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  if (!given("tls_ca") && env("PSYNC_TLS_CA")) o.tls_ca = *env("PSYNC_TLS_CA");
+  if (!o.tls_ca.empty() && std::ifstream(o.tls_ca).fail()) {
+    return Bad("tls-ca", absl::StrCat("cannot read '", o.tls_ca, "': ", std::strerror(errno)));
+  }
   o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
   absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");

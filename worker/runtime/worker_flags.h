@@ -26,6 +26,7 @@ struct WorkerOptions {
   int local_rank = 0;
   std::string job_id = "psync";
   std::string token;
+  std::string tls_ca;                            // PEM CA file; empty = plaintext
   std::string gloo_host;                         // empty = derived (see trainer)
   std::chrono::milliseconds timeout{30000};
   // model
