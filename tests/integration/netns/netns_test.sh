@@ -12,9 +12,12 @@
 #          from C (loopback) and from W0 (across the bridge) reports the job.
 # Phase 2  the compose runner (deploy/compose/check-job.sh) from C: waits for
 #          progress, shuts the job down; both workers exit 0.
-# Phase 3  partition: W1's link goes down mid-run. W0 aborts with a named
-#          error (exit 4) within 10 s, the coordinator reports rank 1 lost
-#          (psyncctl workers / status), W1 exits by itself (bounded), nothing hangs.
+# Phase 3  partition: W1's link goes down mid-run (no TCP reset). W0 blocks in
+#          the allreduce with W1 but keeps heartbeating; W1 falls silent, so
+#          the coordinator blames rank 1 (--heartbeat-timeout=1500ms, before the
+#          3 s report timeout) and W0 aborts with a named error (exit 4) within
+#          10 s; the coordinator reports rank 1 lost (psyncctl workers / status),
+#          W1 exits by itself (keepalive: coordinator lost), nothing hangs.
 #
 # usage: netns_test.sh [BIN_OR_DIR...]  each a binary or a directory holding
 #        psync-coordinator / psync-worker / psyncctl (else they come from $PATH)
@@ -238,7 +241,7 @@ phase_runner() {
 
 phase_partition() {
   log "phase 3: partition W1 mid-run"
-  start_coordinator netns-partition coord3 --report-timeout=3s
+  start_coordinator netns-partition coord3 --report-timeout=3s --heartbeat-timeout=1500ms
   start_workers netns-partition w3_ --steps=1000000 --timeout=4s --progress-every=0
   # Wait for real progress before cutting the link.
   local i it=-1 st
@@ -257,6 +260,7 @@ phase_partition() {
   [[ "$rc0" != timeout ]] || fail "phase 3: rank 0 still running 10 s after the partition"
   [[ "$rc0" == 4 ]] || fail "phase 3: rank 0 exit code $rc0 (want 4: peer lost / job aborted)"
   grep -Eiq 'lost|abort' "$WORK/w3_0.log" || fail "phase 3: rank 0's error does not name the failure"
+  grep -Eq 'rank 1 \(.*lost' "$WORK/w3_0.log" || fail "phase 3: rank 0's error does not name rank 1 as the lost rank"
   log "rank 0 aborted after ${dt}s (exit 4): $(grep -Ei 'lost|abort' "$WORK/w3_0.log" | tail -n1)"
   # The coordinator (still reachable on C's loopback) names the lost rank.
   local wk
