@@ -40,6 +40,9 @@ namespace coord = ::psync::coordinator;
 // The one-line reason is printed by RunWorker after every object of the run
 // (process group, client) is gone, so it is the last line on stderr.
 thread_local std::string* g_reason = nullptr;
+// The rank once known (requested or assigned by Join), for the last line:
+// psync-launch shows every rank's stderr, so the line must say whose it is.
+thread_local int g_rank = -1;
 int Exit(int code, const std::string& reason) {
   if (g_reason) *g_reason = reason;
   return code;
@@ -217,7 +220,11 @@ int RunWorker(const WorkerOptions& opt) {
   const int code = RunWorkerImpl(opt);
   g_reason = nullptr;
   std::fflush(stdout);
-  std::fprintf(stderr, "psync-worker: %s\n", reason.c_str());
+  if (g_rank >= 0) {
+    std::fprintf(stderr, "psync-worker rank %d: %s\n", g_rank, reason.c_str());
+  } else {
+    std::fprintf(stderr, "psync-worker: %s\n", reason.c_str());
+  }
   std::fflush(stderr);
   return code;
 }
@@ -226,6 +233,7 @@ namespace {
 int RunWorkerImpl(const WorkerOptions& opt) {
   const auto started = Clock::now();
   if (opt.rank >= 0) SetLogRank(opt.rank);
+  g_rank = opt.rank;
 
   // ---- device, data and initial weights: fail fast with exit 2, before joining.
   std::string device_text = opt.device == "cuda" ? absl::StrCat("cuda:", opt.local_rank) : opt.device;
@@ -282,6 +290,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   }
   const int rank = joined->rank, world = joined->world_size;
   SetLogRank(rank);
+  g_rank = rank;
   if (absl::Status st = ValidateBatchGeometry(opt, world); !st.ok()) {
     return Exit(kExitBadInput, std::string(st.message()));
   }
