@@ -1,0 +1,169 @@
+// psync-allreduce-latency-bench: latency of one float allreduce between
+// `--world` ranks forked from this process (default 2), Gloo over 127.0.0.1.
+// For every size (4 B .. 4 MiB, x4) and impl, rank 0 prints p50/p90/p99:
+//
+//   psync   GlooGroup::AllreduceSum(t)->Wait(): the issuing thread hands the
+//           op to the group's communication thread and waits for it
+//   raw     gloo::allreduce on the calling thread (same algorithm, same
+//           transport, no psync queue): the floor
+//
+// --gap-us inserts that much busy work (spinning, like the compute of a
+// training step) between iterations on every rank, so threads that block
+// between collectives really go to sleep as they do in the job.
+// Machine-readable lines: "RESULT impl=psync bytes=... p50_us=... p90_us=... p99_us=...".
+//
+//   psync-allreduce-latency-bench --iters=300 --gap-us=500
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "worker/comm/file_store.h"
+#include "worker/comm/gloo/gloo_group.h"
+#include "worker/tensor/tensor.h"
+
+ABSL_FLAG(int, iters, 300, "timed iterations per size (fewer for sizes over 256 KiB)");
+ABSL_FLAG(int, warmup, 20, "untimed iterations per size");
+ABSL_FLAG(int, world, 2, "ranks (processes forked on this machine)");
+ABSL_FLAG(int, gap_us, 0, "busy work (microseconds) between iterations on every rank");
+ABSL_FLAG(std::string, impls, "psync,raw", "impls to run, in order");
+ABSL_FLAG(int64_t, max_bytes, 4 << 20, "largest size");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void Spin(int us) {
+  if (us <= 0) return;
+  const auto end = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < end) {
+  }
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+int RunRank(int rank, int world, const std::string& dir) {
+  const int iters = absl::GetFlag(FLAGS_iters);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int gap = absl::GetFlag(FLAGS_gap_us);
+  const std::vector<std::string> impls = absl::StrSplit(absl::GetFlag(FLAGS_impls), ',');
+
+  auto store = std::make_shared<psync::comm::FileStore>(dir + "/psync");
+  psync::comm::GlooOptions go;
+  go.prefix = "bench";
+  auto pg_or = psync::comm::GlooGroup::Create(store, rank, world, go);
+  if (!pg_or.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(pg_or.status().message()).c_str());
+    return 1;
+  }
+  auto pg = std::move(*pg_or);
+
+  std::filesystem::create_directories(dir + "/raw");
+  gloo::rendezvous::FileStore fs(dir + "/raw");
+  gloo::rendezvous::PrefixStore ps("raw", fs);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  attr.ai_family = AF_INET;
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+  ctx->setTimeout(std::chrono::seconds(30));
+  ctx->connectFullMesh(ps, dev);
+
+  if (rank == 0) {
+    std::printf("%-6s %-10s %-6s %10s %10s %10s\n", "impl", "bytes", "iters", "p50_us", "p90_us", "p99_us");
+  }
+  uint32_t tag = 1;
+  for (int64_t bytes = 4; bytes <= absl::GetFlag(FLAGS_max_bytes); bytes *= 4) {
+    const int64_t n = bytes / 4;
+    const int it = bytes > (256 << 10) ? std::max(30, iters / 10) : iters;
+    for (const std::string& impl : impls) {
+      psync::Tensor t = psync::Tensor::Full({n}, 1.0f);
+      std::vector<double> us;
+      for (int i = 0; i < warmup + it; ++i) {
+        Spin(gap);
+        const auto t0 = Clock::now();
+        if (impl == "psync") {
+          absl::Status st = pg->AllreduceSum(t, "bench")->Wait(std::chrono::seconds(30));
+          if (!st.ok()) {
+            std::fprintf(stderr, "rank %d: %s\n", rank, std::string(st.message()).c_str());
+            return 1;
+          }
+        } else {
+          gloo::AllreduceOptions opts(ctx);
+          opts.setOutput(t.data(), static_cast<size_t>(n));
+          opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          opts.setTag(tag);
+          gloo::allreduce(opts);
+        }
+        const auto t1 = Clock::now();
+        if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      ++tag;
+      if (rank == 0) {
+        std::printf("%-6s %-10lld %-6d %10.1f %10.1f %10.1f\n", impl.c_str(), static_cast<long long>(bytes), it,
+                    Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99));
+        std::printf("RESULT impl=%s bytes=%lld p50_us=%.1f p90_us=%.1f p99_us=%.1f\n", impl.c_str(),
+                    static_cast<long long>(bytes), Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99));
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  psync::ParseFlagsOrExit("psync-allreduce-latency-bench",
+                          "psync-allreduce-latency-bench [flags]  (allreduce latency: GlooGroup vs raw gloo)", argc,
+                          argv, psync::FlagsDefinedIn(__FILE__));
+  const int world = absl::GetFlag(FLAGS_world);
+  char tmpl[] = "/tmp/psync-arlat-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+  std::fflush(stdout);
+  std::vector<pid_t> kids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      return 1;
+    }
+    if (pid == 0) _exit(RunRank(r, world, dir));
+    kids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t p : kids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  }
+  std::filesystem::remove_all(dir);
+  return rc;
+}
