@@ -29,6 +29,7 @@
 #include "worker/runtime/summary.h"
 #include "worker/runtime/trace_writer.h"
 #include "worker/runtime/trainer.h"
+#include "worker/tensor/cuda/cuda_ops.h"  // SetCurrentDevice
 
 namespace psync::runtime {
 
@@ -241,6 +242,16 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   if (!device.ok()) return Exit(kExitBadInput, absl::StrCat("--device: ", std::string(device.status().message())));
   if (absl::Status st = CheckDeviceAvailable(*device); !st.ok()) {
     return Exit(kExitBadInput, absl::StrCat("--device ", device_text, ": ", std::string(st.message())));
+  }
+  if (device->is_cuda()) {
+    // Make cuda:LOCAL_RANK this thread's current device before any tensor
+    // work: the ops' device guards would otherwise switch back to cuda:0
+    // after each op and put a CUDA context on GPU 0 in every rank's process.
+    try {
+      cuda_ops::SetCurrentDevice(device->index);
+    } catch (const std::exception& e) {
+      return Exit(kExitBadInput, absl::StrCat("--device ", device_text, ": ", e.what()));
+    }
   }
   const int64_t in = opt.widths.front(), out = opt.widths.back();
   Dataset data;

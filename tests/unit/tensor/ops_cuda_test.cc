@@ -2,11 +2,13 @@
 // build machine has none); it must still compile and link everywhere.
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tests/unit/tensor/test_util.h"
+#include "worker/tensor/cuda/cuda_ops.h"
 #include "worker/tensor/ops.h"
 
 #ifdef PSYNC_WITH_CUDA
@@ -197,6 +199,56 @@ TEST_F(OpsCuda, MlpStepMatchesCpu) {
   auto cpu = step(Device::CPU());
   auto gpu = step(gpu_);
   for (size_t i = 0; i < cpu.size(); ++i) ExpectClose(gpu[i], cpu[i], 1e-5f, "tensor " + std::to_string(i));
+}
+
+TEST_F(OpsCuda, SetCurrentDeviceAndFreeOnAnotherThread) {
+  cuda_ops::SetCurrentDevice(0);
+  ExpectTensorError([] { cuda_ops::SetCurrentDevice(CudaDeviceCount()); }, {"cuda:"});
+#ifdef PSYNC_WITH_CUDA
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);
+#endif
+  // A storage freed on another thread (its own current device) must leave no
+  // error behind for the next op on this thread.
+  Tensor t = Tensor::Full({1000}, 1.0f, gpu_);
+  std::thread([moved = std::move(t)]() mutable { moved = Tensor(); }).join();
+  EXPECT_EQ(ops::Scale(Tensor::Full({3}, 2.0f, gpu_), 2.0f).ToVector(), std::vector<float>(3, 4.0f));
+}
+
+TEST_F(OpsCuda, SecondDeviceWhileCuda0IsCurrent) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  const Device g1 = Device::CUDA(1);
+  cuda_ops::SetCurrentDevice(0);
+  Tensor a = RandomTensor({33, 17}, 80), b = RandomTensor({17, 9}, 81);
+  Tensor c = ops::Matmul(a.To(g1), b.To(g1));
+  EXPECT_EQ(c.device(), g1);
+  EXPECT_LE(ops::MaxAbsDiff(c, ops::Matmul(a, b)), 1e-4f);
+  EXPECT_EQ(ops::Relu(a.To(g1)).ToVector(), ops::Relu(a).ToVector());
+  Tensor moved = a.To(g1).To(gpu_);  // peer copy
+  EXPECT_EQ(moved.ToVector(), a.ToVector());
+  { Tensor dropped = Tensor::Full({100}, 1.0f, g1); }  // freed while cuda:0 is current
+  EXPECT_EQ(ops::Sum(Tensor::Full({10}, 1.0f, g1)).Item(), 10.0f);
+#ifdef PSYNC_WITH_CUDA
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);  // ops restore the caller's device
+#endif
+}
+
+TEST_F(OpsCuda, MoreThanTwoToThe31Elements) {
+  // Grid-stride loops index with int64: an element past 2^31 is reached.
+  const int64_t n = (int64_t{1} << 31) + 7;  // 8 GiB of floats
+  Tensor t;
+  try {
+    t = Tensor::Empty({n}, gpu_);
+  } catch (const TensorError& e) {
+    GTEST_SKIP() << "cannot allocate 8 GiB: " << e.what();
+  }
+  ops::Fill(t, 1.5f);
+  ops::ScaleInPlace(t, 2.0f);
+  EXPECT_EQ(t.View(n - 3, {3}).ToVector(), std::vector<float>(3, 3.0f));
+  EXPECT_EQ(t.View(0, {2}).ToVector(), std::vector<float>(2, 3.0f));
 }
 
 // Runs everywhere: without CUDA support the CUDA paths say how to get it.

@@ -55,7 +55,17 @@ void Free(void* ptr, int device) noexcept {
   try {
     // Ordered after every op already queued on the compute stream, so the
     // memory is reused only once they are done with it.
-    cudaFreeAsync(ptr, cuda::ComputeStream(device));
+    // The storage's device must be current: a Storage may be freed on any
+    // thread (whose current device is often cuda:0), and a stream-ordered
+    // call with a stream of another device is not guaranteed to work.
+    cudaStream_t stream = cuda::ComputeStream(device);
+    cuda::DeviceGuard guard(device);
+    if (cudaFreeAsync(ptr, stream) != cudaSuccess) {
+      // Nothing to report from a destructor, but clear the (non-sticky)
+      // error: otherwise the next kernel launch's cudaGetLastError() check
+      // would throw this unrelated error.
+      cudaGetLastError();
+    }
   } catch (...) {
     // Destructor path (maybe at process exit after the driver shut down):
     // nothing sensible to do; the pool dies with the process.
@@ -90,6 +100,11 @@ void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
         cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
     PSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+}
+
+void SetCurrentDevice(int device) {
+  cuda::ComputeStream(device);  // validates the index, creates the context
+  PSYNC_CUDA_CHECK(cudaSetDevice(device));
 }
 
 void Synchronize(int device) {

@@ -35,6 +35,13 @@ void Free(void* ptr, int device) noexcept;
 // the source has been read (the host buffer may be reused at once).
 void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
+// Makes `device` current for the calling thread (cudaSetDevice). A process
+// that works on one GPU other than cuda:0 (psync-worker with LOCAL_RANK > 0)
+// calls it first: otherwise every DeviceGuard restores the thread's default
+// device 0 on exit, and since CUDA 12 cudaSetDevice(0) creates a primary
+// context (hundreds of MiB) on GPU 0 in every rank's process.
+void SetCurrentDevice(int device);
+
 // Waits for everything queued on the device's compute stream.
 void Synchronize(int device);
 

@@ -15,6 +15,7 @@ int DeviceCount(std::string* why) {
 void* Allocate(size_t, int) { NoCuda(); }
 void Free(void*, int) noexcept {}
 void CopyBytes(void*, Device, const void*, Device, size_t) { NoCuda(); }
+void SetCurrentDevice(int) { NoCuda(); }
 void Synchronize(int) { NoCuda(); }
 void Gemm(int, bool, bool, int64_t, int64_t, int64_t, const float*, const float*, float*) { NoCuda(); }
 void Binary(int, BinaryOp, const float*, const float*, float*, int64_t) { NoCuda(); }
