@@ -1,7 +1,16 @@
 // NcclGroup on cuda:0 with a world of 1. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
+
+#if defined(PSYNC_WITH_NCCL)
+#include <cuda_runtime.h>
+
+#include "worker/tensor/cuda/cuda_context.h"
+#endif
+#include "worker/tensor/ops.h"
 
 #include "worker/comm/hash_store.h"
 #include "worker/comm/process_group_factory.h"
@@ -67,6 +76,66 @@ TEST_F(NcclWorld1, CpuTensorRejectedAndAbortPoisons) {
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
   EXPECT_NE(std::string(st.message()).find("test abort"), std::string::npos) << st;
 }
+
+
+#if defined(PSYNC_WITH_NCCL)
+// Keeps cuda:0's compute stream busy for `ms` (a host function that sleeps),
+// so a collective issued now stays pending: its comm stream waits on an
+// event recorded on the compute stream.
+void BlockComputeStream(int ms) {
+  static int delay;
+  delay = ms;
+  ASSERT_EQ(cudaLaunchHostFunc(
+                cuda::ComputeStream(0),
+                [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(delay)); }, nullptr),
+            cudaSuccess);
+}
+
+TEST_F(NcclWorld1, PollingAPendingWorkLeavesNoStaleCudaError) {
+  // IsCompleted/Wait poll cudaEventQuery, which may leave cudaErrorNotReady
+  // as the thread's last error; kernel launches check cudaGetLastError(), so
+  // an op after a "not ready" poll used to be able to throw NotReady.
+  BlockComputeStream(300);
+  Tensor t = Tensor::Full({1 << 16}, 1.0f, Device::CUDA(0));
+  auto w = pg_->AllreduceSum(t, "pending");
+  EXPECT_FALSE(w->IsCompleted());
+  EXPECT_FALSE(w->IsCompleted());
+  Tensor a = Tensor::Full({1024}, 2.0f, Device::CUDA(0));
+  EXPECT_NO_THROW(ops::Add(a, a));  // a kernel launch right after the polls
+  ASSERT_TRUE(w->Wait(milliseconds(30000)).ok());
+  EXPECT_NO_THROW(ops::ScaleInPlace(t, 2.0f));
+  EXPECT_EQ(t.ToVector().back(), 2.0f);
+}
+
+TEST_F(NcclWorld1, AbortedPendingWorkFailsEvenAfterItsEventFires) {
+  // Abort from another thread while a collective is pending. ncclCommAbort
+  // lets the queued kernel finish early, so the completion event fires
+  // later; Wait must still report the abort, not success.
+  BlockComputeStream(300);
+  Tensor t = Tensor::Full({1 << 16}, 1.0f, Device::CUDA(0));
+  auto w = pg_->AllreduceSum(t, "pending");
+  std::thread aborter([&] { pg_->Abort(absl::AbortedError("test abort from another thread")); });
+  aborter.join();
+  ops::Synchronize(Device::CUDA(0));                          // the host function has run
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the comm stream drains
+  absl::Status st = w->Wait(milliseconds(10000));
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_NE(std::string(st.message()).find("test abort from another thread"), std::string::npos) << st;
+  EXPECT_TRUE(w->IsCompleted());
+}
+
+TEST_F(NcclWorld1, WorkKeepsTensorAliveAndLeavesCurrentDevice) {
+  // The caller drops its handle at once: the Work's handle keeps the memory,
+  // and its stream-ordered free is ordered after the collective.
+  auto w = pg_->AllreduceSum(Tensor::Full({1 << 20}, 3.0f, Device::CUDA(0)), "dropped");
+  ASSERT_TRUE(w->Wait(milliseconds(30000)).ok());
+  w.reset();
+  ops::Synchronize(Device::CUDA(0));
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);
+}
+#endif  // PSYNC_WITH_NCCL
 
 }  // namespace
 }  // namespace psync::comm

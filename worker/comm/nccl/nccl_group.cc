@@ -41,6 +41,28 @@ std::string NcclErr(ncclResult_t r, ncclComm_t comm) {
   return absl::StrCat(ncclGetErrorString(r), (last && *last) ? absl::StrCat(" (", last, ")") : std::string());
 }
 
+// Every NCCL/CUDA call below first makes the group's device current with a
+// bare cudaSetDevice and deliberately does not switch back: restoring a
+// thread's default device 0 would (CUDA >= 12) create a primary context on
+// GPU 0 in a rank that runs on cuda:LOCAL_RANK, and psync's own ops never
+// rely on the current device (they all use explicit device guards).
+// cudaEventQuery / cudaStreamQuery, with a "not ready" answer cleared from
+// the thread's last-error slot. The runtime may record cudaErrorNotReady
+// there (PyTorch clears it for the same reason); left behind, the next
+// kernel launch on this thread (worker/tensor checks cudaGetLastError()
+// after every launch; IsCompleted is polled on the backward thread between
+// launches) would throw an unrelated "cudaErrorNotReady".
+cudaError_t QueryEvent(cudaEvent_t e) {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaErrorNotReady) cudaGetLastError();
+  return q;
+}
+cudaError_t QueryStream(cudaStream_t s) {
+  const cudaError_t q = cudaStreamQuery(s);
+  if (q == cudaErrorNotReady) cudaGetLastError();
+  return q;
+}
+
 void Backoff(std::chrono::microseconds* d) {
   std::this_thread::sleep_for(*d);
   *d = std::min(*d * 2, std::chrono::microseconds(1000));
@@ -121,7 +143,7 @@ class NcclWork : public Work {
       if (!group_->poison.ok()) return true;  // Wait returns the failure at once
     }
     cudaSetDevice(group_->device);
-    return cudaEventQuery(done_event_) != cudaErrorNotReady;
+    return QueryEvent(done_event_) != cudaErrorNotReady;
   }
 
   absl::Status Wait(Millis timeout) override {
@@ -131,16 +153,23 @@ class NcclWork : public Work {
     std::chrono::microseconds d(20);
     cudaSetDevice(group_->device);
     while (true) {
-      cudaError_t q = cudaEventQuery(done_event_);
-      if (q == cudaSuccess) {
-        cudaStreamWaitEvent(group_->compute_stream, done_event_, 0);
-        return Finish(absl::OkStatus());
-      }
+      cudaError_t q = QueryEvent(done_event_);
       {
         std::lock_guard<std::mutex> g(group_->mu);
+        // Poison is checked BEFORE trusting the event: ncclCommAbort (a
+        // timeout elsewhere, or Abort from another thread) makes the
+        // in-flight NCCL kernels exit early, after which the completion
+        // event fires although the buffer holds a partial result. Such a
+        // collective must fail with the group's reason, never succeed.
         if (!group_->poison.ok()) {
           return Finish(absl::Status(group_->poison.code(), absl::StrCat(desc_, " not completed: process group failed: ",
                                                                          std::string(group_->poison.message()))));
+        }
+        if (q == cudaSuccess) {
+          // Later kernels on the compute stream (and the stream-ordered free
+          // of the tensor) run after the collective; no host block.
+          cudaStreamWaitEvent(group_->compute_stream, done_event_, 0);
+          return Finish(absl::OkStatus());
         }
         absl::Status err;
         if (q != cudaErrorNotReady) {
@@ -275,8 +304,8 @@ NcclGroup::~NcclGroup() {
   if (state_->comm) {
     const auto deadline = Clock::now() + state_->timeout;
     std::chrono::microseconds d(20);
-    while (cudaStreamQuery(state_->comm_stream) == cudaErrorNotReady && Clock::now() < deadline) Backoff(&d);
-    bool clean = cudaStreamQuery(state_->comm_stream) == cudaSuccess;
+    while (QueryStream(state_->comm_stream) == cudaErrorNotReady && Clock::now() < deadline) Backoff(&d);
+    bool clean = QueryStream(state_->comm_stream) == cudaSuccess;
     if (clean) {
       ncclResult_t r = ncclCommFinalize(state_->comm);
       r = state_->SettleLocked(r, deadline);
