@@ -392,6 +392,18 @@ absl::Status Reducer::Finalize() {
 }
 
 absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
+  // Buckets PollCompletions already saw complete: IsCompleted() is also true
+  // for a collective that FAILED (e.g. NCCL: the group was aborted/poisoned,
+  // or the completion event reported a CUDA error), so their status still
+  // has to be collected. Wait on a completed work returns at once (and on
+  // NCCL orders the compute stream after the collective).
+  for (size_t k = 0; k < next_bucket_to_complete_; ++k) {
+    absl::Status st = buckets_[k].work->Wait(std::chrono::milliseconds(0));
+    if (!st.ok()) {
+      return Fail(Annotate(st, absl::StrCat("DDP: reducing bucket ", k, " of ", buckets_.size(), " (rank ",
+                                            group_->rank(), ", iteration ", iteration_, ")")));
+    }
+  }
   for (size_t k = next_bucket_to_complete_; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     const auto remaining = std::max(

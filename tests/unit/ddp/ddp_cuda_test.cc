@@ -2,8 +2,11 @@
 // skips itself without a GPU (or without the NCCL backend).
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
+#include "worker/comm/work.h"
 
 namespace psync::ddp::testing {
 namespace {
@@ -21,6 +24,78 @@ TEST(DdpCuda, WorldOneNcclMatchesReference) {
   sc.device = Device::CUDA(0);
   sc.backend = "nccl";
   EXPECT_EQ(RunDdpRank(sc, 0, dir.path(), 1e-4f), 0);
+}
+
+TEST(DdpCuda, CudaReferenceMatchesCpuReference) {
+  // The scenario's single-process reference on cuda:0 (cuBLAS, FP32 without
+  // TF32, the CUDA kernels) against the same run on the CPU (OpenBLAS).
+  absl::Status available = CheckDeviceAvailable(Device::CUDA(0));
+  if (!available.ok()) GTEST_SKIP() << available.message();
+  Scenario sc;
+  sc.world = 2;
+  sc.micro = 2;
+  sc.steps = 6;
+  sc.skip = [](int step, int micro, int) { return micro == 1 || step % 2 ? std::set<int>{1} : std::set<int>{}; };
+  const auto cpu = RunReference(sc);
+  sc.device = Device::CUDA(0);
+  const auto gpu = RunReference(sc);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i].size(), gpu[i].size());
+    for (size_t j = 0; j < cpu[i].size(); ++j) EXPECT_NEAR(gpu[i][j], cpu[i][j], 1e-5f) << "param " << i << "[" << j << "]";
+  }
+}
+
+// Runs everywhere (CPU tensors): a group whose collectives are "completed"
+// but FAILED, as an NCCL work is once its group was aborted. The reducer
+// polls IsCompleted() during backward; a bucket it saw complete must still
+// have its status checked in Finalize, or backward returns OK with garbage.
+class FailingWork : public comm::Work {
+ public:
+  absl::Status Wait(std::chrono::milliseconds) override { return absl::UnavailableError("peer died (fake)"); }
+  bool IsCompleted() override { return true; }
+  std::string Describe() const override { return "fake failed work"; }
+};
+class OkWork : public comm::Work {
+ public:
+  absl::Status Wait(std::chrono::milliseconds) override { return absl::OkStatus(); }
+  bool IsCompleted() override { return true; }
+  std::string Describe() const override { return "fake ok work"; }
+};
+class FailingAllreduceGroup : public comm::ProcessGroup {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "fake"; }
+  std::shared_ptr<comm::Work> AllreduceSum(Tensor, const std::string&) override {
+    return std::make_shared<FailingWork>();
+  }
+  std::shared_ptr<comm::Work> Broadcast(Tensor, int, const std::string&) override {
+    return std::make_shared<OkWork>();
+  }
+  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& b, std::chrono::milliseconds) override {
+    return std::vector<std::string>{b, b};
+  }
+  absl::Status Barrier(std::chrono::milliseconds) override { return absl::OkStatus(); }
+  void Abort(const absl::Status&) override { aborted = true; }
+  std::atomic<bool> aborted{false};
+};
+
+TEST(DdpCuda, FailedBucketSeenCompleteByPollingFailsBackward) {
+  auto group = std::make_shared<FailingAllreduceGroup>();
+  auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+  DdpOptions opts;
+  opts.bucket_cap_mb = 0.0005;
+  opts.first_bucket_cap_mb = 0.0002;
+  auto ddp = DistributedDataParallel::Create(mlp, group, opts);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  auto [x, y] = StepData(0, 4, Device::CPU());
+  auto out = (*ddp)->Forward([&] { return mlp->Forward(autograd::Variable(x), {}); });
+  ASSERT_TRUE(out.ok()) << out.status();
+  absl::Status st = autograd::Backward(nn::MseLoss(*out, y));
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(std::string(st.message()).find("peer died (fake)"), std::string::npos) << st;
+  EXPECT_TRUE(group->aborted);
 }
 
 }  // namespace
