@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One-shot check of psync's GPU path, for a machine with an NVIDIA GPU.
+#
+#   scripts/gpu-check.sh                 # build dir: <repo>/build-gpu
+#   BUILD_DIR=/tmp/b STEPS=200 scripts/gpu-check.sh
+#
+# 1. builds with CUDA (fails if nvcc is missing: there is nothing to check);
+# 2. runs every CUDA/NCCL test (ctest -R "Cuda|Nccl"), listing skipped ones
+#    (a skip on a GPU machine means a test could not see the device);
+# 3. psync-launch end to end, --device=cuda, world 1 (and world 2 when there
+#    are >= 2 GPUs), each compared with the same job on CPU (weights_diff);
+# 4. psync-step-bench --device=cuda next to bench/torch_step.py on CUDA (when
+#    /usr/bin/python3 has torch with CUDA);
+# 5. prints a short report. Exit 0 when every check passed, 1 otherwise.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+STEPS="${STEPS:-100}"
+OUT="$(mktemp -d /tmp/psync-gpu-check.XXXXXX)"
+PY=/usr/bin/python3
+declare -a REPORT=()
+FAILED=0
+ok()   { REPORT+=("PASS  $*"); }
+bad()  { REPORT+=("FAIL  $*"); FAILED=1; }
+info() { REPORT+=("INFO  $*"); }
+report() {
+  echo
+  echo "==================== psync GPU check ===================="
+  printf '%s\n' "${REPORT[@]}"
+  echo "logs: $OUT"
+  exit "$FAILED"
+}
+
+command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+if ! command -v nvcc >/dev/null; then bad "nvcc not found (install the CUDA toolkit)"; report; fi
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader > "$OUT/gpus.txt" 2>&1
+  NGPU=$(grep -c . "$OUT/gpus.txt" || true)
+  while read -r line; do info "gpu: $line"; done < "$OUT/gpus.txt"
+else
+  NGPU=0
+fi
+if [[ "$NGPU" -lt 1 ]]; then bad "no GPU visible (nvidia-smi)"; report; fi
+
+# ---- 1. build
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+if cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" > "$OUT/cmake.log" 2>&1 &&
+   cmake --build "$BUILD_DIR" -j "$(nproc)" > "$OUT/build.log" 2>&1; then
+  if grep -q "psync: CUDA" "$OUT/cmake.log"; then ok "build with CUDA ($(grep -o 'psync: CUDA.*' "$OUT/cmake.log"))"
+  else bad "configured WITHOUT CUDA (see $OUT/cmake.log)"; report; fi
+else
+  bad "build failed (tail of $OUT/build.log below)"; tail -30 "$OUT/build.log"; report
+fi
+BIN="$BUILD_DIR"
+
+# ---- 2. CUDA / NCCL tests
+if ctest --test-dir "$BUILD_DIR" -R "Cuda|Nccl" --output-on-failure -j 1 > "$OUT/ctest.log" 2>&1; then
+  ok "ctest -R 'Cuda|Nccl': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log")"
+else
+  bad "ctest -R 'Cuda|Nccl': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log"); see $OUT/ctest.log"
+  grep -E '\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception' "$OUT/ctest.log" | sed 's/^/      /' | head -20
+fi
+skipped=$(grep -cE '\(Skipped\)|\*\*\*Skipped' "$OUT/ctest.log" || true)
+[[ "$skipped" -gt 0 ]] && info "$skipped CUDA/NCCL test(s) skipped (expected only for '2 CUDA devices' / 8 GiB tests on small GPUs):" &&
+  grep -E '\(Skipped\)' "$OUT/ctest.log" | sed 's/^[[:space:]]*/      /' | head -20 | while read -r l; do info "$l"; done
+
+# ---- 3. end to end: psync-launch, cuda vs cpu with the same job
+LAUNCH="$BIN/client/launch/psync-launch"
+WDIFF="$BIN/tests/integration/worker/weights_diff"
+job=(--widths=32,64,64,16 --global-batch=64 --steps="$STEPS" --progress-every=0)
+run_job() {  # name nproc device
+  local name=$1 n=$2 dev=$3
+  timeout 300 "$LAUNCH" --nproc="$n" -- "${job[@]}" --device="$dev" --save="$OUT/$name.safetensors" \
+    --summary="$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1
+}
+for n in 1 2; do
+  if [[ $n -eq 2 && $NGPU -lt 2 ]]; then info "world 2 on CUDA skipped: $NGPU GPU"; continue; fi
+  if run_job "cuda-w$n" "$n" cuda; then
+    loss=$(grep -ho '"final_loss": *[0-9.eE+-]*' "$OUT/cuda-w$n.rank0.json" 2>/dev/null | head -1)
+    ok "psync-launch --nproc=$n --device=cuda, $STEPS steps ($loss)"
+    if run_job "cpu-w$n" "$n" cpu; then
+      # Same contract on both devices: cuBLAS FP32 vs OpenBLAS round
+      # differently, so allow a small drift after $STEPS SGD steps.
+      if d=$("$WDIFF" "$OUT/cuda-w$n.safetensors" "$OUT/cpu-w$n.safetensors" 1e-3 2>&1); then
+        ok "world $n: cuda weights == cpu weights within 1e-3 ($(tail -1 <<<"$d"))"
+      else
+        bad "world $n: cuda and cpu weights differ: $(tail -1 <<<"$d")"
+      fi
+    else
+      bad "psync-launch --nproc=$n --device=cpu failed (see $OUT/cpu-w$n.log)"
+    fi
+  else
+    bad "psync-launch --nproc=$n --device=cuda failed: $(tail -2 "$OUT/cuda-w$n.log" | tr '\n' ' ')"
+  fi
+done
+
+# ---- 4. step bench next to PyTorch
+if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  if BUILD_DIR="$BUILD_DIR" DEVICE=cuda THREADS=1 "$ROOT/bench/run_step_bench.sh" > "$OUT/step_bench.log" 2>&1; then
+    ok "step bench (cuda) vs PyTorch:"
+    grep -E '^(impl|psync|torch|ratio)' "$OUT/step_bench.log" | while read -r l; do info "  $l"; done
+  else
+    bad "step bench failed (see $OUT/step_bench.log)"
+  fi
+else
+  if "$BIN/bench/psync-step-bench" --device=cuda > "$OUT/step_bench.log" 2>&1; then
+    ok "psync-step-bench --device=cuda: $(grep '^RESULT' "$OUT/step_bench.log")"
+  else
+    bad "psync-step-bench --device=cuda failed (see $OUT/step_bench.log)"
+  fi
+  info "no PyTorch with CUDA at $PY: psync alone"
+fi
+
+report
