@@ -19,10 +19,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "psync/v1/coordinator.grpc.pb.h"
+#include "common/flags.h"
+#include "common/logging.h"
 #include "server/coordinator_server.h"
 
 ABSL_FLAG(std::string, workers, "1,8,64,512", "comma-separated worker counts");
@@ -176,7 +177,10 @@ int Run(int n, int iters, int params) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  psync::ParseFlagsOrExit("psync-coordinator-bench", "psync-coordinator-bench [--workers=1,8,64,512] [--iterations=0] [--params=1000]",
+                          argc, argv, psync::FlagsDefinedIn(__FILE__));
+  // The in-process coordinator logs every Join; 512 of them would bury the table.
+  psync::SetMinLogLevel(psync::LogLevel::kWarning);
   std::printf("%-8s %-6s %-10s %-12s %-12s %-12s %-14s\n", "WORKERS", "CHANS", "ITERS", "P50_MS", "P99_MS",
               "MAX_MS", "RENDEZVOUS_MS");
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
