@@ -26,15 +26,9 @@ BUCKET_CAP_MB="${BUCKET_CAP_MB:-25}"
 ROUNDS="${ROUNDS:-3}"
 PY=/usr/bin/python3
 
-if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
-  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}"
-fi
-cmake --build "$BUILD_DIR" --target psync-overlap-bench -j "$(nproc)"
-BENCH="$BUILD_DIR/bench/psync-overlap-bench"
-
-# Same thread budget per process on both sides.
-export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
+source "$ROOT/bench/lib.sh"
+BENCH=$(bench_build psync-overlap-bench)
+bench_same_threads "$THREADS"
 
 common=(--widths="$WIDTHS" --batch="$BATCH" --steps="$STEPS" --warmup="$WARMUP" --threads="$THREADS"
         --world="$WORLD" --bucket_cap_mb="$BUCKET_CAP_MB" --rounds="$ROUNDS")
@@ -43,12 +37,10 @@ psync_out=$("$BENCH" "${common[@]}")
 echo "$psync_out"
 
 torch_out=""
-if "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+if bench_have_torch 'import torch.distributed as d; assert d.is_gloo_available()'; then
   echo "== $PY $ROOT/bench/ddp_torch.py ${common[*]}"
   torch_out=$("$PY" "$ROOT/bench/ddp_torch.py" "${common[@]}")
   echo "$torch_out"
-else
-  echo "PyTorch with Gloo is not importable by $PY (apt-get install python3-torch); psync only" >&2
 fi
 
 echo

@@ -23,32 +23,11 @@ DEVICE="${DEVICE:-cpu}"
 ROUNDS="${ROUNDS:-1}"
 PY=/usr/bin/python3
 
-# ---- build only the benchmark
-if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
-  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}"
-fi
-cmake --build "$BUILD_DIR" --target psync-step-bench -j "$(nproc)"
-BENCH="$BUILD_DIR/bench/psync-step-bench"
-
-# ---- PyTorch (Debian package python3-torch)
+source "$ROOT/bench/lib.sh"
+BENCH=$(bench_build psync-step-bench)
 have_torch=1
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-  if [[ $(id -u) -eq 0 ]]; then
-    echo "python3-torch missing: installing it with apt" >&2
-    apt-get update -o DPkg::Lock::Timeout=900
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=900 python3-torch
-  else
-    echo "PyTorch is not importable by $PY; install it with:" >&2
-    echo "  sudo apt-get install -y python3-torch" >&2
-    echo "(running psync alone)" >&2
-    have_torch=0
-  fi
-fi
-
-# Same thread budget for both: OpenBLAS (psync's matmuls, and torch's BLAS on
-# Debian), OpenMP (torch's intra-op pool); the binaries also get --threads.
-export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
+bench_have_torch || have_torch=0
+bench_same_threads "$THREADS"
 
 common=(--widths="$WIDTHS" --batch="$BATCH" --steps="$STEPS" --warmup="$WARMUP" --threads="$THREADS" --device="$DEVICE" "$@")
 results=()

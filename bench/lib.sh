@@ -1,0 +1,37 @@
+# Shared by the bench/run_*.sh scripts: source it after setting ROOT and
+# BUILD_DIR.
+
+# bench_build TARGET: configures BUILD_DIR if needed, builds only TARGET and
+# prints the path of the binary.
+bench_build() {
+  if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
+    local gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+    cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" >&2
+  fi
+  cmake --build "$BUILD_DIR" --target "$1" -j "$(nproc)" >&2
+  echo "$BUILD_DIR/bench/$1"
+}
+
+# bench_have_torch [PYTHON-CHECK]: succeeds when /usr/bin/python3 can run
+# the check (default: import torch). As root it installs Debian's
+# python3-torch first when missing; otherwise it says how and fails, and the
+# caller runs psync alone.
+bench_have_torch() {
+  local check=${1:-import torch}
+  /usr/bin/python3 -c "$check" 2>/dev/null && return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "python3-torch missing: installing it with apt" >&2
+    apt-get update -q -o DPkg::Lock::Timeout=900 >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=900 python3-torch >&2
+    /usr/bin/python3 -c "$check" 2>/dev/null && return 0
+  fi
+  echo "PyTorch is not usable by /usr/bin/python3 (sudo apt-get install -y python3-torch); running psync alone" >&2
+  return 1
+}
+
+# bench_same_threads N: the same thread budget for both sides: OpenBLAS
+# (psync's matmuls, and torch's BLAS on Debian) and OpenMP (torch's intra-op
+# pool); the binaries also get --threads.
+bench_same_threads() {
+  export OMP_NUM_THREADS="$1" OPENBLAS_NUM_THREADS="$1" MKL_NUM_THREADS="$1"
+}
