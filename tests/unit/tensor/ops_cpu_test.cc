@@ -148,6 +148,14 @@ TEST(OpsCpu, LogSoftmax) {
   ExpectNear(ops::LogSoftmax(big).ToVector(), {-std::log(2.0), -std::log(2.0)}, 1e-6, "big");
 }
 
+TEST(OpsCpu, LogSoftmaxOfEmptyRowsIsEmpty) {
+  // Rows without columns have nothing to normalise; no element may be read.
+  Tensor no_cols = Tensor::Zeros({3, 0});
+  Tensor y = ops::LogSoftmax(no_cols);
+  EXPECT_EQ(y.shape(), (Shape{3, 0}));
+  EXPECT_EQ(ops::LogSoftmax(Tensor::Zeros({0, 4})).shape(), (Shape{0, 4}));
+}
+
 TEST(OpsCpu, CrossEntropyAgainstDoubleReference) {
   const int64_t rows = 33, cols = 10;
   Tensor logits = RandomTensor({rows, cols}, 50, Device::CPU(), -4.0f, 4.0f);
