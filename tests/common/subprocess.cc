@@ -110,7 +110,8 @@ SpawnResult SpawnAndCapture(const std::vector<std::string>& argv, std::chrono::m
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  // posix_spawnp: a program name without '/' (e.g. "openssl") is looked up on PATH.
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return result;
   std::vector<pid_t> pids = {pid};

@@ -34,7 +34,7 @@ std::vector<ChildResult> RunRanks(int n, const std::function<int(int)>& fn, std:
 // EXPECT_EQ(code, 0) for every rank, naming the rank.
 void ExpectAllRanksOk(const std::vector<ChildResult>& results);
 
-// Runs argv[0] (a path) with argv, stdout and stderr together into `output`.
+// Runs argv[0] (a path, or a name looked up on PATH) with argv, stdout and stderr together into `output`.
 // code: the exit status; -1 when it could not be started, was killed by a
 // signal, or was killed at `deadline` (then timed_out is true).
 struct SpawnResult {
