@@ -18,6 +18,7 @@
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
 #include "tests/common/subprocess.h"
+#include "tests/integration/coordinator/coordinator_test_util.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
 
 extern char** environ;
@@ -28,18 +29,12 @@ namespace {
 using namespace std::chrono_literals;
 using coordinator::Action;
 using coordinator::CoordinatorClient;
-
-constexpr int kParams = 10;
+using test_support::AllUsed;
+using test_support::kParams;
 
 struct Server {
   explicit Server(int world, const std::string& token = "", std::chrono::milliseconds report = 10000ms) {
-    server::ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.job.job_id = "psync";
-    o.job.world_size = world;
-    o.job.join_timeout = 10000ms;
-    o.job.report_timeout = report;
+    server::ServerOptions o = test_support::TestServerOptions(world, report);
     o.token = token;
     o.liveness_period = 100ms;
     auto s = server::CoordinatorServer::Start(o);
@@ -63,22 +58,13 @@ struct Server {
   grpc::Status last;
 };
 
-coordinator::JoinRequest Req(int rank, int params = kParams) {
-  coordinator::JoinRequest r;
-  r.requested_rank = rank;
-  r.bucket_cap_bytes = 16;
-  r.first_bucket_cap_bytes = 8;
-  for (int i = 0; i < params; ++i) r.manifest.push_back({"p" + std::to_string(i), {1}, 4});
-  return r;
-}
+coordinator::JoinRequest Req(int rank, int params = kParams) { return test_support::TestJoinRequest(rank, params); }
 
 std::unique_ptr<CoordinatorClient> Connect(const Server& s, const std::string& token = "") {
   auto c = CoordinatorClient::Connect(s.target, token, 5000ms);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;
 }
-
-std::string AllUsed() { return coordinator::PackBitmap(std::vector<bool>(kParams, true)); }
 
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
@@ -262,7 +248,7 @@ TEST(Coordinator, DroppedStreamAbortsOthersNamingIt) {
   auto ws = StartWorld(s, 3);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
-  ws[0].client->SendReport({1, AllUsed(), 0, 0, {}});
+  ASSERT_TRUE(ws[0].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
   ws[1].client->Close();  // rank 1 dies without Done
   for (int r : {0, 2}) {
     auto p = ws[r].client->WaitPlan(1, 5000ms);

@@ -6,11 +6,6 @@
 //    a missing CA file fail with clear errors. The certificate is generated
 //    at test time with the openssl CLI (the test skips when it is absent).
 // Subprocesses are started with posix_spawn (never fork: gRPC runs here).
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
@@ -23,9 +18,10 @@
 #include "psync/v1/control.grpc.pb.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+#include "tests/integration/coordinator/coordinator_test_util.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
-
-extern char** environ;
 
 namespace psync {
 namespace {
@@ -33,19 +29,13 @@ namespace {
 using namespace std::chrono_literals;
 using coordinator::Action;
 using coordinator::CoordinatorClient;
-
-constexpr int kParams = 10;
+using test_support::AllUsed;
+using test_support::kParams;
 
 std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds report,
                                                        std::chrono::milliseconds heartbeat = 0ms,
                                                        const std::string& cert = "", const std::string& key = "") {
-  server::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.job.job_id = "psync";
-  o.job.world_size = 2;
-  o.job.join_timeout = 10000ms;
-  o.job.report_timeout = report;
+  server::ServerOptions o = test_support::TestServerOptions(2, report);
   o.job.heartbeat_timeout = heartbeat;
   o.tls_cert_pem = cert;
   o.tls_key_pem = key;
@@ -54,14 +44,7 @@ std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-coordinator::JoinRequest Req(int rank) {
-  coordinator::JoinRequest r;
-  r.requested_rank = rank;
-  r.bucket_cap_bytes = 16;
-  r.first_bucket_cap_bytes = 8;
-  for (int i = 0; i < kParams; ++i) r.manifest.push_back({"p" + std::to_string(i), {1}, 4});
-  return r;
-}
+coordinator::JoinRequest Req(int rank) { return test_support::TestJoinRequest(rank); }
 
 v1::JoinRequest RawReq(int rank) {
   v1::JoinRequest r;
@@ -81,8 +64,6 @@ v1::JoinRequest RawReq(int rank) {
   }
   return r;
 }
-
-std::string AllUsed() { return coordinator::PackBitmap(std::vector<bool>(kParams, true)); }
 
 // A worker that speaks the protocol by hand and never heartbeats: after its
 // last report it keeps the Train stream open and sends nothing (like a
@@ -133,31 +114,43 @@ v1::WorkersResponse Workers(const std::string& target) {
   return w;
 }
 
+// Rank 0 (a real client, which heartbeats from its own thread) and rank 1
+// (`silent`) join, open their streams and finish iteration 0. Afterwards
+// neither reports iteration 1: rank 0 is "blocked in the collective" but its
+// client heartbeats, rank 1 is silent.
+void JoinAndFinishIterationZero(const std::string& target, SilentWorker& silent,
+                                std::unique_ptr<CoordinatorClient>* client,
+                                std::chrono::milliseconds* heartbeat_interval) {
+  auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
+  auto c = CoordinatorClient::Connect(target, "", 5000ms);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto joined = (*c)->Join(Req(0), 10000ms);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  *heartbeat_interval = joined->heartbeat_interval;
+  auto sj = silent_join.get();
+  ASSERT_TRUE(sj.ok()) << sj.status();
+  ASSERT_TRUE(silent.Open(1, sj->generation()));
+  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
+  ASSERT_TRUE(silent.Report(0));
+  ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  auto p0 = (*c)->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p0.ok()) << p0.status();
+  ASSERT_EQ(p0->action, Action::kContinue);
+  *client = std::move(*c);
+}
+
 TEST(CoordinatorLiveness, SilentRankLostBeforeBlockedHeartbeatingRank) {
   // Report timeout 4 s; heartbeat timeout min(5 s, 4 s / 2) = 2 s.
   auto srv = StartServer(4000ms);
   ASSERT_TRUE(srv);
   const std::string target = "127.0.0.1:" + std::to_string(srv->port());
   SilentWorker silent(target);
-  auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
-  auto c = CoordinatorClient::Connect(target, "", 5000ms);
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto joined = (*c)->Join(Req(0), 10000ms);
-  ASSERT_TRUE(joined.ok()) << joined.status();
-  EXPECT_EQ(joined->heartbeat_interval, 500ms);
-  auto sj = silent_join.get();
-  ASSERT_TRUE(sj.ok()) << sj.status();
-  ASSERT_TRUE(silent.Open(1, sj->generation()));
-  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
-  // Iteration 0 completes; then neither reports iteration 1: rank 0 is
-  // "blocked in the collective" but its client heartbeats, rank 1 is silent.
-  ASSERT_TRUE(silent.Report(0));
-  ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  auto p0 = (*c)->WaitPlan(0, 5000ms);
-  ASSERT_TRUE(p0.ok()) << p0.status();
-  ASSERT_EQ(p0->action, Action::kContinue);
+  std::unique_ptr<CoordinatorClient> c;
+  std::chrono::milliseconds heartbeat_interval{0};
+  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &heartbeat_interval));
+  EXPECT_EQ(heartbeat_interval, 500ms);
   const auto t0 = std::chrono::steady_clock::now();
-  auto p1 = (*c)->WaitPlan(1, 10000ms);
+  auto p1 = c->WaitPlan(1, 10000ms);
   const auto dt = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(p1.ok()) << p1.status();
   EXPECT_EQ(p1->action, Action::kAbort);
@@ -187,20 +180,11 @@ TEST(CoordinatorLiveness, HeartbeatingRankOutlivesReportTimeoutWhileAnotherIsQui
   ASSERT_TRUE(srv);
   const std::string target = "127.0.0.1:" + std::to_string(srv->port());
   SilentWorker silent(target);
-  auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
-  auto c = CoordinatorClient::Connect(target, "", 5000ms);
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto joined = (*c)->Join(Req(0), 10000ms);
-  ASSERT_TRUE(joined.ok()) << joined.status();
-  auto sj = silent_join.get();
-  ASSERT_TRUE(sj.ok()) << sj.status();
-  ASSERT_TRUE(silent.Open(1, sj->generation()));
-  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
-  ASSERT_TRUE(silent.Report(0));
-  ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  ASSERT_TRUE((*c)->WaitPlan(0, 5000ms).ok());
+  std::unique_ptr<CoordinatorClient> c;
+  std::chrono::milliseconds heartbeat_interval{0};
+  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &heartbeat_interval));
   const auto t0 = std::chrono::steady_clock::now();
-  auto p1 = (*c)->WaitPlan(1, 10000ms);
+  auto p1 = c->WaitPlan(1, 10000ms);
   const auto dt = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(p1.ok()) << p1.status();
   EXPECT_EQ(p1->action, Action::kAbort);
@@ -210,21 +194,10 @@ TEST(CoordinatorLiveness, HeartbeatingRankOutlivesReportTimeoutWhileAnotherIsQui
 
 // ---------------------------------------------------------------- TLS
 
+// Exit code of argv (a name on PATH or a path), output discarded; -1 when it
+// could not start, died of a signal, or ran past 60 s (then it is killed).
 int RunCmd(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return test_support::SpawnAndCapture(argv, std::chrono::seconds(60)).code;
 }
 
 std::string ReadAll(const std::string& path) {
@@ -236,9 +209,8 @@ std::string ReadAll(const std::string& path) {
 
 TEST(CoordinatorTls, CaClientConnectsPlaintextAndMissingCaFail) {
   if (RunCmd({"openssl", "version"}) != 0) GTEST_SKIP() << "openssl CLI not found: cannot generate a test certificate";
-  char dir_tmpl[] = "/tmp/psync-tls-test-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_tmpl), nullptr);
-  const std::string dir = dir_tmpl;
+  test_support::TempDir tmp("psync-tls-test");
+  const std::string dir = tmp.path();
   const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
   ASSERT_EQ(RunCmd({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
                  "-days", "1", "-subj", "/CN=localhost", "-addext",
@@ -281,7 +253,6 @@ TEST(CoordinatorTls, CaClientConnectsPlaintextAndMissingCaFail) {
   EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + dir + "/nope.pem", "status"}), 2);
 #endif
   srv->Shutdown();
-  RunCmd({"rm", "-rf", dir});
 }
 
 }  // namespace
