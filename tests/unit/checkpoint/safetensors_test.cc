@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 
 namespace psync {
@@ -396,9 +397,16 @@ TEST(Safetensors, TruncatedFilesOnDisk) {
 
 // ---------------------------------------------------------------- PyTorch interop
 
-bool HaveTorch() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+// Runs Debian's python3 (which sees python3-torch) with `args`, killed after
+// 120 s; returns its exit code (-1 if it could not start or was killed).
+int RunPython(std::vector<std::string> args) {
+  args.insert(args.begin(), "/usr/bin/python3");
+  test_support::SpawnResult r = test_support::SpawnAndCapture(args, std::chrono::seconds(120));
+  if (r.code != 0) std::fprintf(stderr, "%s", r.output.c_str());
+  return r.code;
 }
+
+bool HaveTorch() { return test_support::SpawnAndCapture({"/usr/bin/python3", "-c", "import torch"}).code == 0; }
 
 // PyTorch writes a state_dict in the safetensors byte format (the python
 // `safetensors` package is not installed on Debian, so the script lays out
@@ -454,7 +462,7 @@ else:
 
   // torch -> psync
   const std::string from_torch = dir.File("torch.safetensors");
-  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " save " + from_torch).c_str()), 0);
+  ASSERT_EQ(RunPython({script, "save", from_torch}), 0);
   auto got = ReadSafetensorsWithMetadata(from_torch);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->metadata.at("format"), "pt");
@@ -489,7 +497,7 @@ else:
   ASSERT_TRUE(WriteSafetensors(from_psync, {{"w", Tensor::FromVector(w, {2, 3})}, {"b", Tensor::FromVector({3.25f}, {1})}},
                                {{"format", "pt"}})
                   .ok());
-  EXPECT_EQ(std::system(("/usr/bin/python3 " + script + " load " + from_psync).c_str()), 0);
+  EXPECT_EQ(RunPython({script, "load", from_psync}), 0);
 }
 
 }  // namespace
