@@ -113,7 +113,7 @@ int RunRank(int rank, int world, const std::string& dir) {
           }
         } else {
           gloo::AllreduceOptions opts(ctx);
-          opts.setOutput(t.data(), static_cast<size_t>(n));
+          opts.setOutput(t.data<float>(), static_cast<size_t>(n));
           opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
           opts.setTag(tag);
           gloo::allreduce(opts);

@@ -27,7 +27,7 @@
 #include "worker/nn/loss.h"
 #include "worker/nn/sgd.h"
 #include "worker/tensor/device.h"
-#include "worker/tensor/cuda/cuda_ops.h"  // SetCurrentDevice
+#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/tensor/ops.h"
 
 ABSL_FLAG(std::string, widths, "1024,4096,4096,1024", "MLP layer widths, input first");
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
 
   try {
     // cuda:N current for this thread, so no op's device guard touches cuda:0.
-    if (device->is_cuda()) psync::cuda_ops::SetCurrentDevice(device->index);
+    if (device->is_cuda()) psync::cuda_device::SetCurrentDevice(device->index);
     psync::nn::MLP model(widths, *device, /*seed=*/0);
     psync::nn::SGD opt(model.parameters(), absl::GetFlag(FLAGS_lr));
     std::mt19937 rng(0);

@@ -39,10 +39,14 @@ TensorList AccumulateGrad::Apply(TensorList&& grads) {
   // A leaf that is gone, or an output that got no gradient: nothing to add.
   if (!state || grads.empty() || !grads[0].defined()) return {};
   Tensor incoming = std::move(grads[0]);
-  if (incoming.shape() != state->data.shape()) {
-    throw TensorError("gradient of shape " + ShapeToString(incoming.shape()) + " for " + name() +
-                      " whose data has shape " + ShapeToString(state->data.shape()));
+  if (incoming.shape() != state->data.shape() || incoming.dtype() != state->data.dtype()) {
+    throw TensorError("gradient " + incoming.DebugString() + " for " + name() + " whose data is " +
+                      state->data.DebugString());
   }
+  // A strided gradient (e.g. through a transpose) becomes a fresh contiguous
+  // copy: grads are contiguous, so they can be views into buckets and be
+  // accumulated into in place.
+  if (!incoming.is_contiguous()) incoming = incoming.Contiguous();
   if (!state->grad.defined() && destination_.defined() && incoming.IsSameView(destination_)) {
     // The producer wrote the gradient into the destination: adopt it.
     state->grad = std::move(incoming);

@@ -107,7 +107,7 @@ absl::Status ValidateRoots(const std::vector<Variable>& roots, const std::vector
             "Backward: a gradient can be created implicitly only for single-element roots; ", label,
             " needs an explicit grad_roots entry"));
       }
-      seed = Tensor::Full(root.shape(), 1.0f, root.data().device());
+      seed = Tensor::Full(root.shape(), 1.0, root.data().dtype(), root.data().device());
     } else {
       seed = grad_roots[i];
       if (!seed.defined() || seed.shape() != root.shape()) {

@@ -4,109 +4,17 @@
 #include <string>
 #include <utility>
 
-#include "worker/autograd/accumulate_grad.h"
+#include "worker/autograd/function_node.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {
 
-// Base of every backward node here. Apply handles what all of them share:
-// the freed-graph check, undefined incoming gradients, and packing the
-// per-input gradients into per-edge outputs (only inputs requiring grad
-// have an edge).
-class FunctionNode : public Node {
- public:
-  std::string name() const final { return name_; }
-
-  TensorList Apply(TensorList&& grads) final {
-    if (released_) {
-      throw GraphFreedError(name_ +
-                            ": its saved tensors were freed by an earlier backward (graph freed); call backward "
-                            "with retain_graph=true to run backward through the same graph twice");
-    }
-    TensorList out;
-    out.reserve(next_edges().size());
-    if (grads.empty() || !grads[0].defined()) {
-      out.resize(next_edges().size());  // nothing flows in, nothing flows out
-      return out;
-    }
-    TensorList per_input = Backward(grads[0]);
-    for (size_t i = 0; i < needs_grad_.size(); ++i) {
-      if (needs_grad_[i]) out.push_back(std::move(per_input[i]));
-    }
-    return out;
-  }
-
-  void ReleaseVariables() final {
-    if (!saves_tensors_) return;  // nothing to free: a second backward is fine
-    released_ = true;
-    ReleaseSaved();
-  }
-
-  // Adds an edge for every input that requires grad, in input order.
-  void Connect(std::initializer_list<const Variable*> inputs) {
-    for (const Variable* v : inputs) {
-      const bool needs = v != nullptr && v->requires_grad();
-      needs_grad_.push_back(needs);
-      if (needs) add_next_edge(v->gradient_edge());
-    }
-  }
-
- protected:
-  FunctionNode(std::string name, bool saves_tensors) : name_(std::move(name)), saves_tensors_(saves_tensors) {}
-  bool needs_grad(size_t input) const { return needs_grad_[input]; }
-  // Where the gradient of forward input `input` may be written instead of a
-  // fresh tensor: the gradient destination of the leaf's AccumulateGrad
-  // when the edge goes straight to one (a DDP bucket slot); undefined
-  // otherwise. Only for gradients computed from scratch into it (never an
-  // alias of another tensor), and only during Backward.
-  Tensor OutputBuffer(size_t input, const Shape& shape, Device device) const {
-    if (!needs_grad_[input]) return Tensor();
-    size_t edge = 0;
-    for (size_t i = 0; i < input; ++i) edge += needs_grad_[i] ? 1 : 0;
-    const Edge& e = next_edges()[edge];
-    if (!e.valid() || e.function->priority() != kAccumulateGradPriority) return Tensor();
-    auto* acc = dynamic_cast<AccumulateGrad*>(e.function.get());
-    return acc ? acc->TakeGradDestination(shape, device) : Tensor();
-  }
-  // One gradient per forward input (undefined where not needed), from the
-  // gradient of the single output.
-  virtual TensorList Backward(const Tensor& grad) = 0;
-  virtual void ReleaseSaved() {}
-
- private:
-  const std::string name_;
-  const bool saves_tensors_;
-  bool released_ = false;
-  std::vector<bool> needs_grad_;
-};
-
-bool AnyRequiresGrad(std::initializer_list<const Variable*> inputs) {
-  for (const Variable* v : inputs) {
-    if (v != nullptr && v->requires_grad()) return true;
-  }
-  return false;
-}
-
-// Wraps `result`: a graph output when some input requires grad, else a
-// plain leaf (no node is built, nothing is saved).
-template <typename NodeT>
-Variable Wrap(Tensor result, std::shared_ptr<NodeT> node) {
-  if (!node) return Variable(std::move(result), false);
-  return Variable::FromFunction(std::move(result), std::move(node));
-}
-
-void CheckDefined(const char* op, std::initializer_list<const Variable*> inputs) {
-  for (const Variable* v : inputs) {
-    if (!v->defined()) throw TensorError(std::string(op) + ": an input Variable is undefined");
-  }
-}
-
 // ---------------------------------------------------------------- nodes
 
-class MatmulBackward : public FunctionNode {
+class MatmulBackward : public SingleOutputNode {
  public:
-  MatmulBackward() : FunctionNode("MatmulBackward", true) {}
+  MatmulBackward() : SingleOutputNode("MatmulBackward", true) {}
   Tensor a, b;  // a saved iff b needs grad, b iff a needs grad
 
  private:
@@ -124,17 +32,33 @@ class MatmulBackward : public FunctionNode {
   void ReleaseSaved() override { a = b = Tensor(); }
 };
 
-class LinearBackward : public FunctionNode {
+class BatchedMatmulBackward : public SingleOutputNode {
  public:
-  LinearBackward() : FunctionNode("LinearBackward", true) {}
-  Tensor x, w;  // x saved iff weight needs grad, w iff x needs grad
+  BatchedMatmulBackward() : SingleOutputNode("BatchedMatmulBackward", true) {}
+  Tensor a, b;  // a saved iff b needs grad, b iff a needs grad
 
  private:
   TensorList Backward(const Tensor& g) override {
+    TensorList r(2);
+    if (needs_grad(0)) r[0] = ops::BatchedMatmul(g, b, false, true);  // g b^T
+    if (needs_grad(1)) r[1] = ops::BatchedMatmul(a, g, true, false);  // a^T g
+    return r;
+  }
+  void ReleaseSaved() override { a = b = Tensor(); }
+};
+
+class LinearBackward : public SingleOutputNode {
+ public:
+  explicit LinearBackward(Shape x_shape) : SingleOutputNode("LinearBackward", true), x_shape_(std::move(x_shape)) {}
+  Tensor x, w;  // x [N,in] (leading dims flattened) saved iff weight needs grad, w iff x needs grad
+
+ private:
+  TensorList Backward(const Tensor& grad) override {
+    const Tensor g = grad.Reshape({-1, grad.size(-1)});  // [N,out]
     TensorList r(3);
     // Weight and bias gradients go straight into the leaves' gradient
     // destinations (DDP bucket slots) when they have one.
-    if (needs_grad(0)) r[0] = ops::Matmul(g, w);  // [N,out] @ [out,in]
+    if (needs_grad(0)) r[0] = ops::Matmul(g, w).Reshape(x_shape_);  // [N,out] @ [out,in]
     if (needs_grad(1)) {
       r[1] = ops::MatmulInto(OutputBuffer(1, {g.size(1), x.size(1)}, g.device()), g, x, true, false);  // [out,N] @ [N,in]
     }
@@ -142,11 +66,12 @@ class LinearBackward : public FunctionNode {
     return r;
   }
   void ReleaseSaved() override { x = w = Tensor(); }
+  const Shape x_shape_;
 };
 
-class ReluBackward : public FunctionNode {
+class ReluBackward : public SingleOutputNode {
  public:
-  ReluBackward() : FunctionNode("ReluBackward", true) {}
+  ReluBackward() : SingleOutputNode("ReluBackward", true) {}
   Tensor out;  // the result: relu'(x) = (out > 0)
 
  private:
@@ -154,17 +79,17 @@ class ReluBackward : public FunctionNode {
   void ReleaseSaved() override { out = Tensor(); }
 };
 
-class AddBackward : public FunctionNode {
+class AddBackward : public SingleOutputNode {
  public:
-  AddBackward() : FunctionNode("AddBackward", false) {}
+  AddBackward() : SingleOutputNode("AddBackward", false) {}
 
  private:
   TensorList Backward(const Tensor& g) override { return {g, g}; }
 };
 
-class SubBackward : public FunctionNode {
+class SubBackward : public SingleOutputNode {
  public:
-  SubBackward() : FunctionNode("SubBackward", false) {}
+  SubBackward() : SingleOutputNode("SubBackward", false) {}
 
  private:
   TensorList Backward(const Tensor& g) override {
@@ -175,9 +100,9 @@ class SubBackward : public FunctionNode {
   }
 };
 
-class MulBackward : public FunctionNode {
+class MulBackward : public SingleOutputNode {
  public:
-  MulBackward() : FunctionNode("MulBackward", true) {}
+  MulBackward() : SingleOutputNode("MulBackward", true) {}
   Tensor a, b;
 
  private:
@@ -190,9 +115,9 @@ class MulBackward : public FunctionNode {
   void ReleaseSaved() override { a = b = Tensor(); }
 };
 
-class ScaleBackward : public FunctionNode {
+class ScaleBackward : public SingleOutputNode {
  public:
-  explicit ScaleBackward(float s) : FunctionNode("ScaleBackward", false), s_(s) {}
+  explicit ScaleBackward(float s) : SingleOutputNode("ScaleBackward", false), s_(s) {}
 
  private:
   TensorList Backward(const Tensor& g) override { return {ops::Scale(g, s_)}; }
@@ -200,10 +125,10 @@ class ScaleBackward : public FunctionNode {
 };
 
 // Sum and Mean: the scalar gradient spread over the input's shape.
-class ReduceBackward : public FunctionNode {
+class ReduceBackward : public SingleOutputNode {
  public:
   ReduceBackward(std::string name, Shape shape, float scale)
-      : FunctionNode(std::move(name), false), shape_(std::move(shape)), scale_(scale) {}
+      : SingleOutputNode(std::move(name), false), shape_(std::move(shape)), scale_(scale) {}
 
  private:
   TensorList Backward(const Tensor& g) override { return {ops::Expand(g, shape_, scale_)}; }
@@ -211,9 +136,9 @@ class ReduceBackward : public FunctionNode {
   const float scale_;
 };
 
-class MseLossBackward : public FunctionNode {
+class MseLossBackward : public SingleOutputNode {
  public:
-  MseLossBackward() : FunctionNode("MseLossBackward", true) {}
+  MseLossBackward() : SingleOutputNode("MseLossBackward", true) {}
   Tensor diff;  // pred - target
 
  private:
@@ -228,26 +153,15 @@ class MseLossBackward : public FunctionNode {
   void ReleaseSaved() override { diff = Tensor(); }
 };
 
-class CrossEntropyLossBackward : public FunctionNode {
+class CrossEntropyLossBackward : public SingleOutputNode {
  public:
-  CrossEntropyLossBackward() : FunctionNode("CrossEntropyLossBackward", true) {}
-  Tensor logits, labels;
+  CrossEntropyLossBackward() : SingleOutputNode("CrossEntropyLossBackward", true) {}
+  Tensor logits, targets;
 
  private:
-  TensorList Backward(const Tensor& g) override {
-    return {ops::CrossEntropyBackward(g, logits, labels), Tensor()};
-  }
-  void ReleaseSaved() override { logits = labels = Tensor(); }
+  TensorList Backward(const Tensor& g) override { return {ops::CrossEntropyBackward(g, logits, targets)}; }
+  void ReleaseSaved() override { logits = targets = Tensor(); }
 };
-
-// Builds the node (only when some input requires grad) and connects it.
-template <typename NodeT, typename... Args>
-std::shared_ptr<NodeT> MakeNode(std::initializer_list<const Variable*> inputs, Args&&... args) {
-  if (!AnyRequiresGrad(inputs)) return nullptr;
-  auto node = std::make_shared<NodeT>(std::forward<Args>(args)...);
-  node->Connect(inputs);
-  return node;
-}
 
 }  // namespace
 
@@ -262,17 +176,33 @@ Variable Matmul(const Variable& a, const Variable& b) {
   return Wrap(std::move(out), node);
 }
 
+Variable BatchedMatmul(const Variable& a, const Variable& b) {
+  CheckDefined("BatchedMatmul", {&a, &b});
+  Tensor out = ops::BatchedMatmul(a.data(), b.data());
+  auto node = MakeNode<BatchedMatmulBackward>({&a, &b});
+  if (node) {
+    if (b.requires_grad()) node->a = a.data();
+    if (a.requires_grad()) node->b = b.data();
+  }
+  return Wrap(std::move(out), node);
+}
+
 Variable Linear(const Variable& x, const Variable& weight, const Variable& bias) {
   CheckDefined("Linear", {&x, &weight});
-  if (x.data().dim() != 2 || weight.data().dim() != 2) {
-    throw TensorError("Linear: x must be [N,in] and weight [out,in]; got x " + ShapeToString(x.shape()) +
+  if (x.data().dim() < 1 || weight.data().dim() != 2 || x.data().size(-1) != weight.data().size(1)) {
+    throw TensorError("Linear: x must be [..., in] and weight [out, in]; got x " + ShapeToString(x.shape()) +
                       ", weight " + ShapeToString(weight.shape()));
   }
-  Tensor out = ops::Matmul(x.data(), weight.data(), false, true);
+  // Every leading dim of x is a row: [..., in] -> [N, in] (a view when contiguous).
+  const Tensor x2 = x.data().Reshape({-1, weight.data().size(1)});
+  Tensor out = ops::Matmul(x2, weight.data(), false, true);
   if (bias.defined()) out = ops::AddBias(out, bias.data());
-  auto node = MakeNode<LinearBackward>({&x, &weight, bias.defined() ? &bias : nullptr});
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.data().size(0);
+  out = out.Reshape(out_shape);
+  auto node = MakeNode<LinearBackward>({&x, &weight, bias.defined() ? &bias : nullptr}, x.shape());
   if (node) {
-    if (weight.requires_grad()) node->x = x.data();
+    if (weight.requires_grad()) node->x = x2;
     if (x.requires_grad()) node->w = weight.data();
   }
   return Wrap(std::move(out), node);
@@ -341,16 +271,13 @@ Variable MseLoss(const Variable& pred, const Variable& target) {
   return Wrap(std::move(out), node);
 }
 
-Variable CrossEntropyLoss(const Variable& logits, const Variable& labels) {
-  CheckDefined("CrossEntropyLoss", {&logits, &labels});
-  if (labels.requires_grad()) {
-    throw TensorError("CrossEntropyLoss: labels are class indices and cannot require grad");
-  }
-  Tensor out = ops::CrossEntropy(logits.data(), labels.data());
-  auto node = MakeNode<CrossEntropyLossBackward>({&logits, &labels});
+Variable CrossEntropyLoss(const Variable& logits, const Tensor& targets) {
+  CheckDefined("CrossEntropyLoss", {&logits});
+  Tensor out = ops::CrossEntropy(logits.data(), targets);
+  auto node = MakeNode<CrossEntropyLossBackward>({&logits});
   if (node) {
     node->logits = logits.data();
-    node->labels = labels.data();
+    node->targets = targets;
   }
   return Wrap(std::move(out), node);
 }

@@ -18,8 +18,13 @@ namespace psync::autograd {
 
 // a [m,k] @ b [k,n] -> [m,n].
 Variable Matmul(const Variable& a, const Variable& b);
-// x [N,in] @ weight[out,in]^T + bias[out] -> [N,out], like torch.nn.functional.linear.
-// `bias` may be undefined (no bias).
+// a [..., m, k] @ b [..., k, n] -> [..., m, n] with identical batch dims, like
+// torch.matmul without broadcasting. Strided inputs (e.g. a Transpose view)
+// are multiplied in place.
+Variable BatchedMatmul(const Variable& a, const Variable& b);
+// x [..., in] @ weight[out,in]^T + bias[out] -> [..., out], like
+// torch.nn.functional.linear (every leading dim of x is a row). `bias` may be
+// undefined (no bias).
 Variable Linear(const Variable& x, const Variable& weight, const Variable& bias);
 Variable Relu(const Variable& x);
 // Elementwise, same shapes (no broadcasting).
@@ -33,8 +38,8 @@ Variable Mean(const Variable& x);
 // mean((pred - target)^2) over all elements -> shape []. Same shapes;
 // target may require grad too.
 Variable MseLoss(const Variable& pred, const Variable& target);
-// logits [N,C]; labels [N] holding class indices as floats (0..C-1), must
-// not require grad. Mean over rows of -log_softmax(logits)[i, labels[i]].
-Variable CrossEntropyLoss(const Variable& logits, const Variable& labels);
+// logits [N,C]; targets [N] int64 class indices in [0, C) (no gradient).
+// Mean over rows of -log_softmax(logits)[i, targets[i]] -> shape [].
+Variable CrossEntropyLoss(const Variable& logits, const Tensor& targets);
 
 }  // namespace psync::autograd

@@ -12,12 +12,9 @@ inline Variable MseLoss(const Variable& pred, const Tensor& target) {
   return autograd::MseLoss(pred, Variable(target));
 }
 
-// logits [N,C], labels [N] = class indices as floats; mean over rows -> [].
-inline Variable CrossEntropyLoss(const Variable& logits, const Variable& labels) {
-  return autograd::CrossEntropyLoss(logits, labels);
-}
-inline Variable CrossEntropyLoss(const Variable& logits, const Tensor& labels) {
-  return autograd::CrossEntropyLoss(logits, Variable(labels));
+// logits [N,C], targets [N] int64 class indices; mean over rows -> [].
+inline Variable CrossEntropyLoss(const Variable& logits, const Tensor& targets) {
+  return autograd::CrossEntropyLoss(logits, targets);
 }
 
 }  // namespace psync::nn

@@ -29,7 +29,7 @@
 #include "worker/runtime/summary.h"
 #include "worker/runtime/trace_writer.h"
 #include "worker/runtime/trainer.h"
-#include "worker/tensor/cuda/cuda_ops.h"  // SetCurrentDevice
+#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 
 namespace psync::runtime {
 
@@ -248,7 +248,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
     // work: the ops' device guards would otherwise switch back to cuda:0
     // after each op and put a CUDA context on GPU 0 in every rank's process.
     try {
-      cuda_ops::SetCurrentDevice(device->index);
+      cuda_device::SetCurrentDevice(device->index);
     } catch (const std::exception& e) {
       return Exit(kExitBadInput, absl::StrCat("--device ", device_text, ": ", e.what()));
     }

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
-#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/cuda/cuda_device.h"
 
 namespace psync {
 
@@ -38,16 +38,16 @@ bool BuiltWithCuda() {
 #endif
 }
 
-int CudaDeviceCount() { return cuda_ops::DeviceCount(nullptr); }
+int CudaDeviceCount() { return cuda_device::DeviceCount(nullptr); }
 
 absl::Status CheckDeviceAvailable(const Device& device) {
   if (device.is_cpu()) return absl::OkStatus();
   if (!BuiltWithCuda()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(device.ToString(), " requested but ", cuda_ops::kNoCudaMessage));
+        absl::StrCat(device.ToString(), " requested but ", cuda_device::kNoCudaMessage));
   }
   std::string why;
-  const int count = cuda_ops::DeviceCount(&why);
+  const int count = cuda_device::DeviceCount(&why);
   if (count == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(device.ToString(), " requested but there is no CUDA device: ", why));

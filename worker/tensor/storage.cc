@@ -1,10 +1,11 @@
 #include "worker/tensor/storage.h"
 
+#include <cstring>
 #include <new>
 #include <string>
 
 #include "worker/tensor/cpu_allocator.h"
-#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/cuda/cuda_device.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync {
@@ -23,7 +24,7 @@ std::shared_ptr<Storage> Storage::Allocate(size_t nbytes, Device device) {
   } else {
     absl::Status st = CheckDeviceAvailable(device);
     if (!st.ok()) throw TensorError("Storage::Allocate: " + std::string(st.message()));
-    data = cuda_ops::Allocate(nbytes, device.index);  // throws on failure
+    data = cuda_device::Allocate(nbytes, device.index);  // throws on failure
   }
   // Storage's constructor is private, so no make_shared.
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device));
@@ -35,7 +36,16 @@ Storage::~Storage() {
   } else {
     // cudaFreeAsync on the compute stream: the memory goes back to the pool
     // once the work already queued there (which may still read it) is done.
-    cuda_ops::Free(data_, device_.index);
+    cuda_device::Free(data_, device_.index);
+  }
+}
+
+void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0 || dst == src) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, nbytes);
+  } else {
+    cuda_device::CopyBytes(dst, dst_device, src, src_device, nbytes);
   }
 }
 

@@ -31,4 +31,9 @@ class Storage {
   Device device_;
 };
 
+// Copies nbytes between any two devices (memmove on the host, so ranges
+// may overlap there). Copies into host memory wait for the device;
+// host-to-device copies return once the source has been read.
+void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
 }  // namespace psync

@@ -1,11 +1,11 @@
 #include "worker/tensor/tensor.h"
 
-#include <cstring>
+#include <numeric>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/ops/copy.h"
 
 namespace psync {
 
@@ -19,6 +19,16 @@ int64_t NumelOf(const Shape& shape) {
   return n;
 }
 
+Strides ContiguousStrides(const Shape& shape) {
+  Strides s(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape[i];
+  }
+  return s;
+}
+
 namespace {
 
 void CheckShape(const Shape& shape, const char* op) {
@@ -27,131 +37,207 @@ void CheckShape(const Shape& shape, const char* op) {
   }
 }
 
-// Copies n floats between any two devices.
-void CopyFloats(float* dst, Device dst_device, const float* src, Device src_device, int64_t n) {
-  const size_t nbytes = static_cast<size_t>(n) * sizeof(float);
-  if (nbytes == 0 || dst == src) return;
-  if (dst_device.is_cpu() && src_device.is_cpu()) {
-    std::memmove(dst, src, nbytes);
-  } else {
-    cuda_ops::CopyBytes(dst, dst_device, src, src_device, nbytes);
+int64_t WrapDim(int64_t d, int64_t nd, const char* op, const Shape& shape) {
+  const int64_t i = d < 0 ? d + nd : d;
+  if (i < 0 || i >= nd) {
+    throw TensorError(absl::StrCat(op, ": dimension ", d, " out of range for shape ", ShapeToString(shape)));
   }
+  return i;
 }
 
 }  // namespace
 
-Tensor Tensor::Empty(const Shape& shape, Device device) {
+Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
   CheckShape(shape, "Tensor::Empty");
-  const size_t nbytes = static_cast<size_t>(NumelOf(shape)) * sizeof(float);
-  return Tensor(Storage::Allocate(nbytes, device), 0, shape);
+  const size_t nbytes = static_cast<size_t>(NumelOf(shape)) * ElementSize(dtype);
+  return Tensor(Storage::Allocate(nbytes, device), 0, shape, ContiguousStrides(shape), dtype);
 }
 
-Tensor Tensor::Zeros(const Shape& shape, Device device) { return Full(shape, 0.0f, device); }
+Tensor Tensor::Zeros(const Shape& shape, DType dtype, Device device) { return Full(shape, 0.0, dtype, device); }
 
 Tensor Tensor::Full(const Shape& shape, float value, Device device) {
-  Tensor t = Empty(shape, device);
-  if (device.is_cpu()) {
-    float* p = t.data();
-    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = value;
-  } else {
-    cuda_ops::Fill(device.index, t.data(), t.numel(), value);
-  }
+  return Full(shape, static_cast<double>(value), kFloat32, device);
+}
+
+Tensor Tensor::Full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = Empty(shape, dtype, device);
+  ops::Fill(t, value);
   return t;
 }
 
-Tensor Tensor::FromVector(const std::vector<float>& values, const Shape& shape, Device device) {
+Tensor Tensor::FromHost(const void* values, size_t count, DType dtype, const Shape& shape, Device device) {
   CheckShape(shape, "Tensor::FromVector");
-  if (static_cast<int64_t>(values.size()) != NumelOf(shape)) {
-    throw TensorError(absl::StrCat("Tensor::FromVector: ", values.size(),
-                                   " values do not fill shape ", ShapeToString(shape), " (numel ",
-                                   NumelOf(shape), ")"));
+  if (static_cast<int64_t>(count) != NumelOf(shape)) {
+    throw TensorError(absl::StrCat("Tensor::FromVector: ", count, " values do not fill shape ", ShapeToString(shape),
+                                   " (numel ", NumelOf(shape), ")"));
   }
-  Tensor t = Empty(shape, device);
-  CopyFloats(t.data(), device, values.data(), Device::CPU(), t.numel());
+  Tensor t = Empty(shape, dtype, device);
+  CopyBytes(t.raw_data(), device, values, Device::CPU(), t.nbytes());
   return t;
 }
 
 Tensor Tensor::Scalar(float value, Device device) { return Full({}, value, device); }
 
-int64_t Tensor::size(int64_t d) const {
-  const int64_t nd = dim();
-  const int64_t i = d < 0 ? d + nd : d;
-  if (i < 0 || i >= nd) {
-    throw TensorError(absl::StrCat("Tensor::size: dimension ", d, " out of range for shape ",
-                                   ShapeToString(shape_)));
-  }
-  return shape_[i];
-}
+int64_t Tensor::size(int64_t d) const { return shape_[WrapDim(d, dim(), "Tensor::size", shape_)]; }
+int64_t Tensor::stride(int64_t d) const { return strides_[WrapDim(d, dim(), "Tensor::stride", shape_)]; }
 
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::CPU(); }
 
-float* Tensor::data() const {
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
   if (!storage_) return nullptr;
-  return static_cast<float*>(storage_->data()) + offset_;
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
+}
+
+void Tensor::CheckDType(DType expected, const char* what) const {
+  if (!defined()) throw TensorError(absl::StrCat(what, ": undefined tensor"));
+  if (dtype_ != expected) {
+    throw TensorError(absl::StrCat(what, ": tensor is ", DTypeName(dtype_), ", accessed as ", DTypeName(expected)));
+  }
 }
 
 Tensor Tensor::View(int64_t offset, const Shape& shape) const {
   if (!defined()) throw TensorError("Tensor::View: undefined tensor");
   CheckShape(shape, "Tensor::View");
+  if (!is_contiguous()) throw TensorError(absl::StrCat("Tensor::View: ", DebugString(), " is not contiguous"));
   const int64_t n = NumelOf(shape);
   if (offset < 0 || offset + n > numel()) {
-    throw TensorError(absl::StrCat("Tensor::View: offset ", offset, " + shape ",
-                                   ShapeToString(shape), " (numel ", n,
-                                   ") does not fit in tensor of shape ", ShapeToString(shape_),
-                                   " (numel ", numel(), ") on ", device().ToString()));
+    throw TensorError(absl::StrCat("Tensor::View: offset ", offset, " + shape ", ShapeToString(shape), " (numel ", n,
+                                   ") does not fit in tensor of shape ", ShapeToString(shape_), " (numel ", numel(),
+                                   ") on ", device().ToString()));
   }
-  return Tensor(storage_, offset_ + offset, shape);
+  return Tensor(storage_, offset_ + offset, shape, ContiguousStrides(shape), dtype_);
 }
 
-Tensor Tensor::Reshape(const Shape& shape) const {
+Tensor Tensor::Reshape(const Shape& requested) const {
   if (!defined()) throw TensorError("Tensor::Reshape: undefined tensor");
-  CheckShape(shape, "Tensor::Reshape");
-  if (NumelOf(shape) != numel()) {
-    throw TensorError(absl::StrCat("Tensor::Reshape: cannot reshape ", ShapeToString(shape_),
-                                   " (numel ", numel(), ") to ", ShapeToString(shape), " (numel ",
-                                   NumelOf(shape), ")"));
+  Shape shape = requested;
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1 && infer < 0) {
+      infer = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      throw TensorError(absl::StrCat("Tensor::Reshape: invalid shape ", ShapeToString(requested)));
+    } else {
+      known *= shape[i];
+    }
   }
-  return Tensor(storage_, offset_, shape);
+  if (infer >= 0) {
+    if (known == 0 || numel() % known != 0) {
+      throw TensorError(absl::StrCat("Tensor::Reshape: cannot infer -1 in ", ShapeToString(requested), " for ",
+                                     ShapeToString(shape_), " (numel ", numel(), ")"));
+    }
+    shape[static_cast<size_t>(infer)] = numel() / known;
+  }
+  if (NumelOf(shape) != numel()) {
+    throw TensorError(absl::StrCat("Tensor::Reshape: cannot reshape ", ShapeToString(shape_), " (numel ", numel(),
+                                   ") to ", ShapeToString(shape), " (numel ", NumelOf(shape), ")"));
+  }
+  const Tensor base = Contiguous();
+  return Tensor(base.storage_, base.offset_, shape, ContiguousStrides(shape), dtype_);
+}
+
+Tensor Tensor::Permute(const std::vector<int64_t>& dims) const {
+  if (!defined()) throw TensorError("Tensor::Permute: undefined tensor");
+  const int64_t nd = dim();
+  if (static_cast<int64_t>(dims.size()) != nd) {
+    throw TensorError(absl::StrCat("Tensor::Permute: ", dims.size(), " dims given for shape ", ShapeToString(shape_)));
+  }
+  Shape shape(dims.size());
+  Strides strides(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = WrapDim(dims[i], nd, "Tensor::Permute", shape_);
+    if (seen[static_cast<size_t>(d)]) {
+      throw TensorError(absl::StrCat("Tensor::Permute: dimension ", dims[i], " repeated in [", absl::StrJoin(dims, ", "),
+                                     "]"));
+    }
+    seen[static_cast<size_t>(d)] = true;
+    shape[i] = shape_[static_cast<size_t>(d)];
+    strides[i] = strides_[static_cast<size_t>(d)];
+  }
+  return Tensor(storage_, offset_, std::move(shape), std::move(strides), dtype_);
+}
+
+Tensor Tensor::Transpose(int64_t dim0, int64_t dim1) const {
+  std::vector<int64_t> dims(static_cast<size_t>(dim()));
+  std::iota(dims.begin(), dims.end(), 0);
+  const int64_t a = WrapDim(dim0, dim(), "Tensor::Transpose", shape_);
+  const int64_t b = WrapDim(dim1, dim(), "Tensor::Transpose", shape_);
+  std::swap(dims[static_cast<size_t>(a)], dims[static_cast<size_t>(b)]);
+  return Permute(dims);
+}
+
+Tensor Tensor::Narrow(int64_t dim0, int64_t start, int64_t length) const {
+  if (!defined()) throw TensorError("Tensor::Narrow: undefined tensor");
+  const int64_t d = WrapDim(dim0, dim(), "Tensor::Narrow", shape_);
+  if (start < 0 || length < 0 || start + length > shape_[static_cast<size_t>(d)]) {
+    throw TensorError(absl::StrCat("Tensor::Narrow: [", start, ", ", start + length, ") is out of range for dimension ",
+                                   dim0, " of ", ShapeToString(shape_)));
+  }
+  Shape shape = shape_;
+  shape[static_cast<size_t>(d)] = length;
+  return Tensor(storage_, offset_ + start * strides_[static_cast<size_t>(d)], std::move(shape), strides_, dtype_);
+}
+
+Tensor Tensor::Contiguous() const {
+  if (!defined()) throw TensorError("Tensor::Contiguous: undefined tensor");
+  if (is_contiguous()) return *this;
+  Tensor out = Empty(shape_, dtype_, device());
+  ops::Copy(out, *this);
+  return out;
 }
 
 Tensor Tensor::To(Device device) const {
   if (!defined()) throw TensorError("Tensor::To: undefined tensor");
   if (device == this->device()) return *this;
-  Tensor out = Empty(shape_, device);
-  CopyFloats(out.data(), device, data(), this->device(), numel());
+  Tensor out = Empty(shape_, dtype_, device);
+  ops::Copy(out, *this);
+  return out;
+}
+
+Tensor Tensor::To(DType dtype) const {
+  if (!defined()) throw TensorError("Tensor::To: undefined tensor");
+  if (dtype == dtype_) return *this;
+  Tensor out = Empty(shape_, dtype, device());
+  ops::Copy(out, *this);
   return out;
 }
 
 Tensor Tensor::Clone() const {
   if (!defined()) throw TensorError("Tensor::Clone: undefined tensor");
-  Tensor out = Empty(shape_, device());
-  CopyFloats(out.data(), device(), data(), device(), numel());
+  Tensor out = Empty(shape_, dtype_, device());
+  ops::Copy(out, *this);
   return out;
 }
 
-std::vector<float> Tensor::ToVector() const {
-  if (!defined()) throw TensorError("Tensor::ToVector: undefined tensor");
-  std::vector<float> out(static_cast<size_t>(numel()));
+void Tensor::CopyToHost(void* dst) const {
   // A device-to-host copy waits for the compute stream, so this sees every
   // op queued before it.
-  CopyFloats(out.data(), Device::CPU(), data(), device(), numel());
-  return out;
+  const Tensor src = Contiguous();
+  CopyBytes(dst, Device::CPU(), src.raw_data(), src.device(), src.nbytes());
 }
 
-float Tensor::Item() const {
+void Tensor::CheckItem() const {
   if (!defined()) throw TensorError("Tensor::Item: undefined tensor");
   if (numel() != 1) {
-    throw TensorError(absl::StrCat("Tensor::Item: tensor of shape ", ShapeToString(shape_),
-                                   " has ", numel(), " elements, expected 1"));
+    throw TensorError(absl::StrCat("Tensor::Item: tensor of shape ", ShapeToString(shape_), " has ", numel(),
+                                   " elements, expected 1"));
   }
-  float v = 0.0f;
-  CopyFloats(&v, Device::CPU(), data(), device(), 1);
-  return v;
 }
 
 std::string Tensor::DebugString() const {
   if (!defined()) return "Tensor(undefined)";
-  return absl::StrCat("Tensor", ShapeToString(shape_), " ", device().ToString());
+  return absl::StrCat("Tensor", ShapeToString(shape_), " ", DTypeName(dtype_), " ", device().ToString());
 }
 
 }  // namespace psync

@@ -170,10 +170,14 @@ std::vector<Case> AllCases() {
   cases.push_back({"MseLossTargetRequiresGrad", {{{4, 3}, true}, {{4, 3}, true}}, mse_op, mse_ref});
   cases.push_back({"CrossEntropyLoss",
                    {{{4, 3}, true}, {{4}, false, {2, 0, 1, 2}}},
-                   [](const std::vector<Variable>& v) { return CrossEntropyLoss(v[0], v[1]); },
+                   [](const std::vector<Variable>& v) { return CrossEntropyLoss(v[0], v[1].data().To(kInt64)); },
                    [](const std::vector<Vec>& in) { return Vec{RefCrossEntropy(in[0], in[1], 4, 3)}; }});
   return cases;
 }
+
+// Test names and gtest's parameter printout use the case's name (the default
+// printout would be the struct's bytes, heap pointers included).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class GradCheck : public ::testing::TestWithParam<Case> {};
 
@@ -256,7 +260,8 @@ TEST(Functions, ShapeErrorsThrowTensorError) {
   EXPECT_THROW(Add(a, b), TensorError);
   EXPECT_THROW(MseLoss(a, b), TensorError);
   EXPECT_THROW(Linear(a, b, Variable()), TensorError);
-  EXPECT_THROW(CrossEntropyLoss(a, Variable(Tensor::Zeros({2}), true)), TensorError);
+  EXPECT_THROW(CrossEntropyLoss(a, Tensor::Zeros({3}, kInt64)), TensorError);  // one target per row
+  EXPECT_THROW(CrossEntropyLoss(a, Tensor::Zeros({2})), TensorError);          // targets must be int64
   EXPECT_THROW(Add(a, Variable()), TensorError);
 }
 

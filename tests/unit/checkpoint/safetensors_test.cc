@@ -219,10 +219,10 @@ std::vector<BadCase> BadCases() {
   c.push_back({"trailing garbage", Craft("{} x", ""), "trailing data"});
   c.push_back({"header not object", Craft("[1, 2]", ""), "header is a JSON array, expected an object"});
   c.push_back({"entry not object", Craft("{\"w\": 5}", ""), "tensor \"w\": header entry is a JSON number"});
-  c.push_back({"dtype F16", Craft("{" + Entry("w", "F16", "[2]", "[0,4]") + "}", F32Bytes({0})),
-               "tensor \"w\" has dtype F16; only F32 is supported"});
-  c.push_back({"dtype BF16", Craft("{" + Entry("layer.w", "BF16", "[2]", "[0,4]") + "}", F32Bytes({0})),
-               "tensor \"layer.w\" has dtype BF16; only F32 is supported"});
+  c.push_back({"dtype U8", Craft("{" + Entry("w", "U8", "[4]", "[0,4]") + "}", F32Bytes({0})),
+               "tensor \"w\" has dtype U8; supported dtypes are F32, F64, BF16, F16 and I64"});
+  c.push_back({"dtype F16 size", Craft("{" + Entry("layer.w", "F16", "[1]", "[0,4]") + "}", F32Bytes({0})),
+               "tensor \"layer.w\": shape [1] with dtype F16 needs 2 bytes but data_offsets [0, 4] span 4 bytes"});
   c.push_back({"dtype not string", Craft("{\"w\":{\"dtype\":1,\"shape\":[],\"data_offsets\":[0,4]}}", F32Bytes({0})),
                "tensor \"w\": dtype is 1, expected a string"});
   c.push_back({"shape not list", Craft("{" + Entry("w", "F32", "3", "[0,12]") + "}", F32Bytes({1, 2, 3})),

@@ -69,7 +69,7 @@ TEST(CpuCachingAllocator, ThreadsAndTensors) {
     threads.emplace_back([t] {
       for (int i = 0; i < 200; ++i) {
         Tensor x = Tensor::Full({static_cast<int64_t>(1 + (i * 37 + t) % 5000)}, static_cast<float>(t));
-        ASSERT_EQ(reinterpret_cast<uintptr_t>(x.data()) % 64, 0u);
+        ASSERT_EQ(reinterpret_cast<uintptr_t>(x.raw_data()) % 64, 0u);
         for (float v : x.ToVector()) ASSERT_EQ(v, static_cast<float>(t));
       }
     });

@@ -161,9 +161,9 @@ TEST(OpsCpu, CrossEntropyAgainstDoubleReference) {
   Tensor logits = RandomTensor({rows, cols}, 50, Device::CPU(), -4.0f, 4.0f);
   Tensor labels = RandomLabels(rows, cols, 51);
   const auto lsm = NaiveLogSoftmax(logits.ToVector(), rows, cols);
-  const auto vl = labels.ToVector();
+  const auto vl = labels.ToVector<int64_t>();
   double want = 0.0;
-  for (int64_t i = 0; i < rows; ++i) want -= lsm[i * cols + static_cast<int64_t>(vl[i])];
+  for (int64_t i = 0; i < rows; ++i) want -= lsm[i * cols + vl[i]];
   want /= rows;
   Tensor loss = ops::CrossEntropy(logits, labels);
   EXPECT_EQ(loss.dim(), 0);
@@ -177,7 +177,7 @@ TEST(OpsCpu, CrossEntropyAgainstDoubleReference) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
       want_grad[i * cols + j] =
-          g * (std::exp(lsm[i * cols + j]) - (j == static_cast<int64_t>(vl[i]) ? 1.0 : 0.0)) / rows;
+          g * (std::exp(lsm[i * cols + j]) - (j == vl[i] ? 1.0 : 0.0)) / rows;
   ExpectNear(grad.ToVector(), want_grad, 1e-6, "ce backward");
 
   // Finite differences of the loss agree with the gradient (g = 1).
@@ -186,25 +186,28 @@ TEST(OpsCpu, CrossEntropyAgainstDoubleReference) {
   for (int64_t idx : {0L, 7L, 45L, 329L}) {
     const float h = 1e-2f;
     Tensor plus = logits.Clone(), minus = logits.Clone();
-    plus.data()[idx] += h;
-    minus.data()[idx] -= h;
+    plus.data<float>()[idx] += h;
+    minus.data<float>()[idx] -= h;
     const double fd = (static_cast<double>(ops::CrossEntropy(plus, labels).Item()) -
                        ops::CrossEntropy(minus, labels).Item()) / (2.0 * h);
     EXPECT_NEAR(vg[idx], fd, 2e-4) << idx;
   }
 }
 
-TEST(OpsCpu, CrossEntropyRejectsBadLabels) {
+TEST(OpsCpu, CrossEntropyRejectsBadTargets) {
   Tensor logits = Tensor::Zeros({2, 3});
-  ExpectTensorError([&] { ops::CrossEntropy(logits, Tensor::FromVector({0, 3}, {2})); },
-                    {"CrossEntropy", "label", "row 1", "[0, 3)"});
-  ExpectTensorError([&] { ops::CrossEntropy(logits, Tensor::FromVector({-1, 0}, {2})); }, {"label"});
-  ExpectTensorError([&] { ops::CrossEntropy(logits, Tensor::FromVector({0.5f, 0}, {2})); }, {"label"});
-  ExpectTensorError([&] { ops::CrossEntropy(logits, Tensor::FromVector({0, 1, 2}, {3})); },
+  auto targets = [](std::vector<int64_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Tensor::FromVector(v, {n});
+  };
+  ExpectTensorError([&] { ops::CrossEntropy(logits, targets({0, 3})); }, {"CrossEntropy", "target", "row 1", "[0, 3)"});
+  ExpectTensorError([&] { ops::CrossEntropy(logits, targets({-1, 0})); }, {"target -1", "row 0"});
+  ExpectTensorError([&] { ops::CrossEntropy(logits, Tensor::FromVector({0, 1}, {2})); },
+                    {"CrossEntropy", "targets [2] float32 cpu", "must be int64"});
+  ExpectTensorError([&] { ops::CrossEntropy(logits, targets({0, 1, 2})); },
                     {"CrossEntropy", "[2, 3]", "[3]", "one entry per row"});
-  ExpectTensorError(
-      [&] { ops::CrossEntropyBackward(Tensor::Zeros({2}), logits, Tensor::FromVector({0, 1}, {2})); },
-      {"CrossEntropyBackward", "grad"});
+  ExpectTensorError([&] { ops::CrossEntropyBackward(Tensor::Zeros({2}), logits, targets({0, 1})); },
+                    {"CrossEntropyBackward", "grad"});
 }
 
 TEST(OpsCpu, ExpandFillCopy) {
@@ -279,15 +282,15 @@ TEST(OpsCpu, Deterministic) {
 TEST(OpsCpu, ErrorsNameOpShapesAndDevices) {
   Tensor a = Tensor::Zeros({2, 3}), b = Tensor::Zeros({4, 5});
   ExpectTensorError([&] { ops::Matmul(a, b); },
-                    {"Matmul", "[2, 3] cpu", "[4, 5] cpu", "inner dimensions differ (3 vs 4)"});
+                    {"Matmul", "[2, 3] float32 cpu", "[4, 5] float32 cpu", "inner dimensions differ (3 vs 4)"});
   ExpectTensorError([&] { ops::Matmul(a, b, true, false); }, {"Matmul(a^T, b)", "(2 vs 4)"});
   ExpectTensorError([&] { ops::Matmul(Tensor::Zeros({3}), b); }, {"Matmul", "2 dimension"});
   ExpectTensorError([&] { ops::Add(a, Tensor::Zeros({3, 2})); }, {"Add", "[2, 3]", "[3, 2]", "shapes differ"});
   ExpectTensorError([&] { ops::Sub(a, b); }, {"Sub"});
   ExpectTensorError([&] { ops::Mul(a, b); }, {"Mul"});
   ExpectTensorError([&] { ops::ReluBackward(a, b); }, {"ReluBackward"});
-  ExpectTensorError([&] { ops::AddBias(a, Tensor::Zeros({2})); }, {"AddBias", "bias [2] cpu"});
-  ExpectTensorError([&] { ops::SumRows(Tensor::Zeros({2})); }, {"SumRows"});
+  ExpectTensorError([&] { ops::AddBias(a, Tensor::Zeros({2})); }, {"AddBias", "bias [2] float32 cpu"});
+  ExpectTensorError([&] { ops::SumRows(Tensor::Scalar(1.0f)); }, {"SumRows", "at least one dimension"});
   ExpectTensorError([&] { ops::LogSoftmax(Tensor::Zeros({2})); }, {"LogSoftmax"});
   ExpectTensorError([&] { ops::Expand(a, {2}); }, {"Expand", "[2, 3]"});
   Tensor y = Tensor::Zeros({5});

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/cuda/cuda_device.h"
 #include "worker/tensor/ops.h"
 
 #ifdef PSYNC_WITH_CUDA
@@ -85,6 +85,35 @@ TEST_F(OpsCuda, MatmulAllTransposes) {
   }
   Tensor z = ops::Matmul(Tensor::Zeros({3, 0}, gpu_), Tensor::Zeros({0, 2}, gpu_));
   EXPECT_EQ(z.ToVector(), std::vector<float>(6, 0.0f));
+}
+
+TEST_F(OpsCuda, StridedViewsCastsAndBatchedMatmul) {
+  // Strided copies (Contiguous of a permuted view) and conversions are
+  // bitwise equal to the CPU's.
+  Tensor x = RandomTensor({3, 4, 5}, 40);
+  Tensor dx = x.To(gpu_);
+  EXPECT_EQ(dx.Permute({2, 0, 1}).Contiguous().ToVector(), x.Permute({2, 0, 1}).Contiguous().ToVector());
+  EXPECT_EQ(dx.Narrow(2, 1, 3).ToVector(), x.Narrow(2, 1, 3).ToVector());
+  for (DType dt : {kBFloat16, kFloat16, kInt64}) {
+    EXPECT_EQ(dx.To(dt).To(kFloat32).ToVector(), x.To(dt).To(kFloat32).ToVector()) << DTypeName(dt);
+  }
+  EXPECT_EQ(dx.To(kFloat64).ToVector<double>(), x.To(kFloat64).ToVector<double>());
+  Tensor strided_dst = Tensor::Zeros({5, 6}, gpu_);
+  ops::Copy(strided_dst.Narrow(1, 1, 4), x.Narrow(0, 0, 1).Reshape({4, 5}).Transpose(0, 1));  // host -> strided device
+  Tensor cpu_dst = Tensor::Zeros({5, 6});
+  ops::Copy(cpu_dst.Narrow(1, 1, 4), x.Narrow(0, 0, 1).Reshape({4, 5}).Transpose(0, 1));
+  EXPECT_EQ(strided_dst.ToVector(), cpu_dst.ToVector());
+  // Batched products: collapsible batch dims (strided-batched cuBLAS) and
+  // the attention layout (made contiguous first).
+  Tensor a = RandomTensor({4, 6, 8}, 41), b = RandomTensor({4, 8, 5}, 42);
+  ExpectClose(ops::BatchedMatmul(a.To(gpu_), b.To(gpu_)), ops::BatchedMatmul(a, b), 1e-5f, "bmm");
+  ExpectClose(ops::BatchedMatmul(a.To(gpu_), a.To(gpu_).Transpose(-2, -1)), ops::BatchedMatmul(a, a, false, true),
+              1e-5f, "bmm a a^T");
+  Tensor qkv = RandomTensor({2, 5, 36}, 43);
+  auto heads = [](const Tensor& t, int64_t part) { return t.Narrow(2, part * 12, 12).Reshape({2, 5, 3, 4}).Permute({0, 2, 1, 3}); };
+  Tensor dqkv = qkv.To(gpu_);
+  ExpectClose(ops::BatchedMatmul(heads(dqkv, 0), heads(dqkv, 1).Transpose(-2, -1)),
+              ops::BatchedMatmul(heads(qkv, 0), heads(qkv, 1).Transpose(-2, -1)), 1e-5f, "attention scores");
 }
 
 TEST_F(OpsCuda, ElementwiseAndBias) {
@@ -164,7 +193,7 @@ TEST_F(OpsCuda, ExpandFillInPlace) {
 
 TEST_F(OpsCuda, DeviceMismatchAndContext) {
   Tensor a = Tensor::Zeros({2, 2}, gpu_), b = Tensor::Zeros({2, 2});
-  ExpectTensorError([&] { ops::Matmul(a, b); }, {"Matmul", "[2, 2] cuda:0", "[2, 2] cpu", "different devices"});
+  ExpectTensorError([&] { ops::Matmul(a, b); }, {"Matmul", "[2, 2] float32 cuda:0", "[2, 2] float32 cpu", "different devices"});
   ExpectTensorError([&] { ops::Add(a, b); }, {"Add", "different devices"});
   ExpectTensorError([&] { ops::AddInPlace(a, b); }, {"AddInPlace", "different devices"});
   EXPECT_EQ(ops::MaxAbsDiff(a, b), 0.0f);  // any devices
@@ -202,8 +231,8 @@ TEST_F(OpsCuda, MlpStepMatchesCpu) {
 }
 
 TEST_F(OpsCuda, SetCurrentDeviceAndFreeOnAnotherThread) {
-  cuda_ops::SetCurrentDevice(0);
-  ExpectTensorError([] { cuda_ops::SetCurrentDevice(CudaDeviceCount()); }, {"cuda:"});
+  cuda_device::SetCurrentDevice(0);
+  ExpectTensorError([] { cuda_device::SetCurrentDevice(CudaDeviceCount()); }, {"cuda:"});
 #ifdef PSYNC_WITH_CUDA
   int current = -1;
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
@@ -219,7 +248,7 @@ TEST_F(OpsCuda, SetCurrentDeviceAndFreeOnAnotherThread) {
 TEST_F(OpsCuda, SecondDeviceWhileCuda0IsCurrent) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   const Device g1 = Device::CUDA(1);
-  cuda_ops::SetCurrentDevice(0);
+  cuda_device::SetCurrentDevice(0);
   Tensor a = RandomTensor({33, 17}, 80), b = RandomTensor({17, 9}, 81);
   Tensor c = ops::Matmul(a.To(g1), b.To(g1));
   EXPECT_EQ(c.device(), g1);

@@ -78,7 +78,7 @@ TEST(Tensor, FactoriesAndAccessors) {
   EXPECT_EQ(z.size(-1), 3);
   EXPECT_EQ(z.device(), Device::CPU());
   EXPECT_EQ(z.ToVector(), std::vector<float>(6, 0.0f));
-  EXPECT_EQ(z.DebugString(), "Tensor[2, 3] cpu");
+  EXPECT_EQ(z.DebugString(), "Tensor[2, 3] float32 cpu");
 
   EXPECT_EQ(Tensor::Full({4}, 2.5f).ToVector(), std::vector<float>(4, 2.5f));
   Tensor s = Tensor::Scalar(7.0f);
@@ -102,13 +102,13 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_TRUE(a.SharesStorageWith(flat));
   EXPECT_EQ(a.storage_offset(), 2);
   EXPECT_EQ(a.ToVector(), (std::vector<float>{2, 3, 4, 5}));
-  EXPECT_EQ(a.data(), flat.data() + 2);
+  EXPECT_EQ(a.data<float>(), flat.data<float>() + 2);
 
   // Writes through a view are seen by the base and the other way round.
   Tensor v = a;  // copies the handle only
   ops::Fill(v, 9.0f);
   EXPECT_EQ(flat.ToVector(), (std::vector<float>{0, 1, 9, 9, 9, 9, 6, 7}));
-  flat.data()[3] = -1.0f;
+  flat.data<float>()[3] = -1.0f;
   EXPECT_EQ(a.ToVector()[1], -1.0f);
 
   // Views of views add offsets.
@@ -144,7 +144,7 @@ TEST(Tensor, ToCloneToVector) {
   EXPECT_FALSE(c.SharesStorageWith(t));
   EXPECT_EQ(c.shape(), t.shape());
   EXPECT_EQ(c.ToVector(), t.ToVector());
-  c.data()[0] = 100.0f;
+  c.data<float>()[0] = 100.0f;
   EXPECT_EQ(t.ToVector()[0], 1.0f);
 
   // Cloning a view copies only the view.

@@ -25,13 +25,13 @@ inline Tensor RandomTensor(const Shape& shape, uint32_t seed, Device device = De
   return Tensor::FromVector(RandomVector(NumelOf(shape), seed, lo, hi), shape, device);
 }
 
-// Labels 0..classes-1 stored as floats.
+// int64 class indices in [0, classes).
 inline Tensor RandomLabels(int64_t rows, int64_t classes, uint32_t seed,
                            Device device = Device::CPU()) {
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int64_t> dist(0, classes - 1);
-  std::vector<float> v(static_cast<size_t>(rows));
-  for (float& x : v) x = static_cast<float>(dist(gen));
+  std::vector<int64_t> v(static_cast<size_t>(rows));
+  for (int64_t& x : v) x = dist(gen);
   return Tensor::FromVector(v, {rows}, device);
 }
 

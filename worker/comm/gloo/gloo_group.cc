@@ -387,17 +387,16 @@ std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& 
   const std::string desc =
       absl::StrCat("allreduce '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                    ") on rank ", rank_, " of ", size_);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || tensor.dtype() != kFloat32 || !tensor.is_contiguous()) {
     return Failed(desc, absl::InvalidArgumentError(absl::StrCat(
-                            desc, ": gloo needs a defined CPU tensor, got ",
-                            tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
+                            desc, ": gloo sums a contiguous float32 CPU tensor, got ", tensor.DebugString())));
   }
   const Millis timeout = options_.timeout;
   return state_->Enqueue(state_, desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return;
     gloo::AllreduceOptions opts(ctx);
-    opts.setOutput(tensor.data(), n);
+    opts.setOutput(tensor.data<float>(), n);
     opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTag(tag);
     opts.setTimeout(timeout);
@@ -409,8 +408,8 @@ std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::s
   const std::string desc =
       absl::StrCat("broadcast '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                    ") from root ", root, " on rank ", rank_, " of ", size_);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
-    return Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": gloo needs a defined CPU tensor")));
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": gloo needs a defined, contiguous CPU tensor")));
   }
   if (root < 0 || root >= size_) {
     return Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
@@ -418,10 +417,11 @@ std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::s
   const Millis timeout = options_.timeout;
   return state_->Enqueue(state_, desc,
                          [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
-                           const size_t n = static_cast<size_t>(tensor.numel());
+                           // Bytes: any dtype broadcasts the same way.
+                           const size_t n = tensor.nbytes();
                            if (n == 0) return;
                            gloo::BroadcastOptions opts(ctx);
-                           opts.setOutput(tensor.data(), n);
+                           opts.setOutput(static_cast<uint8_t*>(tensor.raw_data()), n);
                            opts.setRoot(root);
                            opts.setTag(tag);
                            opts.setTimeout(timeout);

@@ -341,6 +341,10 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
         absl::StrCat(desc, ": nccl needs a tensor on cuda:", s->device, ", got ",
                      tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
   }
+  if (!tensor.is_contiguous() || (kind == Kind::kAllreduce && tensor.dtype() != kFloat32)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        desc, ": nccl needs a contiguous tensor (float32 for a sum), got ", tensor.DebugString())));
+  }
   if (kind == Kind::kBroadcast && (root < 0 || root >= s->size)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
@@ -367,12 +371,14 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEventDestroy(ready);  // released once the wait is satisfied
   ready = nullptr;
 
-  const size_t n = static_cast<size_t>(tensor.numel());
-  float* p = tensor.data();
+  // Allreduce sums float32; a broadcast moves bytes (any dtype).
+  void* p = tensor.raw_data();
+  const bool sum = kind == Kind::kAllreduce;
+  const size_t n = sum ? static_cast<size_t>(tensor.numel()) : tensor.nbytes();
   ncclResult_t r = ncclSuccess;
   if (n > 0) {
-    r = kind == Kind::kAllreduce ? ncclAllReduce(p, p, n, ncclFloat, ncclSum, s->comm, s->comm_stream)
-                                 : ncclBroadcast(p, p, n, ncclFloat, root, s->comm, s->comm_stream);
+    r = sum ? ncclAllReduce(p, p, n, ncclFloat, ncclSum, s->comm, s->comm_stream)
+            : ncclBroadcast(p, p, n, ncclUint8, root, s->comm, s->comm_stream);
     r = s->SettleLocked(r, Clock::now() + s->timeout);
   }
   if (r != ncclSuccess) {

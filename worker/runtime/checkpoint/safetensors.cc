@@ -13,12 +13,30 @@
 #include "absl/strings/str_format.h"
 #include "common/json.h"
 
-// The format is little-endian; we copy bytes straight into float storage.
+// The format is little-endian; we copy bytes straight into tensor storage.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.cc assumes a little-endian host"
 #endif
 
 namespace psync {
+const char* SafetensorsDTypeName(DType dtype) {
+  switch (dtype) {
+    case kFloat32: return "F32";
+    case kFloat64: return "F64";
+    case kBFloat16: return "BF16";
+    case kFloat16: return "F16";
+    case kInt64: return "I64";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> SafetensorsDType(absl::string_view name) {
+  for (DType d : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt64}) {
+    if (name == SafetensorsDTypeName(d)) return d;
+  }
+  return absl::InvalidArgumentError("supported dtypes are F32, F64, BF16, F16 and I64");
+}
+
 namespace {
 
 constexpr char kMetadataKey[] = "__metadata__";
@@ -28,6 +46,7 @@ constexpr uint64_t kPrefixBytes = 8;
 struct Entry {
   std::string name;
   Shape shape;
+  DType dtype = kFloat32;
   uint64_t begin = 0;  // relative to the start of the data section
   uint64_t end = 0;
 };
@@ -116,15 +135,16 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& inf
   if (!dtype->is_string()) {
     return Corrupt(source, absl::StrCat(ref, ": dtype is ", json::Serialize(*dtype), ", expected a string"));
   }
-  if (dtype->string_value() != "F32") {
-    return Corrupt(source, absl::StrCat(
-        ref, " has dtype ", dtype->string_value(),
-        "; only F32 is supported (convert the tensor to float32 before saving, e.g. "
-        "{k: v.float() for k, v in state_dict.items()})"));
+  absl::StatusOr<DType> dt = SafetensorsDType(dtype->string_value());
+  if (!dt.ok()) {
+    return Corrupt(source, absl::StrCat(ref, " has dtype ", dtype->string_value(), "; ", dt.status().message(),
+                                        " (convert the tensor before saving, e.g. {k: v.float() for k, v in "
+                                        "state_dict.items()})"));
   }
 
   Entry e;
   e.name = name;
+  e.dtype = *dt;
   if (!shape->is_array()) {
     return Corrupt(source, absl::StrCat(ref, ": shape is ", json::Serialize(*shape),
                                         ", expected a list of non-negative integers"));
@@ -162,11 +182,11 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& inf
   }
   e.begin = *begin;
   e.end = *end;
-  const uint64_t want = numel * sizeof(float);
+  const uint64_t want = numel * ElementSize(e.dtype);
   if (e.end - e.begin != want) {
     return Corrupt(source, absl::StrFormat(
-        "%s: shape %s with dtype F32 needs %d bytes but data_offsets [%d, %d] span %d bytes",
-        ref, ShapeToString(e.shape), want, e.begin, e.end, e.end - e.begin));
+        "%s: shape %s with dtype %s needs %d bytes but data_offsets [%d, %d] span %d bytes",
+        ref, ShapeToString(e.shape), SafetensorsDTypeName(e.dtype), want, e.begin, e.end, e.end - e.begin));
   }
   return e;
 }
@@ -301,14 +321,14 @@ absl::StatusOr<SafetensorsContents> Materialize(Header h, const std::string& sou
   for (const Entry& e : h.entries) {
     Tensor t;
     try {
-      t = Tensor::Empty(e.shape, Device::CPU());
+      t = Tensor::Empty(e.shape, e.dtype, Device::CPU());
     } catch (const std::exception& ex) {
       return absl::ResourceExhaustedError(absl::StrCat("safetensors file ", source, ": cannot allocate ",
                                                        TensorRef(e.name), " ", ShapeToString(e.shape), ": ",
                                                        ex.what()));
     }
     if (e.end > e.begin) {
-      absl::Status st = fill(e, reinterpret_cast<char*>(t.data()));
+      absl::Status st = fill(e, static_cast<char*>(t.raw_data()));
       if (!st.ok()) return st;
     }
     out.tensors.emplace_back(e.name, std::move(t));
@@ -402,7 +422,7 @@ absl::StatusOr<std::string> BuildHeader(const NamedTensors& tensors,
     json::Value shape = json::Value::MakeArray();
     for (int64_t d : t.shape()) shape.Append(d);
     json::Value info = json::Value::MakeObject();
-    info.Set("dtype", "F32");
+    info.Set("dtype", SafetensorsDTypeName(t.dtype()));
     info.Set("shape", std::move(shape));
     info.Set("data_offsets", json::Array{offset, offset + t.nbytes()});
     header.Set(name, std::move(info));
@@ -421,14 +441,10 @@ absl::Status ForEachTensorBytes(const NamedTensors& tensors, Sink sink) {
   for (const auto& [name, t] : tensors) {
     if (t.nbytes() == 0) continue;
     try {
-      if (t.device().is_cpu()) {
-        absl::Status st = sink(reinterpret_cast<const char*>(t.data()), t.nbytes());
-        if (!st.ok()) return st;
-      } else {
-        std::vector<float> host = t.ToVector();
-        absl::Status st = sink(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
-        if (!st.ok()) return st;
-      }
+      // Row-major bytes on the host (a copy for CUDA tensors and strided views).
+      const Tensor host = t.To(Device::CPU()).Contiguous();
+      absl::Status st = sink(static_cast<const char*>(host.raw_data()), host.nbytes());
+      if (!st.ok()) return st;
     } catch (const std::exception& ex) {
       return absl::InternalError(absl::StrCat("cannot copy ", TensorRef(name), " (", t.DebugString(),
                                               ") to the host for saving: ", ex.what()));

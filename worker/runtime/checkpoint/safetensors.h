@@ -1,4 +1,4 @@
-// Reading and writing F32 tensors in the safetensors format
+// Reading and writing tensors in the safetensors format
 // (https://github.com/huggingface/safetensors), so psync checkpoints load in
 // PyTorch (safetensors.torch.load_file) and PyTorch state_dicts saved with
 // safetensors load in psync (--init).
@@ -19,7 +19,8 @@
 // without duplicate keys; every entry needs dtype, shape and data_offsets and
 // nothing else; the byte range must match the shape exactly; and the ranges,
 // sorted by offset, must cover the data section exactly (no gaps, no overlap,
-// no trailing bytes). Only F32 is supported. Every error is InvalidArgument
+// no trailing bytes). Dtypes: F32, F64, BF16, F16, I64 (psync's tensor
+// dtypes); others are refused with the name of the tensor. Every error is InvalidArgument
 // (NotFound / Internal for I/O) and its message names the file, the problem
 // and, where there is one, the tensor. Corrupt input never crashes.
 #pragma once
@@ -38,6 +39,10 @@
 namespace psync {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// "F32", "F64", "BF16", "F16", "I64" <-> psync dtypes.
+const char* SafetensorsDTypeName(DType dtype);
+absl::StatusOr<DType> SafetensorsDType(absl::string_view name);
 
 struct SafetensorsContents {
   NamedTensors tensors;                         // ordered by data offset

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/cuda/cuda_ops.h"
+#include "worker/tensor/cuda/cuda_device.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync::cuda {
@@ -57,7 +57,7 @@ DeviceContext& Context(int device) {
   if (slot) return *slot;
 
   std::string why;
-  const int count = cuda_ops::DeviceCount(&why);
+  const int count = cuda_device::DeviceCount(&why);
   if (count == 0) throw TensorError(absl::StrCat("cuda:", device, ": no CUDA device: ", why));
   if (device >= count) {
     throw TensorError(absl::StrCat("cuda:", device, " requested but only ", count,

@@ -1,8 +1,7 @@
-// Host side of the CUDA backend: device count, stream-ordered allocation,
-// copies, synchronization and cuBLAS matmul. Kernels are in kernels.cu.
-#include "worker/tensor/cuda/cuda_ops.h"
+// The CUDA device runtime: device count, stream-ordered allocation, copies,
+// synchronization.
+#include "worker/tensor/cuda/cuda_device.h"
 
-#include <climits>
 #include <mutex>
 #include <string>
 
@@ -10,7 +9,7 @@
 #include "worker/tensor/cuda/cuda_context.h"
 #include "worker/tensor/tensor.h"
 
-namespace psync::cuda_ops {
+namespace psync::cuda_device {
 
 int DeviceCount(std::string* why) {
   // Asked once: the answer cannot change within a process, and without a
@@ -111,28 +110,4 @@ void Synchronize(int device) {
   PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(device)));
 }
 
-void Gemm(int device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
-          const float* b, float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    Fill(device, c, m * n, 0.0f);
-    return;
-  }
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
-    throw TensorError(absl::StrCat("Matmul: dimensions m=", m, " n=", n, " k=", k,
-                                   " do not fit cuBLAS int"));
-  }
-  cublasHandle_t handle = cuda::CublasHandle(device);
-  cuda::DeviceGuard guard(device);
-  // cuBLAS is column-major. A row-major [r,c] matrix is its column-major
-  // transpose, so C^T[n,m] = op(B)^T op(A)^T is computed with B first.
-  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  const int lda = trans_a ? M : K;  // row-major leading dims as stored
-  const int ldb = trans_b ? K : N;
-  const float alpha = 1.0f, beta = 0.0f;
-  PSYNC_CUBLAS_CHECK(cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, ldb, a,
-                                 lda, &beta, c, N));
-}
-
-}  // namespace psync::cuda_ops
+}  // namespace psync::cuda_device

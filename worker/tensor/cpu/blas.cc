@@ -1,0 +1,51 @@
+// CPU matrix products: OpenBLAS sgemm/dgemm, one call per batch entry (its
+// threading is left to OPENBLAS_NUM_THREADS).
+#include <cblas.h>
+
+#include <climits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/ops/blas_kernels.h"
+
+namespace psync::ops {
+namespace {
+
+int BlasInt(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX) {
+    throw TensorError(absl::StrCat("Matmul: ", what, "=", v, " does not fit the BLAS int"));
+  }
+  return static_cast<int>(v);
+}
+
+class CpuBlas final : public BlasKernels {
+ public:
+  void Gemm(const GemmArgs& g) const override {
+    const int M = BlasInt(g.m, "m"), N = BlasInt(g.n, "n"), K = BlasInt(g.k, "k");
+    const int lda = BlasInt(g.a.ld, "lda"), ldb = BlasInt(g.b.ld, "ldb");
+    const CBLAS_TRANSPOSE ta = g.a.trans ? CblasTrans : CblasNoTrans;
+    const CBLAS_TRANSPOSE tb = g.b.trans ? CblasTrans : CblasNoTrans;
+    for (int64_t i = 0; i < g.batch; ++i) {
+      if (g.dtype == kFloat32) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, static_cast<const float*>(g.a.data) + i * g.a.batch_stride,
+                    lda, static_cast<const float*>(g.b.data) + i * g.b.batch_stride, ldb, 0.0f,
+                    static_cast<float*>(g.c) + i * g.m * g.n, N);
+      } else if (g.dtype == kFloat64) {
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, static_cast<const double*>(g.a.data) + i * g.a.batch_stride,
+                    lda, static_cast<const double*>(g.b.data) + i * g.b.batch_stride, ldb, 0.0,
+                    static_cast<double*>(g.c) + i * g.m * g.n, N);
+      } else {
+        ThrowUnsupportedDType("Matmul", g.dtype);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const BlasKernels& CpuBlasKernels() {
+  static const CpuBlas kernels;
+  return kernels;
+}
+
+}  // namespace psync::ops

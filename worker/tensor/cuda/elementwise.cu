@@ -1,0 +1,272 @@
+// CUDA kernels of the copy, elementwise and reduction families.
+//
+// Determinism: reductions never use atomics. SumRows gives each column to
+// one thread that walks the rows in the CPU's order (double accumulator),
+// and the full Sum is a single fixed-shape block tree, so results are
+// bitwise reproducible run to run.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/cuda/launch.cuh"
+#include "worker/tensor/ops/copy_kernels.h"
+#include "worker/tensor/ops/pointwise_kernels.h"
+#include "worker/tensor/ops/reduce_kernels.h"
+
+namespace psync::ops {
+namespace {
+
+using cuda::BlocksFor;
+using cuda::kThreads;
+using cuda::Launch;
+
+constexpr int kReduceThreads = 1024;
+constexpr int kMaxDims = 8;
+
+// ---------------------------------------------------------------- copy
+
+// Element conversion through double (16-bit types through float, as on the host).
+template <typename T> __device__ double Widen(T v) { return static_cast<double>(v); }
+template <> __device__ double Widen<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ double Widen<__half>(__half v) { return __half2float(v); }
+template <typename T> __device__ T Narrow(double v) { return static_cast<T>(v); }
+template <> __device__ __nv_bfloat16 Narrow<__nv_bfloat16>(double v) { return __float2bfloat16_rn(static_cast<float>(v)); }
+template <> __device__ __half Narrow<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
+template <typename To, typename From> __device__ To Convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else {
+    return Narrow<To>(Widen(v));
+  }
+}
+
+// Device types of the dtypes (same bit layouts as the host's BFloat16/Float16).
+#define PSYNC_CUDA_DISPATCH_ALL(dtype, op, ...)                                              \
+  [&] {                                                                                      \
+    switch (dtype) {                                                                         \
+      case DType::kFloat32: { using scalar_t = float; return __VA_ARGS__(); }                \
+      case DType::kFloat64: { using scalar_t = double; return __VA_ARGS__(); }               \
+      case DType::kBFloat16: { using scalar_t = __nv_bfloat16; return __VA_ARGS__(); }       \
+      case DType::kFloat16: { using scalar_t = __half; return __VA_ARGS__(); }               \
+      case DType::kInt64: { using scalar_t = int64_t; return __VA_ARGS__(); }                \
+    }                                                                                        \
+    ThrowUnsupportedDType(op, dtype);                                                        \
+  }()
+
+struct Layout {
+  int ndim = 0;
+  int64_t sizes[kMaxDims];
+  int64_t dst[kMaxDims];
+  int64_t src[kMaxDims];
+};
+
+template <typename T>
+__global__ void FillKernel(T* y, int64_t n, T v) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = v;
+}
+
+template <typename To, typename From>
+__global__ void CopyKernel(To* dst, const From* src, int64_t n, Layout L) {
+  PSYNC_GRID_STRIDE(i, n) {
+    int64_t rem = i, od = 0, os = 0;
+    for (int d = L.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rem % L.sizes[d];
+      rem /= L.sizes[d];
+      od += idx * L.dst[d];
+      os += idx * L.src[d];
+    }
+    dst[od] = Convert<To>(src[os]);
+  }
+}
+
+// The two layouts with size-1 dims dropped and mutually contiguous dims merged.
+Layout MergedLayout(const Tensor& dst, const Tensor& src) {
+  Layout L;
+  for (int64_t i = 0; i < dst.dim(); ++i) {
+    const int64_t n = dst.size(i), sd = dst.stride(i), ss = src.stride(i);
+    if (n == 1) continue;
+    if (L.ndim > 0 && L.dst[L.ndim - 1] == sd * n && L.src[L.ndim - 1] == ss * n) {
+      L.sizes[L.ndim - 1] *= n;
+      L.dst[L.ndim - 1] = sd;
+      L.src[L.ndim - 1] = ss;
+      continue;
+    }
+    if (L.ndim == kMaxDims) {
+      throw TensorError(absl::StrCat("Copy: strided layout of ", dst.DebugString(), " has more than ", kMaxDims,
+                                     " non-mergeable dimensions"));
+    }
+    L.sizes[L.ndim] = n;
+    L.dst[L.ndim] = sd;
+    L.src[L.ndim] = ss;
+    ++L.ndim;
+  }
+  return L;
+}
+
+class CudaCopy final : public CopyKernels {
+ public:
+  void Fill(const Tensor& dst, double value) const override {
+    Launch l(dst.device().index);
+    const int64_t n = dst.numel();
+    PSYNC_CUDA_DISPATCH_ALL(dst.dtype(), "Fill", [&] {
+      // Converted on the host exactly as the CPU kernel does.
+      scalar_t v;
+      if constexpr (std::is_same_v<scalar_t, __nv_bfloat16>) {
+        const uint16_t bits = BFloat16::FromFloat(static_cast<float>(value));
+        std::memcpy(&v, &bits, sizeof(v));
+      } else if constexpr (std::is_same_v<scalar_t, __half>) {
+        const uint16_t bits = Float16::FromFloat(static_cast<float>(value));
+        std::memcpy(&v, &bits, sizeof(v));
+      } else {
+        v = static_cast<scalar_t>(value);
+      }
+      FillKernel<scalar_t><<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<scalar_t*>(dst.raw_data()), n, v);
+    });
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void Copy(const Tensor& dst, const Tensor& src) const override {
+    Launch l(dst.device().index);
+    if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+      PSYNC_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, l.stream));
+      return;
+    }
+    const Layout layout = MergedLayout(dst, src);
+    const int64_t n = dst.numel();
+    PSYNC_CUDA_DISPATCH_ALL(dst.dtype(), "Copy", [&] {
+      using To = scalar_t;
+      PSYNC_CUDA_DISPATCH_ALL(src.dtype(), "Copy", [&] {
+        CopyKernel<To, scalar_t><<<BlocksFor(n), kThreads, 0, l.stream>>>(
+            static_cast<To*>(dst.raw_data()), static_cast<const scalar_t*>(src.raw_data()), n, layout);
+      });
+    });
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+// ---------------------------------------------------------------- elementwise (float32)
+
+__global__ void BinaryKernel(int op, const float* a, const float* b, float* y, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) {
+    const float x = a[i], z = b[i];
+    y[i] = op == 0 ? x + z : (op == 1 ? x - z : x * z);
+  }
+}
+__global__ void ScaleKernel(const float* x, float* y, int64_t n, float s) { PSYNC_GRID_STRIDE(i, n) y[i] = x[i] * s; }
+__global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
+  // y + alpha*x with no fused multiply-add, to round like the CPU loop.
+  PSYNC_GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+__global__ void AddBiasKernel(const float* x, const float* bias, float* y, int64_t n, int64_t cols) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = x[i] + bias[i % cols];
+}
+__global__ void ReluKernel(const float* x, float* y, int64_t n) { PSYNC_GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+__global__ void ReluBackwardKernel(const float* g, const float* out, float* y, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = out[i] > 0.0f ? g[i] : 0.0f;
+}
+__global__ void FillFromScalarKernel(float* y, int64_t n, const float* s, float scale) {
+  const float v = s[0] * scale;
+  PSYNC_GRID_STRIDE(i, n) y[i] = v;
+}
+
+const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data()); }
+float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
+
+class CudaPointwise final : public PointwiseKernels {
+ public:
+  void Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) const override {
+    Launch l(y.device().index);
+    const int64_t n = y.numel();
+    BinaryKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<int>(op), F(a), F(b), FW(y), n);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void Scale(const Tensor& x, double s, const Tensor& y) const override {
+    Launch l(y.device().index);
+    ScaleKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), FW(y), y.numel(), static_cast<float>(s));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void Axpy(double alpha, const Tensor& x, const Tensor& y) const override {
+    Launch l(y.device().index);
+    AxpyKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(static_cast<float>(alpha), F(x), FW(y), y.numel());
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void AddBias(const Tensor& x, const Tensor& bias, const Tensor& y) const override {
+    Launch l(y.device().index);
+    AddBiasKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), F(bias), FW(y), y.numel(), bias.numel());
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void Relu(const Tensor& x, const Tensor& y) const override {
+    Launch l(y.device().index);
+    ReluKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), FW(y), y.numel());
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void ReluBackward(const Tensor& grad, const Tensor& out, const Tensor& y) const override {
+    Launch l(y.device().index);
+    ReluBackwardKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(grad), F(out), FW(y), y.numel());
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void FillFromScalar(const Tensor& scalar, double scale, const Tensor& y) const override {
+    Launch l(y.device().index);
+    FillFromScalarKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(FW(y), y.numel(), F(scalar),
+                                                                          static_cast<float>(scale));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+// ---------------------------------------------------------------- reductions (float32)
+
+// One block of kReduceThreads: each thread sums a fixed strided subset in
+// double, then a fixed shared-memory tree. y[0] = total / divisor.
+__global__ void ReduceSumKernel(const float* x, int64_t n, double divisor, float* y) {
+  __shared__ double partial[kReduceThreads];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kReduceThreads) acc += static_cast<double>(x[i]);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[0] = static_cast<float>(partial[0] / divisor);
+}
+
+__global__ void SumRowsKernel(const float* x, float* y, int64_t rows, int64_t cols) {
+  // One thread per column, rows in order, double accumulator: exactly the
+  // CPU order. Adjacent threads read adjacent columns, so loads coalesce.
+  PSYNC_GRID_STRIDE(j, cols) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < rows; ++i) acc += x[i * cols + j];
+    y[j] = static_cast<float>(acc);
+  }
+}
+
+class CudaReduce final : public ReduceKernels {
+ public:
+  void Sum(const Tensor& x, double divisor, const Tensor& y) const override {
+    Launch l(y.device().index);
+    ReduceSumKernel<<<1, kReduceThreads, 0, l.stream>>>(F(x), x.numel(), divisor, FW(y));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void SumRows(const Tensor& x, const Tensor& y) const override {
+    Launch l(y.device().index);
+    const int64_t cols = y.numel();
+    SumRowsKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(F(x), FW(y), x.numel() / cols, cols);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+}  // namespace
+
+const CopyKernels& CudaCopyKernels() {
+  static const CudaCopy kernels;
+  return kernels;
+}
+const PointwiseKernels& CudaPointwiseKernels() {
+  static const CudaPointwise kernels;
+  return kernels;
+}
+const ReduceKernels& CudaReduceKernels() {
+  static const CudaReduce kernels;
+  return kernels;
+}
+
+}  // namespace psync::ops

@@ -1,0 +1,136 @@
+// Matmul and BatchedMatmul: shape checks, and the translation of (possibly
+// strided) operands into BLAS terms, so that a transposed or sliced view is
+// multiplied in place instead of being copied.
+#include "worker/tensor/ops/blas.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/ops/blas_kernels.h"
+#include "worker/tensor/ops/check.h"
+#include "worker/tensor/ops/copy.h"
+
+namespace psync::ops {
+
+const BlasKernels& BlasKernelsFor(Device device) {
+  return device.is_cpu() ? CpuBlasKernels() : CudaBlasKernels();
+}
+
+namespace {
+
+// The last two dims of `t` as a BLAS operand (the caller's transpose flag
+// included), when one of them has unit stride; false otherwise.
+bool MatrixOperand(const Tensor& t, bool trans, GemmOperand* out) {
+  const int64_t r = t.size(-2), c = t.size(-1);
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  if ((cs == 1 || c <= 1) && (r <= 1 || rs >= std::max<int64_t>(1, c))) {
+    out->trans = trans;  // row-major as stored
+    out->ld = r <= 1 ? std::max<int64_t>(1, c) : rs;
+    return true;
+  }
+  if ((rs == 1 || r <= 1) && (c <= 1 || cs >= std::max<int64_t>(1, r))) {
+    out->trans = !trans;  // stored column-major: the row-major transpose
+    out->ld = c <= 1 ? std::max<int64_t>(1, r) : cs;
+    return true;
+  }
+  return false;
+}
+
+// The leading (batch) dims of `t` as one stride, when they collapse to one.
+bool BatchStride(const Tensor& t, int64_t* stride) {
+  int64_t expected = -1;  // stride the next-outer non-trivial dim must have
+  *stride = 0;
+  for (int64_t d = t.dim() - 3; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (expected >= 0 && t.stride(d) != expected) return false;
+    if (expected < 0) *stride = t.stride(d);
+    expected = t.stride(d) * t.size(d);
+  }
+  return true;
+}
+
+// Fills `op` for `t`, replacing `t` with a contiguous copy when its layout
+// cannot be given to BLAS directly.
+void Operand(Tensor& t, bool trans, GemmOperand* op) {
+  int64_t batch_stride = 0;
+  if (!MatrixOperand(t, trans, op) || !BatchStride(t, &batch_stride)) {
+    t = t.Contiguous();
+    MatrixOperand(t, trans, op);
+    BatchStride(t, &batch_stride);
+  }
+  op->batch_stride = batch_stride;
+  op->data = t.raw_data();
+}
+
+Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bool trans_b, bool batched) {
+  check::Args args = {{"a", &a}, {"b", &b}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  if (!batched) {
+    check::Dim(op, args, {"a", &a}, 2);
+    check::Dim(op, args, {"b", &b}, 2);
+  } else {
+    if (a.dim() < 2 || b.dim() != a.dim()) check::Fail(op, args, "expects a [..., m, k] and b [..., k, n] of equal rank >= 2");
+    for (int64_t i = 0; i + 2 < a.dim(); ++i) {
+      if (a.size(i) != b.size(i)) check::Fail(op, args, "batch dimensions differ");
+    }
+  }
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t k = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = trans_b ? b.size(-1) : b.size(-2);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  if (k != kb) check::Fail(op, args, absl::StrCat("inner dimensions differ (", k, " vs ", kb, ")"));
+  Shape out_shape(a.shape().begin(), a.shape().end() - 2);
+  const int64_t batch = NumelOf(out_shape);
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+
+  Tensor c;
+  if (out != nullptr && out->defined()) {
+    if (out->device() != d || out->dtype() != dt || out->shape() != out_shape || !out->is_contiguous()) {
+      check::Fail(op, args, absl::StrCat("output must be a contiguous ", ShapeToString(out_shape), " ",
+                                         DTypeName(dt), " tensor on ", d.ToString(), ", got ", check::Describe(*out)));
+    }
+    c = *out;
+  } else {
+    c = Tensor::Empty(out_shape, dt, d);
+  }
+  if (c.numel() == 0) return c;
+  if (k == 0) {  // empty inner dimension: the product is all zeros
+    Fill(c, 0.0);
+    return c;
+  }
+  GemmArgs g;
+  g.dtype = dt;
+  g.device = d.index;
+  g.batch = batch;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  Operand(a, trans_a, &g.a);  // a and b stay alive (maybe as copies) until the kernel returns
+  Operand(b, trans_b, &g.b);
+  g.c = c.raw_data();
+  BlasKernelsFor(d).Gemm(g);
+  return c;
+}
+
+const char* MatmulName(bool ta, bool tb) {
+  return ta ? (tb ? "Matmul(a^T, b^T)" : "Matmul(a^T, b)") : (tb ? "Matmul(a, b^T)" : "Matmul(a, b)");
+}
+
+}  // namespace
+
+Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return Product(MatmulName(trans_a, trans_b), nullptr, a, b, trans_a, trans_b, /*batched=*/false);
+}
+
+Tensor MatmulInto(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return Product(MatmulName(trans_a, trans_b), &out, a, b, trans_a, trans_b, /*batched=*/false);
+}
+
+Tensor BatchedMatmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return Product("BatchedMatmul", nullptr, a, b, trans_a, trans_b, /*batched=*/true);
+}
+
+}  // namespace psync::ops
