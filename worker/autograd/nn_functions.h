@@ -1,0 +1,25 @@
+// Differentiable neural-network functions of the GPT (llm.c's layers):
+// token embedding, LayerNorm, GELU (tanh form), causal softmax. Each has a
+// forward and backward kernel on CPU and CUDA (ops/nn.h) and a float64
+// finite-difference check (tests/unit/autograd).
+#pragma once
+
+#include "worker/autograd/variable.h"
+
+namespace psync::autograd {
+
+// ids int64 [...] (each in [0, V)), weight [V, C] -> [..., C]: rows of weight.
+// Backward scatter-adds into weight's gradient deterministically (a fixed
+// order per row: the same bits every run, on every device).
+Variable Embedding(const Tensor& ids, const Variable& weight);
+// Over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, var the
+// biased variance (as torch.nn.LayerNorm); weight and bias [C].
+Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps = 1e-5);
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
+Variable Gelu(const Variable& x);
+// scores [..., T, T]: softmax over the last dim of scale * scores with every
+// position j > i (the future) masked out (probability 0), as in causal
+// self-attention.
+Variable CausalSoftmax(const Variable& scores, double scale);
+
+}  // namespace psync::autograd

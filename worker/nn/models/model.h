@@ -1,0 +1,48 @@
+// Model: a trainable network the worker can run. One interface, one
+// implementation per architecture, chosen by --model through the registry
+// in nn/models/registry.h (mlp, gpt, cnn).
+//
+// The trainer calls Forward on a micro-batch's inputs and computes the loss
+// from the output and the batch's targets (data::Task decides which loss);
+// it never names a specific model.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/nn/module.h"
+#include "worker/tensor/device.h"
+
+namespace psync::nn::models {
+
+// Everything any model may be configured with (from flags and the data).
+struct ModelOptions {
+  Device device = Device::CPU();
+  uint64_t seed = 0;
+  // mlp
+  std::vector<int64_t> widths;
+  // gpt
+  int64_t vocab_size = 0, block_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
+  // cnn (and mlp on images): one example's shape [C, H, W] and the class count
+  Shape input_shape;
+  int64_t num_classes = 0;
+};
+
+class Model : public Module {
+ public:
+  // inputs: one micro-batch (rows [b, in]; images [b, C, H, W]; tokens
+  // [b, T] int64) -> predictions [b, out] or logits [b, classes] /
+  // [b, T, vocab]. `skip`: blocks/layers bypassed in this forward (their
+  // parameters unused), per --skip-layer / --skip-block.
+  virtual Variable Forward(const Variable& inputs, const std::set<int>& skip) = 0;
+  Variable Forward(const Variable& inputs) final { return Forward(inputs, {}); }
+  // OK when every index in `skip` may be skipped; otherwise names it and why.
+  virtual absl::Status ValidateSkip(const std::set<int>& skip) const = 0;
+  // "gpt (L=4, H=4, C=128, V=256, T=64): 0.85M parameters"
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace psync::nn::models
