@@ -1,6 +1,7 @@
 #include "worker/tensor/tensor.h"
 
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,41 @@ int64_t WrapDim(int64_t d, int64_t nd, const char* op, const Shape& shape) {
     throw TensorError(absl::StrCat(op, ": dimension ", d, " out of range for shape ", ShapeToString(shape)));
   }
   return i;
+}
+
+// Strides that make `to` a view of a tensor with `shape`/`strides` holding the
+// same elements in the same row-major order, when such strides exist (as
+// torch.view decides): the old dims are cut into chunks that are contiguous
+// among themselves, and every new dim must fall inside one chunk.
+std::optional<Strides> ViewStrides(const Shape& shape, const Strides& strides, const Shape& to) {
+  Strides out(to.size());
+  if (NumelOf(shape) == 0 || shape.empty()) {
+    if (NumelOf(shape) == 0 && !shape.empty()) return std::nullopt;  // nothing to gain; copy
+    return ContiguousStrides(to);                                    // a scalar
+  }
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t chunk_base_stride = strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= shape[static_cast<size_t>(d)];
+    const bool chunk_ends =
+        d == 0 || (shape[static_cast<size_t>(d - 1)] != 1 &&
+                   strides[static_cast<size_t>(d - 1)] != tensor_numel * chunk_base_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<size_t>(view_d)] == 1)) {
+      out[static_cast<size_t>(view_d)] = view_numel * chunk_base_stride;
+      view_numel *= to[static_cast<size_t>(view_d)];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (d > 0) {
+      chunk_base_stride = strides[static_cast<size_t>(d - 1)];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -141,6 +177,9 @@ Tensor Tensor::Reshape(const Shape& requested) const {
   if (NumelOf(shape) != numel()) {
     throw TensorError(absl::StrCat("Tensor::Reshape: cannot reshape ", ShapeToString(shape_), " (numel ", numel(),
                                    ") to ", ShapeToString(shape), " (numel ", NumelOf(shape), ")"));
+  }
+  if (std::optional<Strides> strides = ViewStrides(shape_, strides_, shape)) {
+    return Tensor(storage_, offset_, shape, std::move(*strides), dtype_);
   }
   const Tensor base = Contiguous();
   return Tensor(base.storage_, base.offset_, shape, ContiguousStrides(shape), dtype_);

@@ -5,7 +5,7 @@
 // Views share storage:
 //   View(offset, shape)   a contiguous window (the reducer cuts each
 //                         parameter's gradient slot out of a bucket this way)
-//   Reshape(shape)        a view when this tensor is contiguous, else a copy
+//   Reshape(shape)        a view when the strides allow one, else a copy
 //   Permute / Transpose   reorder dimensions (strides only, no copy)
 //   Narrow(dim, start, n) a slice along one dimension (split of q, k, v)
 // Strides and offsets count elements, not bytes. Most ops need contiguous
@@ -93,7 +93,9 @@ class Tensor {
   // (contiguous) tensor.
   Tensor View(int64_t offset, const Shape& shape) const;
   // Same elements in row-major order with another shape (one dimension may
-  // be -1: inferred). A view when contiguous, otherwise a contiguous copy.
+  // be -1: inferred). A view whenever the strides allow one (always when
+  // contiguous; e.g. splitting the last dim of a column slice), otherwise a
+  // contiguous copy, like torch.reshape.
   Tensor Reshape(const Shape& shape) const;
   Tensor Flatten() const { return Reshape({numel()}); }
   // Dimensions reordered: result dim i is this tensor's dim dims[i].

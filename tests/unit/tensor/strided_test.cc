@@ -61,6 +61,16 @@ TEST(Strided, NarrowTransposeAndReshape) {
   EXPECT_EQ(v.shape(), (Shape{2, 3, 3}));
   EXPECT_TRUE(v.SharesStorageWith(x));
   ExpectTensorError([&] { x.Reshape({4, -1}); }, {"Reshape", "-1"});
+  // A column slice whose last dim is split stays a view (torch.view's rule):
+  // q of a [B, T, 3C] projection reshaped to heads.
+  Tensor cols = x.Narrow(1, 2, 4).Reshape({3, 2, 2});
+  EXPECT_TRUE(cols.SharesStorageWith(x));
+  EXPECT_EQ(cols.strides(), (Strides{6, 2, 1}));
+  EXPECT_EQ(cols.ToVector(), (std::vector<float>{2, 3, 4, 5, 8, 9, 10, 11, 14, 15, 16, 17}));
+  // Merging the rows of a column slice cannot be a view: a copy.
+  Tensor merged = x.Narrow(1, 2, 4).Reshape({12});
+  EXPECT_FALSE(merged.SharesStorageWith(x));
+  EXPECT_EQ(merged.ToVector(), cols.ToVector());
   ExpectTensorError([&] { n.View(0, {9}); }, {"View", "not contiguous"});
 }
 
@@ -97,6 +107,7 @@ TEST(Strided, BatchedMatmulOnStridedOperandsMatchesContiguous) {
   auto heads = [&](int64_t part) { return qkv.Narrow(2, part * C, C).Reshape({B, T, H, hs}).Permute({0, 2, 1, 3}); };
   Tensor q = heads(0), k = heads(1);
   EXPECT_FALSE(q.is_contiguous());
+  EXPECT_TRUE(q.SharesStorageWith(qkv));  // the head split is a view, and the product reads it in place
   Tensor att = ops::BatchedMatmul(q, k.Transpose(-2, -1));
   EXPECT_EQ(att.shape(), (Shape{B, H, T, T}));
   ExpectNear(att.ToVector(), NaiveBatchedMatmul(q.Contiguous(), k.Transpose(-2, -1).Contiguous()), 1e-5);

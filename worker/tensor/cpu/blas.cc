@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/blas_kernels.h"
@@ -25,17 +26,27 @@ class CpuBlas final : public BlasKernels {
     const int lda = BlasInt(g.a.ld, "lda"), ldb = BlasInt(g.b.ld, "ldb");
     const CBLAS_TRANSPOSE ta = g.a.trans ? CblasTrans : CblasNoTrans;
     const CBLAS_TRANSPOSE tb = g.b.trans ? CblasTrans : CblasNoTrans;
-    for (int64_t i = 0; i < g.batch; ++i) {
+    if (g.dtype != kFloat32 && g.dtype != kFloat64) ThrowUnsupportedDType("Matmul", g.dtype);
+    // Walk the batch index (i0, i1, ...) in row-major order, keeping each
+    // operand's element offset up to date.
+    const size_t nd = g.batch_shape.size();
+    std::vector<int64_t> idx(nd, 0);
+    int64_t off_a = 0, off_b = 0;
+    for (int64_t i = 0, batch = g.batch(); i < batch; ++i) {
       if (g.dtype == kFloat32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, static_cast<const float*>(g.a.data) + i * g.a.batch_stride,
-                    lda, static_cast<const float*>(g.b.data) + i * g.b.batch_stride, ldb, 0.0f,
-                    static_cast<float*>(g.c) + i * g.m * g.n, N);
-      } else if (g.dtype == kFloat64) {
-        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, static_cast<const double*>(g.a.data) + i * g.a.batch_stride,
-                    lda, static_cast<const double*>(g.b.data) + i * g.b.batch_stride, ldb, 0.0,
-                    static_cast<double*>(g.c) + i * g.m * g.n, N);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, static_cast<const float*>(g.a.data) + off_a, lda,
+                    static_cast<const float*>(g.b.data) + off_b, ldb, 0.0f, static_cast<float*>(g.c) + i * g.m * g.n, N);
       } else {
-        ThrowUnsupportedDType("Matmul", g.dtype);
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, static_cast<const double*>(g.a.data) + off_a, lda,
+                    static_cast<const double*>(g.b.data) + off_b, ldb, 0.0, static_cast<double*>(g.c) + i * g.m * g.n, N);
+      }
+      for (size_t d = nd; d-- > 0;) {
+        off_a += g.a.batch_strides[d];
+        off_b += g.b.batch_strides[d];
+        if (++idx[d] < g.batch_shape[d]) break;
+        off_a -= g.a.batch_strides[d] * g.batch_shape[d];
+        off_b -= g.b.batch_strides[d] * g.batch_shape[d];
+        idx[d] = 0;
       }
     }
   }

@@ -1,6 +1,7 @@
 // CUDA matrix products through cuBLAS (FP32 math, no TF32: the handle's
 // math mode is set in cuda_context.cc).
 #include <climits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/cuda/cuda_context.h"
@@ -31,12 +32,30 @@ class CudaBlas final : public BlasKernels {
     const float* a = static_cast<const float*>(g.a.data);
     const float* b = static_cast<const float*>(g.b.data);
     float* c = static_cast<float*>(g.c);
-    if (g.batch == 1) {
+    if (g.batch_shape.empty()) {
       PSYNC_CUBLAS_CHECK(cublasSgemm(handle, tb, ta, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N));
-    } else {
-      PSYNC_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, tb, ta, N, M, K, &alpha, b, ldb, g.b.batch_stride, a, lda,
-                                                   g.a.batch_stride, &beta, c, N, g.m * g.n,
-                                                   CublasInt(g.batch, "batch")));
+      return;
+    }
+    // The innermost batch dim goes to one strided-batched call; outer batch
+    // dims (e.g. the batch of [B, H, T, hs] head views, whose strides do not
+    // collapse with the heads') loop here.
+    const size_t nd = g.batch_shape.size();
+    const int64_t inner = g.batch_shape[nd - 1];
+    const int64_t outer = g.batch() / inner;
+    std::vector<int64_t> idx(nd - 1, 0);
+    int64_t off_a = 0, off_b = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+      PSYNC_CUBLAS_CHECK(cublasSgemmStridedBatched(
+          handle, tb, ta, N, M, K, &alpha, b + off_b, ldb, g.b.batch_strides[nd - 1], a + off_a, lda,
+          g.a.batch_strides[nd - 1], &beta, c + o * inner * g.m * g.n, N, g.m * g.n, CublasInt(inner, "batch")));
+      for (size_t d = nd - 1; d-- > 0;) {
+        off_a += g.a.batch_strides[d];
+        off_b += g.b.batch_strides[d];
+        if (++idx[d] < g.batch_shape[d]) break;
+        off_a -= g.a.batch_strides[d] * g.batch_shape[d];
+        off_b -= g.b.batch_strides[d] * g.batch_shape[d];
+        idx[d] = 0;
+      }
     }
   }
 

@@ -37,29 +37,17 @@ bool MatrixOperand(const Tensor& t, bool trans, GemmOperand* out) {
   return false;
 }
 
-// The leading (batch) dims of `t` as one stride, when they collapse to one.
-bool BatchStride(const Tensor& t, int64_t* stride) {
-  int64_t expected = -1;  // stride the next-outer non-trivial dim must have
-  *stride = 0;
-  for (int64_t d = t.dim() - 3; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (expected >= 0 && t.stride(d) != expected) return false;
-    if (expected < 0) *stride = t.stride(d);
-    expected = t.stride(d) * t.size(d);
-  }
-  return true;
-}
-
-// Fills `op` for `t`, replacing `t` with a contiguous copy when its layout
-// cannot be given to BLAS directly.
-void Operand(Tensor& t, bool trans, GemmOperand* op) {
-  int64_t batch_stride = 0;
-  if (!MatrixOperand(t, trans, op) || !BatchStride(t, &batch_stride)) {
+// Fills `op` for `t`, replacing `t` with a contiguous copy when its last two
+// dims cannot be given to BLAS directly. Batch dims keep their strides
+// (the kernels walk them), so slices and permutations of a bigger tensor
+// are multiplied in place.
+void Operand(Tensor& t, bool trans, const std::vector<int64_t>& batch_dims, GemmOperand* op) {
+  if (!MatrixOperand(t, trans, op)) {
     t = t.Contiguous();
     MatrixOperand(t, trans, op);
-    BatchStride(t, &batch_stride);
   }
-  op->batch_stride = batch_stride;
+  op->batch_strides.clear();
+  for (int64_t d : batch_dims) op->batch_strides.push_back(t.stride(d));
   op->data = t.raw_data();
 }
 
@@ -82,7 +70,6 @@ Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bo
   const int64_t n = trans_b ? b.size(-2) : b.size(-1);
   if (k != kb) check::Fail(op, args, absl::StrCat("inner dimensions differ (", k, " vs ", kb, ")"));
   Shape out_shape(a.shape().begin(), a.shape().end() - 2);
-  const int64_t batch = NumelOf(out_shape);
   out_shape.push_back(m);
   out_shape.push_back(n);
 
@@ -104,12 +91,17 @@ Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bo
   GemmArgs g;
   g.dtype = dt;
   g.device = d.index;
-  g.batch = batch;
+  std::vector<int64_t> batch_dims;  // size-1 batch dims say nothing
+  for (int64_t i = 0; i + 2 < a.dim(); ++i) {
+    if (a.size(i) == 1) continue;
+    batch_dims.push_back(i);
+    g.batch_shape.push_back(a.size(i));
+  }
   g.m = m;
   g.n = n;
   g.k = k;
-  Operand(a, trans_a, &g.a);  // a and b stay alive (maybe as copies) until the kernel returns
-  Operand(b, trans_b, &g.b);
+  Operand(a, trans_a, batch_dims, &g.a);  // a and b stay alive (maybe as copies) until the kernel returns
+  Operand(b, trans_b, batch_dims, &g.b);
   g.c = c.raw_data();
   BlasKernelsFor(d).Gemm(g);
   return c;
