@@ -45,7 +45,7 @@
 #include "worker/comm/process_group_factory.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/init.h"
-#include "worker/nn/layers.h"
+#include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/sgd.h"
 #include "worker/tensor/ops.h"

@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "worker/autograd/engine.h"
-#include "worker/nn/layers.h"
+#include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/sgd.h"
 #include "worker/tensor/device.h"

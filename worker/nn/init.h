@@ -30,6 +30,9 @@ class SplitMix64 {
 
 // `n` values from U(lo, hi).
 std::vector<float> UniformValues(SplitMix64& rng, int64_t n, float lo, float hi);
+// `n` values from N(mean, std) (Box-Muller in double from pairs of 53-bit
+// uniforms, then rounded to float).
+std::vector<float> NormalValues(SplitMix64& rng, int64_t n, float mean, float std);
 
 // The seed of sub-module `index` of a module seeded with `seed` (MLP layer i
 // uses DeriveSeed(seed, i)).

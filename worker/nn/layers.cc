@@ -21,48 +21,19 @@ Linear::Linear(int64_t in_features, int64_t out_features, Device device, uint64_
   bias_ = RegisterParameter("bias", Tensor::FromVector(b, {out_features}, device));
 }
 
+Linear::Linear(Tensor weight, Tensor bias) {
+  PSYNC_CHECK(weight.dim() == 2) << "Linear weight must be [out, in], got " << weight.DebugString();
+  in_ = weight.size(1);
+  out_ = weight.size(0);
+  weight_ = RegisterParameter("weight", std::move(weight));
+  if (bias.defined()) {
+    PSYNC_CHECK(bias.shape() == Shape{out_}) << "Linear bias must be [" << out_ << "], got " << bias.DebugString();
+    bias_ = RegisterParameter("bias", std::move(bias));
+  }
+}
+
 Variable Linear::Forward(const Variable& x) { return autograd::Linear(x, weight_, bias_); }
 
 Variable ReLU::Forward(const Variable& x) { return autograd::Relu(x); }
-
-MLP::MLP(const std::vector<int64_t>& widths, Device device, uint64_t seed) {
-  PSYNC_CHECK(widths.size() >= 2) << "MLP needs at least an input and an output width";
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    layers_.push_back(RegisterModule(absl::StrCat("layers.", i),
-                                     std::make_shared<Linear>(widths[i], widths[i + 1], device, DeriveSeed(seed, i))));
-  }
-}
-
-absl::Status MLP::ValidateSkipLayers(const std::set<int>& skip_layers) const {
-  for (int j : skip_layers) {
-    if (j < 0 || j >= num_layers()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("MLP: cannot skip layer ", j, ": the model has layers 0..", num_layers() - 1));
-    }
-    if (j == num_layers() - 1) {
-      return absl::InvalidArgumentError(absl::StrCat("MLP: cannot skip layer ", j, ": it is the output layer"));
-    }
-    const Linear& l = layer(j);
-    if (l.in_features() != l.out_features()) {
-      return absl::InvalidArgumentError(absl::StrCat("MLP: cannot skip layer ", j, ": it maps ", l.in_features(),
-                                                     " -> ", l.out_features(), " features; only square layers can be skipped"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-Variable MLP::Forward(const Variable& x, const std::set<int>& skip_layers) {
-  if (!skip_layers.empty()) {
-    absl::Status st = ValidateSkipLayers(skip_layers);
-    if (!st.ok()) throw TensorError(std::string(st.message()));
-  }
-  Variable h = x;
-  for (int i = 0; i < num_layers(); ++i) {
-    if (skip_layers.count(i)) continue;
-    h = layers_[static_cast<size_t>(i)]->Forward(h);
-    if (i + 1 < num_layers()) h = autograd::Relu(h);
-  }
-  return h;
-}
 
 }  // namespace psync::nn

@@ -19,7 +19,7 @@
 #include "common/logging.h"
 #include "worker/comm/process_group_factory.h"
 #include "worker/ddp/ddp.h"
-#include "worker/nn/layers.h"
+#include "worker/nn/models/mlp.h"
 #include "worker/nn/state_dict.h"
 #include "worker/runtime/checkpoint/safetensors.h"
 #include "worker/runtime/coordinator/coordinator_client.h"

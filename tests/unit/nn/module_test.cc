@@ -8,7 +8,7 @@
 
 #include "worker/autograd/engine.h"
 #include "worker/nn/init.h"
-#include "worker/nn/layers.h"
+#include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/state_dict.h"
 
@@ -97,12 +97,12 @@ TEST(Mlp, LayersUseDerivedSeeds) {
 
 TEST(Mlp, SkipLayersMustBeSquareAndNotLast) {
   MLP mlp({3, 4, 4, 2});
-  EXPECT_TRUE(mlp.ValidateSkipLayers({1}).ok());
-  absl::Status st = mlp.ValidateSkipLayers({0});
+  EXPECT_TRUE(mlp.ValidateSkip({1}).ok());
+  absl::Status st = mlp.ValidateSkip({0});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()), HasSubstr("3 -> 4"));
-  EXPECT_THAT(std::string(mlp.ValidateSkipLayers({2}).message()), HasSubstr("output layer"));
-  EXPECT_THAT(std::string(mlp.ValidateSkipLayers({7}).message()), HasSubstr("layers 0..2"));
+  EXPECT_THAT(std::string(mlp.ValidateSkip({2}).message()), HasSubstr("output layer"));
+  EXPECT_THAT(std::string(mlp.ValidateSkip({7}).message()), HasSubstr("layers 0..2"));
   Variable x(Tensor::Zeros({1, 3}));
   EXPECT_THROW(mlp.Forward(x, {0}), TensorError);
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "worker/autograd/engine.h"
-#include "worker/nn/layers.h"
+#include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
 
 namespace psync::nn {

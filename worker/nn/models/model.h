@@ -1,6 +1,8 @@
 // Model: a trainable network the worker can run. One interface, one
 // implementation per architecture, chosen by --model through the registry
-// in nn/models/registry.h (mlp, gpt, cnn).
+// in nn/models/registry.h (mlp, gpt, cnn). Every model registers its
+// parameters in a fixed order with PyTorch-compatible names, so --init and
+// checkpoints load in PyTorch and back.
 //
 // The trainer calls Forward on a micro-batch's inputs and computes the loss
 // from the output and the batch's targets (data::Task decides which loss);
@@ -16,7 +18,7 @@
 #include "worker/nn/module.h"
 #include "worker/tensor/device.h"
 
-namespace psync::nn::models {
+namespace psync::nn {
 
 // Everything any model may be configured with (from flags and the data).
 struct ModelOptions {
@@ -45,4 +47,4 @@ class Model : public Module {
   virtual std::string Describe() const = 0;
 };
 
-}  // namespace psync::nn::models
+}  // namespace psync::nn

@@ -1,0 +1,16 @@
+#include "worker/nn/layer_norm.h"
+
+#include "common/logging.h"
+#include "worker/autograd/nn_functions.h"
+
+namespace psync::nn {
+
+LayerNorm::LayerNorm(int64_t features, Device device, double eps) : eps_(eps) {
+  PSYNC_CHECK(features > 0) << "LayerNorm(" << features << ")";
+  weight_ = RegisterParameter("weight", Tensor::Full({features}, 1.0f, device));
+  bias_ = RegisterParameter("bias", Tensor::Zeros({features}, device));
+}
+
+Variable LayerNorm::Forward(const Variable& x) { return autograd::LayerNorm(x, weight_, bias_, eps_); }
+
+}  // namespace psync::nn
