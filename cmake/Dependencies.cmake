@@ -5,6 +5,7 @@ find_package(Protobuf REQUIRED)            # CMake's FindProtobuf module (Debian
 find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)         # 20220623: no absl::log; see common/logging.h
 find_package(Gloo CONFIG REQUIRED)         # imported target is plain `gloo`
+find_package(ZLIB REQUIRED)                # zlib1g-dev: gzip-compressed IDX files (worker/data)
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)

@@ -1,7 +1,9 @@
 // The training set and the initial weights of psync-worker.
 //
 // Data: --data FILE (safetensors, x [N,in] and y [N,out], F32) or a seeded
-// synthetic regression set (same on every rank for the same --seed).
+// synthetic regression set (same on every rank for the same --seed). Both
+// are worker/data's rows format (data/rows_dataset.h); the names below keep
+// today's trainer working until it opens its data through data::Open.
 // Weights: --init FILE (layers.{i}.weight [out,in], layers.{i}.bias [out]);
 // without it the MLP's own seeded initialisation (worker/nn) is used.
 // Every validation error is InvalidArgument naming the file and the tensor.
@@ -12,20 +14,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/data/rows_dataset.h"
 #include "worker/runtime/checkpoint/safetensors.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync::runtime {
 
-struct Dataset {
-  int64_t rows = 0, in = 0, out = 0;
-  std::vector<float> x;  // [rows, in] row-major
-  std::vector<float> y;  // [rows, out]
-  std::string source;    // file name or "synthetic(seed=S)"
-};
+using Dataset = data::RowsTable;
 
-absl::StatusOr<Dataset> LoadDataset(const std::string& path, int64_t in, int64_t out);
-Dataset SyntheticDataset(uint64_t seed, int64_t rows, int64_t in, int64_t out);
+inline absl::StatusOr<Dataset> LoadDataset(const std::string& path, int64_t in, int64_t out) {
+  return data::LoadRowsTable(path, in, out, "--data");
+}
+inline Dataset SyntheticDataset(uint64_t seed, int64_t rows, int64_t in, int64_t out) {
+  return data::SyntheticRowsTable(seed, rows, in, out);
+}
 
 // x [rows.size(), in] and y [rows.size(), out] on `device`.
 void GatherRows(const Dataset& d, const std::vector<int64_t>& rows, Device device, Tensor* x, Tensor* y);

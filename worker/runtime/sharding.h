@@ -3,6 +3,8 @@
 //   rank r takes the contiguous shard [r*B/W, (r+1)*B/W) of them;
 //   micro-batch m of rank r is [m*B/(W*M), (m+1)*B/(W*M)) of its shard.
 // B must be divisible by W*M (checked by ValidateBatchGeometry).
+// The contract lives in worker/data (batch_geometry.h, example_order.h);
+// this is its unshuffled rows case for today's trainer.
 #pragma once
 
 #include <cstddef>

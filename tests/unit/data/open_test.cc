@@ -1,0 +1,147 @@
+// data::Open, the registry and --data-format=auto (data/registry.h,
+// data/format_detect.h).
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+
+#include "tests/common/temp_dir.h"
+#include "tests/unit/data/data_test_util.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/data/format_detect.h"
+#include "worker/data/registry.h"
+#include "worker/runtime/checkpoint/safetensors.h"
+
+namespace psync::data {
+namespace {
+
+using namespace testing;  // NOLINT
+using test_support::TempDir;
+
+TEST(Datasets, RegistryListsEveryFormat) {
+  EXPECT_EQ(Datasets().Names(), (std::vector<std::string>{"rows", "synthetic", "idx", "tokens", "bytes"}));
+  DataOptions o;
+  o.format = "csv";
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--data-format=csv is not known", "auto, rows, synthetic, idx, tokens, bytes"});
+}
+
+TEST(DetectFormat, FromNameAndFirstBytes) {
+  TempDir dir("psync_data_detect");
+  EXPECT_EQ(*DetectFormat(""), "synthetic");
+  EXPECT_EQ(*DetectFormat("fashion-mnist"), "idx");
+  EXPECT_EQ(*DetectFormat("fashion-mnist:/somewhere"), "idx");
+  EXPECT_EQ(*DetectFormat("a,b"), "idx");
+  EXPECT_EQ(*DetectFormat("/no/such/file.safetensors"), "rows");  // by name; Open then names the missing file
+
+  const std::string st = dir.File("table.bin");  // safetensors without the extension
+  ASSERT_TRUE(WriteSafetensors(st, {{"x", Tensor::FromVector(std::vector<float>{1}, {1, 1})}}).ok());
+  EXPECT_EQ(*DetectFormat(st), "rows");
+
+  const std::string llmc = dir.File("shard.bin");
+  Reference({"llmc", llmc, "20", "1"});
+  EXPECT_EQ(*DetectFormat(llmc), "tokens");
+
+  Reference({"idx", dir.File("i"), "2", "2", "2", "10", "1", "gz"});
+  EXPECT_EQ(*DetectFormat(dir.File("i-images-idx3-ubyte.gz")), "idx");
+  EXPECT_EQ(*DetectFormat(dir.File("i-labels-idx1-ubyte.gz")), "idx");
+
+  const std::string text = dir.File("book.txt");
+  WriteBytes(text, "It was the best of times, it was the worst of times");
+  ExpectError(DetectFormat(text).status(), absl::StatusCode::kInvalidArgument,
+              {"--data " + text, "format not recognised", "--data-format=bytes"});
+  const std::string gz = dir.File("book.txt.gz");
+  gzFile f = gzopen(gz.c_str(), "wb");
+  gzputs(f, "some text");
+  gzclose(f);
+  ExpectError(DetectFormat(gz).status(), absl::StatusCode::kInvalidArgument,
+              {"gzip-compressed, but not IDX inside", "after gunzip"});
+  ExpectError(DetectFormat(dir.File("nope")).status(), absl::StatusCode::kNotFound,
+              {"--data " + dir.File("nope"), "no such file"});
+  ExpectError(DetectFormat(dir.path(), "--val-data").status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + dir.path(), "is a directory"});
+}
+
+TEST(Open, ValDataAndValFractionAreExclusiveAndChecked) {
+  TempDir dir("psync_data_open");
+  const std::string train = dir.File("train.bin"), val = dir.File("val.bin");
+  Reference({"llmc", train, "200", "1"});
+  Reference({"llmc", val, "50", "2"});
+  DataOptions o;
+  o.path = train;
+  o.block_size = 8;
+  o.val_path = val;
+  absl::StatusOr<OpenedData> d = Open(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_NE(d->val, nullptr);
+  EXPECT_EQ(d->val->num_examples(), 49 / 8);
+  EXPECT_NE(d->val->Describe().find(val), std::string::npos);
+
+  o.val_fraction = 0.1;
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data=" + val, "--val-fraction=0.1", "pass one"});
+  o.val_fraction = -0.5;
+  o.val_path.clear();
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument, {"--val-fraction is -0.5"});
+
+  // A held-out file too short for T names --val-data.
+  o.val_fraction = 0;
+  o.val_path = val;
+  o.block_size = 60;
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + val, "token count (header int32 2) is 50", "T = 60"});
+
+  // A held-out set of another kind.
+  const std::string rows = dir.File("rows.safetensors");
+  ASSERT_TRUE(WriteSafetensors(rows, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+                                      {"y", Tensor::FromVector(std::vector<float>{3}, {1, 1})}})
+                  .ok());
+  o.block_size = 8;
+  o.val_path = rows;
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + rows, "regression examples", "expected language-model examples of shape [8]"});
+}
+
+TEST(Open, RowsHeldOutSetMustHaveTheSameWidths) {
+  TempDir dir("psync_data_open_rows");
+  const std::string a = dir.File("a.safetensors"), b = dir.File("b.safetensors");
+  ASSERT_TRUE(WriteSafetensors(a, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+                                   {"y", Tensor::FromVector(std::vector<float>{3}, {1, 1})}})
+                  .ok());
+  ASSERT_TRUE(WriteSafetensors(b, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+                                   {"y", Tensor::FromVector(std::vector<float>{3, 4}, {1, 2})}})
+                  .ok());
+  DataOptions o;
+  o.path = a;
+  o.val_path = b;
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + b, "with 2 outputs", "with 1 outputs"});
+  o.rows_out = 1;  // with the widths known, the file itself is refused
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument, {"--val-data " + b, "tensor 'y'", "[N, 1]"});
+}
+
+TEST(Open, FashionMnistNameTakesT10kAsHeldOutUnlessTold) {
+  if (!std::filesystem::exists(kFashionMnistDefaultDir)) {
+    GTEST_SKIP() << kFashionMnistDefaultDir << " is missing (apt-get install dataset-fashion-mnist)";
+  }
+  DataOptions o;
+  o.path = std::string("fashion-mnist:") + kFashionMnistDefaultDir;
+  o.val_fraction = 0.1;
+  absl::StatusOr<OpenedData> d = Open(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->train->num_examples(), 54000);
+  EXPECT_EQ(d->val->num_examples(), 6000);
+  EXPECT_EQ(d->val->Describe(),
+            "fashion-mnist train (60000 images 1x28x28, 10 classes) (last 6000 of 60000 images, held out by "
+            "--val-fraction=0.1)");
+  o.val_fraction = 0;
+  o.format = "tokens";
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument, {"is IDX data", "--data-format=tokens"});
+  o.format = "auto";
+  o.path = "fashion-mnist:/no/such/dir";
+  ExpectError(Open(o).status(), absl::StatusCode::kNotFound,
+              {"--data /no/such/dir/train-images-idx3-ubyte.gz", "no such file"});
+}
+
+}  // namespace
+}  // namespace psync::data
