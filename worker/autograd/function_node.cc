@@ -1,6 +1,7 @@
 #include "worker/autograd/function_node.h"
 
 #include "worker/autograd/accumulate_grad.h"
+#include "worker/autograd/grad_mode.h"
 
 namespace psync::autograd {
 
@@ -54,7 +55,15 @@ Tensor FunctionNode::OutputBuffer(size_t input, const Shape& shape, Device devic
   return acc ? acc->TakeGradDestination(shape, device) : Tensor();
 }
 
+namespace {
+thread_local bool grad_enabled = true;
+}  // namespace
+
+bool GradMode::enabled() { return grad_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
+
 bool AnyRequiresGrad(std::initializer_list<const Variable*> inputs) {
+  if (!GradMode::enabled()) return false;  // no_grad: build no node
   for (const Variable* v : inputs) {
     if (v != nullptr && v->requires_grad()) return true;
   }

@@ -63,6 +63,7 @@ class SingleOutputNode : public FunctionNode {
   TensorList BackwardAll(const TensorList& grads) final { return Backward(grads[0]); }
 };
 
+// True when some input requires grad and grad mode is on (grad_mode.h).
 bool AnyRequiresGrad(std::initializer_list<const Variable*> inputs);
 // Throws TensorError("<op>: an input Variable is undefined").
 void CheckDefined(const char* op, std::initializer_list<const Variable*> inputs);
