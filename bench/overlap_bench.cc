@@ -47,7 +47,7 @@
 #include "worker/nn/init.h"
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
-#include "worker/nn/sgd.h"
+#include "worker/optim/sgd.h"
 #include "worker/tensor/ops.h"
 
 ABSL_FLAG(std::string, widths, "512,2048,2048,2048,512", "MLP layer widths, input first");
@@ -120,13 +120,13 @@ std::pair<Tensor, Tensor> Data(const Config& c, int rank) {
 // compute: no communication at all.
 bool RunCompute(const Config& c, int rank, ModeResult* r) {
   auto model = MakeModel(c);
-  psync::nn::SGD sgd(model->parameters(), 0.01f);
+  psync::optim::SGD sgd(model->named_parameters(), {});
   auto [x, y] = Data(c, rank);
   for (int i = 0; i < c.warmup + c.steps; ++i) {
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     BENCH_CHECK_OK(psync::autograd::Backward(psync::nn::MseLoss(model->Forward(Variable(x)), y)));
-    BENCH_CHECK_OK(sgd.Step());
+    BENCH_CHECK_OK(sgd.Step(0.01));
     if (i >= c.warmup) r->step_ms.push_back(Ms(Clock::now() - t0));
   }
   return true;
@@ -141,7 +141,7 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
   opts.first_bucket_cap_mb = c.first_bucket_cap_mb;
   auto ddp = psync::ddp::DistributedDataParallel::Create(model, pg, opts);
   BENCH_CHECK_OK(ddp.status());
-  psync::nn::SGD sgd(model->parameters(), 0.01f);
+  psync::optim::SGD sgd(model->named_parameters(), {});
   auto [x, y] = Data(c, rank);
   for (int i = 0; i < c.warmup + c.steps; ++i) {
     const auto t0 = Clock::now();
@@ -151,7 +151,7 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
     Variable loss = psync::nn::MseLoss(*out, y);
     const auto tb = Clock::now();
     BENCH_CHECK_OK(psync::autograd::Backward(loss));
-    BENCH_CHECK_OK(sgd.Step());
+    BENCH_CHECK_OK(sgd.Step(0.01));
     const auto t1 = Clock::now();
     if (i >= c.warmup) {
       r->step_ms.push_back(Ms(t1 - t0));
@@ -168,7 +168,7 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
   auto model = MakeModel(c);
   const auto params = model->parameters();
   BENCH_CHECK_OK(psync::ddp::BroadcastParameters(params, pg, std::chrono::seconds(60)));
-  psync::nn::SGD sgd(params, 0.01f);
+  psync::optim::SGD sgd(model->named_parameters(), {});
   auto [x, y] = Data(c, rank);
   int64_t total = 0;
   for (const auto& p : params) total += p.data().numel();
@@ -191,7 +191,7 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
       psync::ops::Copy(g, flat.View(off, p.data().shape()));
       off += p.data().numel();
     }
-    BENCH_CHECK_OK(sgd.Step());
+    BENCH_CHECK_OK(sgd.Step(0.01));
     if (i >= c.warmup) r->step_ms.push_back(Ms(Clock::now() - t0));
   }
   return true;

@@ -25,7 +25,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
-#include "worker/nn/sgd.h"
+#include "worker/optim/sgd.h"
 #include "worker/tensor/device.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/tensor/ops.h"
@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
     // cuda:N current for this thread, so no op's device guard touches cuda:0.
     if (device->is_cuda()) psync::cuda_device::SetCurrentDevice(device->index);
     psync::nn::MLP model(widths, *device, /*seed=*/0);
-    psync::nn::SGD opt(model.parameters(), absl::GetFlag(FLAGS_lr));
+    psync::optim::SGD opt(model.named_parameters(), {});
+    const double lr = absl::GetFlag(FLAGS_lr);
     std::mt19937 rng(0);
     psync::Tensor x = RandomTensor({batch, widths.front()}, rng, *device);
     psync::Tensor y = RandomTensor({batch, widths.back()}, rng, *device);
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
       psync::autograd::Variable out = model.Forward(psync::autograd::Variable(x));
       psync::autograd::Variable loss = psync::nn::MseLoss(out, y);
       absl::Status st = psync::autograd::Engine::Get().Backward({loss});
-      if (st.ok()) st = opt.Step();
+      if (st.ok()) st = opt.Step(lr);
       if (!st.ok()) {
         std::fprintf(stderr, "psync-step-bench: step %d failed: %s\n", i, std::string(st.message()).c_str());
         return 1;

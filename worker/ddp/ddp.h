@@ -3,11 +3,11 @@
 //
 //   auto pg = comm::CreateProcessGroup("gloo", store, rank, world, {...});
 //   PSYNC_ASSIGN_OR_RETURN(auto ddp, ddp::DistributedDataParallel::Create(model, std::move(*pg), options));
-//   nn::SGD sgd(model->parameters(), 0.1f);
+//   optim::SGD sgd(model->named_parameters(), {});
 //   for (...) {
 //     PSYNC_ASSIGN_OR_RETURN(Variable y, ddp->Forward(x));   // or Forward([&] { return mlp->Forward(x, skip); })
 //     PSYNC_RETURN_IF_ERROR(autograd::Backward(nn::MseLoss(y, target)));  // finalize runs at its end
-//     PSYNC_RETURN_IF_ERROR(sgd.Step());
+//     PSYNC_RETURN_IF_ERROR(sgd.Step(/*lr=*/0.1));
 //     sgd.ZeroGrad();
 //   }
 //

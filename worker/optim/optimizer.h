@@ -6,6 +6,12 @@
 // (unused on every rank) is left untouched: no decay, no moment update, and
 // its own step count (for bias correction) does not advance.
 //
+// State: per parameter, a step count (the steps it took) and the
+// algorithm's buffers (moments, momentum), created at construction (zeros)
+// on the parameter's device. State()/LoadState() are implemented once here
+// from the buffers each algorithm names (StateBuffers), so every optimizer
+// saves and restores the same way.
+//
 // Threads: the training thread only.
 #pragma once
 
@@ -16,17 +22,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/logging.h"
 #include "worker/autograd/variable.h"
 
 namespace psync::optim {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using NamedParams = std::vector<std::pair<std::string, autograd::Variable>>;
 
+// Hyperparameters that stay fixed for a run (--flags of psync-worker). The
+// learning rate is not here: the schedule (schedule.h) owns the peak rate
+// and Step() takes each step's value.
 struct OptimizerOptions {
-  double lr = 0.05;            // the peak learning rate; the schedule scales it per step
-  double momentum = 0;         // sgd
-  double weight_decay = 0;     // sgd: L2 added to the gradient; adamw: decoupled, p *= 1 - lr*wd
-  double beta1 = 0.9;          // adamw
+  double momentum = 0;      // sgd
+  double weight_decay = 0;  // sgd: L2 added to the gradient (every parameter);
+                            // adamw: decoupled, p *= 1 - lr*wd, parameters with >= 2 dims only
+  double beta1 = 0.9;       // adamw
   double beta2 = 0.95;
   double eps = 1e-8;
 };
@@ -37,24 +48,60 @@ class Optimizer {
   virtual std::string name() const = 0;
   // One update of every parameter with a defined grad, at learning rate
   // `lr` (the schedule's value for this step). Tensor errors come back as
-  // InvalidArgument naming the parameter.
+  // InvalidArgument naming the parameter (parameters before it were updated).
   virtual absl::Status Step(double lr) = 0;
   // Clears every parameter's grad (set_to_none) or zeroes it in place (so
   // grads that are DDP bucket views stay views).
   void ZeroGrad(bool set_to_none = true);
 
-  // The whole state (moments, buffers, per-parameter step counts) as named
-  // tensors, for checkpoints; LoadState restores it exactly (same bits) or
-  // changes nothing and says which entry is missing or mis-shaped.
-  virtual NamedTensors State() const = 0;
-  virtual absl::Status LoadState(const NamedTensors& state) = 0;
+  // The whole state as named tensors, for checkpoints: "<param>.step" (int64
+  // [], CPU) for every parameter, then its buffers "<param>.<buffer>" (the
+  // live tensors on the parameter's device, not copies: save them before the
+  // next Step). LoadState restores exactly (same bits): it expects exactly
+  // the entries State() lists, with the same shapes and dtypes, copies them
+  // into this optimizer, and otherwise changes nothing and names the missing,
+  // unexpected or mis-shaped entry.
+  NamedTensors State() const;
+  absl::Status LoadState(const NamedTensors& state);
 
   // (name, parameter) in registration order.
-  const std::vector<std::pair<std::string, autograd::Variable>>& params() const { return params_; }
+  const NamedParams& params() const { return params_; }
+  // Steps parameter i has taken (the ones where it had a gradient).
+  int64_t step_count(size_t i) const { return steps_[i]; }
+
+  // Every parameter defined, requiring grad, float32 or float64, with a
+  // unique non-empty name. The registry checks this before constructing.
+  static absl::Status ValidateParams(const NamedParams& params);
 
  protected:
-  explicit Optimizer(std::vector<std::pair<std::string, autograd::Variable>> params) : params_(std::move(params)) {}
-  std::vector<std::pair<std::string, autograd::Variable>> params_;
+  explicit Optimizer(NamedParams params) : params_(std::move(params)), steps_(params_.size(), 0) {}
+  // Parameter i's buffers, (suffix, live tensor), in a fixed order.
+  virtual std::vector<std::pair<std::string, Tensor>> StateBuffers(size_t i) const = 0;
+  // For every parameter with a defined grad: advances its step count (as
+  // torch does first), then runs update(i); tensor errors become a Status
+  // naming the parameter.
+  template <typename Fn>
+  absl::Status ForEachWithGrad(Fn update);
+  absl::Status ParamError(size_t i, const std::exception& e, bool internal) const;
+
+  NamedParams params_;
+  std::vector<int64_t> steps_;
 };
+
+template <typename Fn>
+absl::Status Optimizer::ForEachWithGrad(Fn update) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].second.grad().defined()) continue;
+    ++steps_[i];
+    try {
+      update(i);
+    } catch (const TensorError& e) {
+      return ParamError(i, e, /*internal=*/false);
+    } catch (const InternalError& e) {
+      return ParamError(i, e, /*internal=*/true);
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace psync::optim

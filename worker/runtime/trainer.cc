@@ -16,6 +16,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/nn/loss.h"
+#include "worker/optim/sgd.h"
 #include "worker/runtime/sharding.h"
 #include "worker/tensor/ops.h"
 
@@ -104,8 +105,10 @@ TrainResult Train(const TrainContext& ctx) {
     acc_tracer.emplace(trace);
   }
 
-  nn::SGD sgd(params, static_cast<float>(opt.lr), static_cast<float>(opt.momentum),
-              static_cast<float>(opt.weight_decay));
+  optim::OptimizerOptions sgd_options;
+  sgd_options.momentum = opt.momentum;
+  sgd_options.weight_decay = opt.weight_decay;
+  optim::SGD sgd(ctx.model->named_parameters(), sgd_options);
   BatchGeometry geom{opt.global_batch, ctx.world_size, opt.accumulate, ctx.data->rows};
   const float micro_scale = 1.0f / static_cast<float>(opt.accumulate);
 
@@ -222,7 +225,7 @@ TrainResult Train(const TrainContext& ctx) {
     {
       TraceWriter::Scope span(trace, "optimizer step", "train", TraceWriter::kMain,
                               {{"iteration", std::to_string(step)}});
-      absl::Status st = sgd.Step();
+      absl::Status st = sgd.Step(opt.lr);
       if (!st.ok()) return fail(st, step, "optimizer step");
       sgd.ZeroGrad(/*set_to_none=*/true);
       ops::Synchronize(ctx.device);

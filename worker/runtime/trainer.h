@@ -23,7 +23,6 @@
 #include "absl/status/status.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/sgd.h"
 #include "worker/runtime/dataset.h"
 #include "worker/runtime/plan_source.h"
 #include "worker/runtime/trace_writer.h"

@@ -13,5 +13,6 @@
 #include "worker/tensor/ops/blas.h"
 #include "worker/tensor/ops/copy.h"
 #include "worker/tensor/ops/nn.h"
+#include "worker/tensor/ops/optim.h"
 #include "worker/tensor/ops/pointwise.h"
 #include "worker/tensor/ops/reduce.h"

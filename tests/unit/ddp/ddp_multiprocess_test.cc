@@ -260,13 +260,13 @@ TEST(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
         opts.first_bucket_cap_mb = 0.0002;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
         CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
-        nn::SGD sgd(mlp->parameters(), 0.1f);
+        optim::SGD sgd(mlp->named_parameters(), {});
         // Step 0: every layer used.
         auto [x, y] = StepData(0, 4, Device::CPU());
         auto out = (*ddp)->Forward(autograd::Variable(x));
         CHILD_CHECK(rank, out.ok(), out.status().ToString());
         CHILD_CHECK(rank, autograd::Backward(nn::MseLoss(*out, y)).ok(), "step 0");
-        CHILD_CHECK(rank, sgd.Step().ok(), "sgd");
+        CHILD_CHECK(rank, sgd.Step(0.1).ok(), "sgd");
         // Step 1: rank 0 skips layer 1 without find_unused_parameters.
         std::set<int> skip;
         if (rank == 0) skip = {1};

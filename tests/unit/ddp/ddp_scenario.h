@@ -31,7 +31,7 @@
 #include "worker/nn/init.h"
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
-#include "worker/nn/sgd.h"
+#include "worker/optim/sgd.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp::testing {
@@ -79,7 +79,7 @@ inline Tensor Rows(const Tensor& t, int64_t first, int64_t count) {
 // One process, full batch: the ground truth.
 inline std::vector<std::vector<float>> RunReference(const Scenario& sc) {
   auto mlp = std::make_shared<nn::MLP>(Widths(), sc.device, kSeed);
-  nn::SGD sgd(mlp->parameters(), sc.lr);
+  optim::SGD sgd(mlp->named_parameters(), {});
   const int64_t n = static_cast<int64_t>(sc.world) * sc.micro * sc.rows;
   const float scale = 1.0f / static_cast<float>(sc.world * sc.micro);
   for (int s = 0; s < sc.steps; ++s) {
@@ -93,7 +93,7 @@ inline std::vector<std::vector<float>> RunReference(const Scenario& sc) {
         if (!st.ok()) std::fprintf(stderr, "reference backward: %s\n", st.ToString().c_str());
       }
     }
-    (void)sgd.Step();
+    (void)sgd.Step(sc.lr);
     sgd.ZeroGrad(sc.alternate_zero ? (s % 2 == 0) : sc.set_to_none);
   }
   std::vector<std::vector<float>> out;
@@ -150,7 +150,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   auto ddp = std::move(*ddp_or);
   auto observer = std::make_shared<OrderObserver>();
   ddp->reducer().SetObserver(observer);
-  nn::SGD sgd(mlp->parameters(), sc.lr);
+  optim::SGD sgd(mlp->named_parameters(), {});
   const int64_t n = static_cast<int64_t>(sc.world) * sc.micro * sc.rows;
   const float scale = 1.0f / static_cast<float>(sc.micro);
   for (int s = 0; s < sc.steps; ++s) {
@@ -172,7 +172,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
       absl::Status st = autograd::Backward(loss);
       CHILD_CHECK(rank, st.ok(), absl::StrCat("step ", s, " micro ", m, ": ", st.ToString()));
     }
-    absl::Status st = sgd.Step();
+    absl::Status st = sgd.Step(sc.lr);
     CHILD_CHECK(rank, st.ok(), st.ToString());
     sgd.ZeroGrad(sc.alternate_zero ? (s % 2 == 0) : sc.set_to_none);
     if (s == 0 && sc.rebuild == RebuildMode::kExternal && sc.external_plan) {

@@ -32,6 +32,39 @@ class CpuReduce final : public ReduceKernels {
       for (int64_t j = 0; j < cols; ++j) py[j] = static_cast<scalar_t>(acc[j]);
     });
   }
+
+  void SumOfSquares(const Tensor& x, const Tensor& out) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(x.dtype(), "SumOfSquares", [&] {
+      const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
+      const int64_t n = x.numel();
+      // Only lanes below n get elements; the others stay zero and add
+      // nothing (sums of squares are never -0), so they are skipped.
+      const int64_t active = n < kSquaresLanes ? n : kSquaresLanes;
+      std::vector<double> lane(static_cast<size_t>(active), 0.0);
+      for (int64_t base = 0; base < n; base += kSquaresLanes) {
+        const int64_t len = n - base < kSquaresLanes ? n - base : kSquaresLanes;
+        const scalar_t* xr = px + base;
+        for (int64_t j = 0; j < len; ++j) {
+          const double v = static_cast<double>(xr[j]);
+          lane[j] += v * v;
+        }
+      }
+      double block[kSquaresBlocks] = {};
+      double tree[kSquaresBlockLanes];
+      for (int64_t b = 0; b * kSquaresBlockLanes < active; ++b) {
+        const int64_t first = b * kSquaresBlockLanes;
+        for (int64_t t = 0; t < kSquaresBlockLanes; ++t) tree[t] = first + t < active ? lane[first + t] : 0.0;
+        for (int s = kSquaresBlockLanes / 2; s > 0; s >>= 1) {
+          for (int t = 0; t < s; ++t) tree[t] += tree[t + s];
+        }
+        block[b] = tree[0];
+      }
+      for (int s = kSquaresBlocks / 2; s > 0; s >>= 1) {
+        for (int t = 0; t < s; ++t) block[t] += block[t + s];
+      }
+      *static_cast<double*>(out.raw_data()) = block[0];
+    });
+  }
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/copy_kernels.h"
 #include "worker/tensor/ops/nn_kernels.h"
+#include "worker/tensor/ops/optim_kernels.h"
 #include "worker/tensor/ops/pointwise_kernels.h"
 #include "worker/tensor/ops/reduce_kernels.h"
 #include "worker/tensor/tensor.h"
@@ -32,6 +33,7 @@ const PointwiseKernels& CudaPointwiseKernels() { NoCuda(); }
 const ReduceKernels& CudaReduceKernels() { NoCuda(); }
 const BlasKernels& CudaBlasKernels() { NoCuda(); }
 const NnKernels& CudaNnKernels() { NoCuda(); }
+const OptimKernels& CudaOptimKernels() { NoCuda(); }
 }  // namespace ops
 
 }  // namespace psync

@@ -239,6 +239,38 @@ __global__ void SumRowsKernel(const float* x, float* y, int64_t rows, int64_t co
   }
 }
 
+// Stage 1 of SumOfSquares (order in reduce_kernels.h): one thread per lane,
+// then each block's tree; block sums go to partial[blockIdx.x].
+__global__ void SquaresLanesKernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
+  __shared__ double tree[kSquaresBlockLanes];
+  double acc = 0.0;
+  // Unrolled so several loads are in flight; the adds stay in order.
+#pragma unroll 8
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kSquaresBlockLanes + threadIdx.x; i < n; i += kSquaresLanes) {
+    const double v = static_cast<double>(x[i]);
+    acc = __dadd_rn(acc, __dmul_rn(v, v));
+  }
+  tree[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kSquaresBlockLanes / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) tree[threadIdx.x] += tree[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = tree[0];
+}
+
+// Stage 2: the block sums' tree, one block of kSquaresBlocks threads.
+__global__ void SquaresBlocksKernel(const double* __restrict__ partial, double* __restrict__ out) {
+  __shared__ double tree[kSquaresBlocks];
+  tree[threadIdx.x] = partial[threadIdx.x];
+  __syncthreads();
+  for (int s = kSquaresBlocks / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) tree[threadIdx.x] += tree[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = tree[0];
+}
+
 class CudaReduce final : public ReduceKernels {
  public:
   void Sum(const Tensor& x, double divisor, const Tensor& y) const override {
@@ -250,6 +282,16 @@ class CudaReduce final : public ReduceKernels {
     Launch l(y.device().index);
     const int64_t cols = y.numel();
     SumRowsKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(F(x), FW(y), x.numel() / cols, cols);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+  void SumOfSquares(const Tensor& x, const Tensor& out) const override {
+    Launch l(out.device().index);
+    // Stream-ordered scratch: freed after the second kernel is queued.
+    Tensor partial = Tensor::Empty({kSquaresBlocks}, kFloat64, out.device());
+    double* pp = static_cast<double*>(partial.raw_data());
+    SquaresLanesKernel<<<kSquaresBlocks, kSquaresBlockLanes, 0, l.stream>>>(F(x), x.numel(), pp);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+    SquaresBlocksKernel<<<1, kSquaresBlocks, 0, l.stream>>>(pp, static_cast<double*>(out.raw_data()));
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 };

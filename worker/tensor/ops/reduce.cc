@@ -47,6 +47,23 @@ Tensor SumRowsInto(Tensor out, const Tensor& x) {
 
 Tensor SumRows(const Tensor& x) { return SumRowsInto(Tensor(), x); }
 
+Tensor SumOfSquaresInto(Tensor out, const Tensor& x) {
+  const char* op = "SumOfSquares";
+  check::Args args = {{"x", &x}};
+  const Device d = check::Defined(op, args);
+  check::ComputeFloat(op, args);
+  if (!out.defined()) {
+    out = Tensor::Empty({}, kFloat64, d);
+  } else if (out.device() != d || out.dtype() != kFloat64 || out.numel() != 1 || !out.is_contiguous()) {
+    check::Fail(op, args, absl::StrCat("output must be a one-element float64 tensor on ", d.ToString(), ", got ",
+                                       check::Describe(out)));
+  }
+  ReduceKernelsFor(d).SumOfSquares(x.Contiguous(), out);
+  return out;
+}
+
+Tensor SumOfSquares(const Tensor& x) { return SumOfSquaresInto(Tensor(), x); }
+
 double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   check::Args args = {{"a", &a}, {"b", &b}};
   check::Defined("MaxAbsDiff", args, /*same_device=*/false);

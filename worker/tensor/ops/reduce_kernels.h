@@ -14,7 +14,21 @@ class ReduceKernels {
   // x viewed as [rows, cols] with cols = y.numel(): y[j] = sum_i x[i, j],
   // rows in order, in double.
   virtual void SumRows(const Tensor& x, const Tensor& y) const = 0;
+  // out[0] (float64) = sum of x[i]^2 (each square exact in double), in the
+  // fixed order below, the same on every device:
+  //   lanes: element i is added to lane i % kSquaresLanes, in increasing i;
+  //   each block of kSquaresBlockLanes consecutive lanes is then summed as a
+  //   tree: for s = kSquaresBlockLanes/2, ..., 1: lane[t] += lane[t + s]
+  //   (t < s); the kSquaresBlocks block sums likewise, for s = 32, ..., 1.
+  // The shape is a CUDA grid of kSquaresBlocks blocks of kSquaresBlockLanes
+  // threads, wide enough to stream a large tensor and fixed so the result
+  // never depends on the device or its launch limits.
+  virtual void SumOfSquares(const Tensor& x, const Tensor& out) const = 0;
 };
+
+inline constexpr int kSquaresBlocks = 64;
+inline constexpr int kSquaresBlockLanes = 256;
+inline constexpr int kSquaresLanes = kSquaresBlocks * kSquaresBlockLanes;
 
 const ReduceKernels& CpuReduceKernels();
 const ReduceKernels& CudaReduceKernels();

@@ -1,6 +1,6 @@
-// SGD on an MLP against the same computation written out by hand (plain
-// loops, float64): forward, MSE loss, backward, and the PyTorch SGD rule.
-#include "worker/nn/sgd.h"
+// optim::SGD on an MLP against the same computation written out by hand
+// (plain loops, float64): forward, MSE loss, backward, and the PyTorch SGD rule.
+#include "worker/optim/sgd.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,13 @@
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/loss.h"
 
-namespace psync::nn {
+namespace psync::optim {
 namespace {
+
+using autograd::Variable;
+using nn::Linear;
+using nn::MLP;
+using nn::MseLoss;
 
 using Vec = std::vector<double>;
 
@@ -128,6 +133,13 @@ void ExpectSameWeights(const MLP& mlp, const HandMlp& hand) {
   }
 }
 
+OptimizerOptions Options(double momentum, double weight_decay) {
+  OptimizerOptions o;
+  o.momentum = momentum;
+  o.weight_decay = weight_decay;
+  return o;
+}
+
 struct SgdCase {
   double lr, momentum, wd;
   std::vector<std::set<int>> skips;  // one per step
@@ -136,14 +148,14 @@ struct SgdCase {
 void RunAndCompare(const SgdCase& c) {
   MLP mlp({3, 5, 5, 2}, Device::CPU(), 11);
   HandMlp hand(mlp);
-  SGD sgd(mlp.parameters(), static_cast<float>(c.lr), static_cast<float>(c.momentum), static_cast<float>(c.wd));
+  SGD sgd(mlp.named_parameters(), Options(c.momentum, c.wd));
   const int N = 4;
   const Tensor x = Pattern({N, 3}, 0.7f, 0.1f), t = Pattern({N, 2}, 1.3f, 0.5f);
   for (size_t step = 0; step < c.skips.size(); ++step) {
     sgd.ZeroGrad();
     Variable loss = MseLoss(mlp.Forward(Variable(x), c.skips[step]), t);
     ASSERT_TRUE(autograd::Backward(loss).ok());
-    ASSERT_TRUE(sgd.Step().ok());
+    ASSERT_TRUE(sgd.Step(c.lr).ok());
     const double hand_loss = hand.Step(ToVec(x), ToVec(t), N, c.skips[step], c.lr, c.momentum, c.wd);
     EXPECT_NEAR(loss.data().Item(), hand_loss, 1e-5) << "step " << step;
   }
@@ -164,28 +176,40 @@ TEST(Sgd, SkippedLayerStepsMatchHandWrittenComputation) {
 
 TEST(Sgd, ParameterWithUndefinedGradIsNotUpdated) {
   MLP mlp({3, 3, 2}, Device::CPU(), 3);
-  SGD sgd(mlp.parameters(), 0.1f, 0.9f, 0.1f);  // weight decay alone would move it
+  SGD sgd(mlp.named_parameters(), Options(0.9, 0.1));  // weight decay alone would move it
   const std::vector<float> w0 = mlp.layer(0).weight().data().ToVector();
   Variable loss = MseLoss(mlp.Forward(Variable(Pattern({2, 3}, 0.3f, 0.0f)), {0}), Tensor::Zeros({2, 2}));
   ASSERT_TRUE(autograd::Backward(loss).ok());
   ASSERT_FALSE(mlp.layer(0).weight().grad().defined());
   const std::vector<float> w1_before = mlp.layer(1).weight().data().ToVector();
-  ASSERT_TRUE(sgd.Step().ok());
+  ASSERT_TRUE(sgd.Step(0.1).ok());
   EXPECT_EQ(mlp.layer(0).weight().data().ToVector(), w0);
   EXPECT_NE(mlp.layer(1).weight().data().ToVector(), w1_before);
-  EXPECT_FALSE(sgd.momentum_buffers()[0].defined());
-  EXPECT_TRUE(sgd.momentum_buffers()[2].defined());
+  // The skipped layer's buffer and step count stay as they were.
+  EXPECT_EQ(sgd.step_count(0), 0);
+  EXPECT_EQ(sgd.step_count(2), 1);
+  const NamedTensors state = sgd.State();
+  auto entry = [&](const std::string& name) {
+    for (const auto& [n, t] : state) {
+      if (n == name) return t;
+    }
+    ADD_FAILURE() << "no state entry " << name;
+    return Tensor();
+  };
+  for (float v : entry("layers.0.weight.momentum_buffer").ToVector()) EXPECT_EQ(v, 0.0f);
+  const std::vector<float> buf1 = entry("layers.1.weight.momentum_buffer").ToVector();
+  EXPECT_NE(buf1, std::vector<float>(buf1.size(), 0.0f));
 }
 
 TEST(Sgd, StepUpdatesInPlaceAndLeavesTheGradAlone) {
   MLP mlp({2, 2}, Device::CPU(), 3);
   Tensor w = mlp.layer(0).weight().data();
-  SGD sgd(mlp.parameters(), 0.5f, 0.0f, 0.2f);
+  SGD sgd(mlp.named_parameters(), Options(0.0, 0.2));
   Variable loss = MseLoss(mlp.Forward(Variable(Pattern({1, 2}, 0.3f, 0.2f))), Tensor::Zeros({1, 2}));
   ASSERT_TRUE(autograd::Backward(loss).ok());
   const std::vector<float> grad = mlp.layer(0).weight().grad().ToVector();
   const std::vector<float> before = w.ToVector();
-  ASSERT_TRUE(sgd.Step().ok());
+  ASSERT_TRUE(sgd.Step(0.5).ok());
   EXPECT_TRUE(mlp.layer(0).weight().data().IsSameView(w));
   EXPECT_EQ(mlp.layer(0).weight().grad().ToVector(), grad);
   const std::vector<float> after = w.ToVector();
@@ -195,4 +219,4 @@ TEST(Sgd, StepUpdatesInPlaceAndLeavesTheGradAlone) {
 }
 
 }  // namespace
-}  // namespace psync::nn
+}  // namespace psync::optim

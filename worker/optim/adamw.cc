@@ -1,0 +1,51 @@
+#include "worker/optim/adamw.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::optim {
+
+AdamW::AdamW(NamedParams params, const OptimizerOptions& options) : Optimizer(std::move(params)), options_(options) {
+  for (const auto& [name, p] : params_) {
+    const Tensor& d = p.data();
+    exp_avg_.push_back(Tensor::Zeros(d.shape(), d.dtype(), d.device()));
+    exp_avg_sq_.push_back(Tensor::Zeros(d.shape(), d.dtype(), d.device()));
+  }
+}
+
+absl::Status AdamW::ValidateOptions(const OptimizerOptions& o) {
+  // torch.optim.AdamW's own checks.
+  auto in01 = [](double b) { return b >= 0 && b < 1; };
+  if (!in01(o.beta1)) return absl::InvalidArgumentError(absl::StrCat("--beta1 must be in [0, 1), got ", o.beta1));
+  if (!in01(o.beta2)) return absl::InvalidArgumentError(absl::StrCat("--beta2 must be in [0, 1), got ", o.beta2));
+  if (!(o.eps >= 0 && std::isfinite(o.eps))) {
+    return absl::InvalidArgumentError(absl::StrCat("--eps must be a finite value >= 0, got ", o.eps));
+  }
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight-decay must be a finite value >= 0, got ", o.weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdamW::Step(double lr) {
+  return ForEachWithGrad([&](size_t i) {
+    const autograd::Variable& p = params_[i].second;
+    ops::AdamWStep h;
+    h.lr = lr;
+    h.beta1 = options_.beta1;
+    h.beta2 = options_.beta2;
+    h.eps = options_.eps;
+    h.weight_decay = decays(i) ? options_.weight_decay : 0.0;
+    h.step = steps_[i];
+    ops::AdamWUpdate(p.data(), p.grad(), exp_avg_[i], exp_avg_sq_[i], h);
+  });
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::StateBuffers(size_t i) const {
+  return {{"exp_avg", exp_avg_[i]}, {"exp_avg_sq", exp_avg_sq_[i]}};
+}
+
+}  // namespace psync::optim
