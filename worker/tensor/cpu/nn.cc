@@ -61,14 +61,16 @@ std::string IndexIn(const Shape& shape, int64_t i) {
   return absl::StrCat("[", absl::StrJoin(idx, ", "), "]");
 }
 
-// Every id in [0, rows), else TensorError naming the first bad id's position.
-void CheckIds(const char* op, const Tensor& ids, const Tensor& table, int64_t rows) {
+// Every id in [0, rows of table), else TensorError naming the first bad
+// id's position.
+void CheckIds(const char* op, const Tensor& ids, const char* table_name, const Tensor& table) {
   const int64_t* p = ids.data<int64_t>();
+  const int64_t rows = table.size(0);
   for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
     if (p[i] < 0 || p[i] >= rows) {
       throw TensorError(absl::StrCat(op, ": ids", IndexIn(ids.shape(), i), " = ", p[i], " (ids ",
-                                     ops::check::Describe(ids), ") is not a row of ", ops::check::Describe(table),
-                                     "; ids must be in [0, ", rows, ")"));
+                                     ops::check::Describe(ids), ") is not a row of ", table_name, " ",
+                                     ops::check::Describe(table), "; ids must be in [0, ", rows, ")"));
     }
   }
 }
@@ -303,7 +305,7 @@ class CpuNn final : public NnKernels {
   }
 
   void Embedding(const Tensor& ids, const Tensor& weight, const Tensor& y) const override {
-    CheckIds("Embedding", ids, weight, weight.size(0));
+    CheckIds("Embedding", ids, "weight", weight);
     PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "Embedding", [&] {
       EmbeddingRows(ids.data<int64_t>(), In<scalar_t>(weight), ids.numel(), weight.size(1), Out<scalar_t>(y));
     });
@@ -311,7 +313,7 @@ class CpuNn final : public NnKernels {
 
   void EmbeddingBackward(const Tensor& grad, const Tensor& ids, const Tensor& dweight) const override {
     const int64_t v_rows = dweight.size(0), c = dweight.size(1), n = ids.numel();
-    CheckIds("EmbeddingBackward", ids, dweight, v_rows);
+    CheckIds("EmbeddingBackward", ids, "the weight gradient", dweight);
     // Stable counting sort of the positions by id.
     const int64_t* pid = ids.data<int64_t>();
     std::vector<int64_t> start(static_cast<size_t>(v_rows) + 1, 0), order(static_cast<size_t>(n));
