@@ -2,6 +2,7 @@
 // forward and backward) against straightforward double references written
 // out here, in float32 and float64; determinism; strided and empty inputs;
 // extreme values; error messages; and the vectorized exp they use.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -438,6 +439,17 @@ TEST(NnOpsCpu, SumInOrderIsTheFixedEightLaneOrder) {
     for (int64_t j = 0; j < n; ++j) acc[j % 8] += v[static_cast<size_t>(j)];
     const double want = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
     EXPECT_EQ(cpu::SumInOrder(n, [&](int64_t j) { return v[static_cast<size_t>(j)]; }), want) << n;
+    double a = -1, b = -1;
+    cpu::SumInOrder2(
+        n, [&](int64_t j, double* ta, double* tb) { *ta = v[static_cast<size_t>(j)]; *tb = 2 * v[static_cast<size_t>(j)]; },
+        &a, &b);
+    EXPECT_EQ(a, want) << n;
+    EXPECT_EQ(b, 2 * want) << n;
+    if (n > 0) {
+      const double mx = *std::max_element(v.begin(), v.end());
+      EXPECT_EQ(cpu::MaxOf<double>(n, [&](int64_t j) { return -v[static_cast<size_t>(j)]; }), -v[0]) << n;
+      EXPECT_EQ(cpu::MaxOf<double>(n, [&](int64_t j) { return v[static_cast<size_t>(j)]; }), mx) << n;
+    }
   }
 }
 

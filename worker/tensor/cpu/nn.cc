@@ -24,7 +24,9 @@ namespace psync::ops {
 namespace {
 
 using cpu::Exp;
+using cpu::MaxOf;
 using cpu::SumInOrder;
+using cpu::SumInOrder2;
 
 // log(sum_j exp(x_j - max)) + max for one row.
 template <typename T>
@@ -143,14 +145,16 @@ PSYNC_CPU_CLONES void LayerNormBackwardRows(const T* grad, const T* x, const T* 
       const T* xr = x + r * c;
       T* dxr = dx + r * c;
       const T m = mean[r], rs = rstd[r];
-      const double gw_mean = SumInOrder(c, [&](int64_t j) {
-                               return static_cast<double>(gr[j]) * static_cast<double>(weight[j]);
-                             }) * inv_c;
-      const double gwx_mean = SumInOrder(c, [&](int64_t j) {
-                                const T xhat = (xr[j] - m) * rs;
-                                return static_cast<double>(gr[j]) * static_cast<double>(weight[j]) *
-                                       static_cast<double>(xhat);
-                              }) * inv_c;
+      double gw_sum, gwx_sum;
+      SumInOrder2(
+          c,
+          [&](int64_t j, double* gw, double* gwx) {
+            const T xhat = (xr[j] - m) * rs;
+            *gw = static_cast<double>(gr[j]) * static_cast<double>(weight[j]);
+            *gwx = *gw * static_cast<double>(xhat);
+          },
+          &gw_sum, &gwx_sum);
+      const double gw_mean = gw_sum * inv_c, gwx_mean = gwx_sum * inv_c;
       const double rsd = static_cast<double>(rs);
       for (int64_t j = 0; j < c; ++j) {
         const T xhat = (xr[j] - m) * rs;
@@ -215,11 +219,7 @@ PSYNC_CPU_CLONES void CausalSoftmaxRows(const T* x, double scale, int64_t rows, 
     const T* xr = x + r * t;
     T* yr = y + r * t;
     const int64_t n = r % t + 1;
-    T mx = xr[0] * s;
-    for (int64_t j = 1; j < n; ++j) {
-      const T z = xr[j] * s;
-      mx = z > mx ? z : mx;
-    }
+    const T mx = MaxOf<T>(n, [&](int64_t j) { return xr[j] * s; });
     for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] * s - mx);
     const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
     for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(static_cast<double>(yr[j]) / sum);

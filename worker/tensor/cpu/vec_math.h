@@ -23,6 +23,10 @@ namespace psync::cpu {
 #define PSYNC_CPU_CLONES
 #endif
 
+// The helpers below must be inlined into each clone to be compiled for its
+// target (an out-of-line copy would be baseline code, called per row).
+#define PSYNC_CPU_INLINE inline __attribute__((always_inline))
+
 // exp(x) by range reduction (x = k ln2 + r, |r| <= ln2/2) and a Taylor
 // polynomial in r, scaled by 2^k through exponent bits: straight-line code
 // (the clamps are selects) that vectorizes, unlike a libm call.
@@ -37,7 +41,7 @@ T Exp(T x);
 // k in its low mantissa bits): k is split into halves so that both scale
 // factors stay normal over the whole range of results.
 template <>
-inline float Exp<float>(float x) {
+PSYNC_CPU_INLINE float Exp<float>(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.72283f;
   const float c = x < kLo ? kLo : (x > kHi ? kHi : x);
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -64,7 +68,7 @@ inline float Exp<float>(float x) {
 }
 
 template <>
-inline double Exp<double>(double x) {
+PSYNC_CPU_INLINE double Exp<double>(double x) {
   constexpr double kLo = -708.3964185322641, kHi = 709.782712893384;
   const double c = x < kLo ? kLo : (x > kHi ? kHi : x);
   constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
@@ -102,7 +106,7 @@ inline double Exp<double>(double x) {
 // partials onto vector lanes; the order, hence the result, is the same at
 // every vector width and on every run.
 template <typename F>
-inline double SumInOrder(int64_t n, F f) {
+PSYNC_CPU_INLINE double SumInOrder(int64_t n, F f) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
@@ -110,6 +114,54 @@ inline double SumInOrder(int64_t n, F f) {
   }
   for (int k = 0; j + k < n; ++k) acc[k] += f(j + k);
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// Two sums at once, each in SumInOrder's order (one pass over the data):
+// f(j, &a, &b) sets the j-th terms. Returns them through *sum_a, *sum_b.
+template <typename F>
+PSYNC_CPU_INLINE void SumInOrder2(int64_t n, F f, double* sum_a, double* sum_b) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) {
+      double ta, tb;
+      f(j + k, &ta, &tb);
+      a[k] += ta;
+      b[k] += tb;
+    }
+  }
+  for (int k = 0; j + k < n; ++k) {
+    double ta, tb;
+    f(j + k, &ta, &tb);
+    a[k] += ta;
+    b[k] += tb;
+  }
+  *sum_a = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  *sum_b = ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+}
+
+// max over j in [0, n) (n >= 1) of f(j), as `v > m ? v : m` in eight lanes
+// (the form of the x86 max instruction, so it vectorizes). The max of
+// numbers does not depend on the order; a NaN is kept or skipped as that
+// select does.
+template <typename T, typename F>
+PSYNC_CPU_INLINE T MaxOf(int64_t n, F f) {
+  const T first = f(0);
+  T m[8] = {first, first, first, first, first, first, first, first};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) {
+      const T v = f(j + k);
+      m[k] = v > m[k] ? v : m[k];
+    }
+  }
+  for (int k = 0; j + k < n; ++k) {
+    const T v = f(j + k);
+    m[k] = v > m[k] ? v : m[k];
+  }
+  T r = m[0];
+  for (int k = 1; k < 8; ++k) r = m[k] > r ? m[k] : r;
+  return r;
 }
 
 }  // namespace psync::cpu
