@@ -124,7 +124,8 @@ PSYNC_CPU_CLONES void LayerNormRows(const T* x, const T* weight, const T* bias, 
 }
 
 // Backward: grad, x, dx [rows, C]; dweight, dbias [C]. With gw = grad *
-// weight: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row;
+// weight: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row (the
+// two means summed in double, the rest elementwise in x's dtype, as torch);
 // dweight = sum over rows of grad * xhat, dbias = sum of grad: column sums in
 // double over chunks of kLayerNormRowChunk rows (each chunk in row order),
 // the chunks summed in order, exactly as the CUDA kernels do. `scratch`
@@ -155,13 +156,12 @@ PSYNC_CPU_CLONES void LayerNormBackwardRows(const T* grad, const T* x, const T* 
           },
           &gw_sum, &gwx_sum);
       const double gw_mean = gw_sum * inv_c, gwx_mean = gwx_sum * inv_c;
-      const double rsd = static_cast<double>(rs);
+      const T a = static_cast<T>(gw_mean), b = static_cast<T>(gwx_mean);
       for (int64_t j = 0; j < c; ++j) {
         const T xhat = (xr[j] - m) * rs;
-        const double g = static_cast<double>(gr[j]), xh = static_cast<double>(xhat);
-        dxr[j] = static_cast<T>(rsd * ((g * static_cast<double>(weight[j]) - gw_mean) - xh * gwx_mean));
-        part_w[j] += g * xh;
-        part_b[j] += g;
+        dxr[j] = rs * ((gr[j] * weight[j] - a) - xhat * b);
+        part_w[j] += static_cast<double>(gr[j]) * static_cast<double>(xhat);
+        part_b[j] += static_cast<double>(gr[j]);
       }
     }
     for (int64_t j = 0; j < c; ++j) {

@@ -114,13 +114,14 @@ __global__ void LayerNormKernel(const float* x, const float* weight, const float
   float* yr = y + r * c;
   double s = 0.0;
   for (int j = lane; j < c; j += kWarp) s += xr[j];
-  const double m = WarpSum(s) / c;
+  const double inv_c = 1.0 / c;  // as the CPU: times the reciprocal
+  const double m = WarpSum(s) * inv_c;
   double v = 0.0;
   for (int j = lane; j < c; j += kWarp) {
     const double d = xr[j] - m;
     v += d * d;
   }
-  const double var = WarpSum(v) / c;
+  const double var = WarpSum(v) * inv_c;
   const float mt = static_cast<float>(m), rt = static_cast<float>(1.0 / sqrt(var + eps));
   if (lane == 0) {
     mean[r] = mt;
@@ -144,11 +145,12 @@ __global__ void LayerNormDxKernel(const float* grad, const float* x, const float
     sgw += gw;
     sgwx += gw * static_cast<double>((xr[j] - m) * rs);
   }
-  const double gw_mean = WarpSum(sgw) / c, gwx_mean = WarpSum(sgwx) / c;
+  // The CPU's elementwise float formula, without FMA contraction.
+  const double inv_c = 1.0 / c;
+  const float a = static_cast<float>(WarpSum(sgw) * inv_c), b = static_cast<float>(WarpSum(sgwx) * inv_c);
   for (int j = lane; j < c; j += kWarp) {
-    const double xh = (xr[j] - m) * rs;
-    const double gw = static_cast<double>(gr[j]) * weight[j];
-    dx[r * c + j] = static_cast<float>(rs * ((gw - gw_mean) - xh * gwx_mean));
+    const float xh = __fmul_rn(xr[j] - m, rs);
+    dx[r * c + j] = __fmul_rn(rs, __fsub_rn(__fsub_rn(__fmul_rn(gr[j], weight[j]), a), __fmul_rn(xh, b)));
   }
 }
 
