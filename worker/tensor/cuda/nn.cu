@@ -223,7 +223,7 @@ __global__ void CausalSoftmaxKernel(const float* x, float scale, int64_t rows, i
   mx = WarpMax(mx);
   double s = 0.0;
   for (int j = lane; j < n; j += kWarp) {
-    const float e = expf(xr[j] * scale - mx);
+    const float e = expf(__fsub_rn(__fmul_rn(xr[j], scale), mx));  // z rounded first, as on the CPU (no FMA)
     yr[j] = e;
     s += e;
   }
