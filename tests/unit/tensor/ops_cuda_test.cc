@@ -162,6 +162,100 @@ TEST_F(OpsCuda, SoftmaxAndCrossEntropy) {
   EXPECT_TRUE(std::isnan(ops::CrossEntropy(dl, bad).Item()));
 }
 
+// The GPT's layers. Copies and the embedding's scatter-add (the same double
+// sums in the same position order) are bitwise equal to the CPU; so are
+// LayerNorm's weight/bias gradients for the same inputs. Row-wise sums use a
+// warp tree on CUDA: equal to double round-off, then rounded to float.
+TEST_F(OpsCuda, EmbeddingMatchesCpuBitwise) {
+  const int64_t V = 300, C = 72;
+  std::vector<int64_t> idv;
+  for (int64_t i = 0; i < 16 * 64; ++i) idv.push_back((i * 37 + i / 5) % 11 == 0 ? 7 : (i * 131) % V);  // id 7 very often
+  const Tensor ids = Tensor::FromVector(idv, {16, 64}), w = RandomTensor({V, C}, 90), g = RandomTensor({16, 64, C}, 91);
+  const Tensor dids = ids.To(gpu_), dw = w.To(gpu_), dg = g.To(gpu_);
+  EXPECT_EQ(ops::Embedding(dids, dw).ToVector(), ops::Embedding(ids, w).ToVector());
+  const std::vector<float> cpu = ops::EmbeddingBackward(g, ids, V).ToVector();
+  EXPECT_EQ(ops::EmbeddingBackward(dg, dids, V).ToVector(), cpu);
+  EXPECT_EQ(ops::EmbeddingBackward(dg, dids, V).ToVector(), cpu);  // and the same on a second run
+  // Into a destination view; a GPT-2-sized table with few ids.
+  Tensor flat = Tensor::Full({V * C + 5}, 3.0f, gpu_);
+  Tensor slot = flat.View(5, {V, C});
+  EXPECT_TRUE(ops::EmbeddingBackwardInto(slot, dg, dids, V).IsSameView(slot));
+  EXPECT_EQ(slot.ToVector(), cpu);
+  EXPECT_EQ(flat.View(0, {5}).ToVector(), std::vector<float>(5, 3.0f));
+  const Tensor few = Tensor::FromVector(std::vector<int64_t>{50256, 3, 50256}, {3});
+  const Tensor gf = RandomTensor({3, 8}, 92);
+  EXPECT_EQ(ops::EmbeddingBackward(gf.To(gpu_), few.To(gpu_), 50257).ToVector(),
+            ops::EmbeddingBackward(gf, few, 50257).ToVector());
+  // An id out of range cannot throw in a kernel: its row is NaN, and the
+  // backward skips it.
+  const Tensor bad = Tensor::FromVector(std::vector<int64_t>{1, V, -1}, {3}, gpu_);
+  const std::vector<float> y = ops::Embedding(bad, dw).ToVector();
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + C), w.Narrow(0, 1, 1).Flatten().ToVector());
+  EXPECT_TRUE(std::isnan(y[C]) && std::isnan(y[2 * C]));
+  const std::vector<float> db = ops::EmbeddingBackward(Tensor::Full({3, C}, 1.0f, gpu_), bad, V).ToVector();
+  float total = 0.0f;
+  for (float v : db) total += v;
+  EXPECT_EQ(total, static_cast<float>(C));  // only id 1's row
+}
+
+TEST_F(OpsCuda, LayerNormMatchesCpu) {
+  for (const Shape& shape : {Shape{16, 64, 128}, Shape{5, 33}, Shape{1, 1}, Shape{70, 1000}}) {
+    const int64_t c = shape.back();
+    const Tensor x = RandomTensor(shape, 93, Device::CPU(), 1.0f, 3.0f), w = RandomTensor({c}, 94);
+    const Tensor b = RandomTensor({c}, 95), g = RandomTensor(shape, 96);
+    const std::string what = ShapeToString(shape);
+    ops::LayerNormResult cpu = ops::LayerNorm(x, w, b, 1e-5);
+    ops::LayerNormResult gpu = ops::LayerNorm(x.To(gpu_), w.To(gpu_), b.To(gpu_), 1e-5);
+    ExpectClose(gpu.y, cpu.y, 1e-6f, what + " y");
+    ExpectClose(gpu.mean, cpu.mean, 1e-6f, what + " mean");
+    ExpectClose(gpu.rstd, cpu.rstd, 1e-6f, what + " rstd");
+    // Backward from the same saved mean/rstd on both devices.
+    ops::LayerNormGrads dc = ops::LayerNormBackward(g, x, w, cpu.mean, cpu.rstd);
+    ops::LayerNormGrads dg = ops::LayerNormBackward(g.To(gpu_), x.To(gpu_), w.To(gpu_), cpu.mean.To(gpu_),
+                                                    cpu.rstd.To(gpu_));
+    ExpectClose(dg.dx, dc.dx, 1e-5f, what + " dx");
+    EXPECT_EQ(dg.dweight.ToVector(), dc.dweight.ToVector()) << what;
+    EXPECT_EQ(dg.dbias.ToVector(), dc.dbias.ToVector()) << what;
+  }
+}
+
+TEST_F(OpsCuda, GeluAndCausalSoftmaxMatchCpu) {
+  const Tensor h = RandomTensor({16, 64, 512}, 97, Device::CPU(), -6.0f, 6.0f), gh = RandomTensor({16, 64, 512}, 98);
+  ExpectClose(ops::Gelu(h.To(gpu_)), ops::Gelu(h), 1e-6f, "gelu");
+  ExpectClose(ops::GeluBackward(gh.To(gpu_), h.To(gpu_)), ops::GeluBackward(gh, h), 1e-6f, "gelu backward");
+  for (const Shape& shape : {Shape{16, 4, 64, 64}, Shape{1, 1}, Shape{3, 37, 37}, Shape{2, 300, 300}}) {
+    const Tensor s = RandomTensor(shape, 99, Device::CPU(), -5.0f, 5.0f), g = RandomTensor(shape, 100);
+    const std::string what = ShapeToString(shape);
+    const Tensor pc = ops::CausalSoftmax(s, 0.125), pg = ops::CausalSoftmax(s.To(gpu_), 0.125);
+    ExpectClose(pg, pc, 1e-6f, what + " softmax");
+    // The masked half is exactly 0 on both.
+    std::vector<float> pv = pg.ToVector();
+    const int64_t t = shape.back();
+    for (int64_t r = 0; r < pc.numel() / t; ++r) {
+      for (int64_t j = r % t + 1; j < t; ++j) ASSERT_EQ(pv[r * t + j], 0.0f) << what;
+    }
+    ExpectClose(ops::CausalSoftmaxBackward(g.To(gpu_), pc.To(gpu_), 0.125), ops::CausalSoftmaxBackward(g, pc, 0.125),
+                1e-6f, what + " softmax backward");
+  }
+}
+
+TEST_F(OpsCuda, GptLayersAreDeterministic) {
+  const Tensor x = RandomTensor({8, 64, 256}, 101, gpu_), w = RandomTensor({256}, 102, gpu_), b = RandomTensor({256}, 103, gpu_);
+  const Tensor s = RandomTensor({8, 4, 64, 64}, 104, gpu_);
+  auto run = [&] {
+    ops::LayerNormResult r = ops::LayerNorm(x, w, b, 1e-5);
+    ops::LayerNormGrads d = ops::LayerNormBackward(x, x, w, r.mean, r.rstd);
+    const Tensor p = ops::CausalSoftmax(s, 0.2);
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : {r.y, r.rstd, d.dx, d.dweight, d.dbias, ops::Gelu(x), ops::GeluBackward(x, x), p,
+                            ops::CausalSoftmaxBackward(s, p, 0.2)}) {
+      out.push_back(t.ToVector());
+    }
+    return out;
+  };
+  EXPECT_TRUE(run() == run());
+}
+
 TEST_F(OpsCuda, ExpandFillInPlace) {
   Tensor s = Tensor::Scalar(3.0f, gpu_);
   Tensor e = ops::Expand(s, {4, 5}, 0.5f);

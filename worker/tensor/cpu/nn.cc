@@ -1,14 +1,32 @@
-// CPU softmax and cross-entropy. Row sums in double, columns in order (the
-// CUDA kernels use the same order, so results match closely).
+// CPU kernels of the neural-network family: softmax and cross-entropy (row
+// sums in double, columns in order, as the CUDA kernels do), and the GPT's
+// layers, each layer's forward next to its backward (shapes in the comment
+// above each pair).
+//
+// The layer kernels are plain loops over contiguous rows, templated over
+// float and double (the float64 gradient checks run these very loops), with
+// sums in double in a fixed order (cpu/vec_math.h SumInOrder) and exp as a
+// vectorizable polynomial (cpu/vec_math.h Exp). They are compiled for the
+// x86-64 baseline and AVX2 (PSYNC_CPU_CLONES) with the same results.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/tensor/cpu/vec_math.h"
+#include "worker/tensor/ops/check.h"
 #include "worker/tensor/ops/nn_kernels.h"
 
 namespace psync::ops {
 namespace {
+
+using cpu::Exp;
+using cpu::MaxOf;
+using cpu::SumInOrder;
+using cpu::SumInOrder2;
 
 // log(sum_j exp(x_j - max)) + max for one row.
 template <typename T>
@@ -26,6 +44,213 @@ int64_t Target(const int64_t* targets, int64_t row, int64_t cols, const char* op
     throw TensorError(absl::StrCat(op, ": target ", c, " at row ", row, " is not a class index in [0, ", cols, ")"));
   }
   return c;
+}
+
+// ---------------------------------------------------------------- Embedding
+// Forward: ids [n] int64, weight [V, C] -> y [n, C], y[i] = weight[ids[i]].
+// Backward: grad [n, C] -> dweight [V, C], row v = sum of grad[i] over
+// ids[i] == v, in increasing i (a stable counting sort by id gives each
+// row's positions in order), accumulated in double: no two positions ever
+// race for a row, so the bits never depend on timing.
+
+// "[1, 17]": flat position i of `shape` as an index.
+std::string IndexIn(const Shape& shape, int64_t i) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return absl::StrCat("[", absl::StrJoin(idx, ", "), "]");
+}
+
+// Every id in [0, rows of table), else TensorError naming the first bad
+// id's position.
+void CheckIds(const char* op, const Tensor& ids, const char* table_name, const Tensor& table) {
+  const int64_t* p = ids.data<int64_t>();
+  const int64_t rows = table.size(0);
+  for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
+    if (p[i] < 0 || p[i] >= rows) {
+      throw TensorError(absl::StrCat(op, ": ids", IndexIn(ids.shape(), i), " = ", p[i], " (ids ",
+                                     ops::check::Describe(ids), ") is not a row of ", table_name, " ",
+                                     ops::check::Describe(table), "; ids must be in [0, ", rows, ")"));
+    }
+  }
+}
+
+template <typename T>
+void EmbeddingRows(const int64_t* ids, const T* weight, int64_t n, int64_t c, T* y) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * c, weight + ids[i] * c, static_cast<size_t>(c) * sizeof(T));
+}
+
+// order[start[v] .. start[v+1]) are the positions with id v, increasing.
+template <typename T>
+PSYNC_CPU_CLONES void EmbeddingBackwardRows(const T* grad, const int64_t* order, const int64_t* start, int64_t v_rows,
+                                            int64_t c, T* dweight, double* acc) {
+  for (int64_t v = 0; v < v_rows; ++v) {
+    for (int64_t j = 0; j < c; ++j) acc[j] = 0.0;
+    for (int64_t k = start[v]; k < start[v + 1]; ++k) {
+      const T* g = grad + order[k] * c;
+      for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(g[j]);
+    }
+    T* out = dweight + v * c;
+    for (int64_t j = 0; j < c; ++j) out[j] = static_cast<T>(acc[j]);
+  }
+}
+
+// ---------------------------------------------------------------- LayerNorm
+// Forward: x, y [rows, C]; weight, bias [C]; mean, rstd [rows] (saved for
+// the backward, in x's dtype). Per row, in double: mean, then the biased
+// variance as the mean of squared deviations (two passes: no cancellation);
+// rstd = 1/sqrt(var + eps); xhat = (x - mean) * rstd with the saved
+// (rounded) mean and rstd, so the backward sees exactly the forward's xhat;
+// y = xhat * weight + bias.
+template <typename T>
+PSYNC_CPU_CLONES void LayerNormRows(const T* x, const T* weight, const T* bias, double eps, int64_t rows, int64_t c,
+                                    T* y, T* mean, T* rstd) {
+  const double inv_c = 1.0 / static_cast<double>(c);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * c;
+    T* yr = y + r * c;
+    const double m = SumInOrder(c, [&](int64_t j) { return static_cast<double>(xr[j]); }) * inv_c;
+    const double var = SumInOrder(c, [&](int64_t j) {
+                         const double d = static_cast<double>(xr[j]) - m;
+                         return d * d;
+                       }) * inv_c;
+    const T mt = static_cast<T>(m), rt = static_cast<T>(1.0 / std::sqrt(var + eps));
+    mean[r] = mt;
+    rstd[r] = rt;
+    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mt) * rt * weight[j] + bias[j];
+  }
+}
+
+// Backward: grad, x, dx [rows, C]; dweight, dbias [C]. With gw = grad *
+// weight: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row (the
+// two means summed in double, the rest elementwise in x's dtype, as torch);
+// dweight = sum over rows of grad * xhat, dbias = sum of grad: column sums in
+// double over chunks of kLayerNormRowChunk rows (each chunk in row order),
+// the chunks summed in order, exactly as the CUDA kernels do. `scratch`
+// holds 4 C doubles.
+template <typename T>
+PSYNC_CPU_CLONES void LayerNormBackwardRows(const T* grad, const T* x, const T* weight, const T* mean, const T* rstd,
+                                            int64_t rows, int64_t c, T* dx, T* dweight, T* dbias, double* scratch) {
+  double* total_w = scratch;
+  double* total_b = scratch + c;
+  double* part_w = scratch + 2 * c;
+  double* part_b = scratch + 3 * c;
+  for (int64_t j = 0; j < c; ++j) total_w[j] = total_b[j] = 0.0;
+  const double inv_c = 1.0 / static_cast<double>(c);
+  for (int64_t r0 = 0; r0 < rows; r0 += kLayerNormRowChunk) {
+    for (int64_t j = 0; j < c; ++j) part_w[j] = part_b[j] = 0.0;
+    for (int64_t r = r0; r < std::min(rows, r0 + kLayerNormRowChunk); ++r) {
+      const T* gr = grad + r * c;
+      const T* xr = x + r * c;
+      T* dxr = dx + r * c;
+      const T m = mean[r], rs = rstd[r];
+      double gw_sum, gwx_sum;
+      SumInOrder2(
+          c,
+          [&](int64_t j, double* gw, double* gwx) {
+            const T xhat = (xr[j] - m) * rs;
+            *gw = static_cast<double>(gr[j]) * static_cast<double>(weight[j]);
+            *gwx = *gw * static_cast<double>(xhat);
+          },
+          &gw_sum, &gwx_sum);
+      const double gw_mean = gw_sum * inv_c, gwx_mean = gwx_sum * inv_c;
+      const T a = static_cast<T>(gw_mean), b = static_cast<T>(gwx_mean);
+      for (int64_t j = 0; j < c; ++j) {
+        const T xhat = (xr[j] - m) * rs;
+        dxr[j] = rs * ((gr[j] * weight[j] - a) - xhat * b);
+        part_w[j] += static_cast<double>(gr[j]) * static_cast<double>(xhat);
+        part_b[j] += static_cast<double>(gr[j]);
+      }
+    }
+    for (int64_t j = 0; j < c; ++j) {
+      total_w[j] += part_w[j];
+      total_b[j] += part_b[j];
+    }
+  }
+  for (int64_t j = 0; j < c; ++j) {
+    dweight[j] = static_cast<T>(total_w[j]);
+    dbias[j] = static_cast<T>(total_b[j]);
+  }
+}
+
+// ---------------------------------------------------------------- GELU (tanh form)
+// Forward: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+// computed as x * sigmoid(2u) = x / (1 + exp(-2u)) (1 + tanh(u) =
+// 2 sigmoid(2u)), which keeps its precision for negative x.
+// Backward: with s = sigmoid(2u), gelu'(x) = s + 2 x s (1 - s) u'(x),
+// u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+template <typename T>
+constexpr T kGeluK = static_cast<T>(0.79788456080286535588);  // sqrt(2/pi)
+template <typename T>
+constexpr T kGeluC = static_cast<T>(0.044715);
+
+template <typename T>
+PSYNC_CPU_CLONES void GeluForward(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    const T u = kGeluK<T> * (v + kGeluC<T> * v * v * v);
+    y[i] = v / (T(1) + Exp(T(-2) * u));
+  }
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void GeluBackwardKernel(const T* grad, const T* x, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    const T u = kGeluK<T> * (v + kGeluC<T> * v * v * v);
+    const T s = T(1) / (T(1) + Exp(T(-2) * u));
+    const T du = kGeluK<T> * (T(1) + T(3) * kGeluC<T> * v * v);
+    dx[i] = grad[i] * (s + T(2) * v * s * (T(1) - s) * du);
+  }
+}
+
+// ---------------------------------------------------------------- causal softmax
+// Forward: x, y [rows, T], row r is query position i = r % T. With z = s x
+// (s = scale in x's dtype, as torch scales a float tensor): y[j] =
+// exp(z_j - max z) / sum_k<=i exp(z_k - max z) for j <= i (the sum in
+// double), 0 for j > i.
+// Backward: dx[j] = s * y[j] * (grad[j] - sum_k<=i grad[k] y[k]) for j <= i.
+template <typename T>
+PSYNC_CPU_CLONES void CausalSoftmaxRows(const T* x, double scale, int64_t rows, int64_t t, T* y) {
+  const T s = static_cast<T>(scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * t;
+    T* yr = y + r * t;
+    const int64_t n = r % t + 1;
+    const T mx = MaxOf<T>(n, [&](int64_t j) { return xr[j] * s; });
+    for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] * s - mx);
+    const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
+    for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(static_cast<double>(yr[j]) / sum);
+    for (int64_t j = n; j < t; ++j) yr[j] = T(0);
+  }
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void CausalSoftmaxBackwardRows(const T* grad, const T* y, double scale, int64_t rows, int64_t t,
+                                                T* dx) {
+  const double s = static_cast<double>(static_cast<T>(scale));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gr = grad + r * t;
+    const T* yr = y + r * t;
+    T* dr = dx + r * t;
+    const int64_t n = r % t + 1;
+    const double dot = SumInOrder(n, [&](int64_t j) { return static_cast<double>(gr[j]) * static_cast<double>(yr[j]); });
+    for (int64_t j = 0; j < n; ++j) {
+      dr[j] = static_cast<T>(s * static_cast<double>(yr[j]) * (static_cast<double>(gr[j]) - dot));
+    }
+    for (int64_t j = n; j < t; ++j) dr[j] = T(0);
+  }
+}
+
+template <typename T>
+const T* In(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <typename T>
+T* Out(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
 }
 
 class CpuNn final : public NnKernels {
@@ -76,6 +301,71 @@ class CpuNn final : public NnKernels {
           yr[j] = static_cast<scalar_t>(g * p);
         }
       }
+    });
+  }
+
+  void Embedding(const Tensor& ids, const Tensor& weight, const Tensor& y) const override {
+    CheckIds("Embedding", ids, "weight", weight);
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "Embedding", [&] {
+      EmbeddingRows(ids.data<int64_t>(), In<scalar_t>(weight), ids.numel(), weight.size(1), Out<scalar_t>(y));
+    });
+  }
+
+  void EmbeddingBackward(const Tensor& grad, const Tensor& ids, const Tensor& dweight) const override {
+    const int64_t v_rows = dweight.size(0), c = dweight.size(1), n = ids.numel();
+    CheckIds("EmbeddingBackward", ids, "the weight gradient", dweight);
+    // Stable counting sort of the positions by id.
+    const int64_t* pid = ids.data<int64_t>();
+    std::vector<int64_t> start(static_cast<size_t>(v_rows) + 1, 0), order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(pid[i]) + 1];
+    for (int64_t v = 0; v < v_rows; ++v) start[static_cast<size_t>(v) + 1] += start[static_cast<size_t>(v)];
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(next[static_cast<size_t>(pid[i])]++)] = i;
+    std::vector<double> acc(static_cast<size_t>(c));
+    PSYNC_DISPATCH_FLOAT_TYPES(dweight.dtype(), "EmbeddingBackward", [&] {
+      EmbeddingBackwardRows(In<scalar_t>(grad), order.data(), start.data(), v_rows, c, Out<scalar_t>(dweight),
+                            acc.data());
+    });
+  }
+
+  void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                 const Tensor& mean, const Tensor& rstd) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "LayerNorm", [&] {
+      LayerNormRows(In<scalar_t>(x), In<scalar_t>(weight), In<scalar_t>(bias), eps, x.size(0), x.size(1),
+                    Out<scalar_t>(y), Out<scalar_t>(mean), Out<scalar_t>(rstd));
+    });
+  }
+
+  void LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& dbias) const override {
+    std::vector<double> scratch(4 * static_cast<size_t>(x.size(1)));
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "LayerNormBackward", [&] {
+      LayerNormBackwardRows(In<scalar_t>(grad), In<scalar_t>(x), In<scalar_t>(weight), In<scalar_t>(mean),
+                            In<scalar_t>(rstd), x.size(0), x.size(1), Out<scalar_t>(dx), Out<scalar_t>(dweight),
+                            Out<scalar_t>(dbias), scratch.data());
+    });
+  }
+
+  void Gelu(const Tensor& x, const Tensor& y) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "Gelu", [&] { GeluForward(In<scalar_t>(x), Out<scalar_t>(y), y.numel()); });
+  }
+
+  void GeluBackward(const Tensor& grad, const Tensor& x, const Tensor& dx) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "GeluBackward", [&] {
+      GeluBackwardKernel(In<scalar_t>(grad), In<scalar_t>(x), Out<scalar_t>(dx), dx.numel());
+    });
+  }
+
+  void CausalSoftmax(const Tensor& x, double scale, const Tensor& y) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "CausalSoftmax", [&] {
+      CausalSoftmaxRows(In<scalar_t>(x), scale, x.size(0), x.size(1), Out<scalar_t>(y));
+    });
+  }
+
+  void CausalSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale, const Tensor& dx) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "CausalSoftmaxBackward", [&] {
+      CausalSoftmaxBackwardRows(In<scalar_t>(grad), In<scalar_t>(y), scale, y.size(0), y.size(1), Out<scalar_t>(dx));
     });
   }
 };

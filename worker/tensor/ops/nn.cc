@@ -1,6 +1,11 @@
 #include "worker/tensor/ops/nn.h"
 
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/check.h"
+#include "worker/tensor/ops/copy.h"
 #include "worker/tensor/ops/nn_kernels.h"
 
 namespace psync::ops {
@@ -19,6 +24,58 @@ Device CheckCrossEntropyArgs(const char* op, check::Args args, const Tensor& log
   if (targets.size(0) != logits.size(0)) check::Fail(op, args, "targets must have one entry per row of logits");
   if (logits.size(0) == 0 || logits.size(1) == 0) check::Fail(op, args, "logits must not be empty");
   return d;
+}
+
+// A caller-provided destination (`name`), or a new tensor when undefined.
+Tensor Destination(const char* op, check::Args args, const char* name, Tensor out, const Shape& shape, DType dt,
+                   Device d) {
+  if (!out.defined()) return Tensor::Empty(shape, dt, d);
+  if (out.device() != d || out.dtype() != dt || out.shape() != shape || !out.is_contiguous()) {
+    check::Fail(op, args, absl::StrCat(name, " must be a contiguous ", ShapeToString(shape), " ", DTypeName(dt),
+                                       " tensor on ", d.ToString(), ", got ", check::Describe(out)));
+  }
+  return out;
+}
+
+// The floating dtype of one operand (float32, or float64 on the CPU) among
+// others of other dtypes (int64 ids); a failure names every operand.
+DType FloatOperand(const char* op, check::Args args, const check::Arg& a) {
+  const DType dt = a.t->dtype();
+  if (dt == kFloat32 || (dt == kFloat64 && a.t->device().is_cpu())) return dt;
+  if (dt == kFloat64) check::Fail(op, args, absl::StrCat(a.name, ": float64 is computed on the CPU only; use float32 on CUDA"));
+  check::Fail(op, args, absl::StrCat(a.name, " must be float32 or float64, got ", DTypeName(dt)));
+}
+
+Shape LeadingDims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 1); }
+
+// grad [..., C] must be ids' shape + [C]; returns C.
+int64_t CheckRowsOf(const char* op, check::Args args, const Tensor& rows, const char* rows_name, const Shape& lead,
+                    const char* lead_name) {
+  if (rows.dim() != static_cast<int64_t>(lead.size()) + 1 || LeadingDims(rows) != lead) {
+    check::Fail(op, args, absl::StrCat(rows_name, " must have the shape of ", lead_name, " plus one last dimension"));
+  }
+  return rows.size(-1);
+}
+
+// x [..., C] with C > 0, weight [C]; returns C.
+int64_t CheckLayerNormShapes(const char* op, check::Args args, const Tensor& x, const Tensor& weight) {
+  if (x.dim() < 1) check::Fail(op, args, "x must have at least one dimension (the normalized one)");
+  const int64_t c = x.size(-1);
+  if (c == 0) check::Fail(op, args, "the normalized (last) dimension of x is empty");
+  if (weight.shape() != Shape{c}) {
+    check::Fail(op, args, absl::StrCat("weight must be [", c, "] (the last dimension of x)"));
+  }
+  return c;
+}
+
+void CheckSquareScores(const char* op, check::Args args, const Tensor& t, const char* name) {
+  if (t.dim() < 2 || t.size(-1) != t.size(-2)) {
+    check::Fail(op, args, absl::StrCat(name, " must be [..., T, T] (query by key positions)"));
+  }
+}
+
+void CheckScale(const char* op, check::Args args, double scale) {
+  if (!std::isfinite(scale)) check::Fail(op, args, absl::StrCat("scale must be finite, got ", scale));
 }
 
 }  // namespace
@@ -55,6 +112,144 @@ Tensor CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tens
   // grad normally lives on d already; To() is then free and nothing waits for the host.
   NnKernelsFor(d).CrossEntropyBackward(grad.To(d), logits.Contiguous(), targets.Contiguous(), dlogits);
   return dlogits;
+}
+
+// ---------------------------------------------------------------- GPT layers
+
+Tensor Embedding(const Tensor& ids, const Tensor& weight) {
+  const char* op = "Embedding";
+  check::Args args = {{"ids", &ids}, {"weight", &weight}};
+  const Device d = check::Defined(op, args);
+  check::DTypeIs(op, args, {"ids", &ids}, kInt64);
+  const DType dt = FloatOperand(op, args, {"weight", &weight});
+  check::Dim(op, args, {"weight", &weight}, 2);
+  Shape shape = ids.shape();
+  shape.push_back(weight.size(1));
+  Tensor y = Tensor::Empty(shape, dt, d);
+  if (y.numel() == 0) return y;
+  NnKernelsFor(d).Embedding(ids.Contiguous(), weight.Contiguous(), y.Reshape({-1, weight.size(1)}));
+  return y;
+}
+
+Tensor EmbeddingBackwardInto(Tensor out, const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  const char* op = "EmbeddingBackward";
+  check::Args args = {{"grad", &grad}, {"ids", &ids}};
+  const Device d = check::Defined(op, args);
+  check::DTypeIs(op, args, {"ids", &ids}, kInt64);
+  const DType dt = FloatOperand(op, args, {"grad", &grad});
+  const int64_t c = CheckRowsOf(op, args, grad, "grad", ids.shape(), "ids");
+  if (num_rows < 0) check::Fail(op, args, absl::StrCat("num_rows must be >= 0, got ", num_rows));
+  out = Destination(op, args, "out", std::move(out), {num_rows, c}, dt, d);
+  if (out.numel() == 0) return out;
+  if (ids.numel() == 0) {
+    Fill(out, 0.0);
+    return out;
+  }
+  NnKernelsFor(d).EmbeddingBackward(grad.Contiguous().Reshape({-1, c}), ids.Contiguous(), out);
+  return out;
+}
+
+Tensor EmbeddingBackward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  return EmbeddingBackwardInto(Tensor(), grad, ids, num_rows);
+}
+
+LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "LayerNorm";
+  check::Args args = {{"x", &x}, {"weight", &weight}, {"bias", &bias}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  const int64_t c = CheckLayerNormShapes(op, args, x, weight);
+  if (bias.shape() != Shape{c}) check::Fail(op, args, absl::StrCat("bias must be [", c, "] (the last dimension of x)"));
+  if (!(eps >= 0.0) || !std::isfinite(eps)) check::Fail(op, args, absl::StrCat("eps must be finite and >= 0, got ", eps));
+  LayerNormResult r;
+  r.y = Tensor::Empty(x.shape(), dt, d);
+  r.mean = Tensor::Empty(LeadingDims(x), dt, d);
+  r.rstd = Tensor::Empty(LeadingDims(x), dt, d);
+  if (x.numel() == 0) return r;
+  const Shape rows = {-1, c};
+  NnKernelsFor(d).LayerNorm(x.Contiguous().Reshape(rows), weight.Contiguous(), bias.Contiguous(), eps,
+                            r.y.Reshape(rows), r.mean.Reshape({-1}), r.rstd.Reshape({-1}));
+  return r;
+}
+
+LayerNormGrads LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, Tensor dweight_out, Tensor dbias_out) {
+  const char* op = "LayerNormBackward";
+  check::Args args = {{"grad", &grad}, {"x", &x}, {"weight", &weight}, {"mean", &mean}, {"rstd", &rstd}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  const int64_t c = CheckLayerNormShapes(op, args, x, weight);
+  if (grad.shape() != x.shape()) check::Fail(op, args, "grad must have x's shape");
+  if (mean.shape() != LeadingDims(x) || rstd.shape() != LeadingDims(x)) {
+    check::Fail(op, args, "mean and rstd must have x's shape without its last dimension");
+  }
+  LayerNormGrads g;
+  g.dx = Tensor::Empty(x.shape(), dt, d);
+  g.dweight = Destination(op, args, "dweight", std::move(dweight_out), {c}, dt, d);
+  g.dbias = Destination(op, args, "dbias", std::move(dbias_out), {c}, dt, d);
+  if (x.numel() == 0) {
+    Fill(g.dweight, 0.0);
+    Fill(g.dbias, 0.0);
+    return g;
+  }
+  const Shape rows = {-1, c};
+  NnKernelsFor(d).LayerNormBackward(grad.Contiguous().Reshape(rows), x.Contiguous().Reshape(rows), weight.Contiguous(),
+                                    mean.Contiguous().Reshape({-1}), rstd.Contiguous().Reshape({-1}),
+                                    g.dx.Reshape(rows), g.dweight, g.dbias);
+  return g;
+}
+
+Tensor Gelu(const Tensor& x) {
+  const char* op = "Gelu";
+  check::Args args = {{"x", &x}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  Tensor y = Tensor::Empty(x.shape(), dt, d);
+  if (y.numel() > 0) NnKernelsFor(d).Gelu(x.Contiguous(), y);
+  return y;
+}
+
+Tensor GeluBackward(const Tensor& grad, const Tensor& x) {
+  const char* op = "GeluBackward";
+  check::Args args = {{"grad", &grad}, {"x", &x}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  check::SameShape(op, args);
+  Tensor dx = Tensor::Empty(x.shape(), dt, d);
+  if (dx.numel() > 0) NnKernelsFor(d).GeluBackward(grad.Contiguous(), x.Contiguous(), dx);
+  return dx;
+}
+
+Tensor CausalSoftmax(const Tensor& scores, double scale) {
+  const char* op = "CausalSoftmax";
+  check::Args args = {{"scores", &scores}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  CheckSquareScores(op, args, scores, "scores");
+  CheckScale(op, args, scale);
+  Tensor y = Tensor::Empty(scores.shape(), dt, d);
+  if (y.numel() > 0) {
+    const Shape rows = {-1, scores.size(-1)};
+    NnKernelsFor(d).CausalSoftmax(scores.Contiguous().Reshape(rows), scale, y.Reshape(rows));
+  }
+  return y;
+}
+
+Tensor CausalSoftmaxBackward(const Tensor& grad, const Tensor& probs, double scale) {
+  const char* op = "CausalSoftmaxBackward";
+  check::Args args = {{"grad", &grad}, {"probs", &probs}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::ComputeFloat(op, args);
+  check::SameShape(op, args);
+  CheckSquareScores(op, args, probs, "probs");
+  CheckScale(op, args, scale);
+  Tensor dx = Tensor::Empty(probs.shape(), dt, d);
+  if (dx.numel() > 0) {
+    const Shape rows = {-1, probs.size(-1)};
+    NnKernelsFor(d).CausalSoftmaxBackward(grad.Contiguous().Reshape(rows), probs.Contiguous().Reshape(rows), scale,
+                                          dx.Reshape(rows));
+  }
+  return dx;
 }
 
 }  // namespace psync::ops
