@@ -11,19 +11,37 @@
 namespace psync::server {
 namespace {
 
+void ReleaseShared(void* p) { delete static_cast<std::shared_ptr<const SharedJoinResponse>*>(p); }
+
+// The response bytes: the shared part (one buffer for every rank, kept alive
+// by the slice) followed by this rank's own fields.
+grpc::ByteBuffer ResponseBytes(const JoinAnswer& a) {
+  const std::string& bytes = a.shared->bytes;
+  grpc::Slice slices[2] = {
+      grpc::Slice(const_cast<char*>(bytes.data()), bytes.size(), &ReleaseShared,
+                  new std::shared_ptr<const SharedJoinResponse>(a.shared)),
+      grpc::Slice(a.RankBytes())};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 // A Join: answered by JobState when the world completes (or the join fails).
 class JoinReactor final : public grpc::ServerUnaryReactor {
  public:
-  JoinReactor(JobState* job, const v1::JoinRequest* req, v1::JoinResponse* resp) : job_(job) {
-    const std::string who = absl::StrCat(req->hostname().substr(0, 64), ":", req->pid());
-    ticket_ = job->Join(*req, [this, resp, who](absl::StatusOr<v1::JoinResponse> r) {
+  JoinReactor(JobState* job, const v1::JoinRequest& req, grpc::ByteBuffer* resp) : job_(job) {
+    const std::string who = absl::StrCat(req.hostname().substr(0, 64), ":", req.pid());
+    ticket_ = job->Join(req, [this, resp, who](absl::StatusOr<JoinAnswer> r) {
       if (!r.ok()) {
         PSYNC_LOG(WARNING) << "Join from " << who << " refused: " << r.status().message();
         Finish(ToGrpc(r.status()));
         return;
       }
-      PSYNC_LOG(INFO) << "rank " << r->rank() << " (" << who << ") joined";
-      *resp = std::move(*r);
+      // One line per rank only for small worlds; large ones have `psyncctl workers`.
+      if (job_->config().world_size <= 64) {
+        PSYNC_LOG(INFO) << "rank " << r->rank << " (" << who << ") joined";
+      } else {
+        PSYNC_LOG(DEBUG) << "rank " << r->rank << " (" << who << ") joined";
+      }
+      *resp = ResponseBytes(*r);
       Finish(grpc::Status::OK);
     });
   }
@@ -75,11 +93,20 @@ grpc::Status CoordinatorService::CheckJob(const std::string& job_id) const {
   return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
-                                                   v1::JoinResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                   grpc::ByteBuffer* resp) {
   grpc::Status auth = auth_->Check(ctx);
   if (!auth.ok()) return Finished(ctx, auth);
-  return new JoinReactor(job_, req, resp);
+  v1::JoinRequest request;
+  // Deserialize clears the buffer: the request's bytes are freed here, not
+  // when the world completes.
+  grpc::Status parsed =
+      grpc::SerializationTraits<v1::JoinRequest>::Deserialize(const_cast<grpc::ByteBuffer*>(req), &request);
+  if (!parsed.ok()) {
+    return Finished(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "JoinRequest is not a valid psync.v1.JoinRequest message"));
+  }
+  return new JoinReactor(job_, request, resp);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* ctx,

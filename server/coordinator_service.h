@@ -17,12 +17,20 @@
 
 namespace psync::server {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+// Join is a raw (ByteBuffer) method: its request is parsed and freed at
+// once instead of living until the world completes, and every response
+// shares one serialized copy of the common part (rendezvous.h,
+// SharedJoinResponse), so thousands of waiting Joins cost little memory.
+using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Join<
+    v1::Coordinator::WithCallbackMethod_StoreSet<v1::Coordinator::WithCallbackMethod_StoreGet<
+        v1::Coordinator::WithCallbackMethod_Train<v1::Coordinator::Service>>>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   CoordinatorService(JobState* job, KvStore* kv, const TokenAuth* auth) : job_(job), kv_(kv), auth_(auth) {}
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
-                                 v1::JoinResponse* resp) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
                                      v1::StoreSetResponse* resp) override;
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreGetRequest* req,

@@ -108,9 +108,9 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
   return ticket;
 }
 
-v1::JoinResponse JobState::MakeJoinResponse(int rank) const {
-  v1::JoinResponse resp;
-  resp.set_rank(rank);
+std::shared_ptr<const SharedJoinResponse> JobState::MakeSharedJoinResponse() const {
+  auto shared = std::make_shared<SharedJoinResponse>();
+  v1::JoinResponse& resp = shared->response;
   resp.set_world_size(cfg_.world_size);
   resp.set_generation(generation_);
   resp.set_store_prefix(store_prefix_);
@@ -118,7 +118,9 @@ v1::JoinResponse JobState::MakeJoinResponse(int rank) const {
   resp.set_job_id(cfg_.job_id);
   resp.set_heartbeat_interval_ms(HeartbeatInterval(cfg_).count());
   resp.set_plan_lookahead(cfg_.plan_lookahead);
-  return resp;
+  rendezvous_.FillHosts(&resp);
+  shared->bytes = resp.SerializeAsString();
+  return shared;
 }
 
 void JobState::CompleteWorldLocked(Outbox* out) {
@@ -126,19 +128,13 @@ void JobState::CompleteWorldLocked(Outbox* out) {
   state_ = v1::JOB_RUNNING;
   world_complete_time_ = Clock::now();
   events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1, absl::StrCat("world complete: ", cfg_.world_size, " ranks"));
-  // Every response shares the host table; build it once.
-  v1::JoinResponse hosts;
-  rendezvous_.FillHosts(&hosts);
-  auto shared = std::make_shared<const v1::JoinResponse>(std::move(hosts));
-  for (Rendezvous::Waiter& w : rendezvous_.TakeAllWaiters()) {
-    scheduler_->Cancel(w.timer);
-    v1::JoinResponse resp = MakeJoinResponse(w.rank);
-    out->calls.push_back([done = std::move(w.done), resp = std::move(resp), shared]() mutable {
-      resp.mutable_host_ids()->CopyFrom(shared->host_ids());
-      resp.mutable_rank_host_index()->CopyFrom(shared->rank_host_index());
-      done(std::move(resp));
-    });
-  }
+  std::shared_ptr<const SharedJoinResponse> shared = MakeSharedJoinResponse();
+  std::vector<Rendezvous::Waiter> waiters = rendezvous_.TakeAllWaiters();
+  for (const Rendezvous::Waiter& w : waiters) scheduler_->Cancel(w.timer);
+  // One call for all: answering thousands of Joins is one loop after unlocking.
+  out->calls.push_back([waiters = std::move(waiters), shared]() mutable {
+    for (Rendezvous::Waiter& w : waiters) w.done(JoinAnswer{w.rank, shared});
+  });
 }
 
 void JobState::FailWaitersLocked(const std::string& why, Outbox* out) {

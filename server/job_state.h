@@ -155,7 +155,7 @@ class JobState {
 
   bool Running() const { return state_ == v1::JOB_RUNNING || state_ == v1::JOB_STOPPING; }
   std::string RankName(int rank) const { return rendezvous_.RankName(rank); }
-  v1::JoinResponse MakeJoinResponse(int rank) const;
+  std::shared_ptr<const SharedJoinResponse> MakeSharedJoinResponse() const;
   void CompleteWorldLocked(Outbox* out);
   void FailWaitersLocked(const std::string& why, Outbox* out);
   void ExpireJoin(uint64_t ticket);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,34 @@
 #include "psync/v1/coordinator.pb.h"
 
 namespace psync::server {
+
+// The JoinResponse every rank shares (all but the rank), built once when the
+// world completes and serialized once: with thousands of ranks the
+// responses would otherwise be thousands of copies of the host table and
+// the initial bucket plan.
+struct SharedJoinResponse {
+  v1::JoinResponse response;  // rank unset
+  std::string bytes;          // response, serialized
+};
+
+// A successful Join's answer: the shared part and this rank.
+struct JoinAnswer {
+  int rank = -1;
+  std::shared_ptr<const SharedJoinResponse> shared;
+  // The whole response (a copy; for tests and in-process callers).
+  v1::JoinResponse Full() const {
+    v1::JoinResponse r = shared->response;
+    r.set_rank(rank);
+    return r;
+  }
+  // The serialized response: the shared bytes followed by {rank} (protobuf
+  // merges concatenated messages field by field).
+  std::string RankBytes() const {
+    v1::JoinResponse own;
+    own.set_rank(rank);
+    return own.SerializeAsString();
+  }
+};
 
 // What a rank told us about itself in Join.
 struct MemberIdentity {
@@ -25,7 +54,7 @@ struct MemberIdentity {
 
 class Rendezvous {
  public:
-  using JoinDone = std::function<void(absl::StatusOr<v1::JoinResponse>)>;
+  using JoinDone = std::function<void(absl::StatusOr<JoinAnswer>)>;
   struct Waiter {
     int rank = -1;
     JoinDone done;

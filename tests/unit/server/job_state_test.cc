@@ -48,10 +48,18 @@ struct Joined {
 
 std::shared_ptr<Joined> StartJoin(JobState& job, const v1::JoinRequest& req) {
   auto out = std::make_shared<Joined>();
-  out->ticket = job.Join(req, [out](absl::StatusOr<v1::JoinResponse> r) {
+  out->ticket = job.Join(req, [out](absl::StatusOr<JoinAnswer> r) {
     EXPECT_FALSE(out->done) << "a Join callback ran twice";
     out->done = true;
-    out->r = std::move(r);
+    if (!r.ok()) {
+      out->r = r.status();
+      return;
+    }
+    out->r = r->Full();
+    // The wire form (shared bytes + the rank's own) parses to the same response.
+    v1::JoinResponse wire;
+    EXPECT_TRUE(wire.ParseFromString(r->shared->bytes + r->RankBytes()));
+    EXPECT_EQ(wire.SerializeAsString(), out->r->SerializeAsString());
   });
   return out;
 }
