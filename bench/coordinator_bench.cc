@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -389,6 +390,22 @@ void ProcStats(pid_t pid, long* threads, long* hwm_kb) {
   }
 }
 
+// CPU seconds (user + system) `pid` has used so far.
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = all.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(all.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 double Pct(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -449,6 +466,7 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
+  const double cpu0 = CpuSeconds(coord.pid);
   const auto t0 = Clock::now();
   for (auto& c : clients) Send(c, "join");
   bool ok = true;
@@ -456,13 +474,20 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
   const double rendezvous_ms = Ms(Clock::now() - t0);
   long threads_after_join = 0, hwm_after_join = 0;
   ProcStats(coord.pid, &threads_after_join, &hwm_after_join);
+  const double cpu1 = CpuSeconds(coord.pid);
+  const auto t1 = Clock::now();
   for (auto& c : clients) Send(c, "train");
   for (auto& c : clients) ok = ReadLine(c, "done") && ok;
+  const double cpu2 = CpuSeconds(coord.pid);
+  const double train_s = std::chrono::duration<double>(Clock::now() - t1).count();
   long threads_end = 0, hwm_kb = 0;
   ProcStats(coord.pid, &threads_end, &hwm_kb);
   if (std::getenv("PSYNC_BENCH_VERBOSE")) {
-    std::fprintf(stderr, "  n=%d: coordinator peak RSS %.1f MB after rendezvous, %.1f MB at the end\n", n,
-                 hwm_after_join / 1024.0, hwm_kb / 1024.0);
+    std::fprintf(stderr,
+                 "  n=%d: coordinator peak RSS %.1f MB after rendezvous, %.1f MB at the end; coordinator CPU %.2f s "
+                 "for the rendezvous, %.3f ms per iteration (%.0f%% of the training wall time)\n",
+                 n, hwm_after_join / 1024.0, hwm_kb / 1024.0, cpu1 - cpu0, (cpu2 - cpu1) * 1000.0 / iters,
+                 train_s > 0 ? (cpu2 - cpu1) / train_s * 100.0 : 0.0);
   }
   stop.store(true);
   sampler.join();
