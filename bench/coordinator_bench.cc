@@ -1,18 +1,42 @@
-// Coordinator benchmark: report-to-plan round trip with N simulated workers
-// (one Train stream each, multiplexed over a few channels, all in this
-// process) against an in-process psync-coordinator on 127.0.0.1, and
-// rendezvous time (N concurrent Joins until all return).
+// Coordinator benchmark: psync-coordinator in its own process, N simulated
+// workers in P client processes (so their CPU use does not hide the
+// server's), talking the real protocol over 127.0.0.1.
 //
-//   psync-coordinator-bench [--workers=1,8,64,512] [--iterations=0 (auto)] [--params=1000]
+//   psync-coordinator-bench [--workers=8,64,512,4096] [--client-procs=4] [--channels=2]
+//                           [--iterations=0 (auto)] [--params=1000] [--coordinator-bin=PATH]
 //
-// Round trip sample = time from the start of an iteration (every worker is
-// released at once and writes its Report) to that worker receiving Plan{i};
-// it therefore includes waiting for the last of the N reports.
+// Per size N it reports
+//   - report-to-plan round trip, p50 / p99 / max: from a worker writing its
+//     Report{i} to it receiving Plan{i}. Every worker of a client process
+//     writes its report when that process got Plan{i-1} on all its streams,
+//     so a sample includes waiting for the last of the N reports;
+//   - rendezvous: from telling every client process to Join (they are
+//     connected already) until the last of the N Joins returned;
+//   - the coordinator's threads (most seen, sampled every 10 ms) and its RSS
+//     (VmHWM, the peak) over the whole run.
+// Clients use gRPC's callback API: one reactor per simulated worker, a few
+// channels per process (--channels), no thread per worker.
+//
+// The driver never starts gRPC itself (it forks the client processes); a
+// client process is this binary run with --client=... (internal).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,49 +44,189 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "psync/v1/coordinator.grpc.pb.h"
 #include "common/flags.h"
-#include "common/logging.h"
-#include "server/coordinator_server.h"
+#include "psync/v1/coordinator.grpc.pb.h"
 
-ABSL_FLAG(std::string, workers, "1,8,64,512", "comma-separated worker counts");
-ABSL_FLAG(int, iterations, 0, "iterations per size (0 = auto: 300 / 200 / 100 / 40)");
+ABSL_FLAG(std::string, workers, "8,64,512,4096", "comma-separated worker counts");
+ABSL_FLAG(int, client_procs, 4, "client processes the simulated workers are spread over");
+ABSL_FLAG(int, channels, 2, "gRPC channels (TCP connections) per client process");
+ABSL_FLAG(int, iterations, 0, "iterations per size (0 = auto: 300 / 200 / 100 / 40 / 20)");
 ABSL_FLAG(int, params, 1000, "parameters in the manifest");
+ABSL_FLAG(std::string, coordinator_bin, "", "psync-coordinator to run (default: next to this binary's build dir)");
+ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator, space separated");
+// Internal: client mode "TARGET,FIRST,COUNT,ITERS,PARAMS,CHANNELS,SAMPLES_FILE".
+ABSL_FLAG(std::string, client, "", "internal: run as a client process");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace v1 = psync::v1;
 
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// ---------------------------------------------------------------- client process
+
+struct ClientConfig {
+  std::string target;
+  int first = 0, count = 0, iters = 0, params = 0, channels = 1;
+  std::string samples_file;
+};
+
+class ClientProcess;
+
+// One simulated worker: its Train stream as a callback reactor.
+class SimWorker final : public grpc::ClientBidiReactor<v1::TrainUp, v1::Plan> {
+ public:
+  SimWorker(ClientProcess* p, int index) : proc_(p), index_(index) {}
+  void Open(v1::Coordinator::Stub* stub, const v1::JoinResponse& joined);
+  void SendReport(int64_t iteration);
+  void SendDone();
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& s) override;
+  std::vector<double> samples;  // written only by this worker's reactions, read after OnDone
+
+ private:
+  void WriteLocked();  // starts the next queued write
+  ClientProcess* proc_;
+  int index_;
+  grpc::ClientContext ctx_;
+  v1::Plan plan_;
+  std::mutex mu_;
+  std::vector<v1::TrainUp> queue_;  // front is being written while writing_
+  v1::TrainUp current_;
+  bool writing_ = false;
+  bool closed_ = false;
+  Clock::time_point sent_{};
+  std::string bitmap_;
+};
+
+class ClientProcess {
+ public:
+  explicit ClientProcess(ClientConfig c) : cfg_(std::move(c)) {}
+  int Run();
+  void PlanArrived();
+  void WorkerDone(bool ok, const std::string& why);
+  const ClientConfig& cfg() const { return cfg_; }
+
+ private:
+  ClientConfig cfg_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  std::vector<std::unique_ptr<SimWorker>> workers_;
+  std::atomic<int> plans_{0};
+  std::atomic<int> iteration_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int done_ = 0;
+  bool failed_ = false;
+  std::string failure_;
+};
+
+void SimWorker::Open(v1::Coordinator::Stub* stub, const v1::JoinResponse& joined) {
+  bitmap_.assign(static_cast<size_t>((proc_->cfg().params + 7) / 8), '\xff');
+  stub->async()->Train(&ctx_, this);
+  v1::TrainUp hello;
+  hello.mutable_hello()->set_job_id("psync");
+  hello.mutable_hello()->set_rank(joined.rank());
+  hello.mutable_hello()->set_generation(joined.generation());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(hello));
+    WriteLocked();
+  }
+  StartRead(&plan_);
+  StartCall();
 }
 
-int Run(int n, int iters, int params) {
-  psync::server::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.job.world_size = n;
-  o.job.join_timeout = std::chrono::seconds(120);
-  o.job.report_timeout = std::chrono::seconds(120);
-  auto srv = psync::server::CoordinatorServer::Start(o);
-  if (!srv.ok()) {
-    std::fprintf(stderr, "server: %s\n", std::string(srv.status().message()).c_str());
-    return 1;
+void SimWorker::WriteLocked() {
+  if (writing_ || queue_.empty()) return;
+  current_ = std::move(queue_.front());
+  queue_.erase(queue_.begin());
+  writing_ = true;
+  if (current_.has_report()) sent_ = Clock::now();
+  if (current_.has_done()) {
+    StartWriteLast(&current_, grpc::WriteOptions());
+  } else {
+    StartWrite(&current_);
   }
-  const std::string target = "127.0.0.1:" + std::to_string((*srv)->port());
-  const int nch = std::min(n, 8);
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
-  for (int c = 0; c < nch; ++c) {
+}
+
+void SimWorker::SendReport(int64_t iteration) {
+  v1::TrainUp up;
+  up.mutable_report()->set_iteration(iteration);
+  up.mutable_report()->set_used_bitmap(bitmap_);
+  up.mutable_report()->set_last_step_ms(1.0);
+  std::lock_guard<std::mutex> l(mu_);
+  queue_.push_back(std::move(up));
+  WriteLocked();
+}
+
+void SimWorker::SendDone() {
+  v1::TrainUp up;
+  up.mutable_done()->set_exit_reason("bench done");
+  std::lock_guard<std::mutex> l(mu_);
+  queue_.push_back(std::move(up));
+  WriteLocked();
+}
+
+void SimWorker::OnWriteDone(bool ok) {
+  std::lock_guard<std::mutex> l(mu_);
+  writing_ = false;
+  if (!ok) return;
+  WriteLocked();
+}
+
+void SimWorker::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended; OnDone follows
+  samples.push_back(Ms(Clock::now() - sent_));
+  StartRead(&plan_);
+  proc_->PlanArrived();
+}
+
+void SimWorker::OnDone(const grpc::Status& s) {
+  proc_->WorkerDone(s.ok(), s.error_message());
+}
+
+void ClientProcess::PlanArrived() {
+  if (plans_.fetch_add(1) + 1 < cfg_.count) return;
+  // Every local worker has Plan{i}: start iteration i+1 (or finish).
+  plans_.store(0);
+  const int next = iteration_.fetch_add(1) + 1;
+  for (auto& w : workers_) {
+    if (next < cfg_.iters) {
+      w->SendReport(next);
+    } else {
+      w->SendDone();
+    }
+  }
+}
+
+void ClientProcess::WorkerDone(bool ok, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  ++done_;
+  if (!ok && !failed_) {
+    failed_ = true;
+    failure_ = why;
+  }
+  cv_.notify_all();
+}
+
+int ClientProcess::Run() {
+  for (int c = 0; c < cfg_.channels; ++c) {
     grpc::ChannelArguments a;
-    a.SetInt("grpc.channel_id", c);  // distinct channels (no subchannel sharing)
+    a.SetInt("grpc.channel_id", c);  // distinct connections (no subchannel sharing)
     a.SetInt("grpc.use_local_subchannel_pool", 1);
-    stubs.push_back(v1::Coordinator::NewStub(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), a)));
+    a.SetMaxReceiveMessageSize(64 << 20);
+    auto ch = grpc::CreateCustomChannel(cfg_.target, grpc::InsecureChannelCredentials(), a);
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
+      std::fprintf(stderr, "client: cannot connect to %s\n", cfg_.target.c_str());
+      return 1;
+    }
+    stubs_.push_back(v1::Coordinator::NewStub(ch));
+    channels_.push_back(ch);
   }
   v1::JoinRequest jr;
   jr.set_job_id("psync");
@@ -71,127 +235,327 @@ int Run(int n, int iters, int params) {
   jr.set_backend("gloo");
   jr.set_bucket_cap_bytes(25 << 20);
   jr.set_first_bucket_cap_bytes(1 << 20);
-  for (int i = 0; i < params; ++i) {
+  for (int i = 0; i < cfg_.params; ++i) {
     auto* p = jr.add_manifest();
     p->set_name("layer" + std::to_string(i) + ".weight");
     p->add_shape(256);
     p->add_shape(256);
   }
-  // ---- rendezvous
-  std::vector<v1::JoinResponse> joined(static_cast<size_t>(n));
-  std::atomic<int> failures{0};
-  const auto t0 = Clock::now();
-  {
-    std::vector<std::thread> ts;
-    for (int w = 0; w < n; ++w) {
-      ts.emplace_back([&, w] {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-        v1::JoinRequest r = jr;
-        r.set_pid(w);
-        if (!stubs[static_cast<size_t>(w % nch)]->Join(&ctx, r, &joined[static_cast<size_t>(w)]).ok()) ++failures;
-      });
-    }
-    for (auto& t : ts) t.join();
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char cmd[64];
+  if (!std::fgets(cmd, sizeof(cmd), stdin)) return 1;  // "join"
+
+  // ---- rendezvous: all Joins at once, answered when the world is complete.
+  struct JoinCall {
+    grpc::ClientContext ctx;
+    v1::JoinRequest req;
+    v1::JoinResponse resp;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<JoinCall>> joins;
+  std::mutex jmu;
+  std::condition_variable jcv;
+  int answered = 0;
+  for (int w = 0; w < cfg_.count; ++w) {
+    auto j = std::make_unique<JoinCall>();
+    j->req = jr;
+    j->req.set_pid(cfg_.first + w);
+    j->req.set_host_id("bench-host-" + std::to_string((cfg_.first + w) / 8));  // 8 ranks per "host"
+    j->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+    JoinCall* raw = j.get();
+    stubs_[static_cast<size_t>(w % cfg_.channels)]->async()->Join(&raw->ctx, &raw->req, &raw->resp,
+                                                                  [&, raw](grpc::Status s) {
+                                                                    raw->status = std::move(s);
+                                                                    std::lock_guard<std::mutex> l(jmu);
+                                                                    ++answered;
+                                                                    jcv.notify_all();
+                                                                  });
+    joins.push_back(std::move(j));
   }
-  const double rendezvous_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (failures) {
-    std::fprintf(stderr, "%d joins failed\n", failures.load());
+  {
+    std::unique_lock<std::mutex> l(jmu);
+    jcv.wait(l, [&] { return answered == cfg_.count; });
+  }
+  for (auto& j : joins) {
+    if (!j->status.ok()) {
+      std::fprintf(stderr, "client: join failed: %s\n", j->status.error_message().c_str());
+      return 1;
+    }
+  }
+  std::printf("joined\n");
+  std::fflush(stdout);
+  if (!std::fgets(cmd, sizeof(cmd), stdin)) return 1;  // "train"
+
+  // ---- training: streams, then lockstep iterations.
+  for (int w = 0; w < cfg_.count; ++w) workers_.push_back(std::make_unique<SimWorker>(this, w));
+  for (int w = 0; w < cfg_.count; ++w) {
+    workers_[static_cast<size_t>(w)]->Open(stubs_[static_cast<size_t>(w % cfg_.channels)].get(),
+                                           joins[static_cast<size_t>(w)]->resp);
+  }
+  for (auto& w : workers_) w->SendReport(0);
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return done_ == cfg_.count; });
+    if (failed_) {
+      std::fprintf(stderr, "client: a stream failed: %s\n", failure_.c_str());
+      return 1;
+    }
+  }
+  std::ofstream out(cfg_.samples_file, std::ios::binary);
+  for (auto& w : workers_) {
+    out.write(reinterpret_cast<const char*>(w->samples.data()),
+              static_cast<std::streamsize>(w->samples.size() * sizeof(double)));
+  }
+  out.close();
+  std::printf("done\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+int RunClient(const std::string& spec) {
+  std::vector<std::string> f = absl::StrSplit(spec, ',');
+  ClientConfig c;
+  if (f.size() != 7 || !absl::SimpleAtoi(f[1], &c.first) || !absl::SimpleAtoi(f[2], &c.count) ||
+      !absl::SimpleAtoi(f[3], &c.iters) || !absl::SimpleAtoi(f[4], &c.params) ||
+      !absl::SimpleAtoi(f[5], &c.channels)) {
+    std::fprintf(stderr, "bad --client spec\n");
+    return 2;
+  }
+  c.target = f[0];
+  c.samples_file = f[6];
+  return ClientProcess(c).Run();
+}
+
+// ---------------------------------------------------------------- driver
+
+// A child with a pipe to its stdin and from its stdout.
+struct Child {
+  pid_t pid = -1;
+  FILE* in = nullptr;   // we write commands
+  FILE* out = nullptr;  // we read lines
+};
+
+Child Spawn(const std::vector<std::string>& argv, bool pipes, const std::string& log) {
+  int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
+  if (pipes && (pipe(to_child) != 0 || pipe(from_child) != 0)) return {};
+  Child c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    if (pipes) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+    } else {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (pipes) {
+    close(to_child[0]);
+    close(from_child[1]);
+    c.in = fdopen(to_child[1], "w");
+    c.out = fdopen(from_child[0], "r");
+  }
+  return c;
+}
+
+bool ReadLine(Child& c, const char* want) {
+  char buf[256];
+  if (!std::fgets(buf, sizeof(buf), c.out)) return false;
+  return std::strncmp(buf, want, std::strlen(want)) == 0;
+}
+
+void Send(Child& c, const char* line) {
+  std::fprintf(c.in, "%s\n", line);
+  std::fflush(c.in);
+}
+
+// Threads and VmHWM (kB) of `pid`.
+void ProcStats(pid_t pid, long* threads, long* hwm_kb) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) *threads = std::stol(line.substr(8));
+    if (line.rfind("VmHWM:", 0) == 0) *hwm_kb = std::stol(line.substr(6));
+  }
+}
+
+// CPU seconds (user + system) `pid` has used so far.
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = all.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(all.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double Pct(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+int RunSize(int n, int iters, int params, int procs, int channels, const std::string& coord_bin,
+            const std::string& coord_args) {
+  char tmpl[] = "/tmp/psync-coord-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) return 1;
+  const std::string dir = tmpl;
+  std::vector<std::string> cargv = {coord_bin, "--host=127.0.0.1", "--port=0", "--port-file=" + dir + "/port",
+                                    "--world-size=" + std::to_string(n), "--join-timeout=600s",
+                                    "--report-timeout=600s", "--heartbeat-timeout=600s"};
+  for (absl::string_view a : absl::StrSplit(coord_args, ' ', absl::SkipEmpty())) cargv.emplace_back(a);
+  Child coord = Spawn(cargv, false, dir + "/coordinator.log");
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream f(dir + "/port");
+    if (!(f >> port)) port = 0;
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (port == 0) {
+    std::fprintf(stderr, "coordinator did not start (log in %s)\n", dir.c_str());
     return 1;
   }
-  // ---- streams
-  struct Stream {
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::TrainUp, v1::Plan>> rw;
-  };
-  std::vector<std::unique_ptr<Stream>> streams;
-  for (int w = 0; w < n; ++w) {
-    auto s = std::make_unique<Stream>();
-    s->rw = stubs[static_cast<size_t>(w % nch)]->Train(&s->ctx);
-    v1::TrainUp up;
-    up.mutable_hello()->set_job_id("psync");
-    up.mutable_hello()->set_rank(joined[static_cast<size_t>(w)].rank());
-    up.mutable_hello()->set_generation(joined[static_cast<size_t>(w)].generation());
-    s->rw->Write(up);
-    streams.push_back(std::move(s));
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  procs = std::max(1, std::min(procs, n));
+  std::vector<Child> clients;
+  const std::string self = SelfPath();
+  for (int p = 0; p < procs; ++p) {
+    const int first = n * p / procs, count = n * (p + 1) / procs - first;
+    clients.push_back(Spawn({self, absl::StrCat("--client=", target, ",", first, ",", count, ",", iters, ",", params,
+                                                ",", channels, ",", dir, "/samples", p)},
+                            true, ""));
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  int go_iter = -1;
-  Clock::time_point iter_start;
-  std::vector<std::vector<double>> samples(static_cast<size_t>(n));
-  std::atomic<int> finished{0};
-  const std::string bitmap(static_cast<size_t>((params + 7) / 8), '\xff');
-  std::vector<std::thread> workers;
-  for (int w = 0; w < n; ++w) {
-    workers.emplace_back([&, w] {
-      auto& s = *streams[static_cast<size_t>(w)];
-      for (int it = 0; it < iters; ++it) {
-        Clock::time_point start;
-        {
-          std::unique_lock<std::mutex> l(mu);
-          cv.wait(l, [&] { return go_iter >= it; });
-          start = iter_start;
-        }
-        v1::TrainUp up;
-        up.mutable_report()->set_iteration(it);
-        up.mutable_report()->set_used_bitmap(bitmap);
-        up.mutable_report()->set_last_step_ms(1.0);
-        v1::Plan plan;
-        if (!s.rw->Write(up) || !s.rw->Read(&plan) || plan.iteration() != it) {
-          std::fprintf(stderr, "worker %d: stream failed at iteration %d\n", w, it);
-          std::abort();
-        }
-        samples[static_cast<size_t>(w)].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-        finished.fetch_add(1);
-      }
-    });
-  }
-  for (int it = 0; it < iters; ++it) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      iter_start = Clock::now();
-      go_iter = it;
+  for (auto& c : clients) {
+    if (!ReadLine(c, "ready")) {
+      std::fprintf(stderr, "a client process failed to start\n");
+      return 1;
     }
-    cv.notify_all();
-    while (finished.load() < (it + 1) * n) std::this_thread::yield();
   }
-  for (auto& t : workers) t.join();
-  for (auto& s : streams) {
-    v1::TrainUp up;
-    up.mutable_done()->set_exit_reason("bench done");
-    s->rw->Write(up);
-    s->rw->WritesDone();
-    s->rw->Finish();
+  // Sample the coordinator's threads while the run goes on.
+  std::atomic<bool> stop{false};
+  std::atomic<long> max_threads{0};
+  std::thread sampler([&] {
+    while (!stop.load()) {
+      long t = 0, hwm = 0;
+      ProcStats(coord.pid, &t, &hwm);
+      if (t > max_threads.load()) max_threads.store(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  const double cpu0 = CpuSeconds(coord.pid);
+  const auto t0 = Clock::now();
+  for (auto& c : clients) Send(c, "join");
+  bool ok = true;
+  for (auto& c : clients) ok = ReadLine(c, "joined") && ok;
+  const double rendezvous_ms = Ms(Clock::now() - t0);
+  long threads_after_join = 0, hwm_after_join = 0;
+  ProcStats(coord.pid, &threads_after_join, &hwm_after_join);
+  const double cpu1 = CpuSeconds(coord.pid);
+  const auto t1 = Clock::now();
+  for (auto& c : clients) Send(c, "train");
+  for (auto& c : clients) ok = ReadLine(c, "done") && ok;
+  const double cpu2 = CpuSeconds(coord.pid);
+  const double train_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  long threads_end = 0, hwm_kb = 0;
+  ProcStats(coord.pid, &threads_end, &hwm_kb);
+  if (std::getenv("PSYNC_BENCH_VERBOSE")) {
+    std::fprintf(stderr,
+                 "  n=%d: coordinator peak RSS %.1f MB after rendezvous, %.1f MB at the end; coordinator CPU %.2f s "
+                 "for the rendezvous, %.3f ms per iteration (%.0f%% of the training wall time)\n",
+                 n, hwm_after_join / 1024.0, hwm_kb / 1024.0, cpu1 - cpu0, (cpu2 - cpu1) * 1000.0 / iters,
+                 train_s > 0 ? (cpu2 - cpu1) / train_s * 100.0 : 0.0);
   }
+  stop.store(true);
+  sampler.join();
   std::vector<double> all;
-  for (auto& v : samples) all.insert(all.end(), v.begin(), v.end());
-  std::printf("%-8d %-6d %-10d %-12.3f %-12.3f %-12.3f %-14.1f\n", n, nch, iters, Pct(all, 50), Pct(all, 99),
-              Pct(all, 100), rendezvous_ms);
+  for (int p = 0; p < procs; ++p) {
+    std::ifstream f(dir + "/samples" + std::to_string(p), std::ios::binary);
+    double v;
+    while (f.read(reinterpret_cast<char*>(&v), sizeof(v))) all.push_back(v);
+  }
+  for (auto& c : clients) {
+    fclose(c.in);
+    fclose(c.out);
+    int st = 0;
+    waitpid(c.pid, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  kill(coord.pid, SIGTERM);
+  waitpid(coord.pid, nullptr, 0);
+  if (!ok || all.size() != static_cast<size_t>(n) * static_cast<size_t>(iters)) {
+    std::fprintf(stderr, "size %d failed (%zu samples; coordinator log in %s)\n", n, all.size(), dir.c_str());
+    return 1;
+  }
+  std::printf("%-8d %-6d %-6d %-8d %-10.3f %-10.3f %-10.3f %-14.1f %-12ld %-10.1f\n", n, procs, procs * channels,
+              iters, Pct(all, 50), Pct(all, 99), Pct(all, 100), rendezvous_ms, std::max(max_threads.load(), threads_end),
+              static_cast<double>(hwm_kb) / 1024.0);
+  std::printf("RESULT impl=coordinator workers=%d p50_ms=%.3f p99_ms=%.3f rendezvous_ms=%.1f threads=%ld rss_mb=%.1f\n",
+              n, Pct(all, 50), Pct(all, 99), rendezvous_ms, std::max(max_threads.load(), threads_end),
+              static_cast<double>(hwm_kb) / 1024.0);
   std::fflush(stdout);
-  (*srv)->Shutdown();
+  for (int p = 0; p < procs; ++p) unlink((dir + "/samples" + std::to_string(p)).c_str());
+  unlink((dir + "/port").c_str());
+  unlink((dir + "/coordinator.log").c_str());
+  rmdir(dir.c_str());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  psync::ParseFlagsOrExit("psync-coordinator-bench", "psync-coordinator-bench [--workers=1,8,64,512] [--iterations=0] [--params=1000]",
+  psync::ParseFlagsOrExit("psync-coordinator-bench",
+                          "psync-coordinator-bench [--workers=8,64,512,4096] [--client-procs=4] [--channels=2] "
+                          "[--iterations=0] [--params=1000] [--coordinator-bin=PATH]",
                           argc, argv, psync::FlagsDefinedIn(__FILE__));
-  // The in-process coordinator logs every Join; 512 of them would bury the table.
-  psync::SetMinLogLevel(psync::LogLevel::kWarning);
-  std::printf("%-8s %-6s %-10s %-12s %-12s %-12s %-14s\n", "WORKERS", "CHANS", "ITERS", "P50_MS", "P99_MS",
-              "MAX_MS", "RENDEZVOUS_MS");
+  if (!absl::GetFlag(FLAGS_client).empty()) return RunClient(absl::GetFlag(FLAGS_client));
+  signal(SIGPIPE, SIG_IGN);
+  std::string coord_bin = absl::GetFlag(FLAGS_coordinator_bin);
+  if (coord_bin.empty()) {
+    const std::string self = SelfPath();
+    coord_bin = self.substr(0, self.rfind('/')) + "/../server/psync-coordinator";
+  }
+  if (access(coord_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "psync-coordinator-bench: --coordinator-bin: cannot run %s\n", coord_bin.c_str());
+    return 2;
+  }
+  std::printf("%-8s %-6s %-6s %-8s %-10s %-10s %-10s %-14s %-12s %-10s\n", "WORKERS", "PROCS", "CHANS", "ITERS",
+              "P50_MS", "P99_MS", "MAX_MS", "RENDEZVOUS_MS", "COORD_THR", "COORD_MB");
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(s, &n) || n < 1) {
-      std::fprintf(stderr, "--workers: bad count '%s'\n", std::string(s).c_str());
+      std::fprintf(stderr, "psync-coordinator-bench: --workers: bad count '%s'\n", std::string(s).c_str());
       return 2;
     }
     int iters = absl::GetFlag(FLAGS_iterations);
-    if (iters <= 0) iters = n <= 1 ? 300 : n <= 8 ? 200 : n <= 64 ? 100 : 40;
-    if (Run(n, iters, absl::GetFlag(FLAGS_params)) != 0) return 1;
+    if (iters <= 0) iters = n <= 1 ? 300 : n <= 8 ? 200 : n <= 64 ? 100 : n <= 512 ? 40 : 20;
+    if (RunSize(n, iters, absl::GetFlag(FLAGS_params), absl::GetFlag(FLAGS_client_procs),
+                absl::GetFlag(FLAGS_channels), coord_bin, absl::GetFlag(FLAGS_coordinator_args)) != 0) {
+      return 1;
+    }
   }
   return 0;
 }

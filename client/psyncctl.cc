@@ -7,6 +7,7 @@
 //
 // Exit codes: 0 ok; 1 coordinator unreachable or RPC failed; 2 bad usage.
 // --json prints the response message as JSON (one object; for watch, one per line).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -81,14 +82,23 @@ std::string WorkerStateName(v1::WorkerState s) {
   return n.rfind("WORKER_", 0) == 0 ? n.substr(7) : n;
 }
 
-void PrintWorkers(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& ws) {
-  std::printf("%-5s %-20s %-8s %-8s %-9s %-6s %-10s %-12s %s\n", "RANK", "HOST", "PID", "DEVICE", "STATE",
-              "ITER", "STEP_MS", "LOSS", "NOTE");
+// `host_ids`: add the HOST_ID column (ranks with the same one share a host's
+// memory; JoinRequest.host_id) before NOTE.
+void PrintWorkers(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& ws, bool host_ids = false) {
+  size_t id_width = 7;
+  if (host_ids) {
+    for (const auto& w : ws) id_width = std::max(id_width, w.host_id().size());
+  }
+  std::printf("%-5s %-20s %-8s %-8s %-9s %-6s %-10s %-12s ", "RANK", "HOST", "PID", "DEVICE", "STATE", "ITER",
+              "STEP_MS", "LOSS");
+  if (host_ids) std::printf("%-*s ", static_cast<int>(id_width), "HOST_ID");
+  std::printf("NOTE\n");
   for (const auto& w : ws) {
-    std::printf("%-5d %-20s %-8lld %-8s %-9s %-6lld %-10.2f %-12.6g %s\n", w.rank(),
-                w.hostname().substr(0, 20).c_str(), static_cast<long long>(w.pid()), w.device().c_str(),
-                WorkerStateName(w.state()).c_str(), static_cast<long long>(w.last_iteration()),
-                w.last_step_ms(), w.last_loss(), w.exit_reason().c_str());
+    std::printf("%-5d %-20s %-8lld %-8s %-9s %-6lld %-10.2f %-12.6g ", w.rank(), w.hostname().substr(0, 20).c_str(),
+                static_cast<long long>(w.pid()), w.device().c_str(), WorkerStateName(w.state()).c_str(),
+                static_cast<long long>(w.last_iteration()), w.last_step_ms(), w.last_loss());
+    if (host_ids) std::printf("%-*s ", static_cast<int>(id_width), w.host_id().c_str());
+    std::printf("%s\n", w.exit_reason().c_str());
   }
 }
 
@@ -132,7 +142,7 @@ int Workers(v1::Control::Stub* stub, bool json) {
     std::printf("no workers joined yet\n");
     return 0;
   }
-  PrintWorkers(r.workers());
+  PrintWorkers(r.workers(), /*host_ids=*/true);
   return 0;
 }
 

@@ -1,63 +1,153 @@
 #include "server/control_service.h"
 
+#include <deque>
+#include <memory>
+#include <mutex>
+
 #include "common/logging.h"
 #include "server/limits.h"
 
 namespace psync::server {
+namespace {
 
-grpc::Status ControlService::Status(grpc::ServerContext* ctx, const v1::StatusRequest*,
-                                    v1::StatusResponse* resp) {
+grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* ctx, const grpc::Status& st) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(st);
+  return r;
+}
+
+// Streams EventLog events until the final one (job finished or aborted),
+// server shutdown, or the client cancels.
+//
+// Threads: Pump runs from the EventLog subscription (an appending thread,
+// possibly with JobState's lock held: so it never calls JobState) and from
+// gRPC reactions. `State` outlives the reactor (the subscription holds it);
+// its mutex guards everything in it.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::Event> {
+ public:
+  WatchReactor(EventLog* log, int64_t after_seq, bool job_ended) : log_(log), state_(std::make_shared<State>()) {
+    state_->reactor = this;
+    state_->last = after_seq;
+    state_->stop_when_idle = job_ended;  // why: no final event will come any more
+    std::shared_ptr<State> s = state_;
+    subscription_ = log_->Subscribe([s, log] { s->Pump(log); });
+    state_->Pump(log_);
+  }
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      state_->writing = false;
+      if (IsFinalEvent(state_->current)) state_->stop_when_idle = true;
+      if (!ok) state_->stop_when_idle = state_->client_gone = true;
+    }
+    state_->Pump(log_);
+  }
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      state_->stop_when_idle = state_->client_gone = true;
+    }
+    state_->Pump(log_);
+  }
+  void OnDone() override {
+    log_->Unsubscribe(subscription_);
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      state_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    WatchReactor* reactor = nullptr;
+    int64_t last = 0;
+    v1::Event current;  // being written while `writing`
+    bool writing = false, finished = false, stop_when_idle = false, client_gone = false;
+
+    void Pump(EventLog* log) {
+      std::lock_guard<std::mutex> l(mu);
+      if (reactor == nullptr || finished || writing) return;
+      if (!client_gone) {
+        std::vector<v1::Event> next = log->After(last);
+        if (!next.empty()) {
+          current = std::move(next.front());
+          last = current.seq();
+          writing = true;
+          reactor->StartWrite(&current);
+          return;
+        }
+      }
+      if (stop_when_idle || log->closed()) {
+        finished = true;
+        reactor->Finish(grpc::Status::OK);
+      }
+    }
+  };
+
+  EventLog* log_;
+  std::shared_ptr<State> state_;
+  uint64_t subscription_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ControlService::Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,
+                                                 v1::StatusResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) job_->FillStatus(resp);
-  return st;
+  return Finished(ctx, st);
 }
 
-grpc::Status ControlService::Workers(grpc::ServerContext* ctx, const v1::WorkersRequest*,
-                                     v1::WorkersResponse* resp) {
+grpc::ServerUnaryReactor* ControlService::Workers(grpc::CallbackServerContext* ctx, const v1::WorkersRequest*,
+                                                  v1::WorkersResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) job_->FillWorkers(resp);
-  return st;
+  return Finished(ctx, st);
 }
 
-grpc::Status ControlService::Buckets(grpc::ServerContext* ctx, const v1::BucketsRequest*,
-                                     v1::BucketsResponse* resp) {
+grpc::ServerUnaryReactor* ControlService::Buckets(grpc::CallbackServerContext* ctx, const v1::BucketsRequest*,
+                                                  v1::BucketsResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) job_->FillBuckets(resp);
-  return st;
+  return Finished(ctx, st);
 }
 
-grpc::Status ControlService::Unused(grpc::ServerContext* ctx, const v1::UnusedRequest*,
-                                    v1::UnusedResponse* resp) {
+grpc::ServerUnaryReactor* ControlService::Unused(grpc::CallbackServerContext* ctx, const v1::UnusedRequest*,
+                                                 v1::UnusedResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) job_->FillUnused(resp);
-  return st;
+  return Finished(ctx, st);
 }
 
-grpc::Status ControlService::Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest* req,
-                                      v1::ShutdownResponse* resp) {
+grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* ctx,
+                                                   const v1::ShutdownRequest* req, v1::ShutdownResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
-  if (!st.ok()) return st;
-  *resp = job_->Shutdown(req->reason().substr(0, kMaxStringBytes));
-  PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << resp->stop_after_iteration();
-  return grpc::Status::OK;
-}
-
-grpc::Status ControlService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
-                                   grpc::ServerWriter<v1::Event>* writer) {
-  grpc::Status st = auth_->Check(ctx);
-  if (!st.ok()) return st;
-  EventLog& log = job_->events();
-  int64_t last = req->include_history() ? 0 : log.last_seq();
-  while (!ctx->IsCancelled()) {
-    // Read Ended() before fetching, so the final event is never missed.
-    const bool ended = job_->Ended();
-    for (const v1::Event& e : log.WaitAfter(last, std::chrono::milliseconds(ended ? 0 : 500))) {
-      if (!writer->Write(e)) return grpc::Status::OK;
-      last = e.seq();
-    }
-    if (ended || log.closed()) break;
+  if (st.ok()) {
+    *resp = job_->Shutdown(req->reason().substr(0, kMaxStringBytes));
+    PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << resp->stop_after_iteration();
   }
-  return grpc::Status::OK;
+  return Finished(ctx, st);
+}
+
+grpc::ServerWriteReactor<v1::Event>* ControlService::Watch(grpc::CallbackServerContext* ctx,
+                                                           const v1::WatchRequest* req) {
+  grpc::Status st = auth_->Check(ctx);
+  if (!st.ok()) {
+    class Refused final : public grpc::ServerWriteReactor<v1::Event> {
+     public:
+      explicit Refused(const grpc::Status& s) { Finish(s); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(st);
+  }
+  EventLog& log = job_->events();
+  // The log position first, then Ended(): a final event appended in between
+  // is after the position, so it is still sent.
+  const int64_t after = req->include_history() ? 0 : log.last_seq();
+  const bool ended = job_->Ended();
+  return new WatchReactor(&log, after, ended);
 }
 
 }  // namespace psync::server

@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
 
@@ -12,25 +14,52 @@
 #include "server/coordinator_service.h"
 #include "server/kv_store.h"
 #include "server/limits.h"
+#include "server/listen_policy.h"
 #include "server/liveness.h"
+#include "server/timer_queue.h"
 
 namespace psync::server {
+namespace {
+
+// Linking grpc++_reflection registers its plugin for every server (a static
+// initializer); this option takes it out again unless reflection was asked for.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(ServerOptions options) {
   if (options.job.world_size < 1 || options.job.world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", options.job.world_size,
                                                    " is out of range 1..", kMaxWorldSize));
   }
+  if (options.job.plan_lookahead < 1 || options.job.plan_lookahead > kMaxPlanLookahead) {
+    return absl::InvalidArgumentError(absl::StrCat("plan lookahead ", options.job.plan_lookahead,
+                                                   " is out of range 1..", kMaxPlanLookahead));
+  }
+  if (absl::Status st = CheckListenPolicy(options.host, options.token, options.allow_unauthenticated); !st.ok()) {
+    return st;
+  }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->options_ = options;
-  s->job_ = std::make_unique<JobState>(options.job);
-  s->kv_ = std::make_unique<KvStore>();
+  s->timers_ = std::make_unique<TimerQueue>();
+  s->job_ = std::make_unique<JobState>(options.job, s->timers_.get());
+  s->kv_ = std::make_unique<KvStore>(s->timers_.get());
   s->auth_ = std::make_unique<TokenAuth>(options.token);
   s->coordinator_ = std::make_unique<CoordinatorService>(s->job_.get(), s->kv_.get(), s->auth_.get());
   s->control_ = std::make_unique<ControlService>(s->job_.get(), s->auth_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // registered; used only with options.reflection
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl;
@@ -40,6 +69,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
     creds = grpc::InsecureServerCredentials();
   }
   grpc::ServerBuilder builder;
+  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string addr = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(addr, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
@@ -57,6 +87,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   builder.RegisterService(s->control_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
+    s->timers_->Stop();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", addr,
                                                " (port in use, or bad address / TLS key)"));
   }
@@ -68,20 +99,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   // Check often enough that a silent rank is found within ~1.25 x heartbeat_timeout.
   const auto period = std::clamp(std::min(options.liveness_period, s->job_->config().heartbeat_timeout / 4),
                                  std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
-  s->liveness_ = std::make_unique<Liveness>(s->job_.get(), period);
+  s->liveness_ = std::make_unique<LivenessTicker>(s->job_.get(), s->timers_.get(), period);
   return s;
 }
 
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  if (liveness_) liveness_->Stop();
+  liveness_->Stop();
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
-  job_->Abort("coordinator shutting down");
-  kv_->Close();
-  job_->events().Close();
+  job_->Abort("coordinator shutting down");  // ends streams, answers waiting Joins
+  kv_->Close();                              // answers waiting StoreGets
+  job_->events().Close();                    // ends Watches
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
+  timers_->Stop();  // after the last RPC: nothing can schedule any more
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -1,123 +1,137 @@
 #include "server/coordinator_service.h"
 
-#include <thread>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/grpc_status.h"
 #include "server/limits.h"
+#include "server/train_reactor.h"
 
 namespace psync::server {
+namespace {
+
+void ReleaseShared(void* p) { delete static_cast<std::shared_ptr<const SharedJoinResponse>*>(p); }
+
+// The response bytes: the shared part (one buffer for every rank, kept alive
+// by the slice) followed by this rank's own fields.
+grpc::ByteBuffer ResponseBytes(const JoinAnswer& a) {
+  const std::string& bytes = a.shared->bytes;
+  grpc::Slice slices[2] = {
+      grpc::Slice(const_cast<char*>(bytes.data()), bytes.size(), &ReleaseShared,
+                  new std::shared_ptr<const SharedJoinResponse>(a.shared)),
+      grpc::Slice(a.RankBytes())};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+// A Join: answered by JobState when the world completes (or the join fails).
+class JoinReactor final : public grpc::ServerUnaryReactor {
+ public:
+  JoinReactor(JobState* job, const v1::JoinRequest& req, grpc::ByteBuffer* resp) : job_(job) {
+    const std::string who = absl::StrCat(req.hostname().substr(0, 64), ":", req.pid());
+    ticket_ = job->Join(req, [this, resp, who](absl::StatusOr<JoinAnswer> r) {
+      if (!r.ok()) {
+        PSYNC_LOG(WARNING) << "Join from " << who << " refused: " << r.status().message();
+        Finish(ToGrpc(r.status()));
+        return;
+      }
+      // One line per rank only for small worlds; large ones have `psyncctl workers`.
+      if (job_->config().world_size <= 64) {
+        PSYNC_LOG(INFO) << "rank " << r->rank << " (" << who << ") joined";
+      } else {
+        PSYNC_LOG(DEBUG) << "rank " << r->rank << " (" << who << ") joined";
+      }
+      *resp = ResponseBytes(*r);
+      Finish(grpc::Status::OK);
+    });
+  }
+  void OnCancel() override { job_->CancelJoin(ticket_); }
+  void OnDone() override { delete this; }
+
+ private:
+  JobState* job_;
+  uint64_t ticket_ = 0;  // written before gRPC can call OnCancel (the reactor is bound after return)
+};
+
+// A StoreGet: answered by KvStore when the key appears or the wait ends.
+class StoreGetReactor final : public grpc::ServerUnaryReactor {
+ public:
+  StoreGetReactor(KvStore* kv, const std::string& key, std::chrono::milliseconds timeout,
+                  v1::StoreGetResponse* resp)
+      : kv_(kv) {
+    ticket_ = kv->Get(key, timeout, [this, resp](absl::StatusOr<std::string> v) {
+      if (!v.ok()) {
+        Finish(ToGrpc(v.status()));
+        return;
+      }
+      resp->set_value(std::move(*v));
+      Finish(grpc::Status::OK);
+    });
+  }
+  void OnCancel() override { kv_->Cancel(ticket_); }
+  void OnDone() override { delete this; }
+
+ private:
+  KvStore* kv_;
+  uint64_t ticket_ = 0;
+};
+
+grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* ctx, const grpc::Status& st) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(st);
+  return r;
+}
+
+}  // namespace
 
 grpc::Status CoordinatorService::CheckJob(const std::string& job_id) const {
   if (job_id != job_->config().job_id) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("job id '", job_id.substr(0, 128),
-                                     "' does not match this coordinator's job '",
+                        absl::StrCat("job id '", job_id.substr(0, 128), "' does not match this coordinator's job '",
                                      job_->config().job_id, "'"));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
-                                      v1::JoinResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                   grpc::ByteBuffer* resp) {
   grpc::Status auth = auth_->Check(ctx);
-  if (!auth.ok()) return auth;
-  absl::StatusOr<v1::JoinResponse> r = job_->Join(*req, [ctx] { return ctx->IsCancelled(); });
-  if (!r.ok()) {
-    PSYNC_LOG(WARNING) << "Join from " << req->hostname().substr(0, 64) << ":" << req->pid()
-                       << " refused: " << r.status().message();
-    return ToGrpc(r.status());
+  if (!auth.ok()) return Finished(ctx, auth);
+  v1::JoinRequest request;
+  // Deserialize clears the buffer: the request's bytes are freed here, not
+  // when the world completes.
+  grpc::Status parsed =
+      grpc::SerializationTraits<v1::JoinRequest>::Deserialize(const_cast<grpc::ByteBuffer*>(req), &request);
+  if (!parsed.ok()) {
+    return Finished(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "JoinRequest is not a valid psync.v1.JoinRequest message"));
   }
-  PSYNC_LOG(INFO) << "rank " << r->rank() << " (" << req->hostname() << ":" << req->pid()
-                  << ") joined";
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+  return new JoinReactor(job_, request, resp);
 }
 
-grpc::Status CoordinatorService::StoreSet(grpc::ServerContext* ctx, const v1::StoreSetRequest* req,
-                                          v1::StoreSetResponse*) {
+grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* ctx,
+                                                       const v1::StoreSetRequest* req, v1::StoreSetResponse*) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) st = CheckJob(req->job_id());
-  if (!st.ok()) return st;
-  return ToGrpc(kv_->Set(req->key(), req->value()));
+  if (st.ok()) st = ToGrpc(kv_->Set(req->key(), req->value()));
+  return Finished(ctx, st);
 }
 
-grpc::Status CoordinatorService::StoreGet(grpc::ServerContext* ctx, const v1::StoreGetRequest* req,
-                                          v1::StoreGetResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* ctx,
+                                                       const v1::StoreGetRequest* req, v1::StoreGetResponse* resp) {
   grpc::Status st = auth_->Check(ctx);
   if (st.ok()) st = CheckJob(req->job_id());
-  if (!st.ok()) return st;
-  if (req->timeout_ms() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("timeout_ms is ", req->timeout_ms(), "; must be >= 0"));
+  if (st.ok() && req->timeout_ms() < 0) {
+    st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("timeout_ms is ", req->timeout_ms(), "; must be >= 0"));
   }
+  if (!st.ok()) return Finished(ctx, st);
   const auto timeout = std::chrono::milliseconds(std::min(req->timeout_ms(), kMaxStoreWaitMs));
-  absl::StatusOr<std::string> v = kv_->Get(req->key(), timeout, [ctx] { return ctx->IsCancelled(); });
-  if (!v.ok()) return ToGrpc(v.status());
-  resp->set_value(std::move(*v));
-  return grpc::Status::OK;
+  return new StoreGetReactor(kv_, req->key(), timeout, resp);
 }
 
-grpc::Status CoordinatorService::Train(grpc::ServerContext* ctx,
-                                       grpc::ServerReaderWriter<v1::Plan, v1::TrainUp>* stream) {
-  grpc::Status auth = auth_->Check(ctx);
-  if (!auth.ok()) return auth;
-  v1::TrainUp up;
-  if (!stream->Read(&up)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Train stream closed before hello");
-  }
-  if (!up.has_hello()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first message on a Train stream must be hello{job_id, rank, generation}");
-  }
-  absl::StatusOr<std::shared_ptr<PlanMailbox>> mb = job_->Attach(up.hello());
-  if (!mb.ok()) return ToGrpc(mb.status());
-  const int rank = up.hello().rank();
-  std::shared_ptr<PlanMailbox> mailbox = *mb;
-
-  // Writer: owns stream->Write for this stream's lifetime.
-  std::thread writer([&stream, mailbox] {
-    v1::Plan plan;
-    while (mailbox->Pop(&plan)) {
-      if (!stream->Write(plan)) break;
-    }
-  });
-
-  grpc::Status result = grpc::Status::OK;
-  std::string cause = "stream closed";
-  bool done = false;
-  while (!done && stream->Read(&up)) {
-    absl::Status st;
-    switch (up.msg_case()) {
-      case v1::TrainUp::kReport:
-        st = job_->Report(rank, up.report());
-        break;
-      case v1::TrainUp::kDone:
-        st = job_->Done(rank, up.done());
-        done = true;
-        break;
-      case v1::TrainUp::kHeartbeat:
-        st = job_->Heartbeat(rank, up.heartbeat());
-        break;
-      case v1::TrainUp::kHello:
-        st = absl::InvalidArgumentError("hello sent twice on one Train stream");
-        break;
-      default:
-        st = absl::InvalidArgumentError("empty TrainUp message (no hello, report, heartbeat or done)");
-        break;
-    }
-    if (!st.ok()) {
-      result = ToGrpc(st);
-      cause = absl::StrCat("protocol error: ", st.message());
-      PSYNC_LOG(WARNING) << "rank " << rank << ": " << st.message();
-      break;
-    }
-  }
-  if (!done && ctx->IsCancelled()) cause = "stream closed (cancelled)";
-  job_->StreamClosed(rank, cause);  // closes the mailbox; the writer drains it and exits
-  writer.join();
-  return result;
+grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* CoordinatorService::Train(grpc::CallbackServerContext* ctx) {
+  return new TrainReactor(ctx, job_, auth_);
 }
 
 }  // namespace psync::server

@@ -1,12 +1,14 @@
 // CoordinatorService: the psync.v1.Coordinator gRPC service (Join, StoreSet,
-// StoreGet, Train). Stateless glue: the job lives in JobState, the store in
-// KvStore.
+// StoreGet, Train) on gRPC's callback API. Stateless glue: the job lives in
+// JobState, the store in KvStore, each Train stream in a TrainReactor.
 //
-// Threads: gRPC's sync-server threads run every handler. A Train stream's
-// handler thread reads (reports, done); for the stream's lifetime it owns one
-// writer thread that drains the rank's PlanMailbox onto the stream (one
-// reader + one writer is what the sync API allows on a stream).
+// Threads: gRPC runs every method and reaction on its own small pool of
+// callback threads; nothing here blocks one. A Join waiting for the world
+// and a StoreGet waiting for its key are reactors parked in JobState /
+// KvStore, finished later by whichever thread completes them.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
 
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/auth.h"
@@ -15,19 +17,25 @@
 
 namespace psync::server {
 
-class CoordinatorService final : public v1::Coordinator::Service {
- public:
-  CoordinatorService(JobState* job, KvStore* kv, const TokenAuth* auth)
-      : job_(job), kv_(kv), auth_(auth) {}
+// Join is a raw (ByteBuffer) method: its request is parsed and freed at
+// once instead of living until the world completes, and every response
+// shares one serialized copy of the common part (rendezvous.h,
+// SharedJoinResponse), so thousands of waiting Joins cost little memory.
+using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Join<
+    v1::Coordinator::WithCallbackMethod_StoreSet<v1::Coordinator::WithCallbackMethod_StoreGet<
+        v1::Coordinator::WithCallbackMethod_Train<v1::Coordinator::Service>>>>;
 
-  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
-                    v1::JoinResponse* resp) override;
-  grpc::Status StoreSet(grpc::ServerContext* ctx, const v1::StoreSetRequest* req,
-                        v1::StoreSetResponse* resp) override;
-  grpc::Status StoreGet(grpc::ServerContext* ctx, const v1::StoreGetRequest* req,
-                        v1::StoreGetResponse* resp) override;
-  grpc::Status Train(grpc::ServerContext* ctx,
-                     grpc::ServerReaderWriter<v1::Plan, v1::TrainUp>* stream) override;
+class CoordinatorService final : public CoordinatorServiceBase {
+ public:
+  CoordinatorService(JobState* job, KvStore* kv, const TokenAuth* auth) : job_(job), kv_(kv), auth_(auth) {}
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
+                                     v1::StoreSetResponse* resp) override;
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreGetRequest* req,
+                                     v1::StoreGetResponse* resp) override;
+  grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* Train(grpc::CallbackServerContext* ctx) override;
 
  private:
   grpc::Status CheckJob(const std::string& job_id) const;

@@ -19,12 +19,20 @@ void EventLog::Append(v1::EventType type, int rank, int64_t iteration, std::stri
     events_.push_back(std::move(e));
     while (events_.size() > kKeep) events_.pop_front();
   }
-  cv_.notify_all();
+  Notify();
 }
 
-std::vector<v1::Event> EventLog::WaitAfter(int64_t after_seq, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait_for(l, timeout, [&] { return closed_ || next_seq_ - 1 > after_seq; });
+void EventLog::Notify() {
+  std::vector<std::shared_ptr<std::function<void()>>> subs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, fn] : subscribers_) subs.push_back(fn);
+  }
+  for (auto& fn : subs) (*fn)();
+}
+
+std::vector<v1::Event> EventLog::After(int64_t after_seq) const {
+  std::lock_guard<std::mutex> l(mu_);
   std::vector<v1::Event> out;
   for (const auto& e : events_) {
     if (e.seq() > after_seq) out.push_back(e);
@@ -37,12 +45,24 @@ int64_t EventLog::last_seq() const {
   return next_seq_ - 1;
 }
 
+uint64_t EventLog::Subscribe(std::function<void()> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  const uint64_t id = next_sub_++;
+  subscribers_.emplace(id, std::make_shared<std::function<void()>>(std::move(fn)));
+  return id;
+}
+
+void EventLog::Unsubscribe(uint64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  subscribers_.erase(id);
+}
+
 void EventLog::Close() {
   {
     std::lock_guard<std::mutex> l(mu_);
     closed_ = true;
   }
-  cv_.notify_all();
+  Notify();
 }
 
 bool EventLog::closed() const {

@@ -1,12 +1,16 @@
-// EventLog: the job's event history for Control.Watch. Thread-safe: any
-// thread appends; Watch handler threads block in WaitAfter. Keeps the last
-// kKeep events.
+// EventLog: the job's event history for Control.Watch. Keeps the last kKeep
+// events. Watchers subscribe to be told when there is something new, and
+// read it with After(); nobody blocks a thread on it.
+//
+// Threads: thread-safe (mu_ guards events_ and the subscriber list). Append
+// is called with JobState's lock held, and runs the subscribers' callbacks
+// (after releasing mu_): they must only queue work, never call JobState.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,20 +24,29 @@ class EventLog {
   static constexpr size_t kKeep = 1024;
 
   void Append(v1::EventType type, int rank, int64_t iteration, std::string message);
-  // Events with seq > after_seq (oldest first). Waits up to `timeout` for one
-  // if there is none yet; returns an empty vector on timeout or after Close().
-  std::vector<v1::Event> WaitAfter(int64_t after_seq, std::chrono::milliseconds timeout);
+  // Events with seq > after_seq that are still kept, oldest first.
+  std::vector<v1::Event> After(int64_t after_seq) const;
   int64_t last_seq() const;
-  // Wakes every waiter (server shutdown).
+  // `fn` runs after every Append and after Close. Returns an id for Unsubscribe.
+  uint64_t Subscribe(std::function<void()> fn);
+  void Unsubscribe(uint64_t id);
+  // No more events (server shutdown); subscribers are told once more.
   void Close();
   bool closed() const;
 
  private:
+  void Notify();
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<v1::Event> events_;
   int64_t next_seq_ = 1;
   bool closed_ = false;
+  std::map<uint64_t, std::shared_ptr<std::function<void()>>> subscribers_;
+  uint64_t next_sub_ = 1;
 };
+
+// True for the events after which a job never changes again.
+inline bool IsFinalEvent(const v1::Event& e) {
+  return e.type() == v1::EVENT_FINISHED || e.type() == v1::EVENT_ABORTED;
+}
 
 }  // namespace psync::server

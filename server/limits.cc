@@ -26,6 +26,18 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
     absl::Status st = ValidateString(field, *value, kMaxStringBytes);
     if (!st.ok()) return st;
   }
+  if (req.host_id().size() > static_cast<size_t>(kMaxHostIdBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_id is ", req.host_id().size(), " bytes; the limit is ", kMaxHostIdBytes));
+  }
+  for (size_t i = 0; i < req.host_id().size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(req.host_id()[i]);
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host_id has byte 0x", absl::Hex(c, absl::kZeroPad2), " at offset ", i,
+          "; only printable ASCII without spaces (0x21..0x7e) is allowed (set PSYNC_HOST_ID accordingly)"));
+    }
+  }
   if (req.requested_rank() < -1) {
     return absl::InvalidArgumentError(
         absl::StrCat("requested_rank is ", req.requested_rank(), "; use -1 for any rank or 0..W-1"));

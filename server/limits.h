@@ -21,6 +21,9 @@ inline constexpr int kMaxValueBytes = 1 << 20;
 inline constexpr int kMaxKeysPerJob = 65536;
 inline constexpr int64_t kMaxBucketCapBytes = int64_t{16} << 30;
 inline constexpr int64_t kMaxStoreWaitMs = 3600 * 1000;
+inline constexpr int kMaxHostIdBytes = 256;             // JoinRequest.host_id
+inline constexpr int kDefaultPlanLookahead = 2;         // K (coordinator.proto, "Plan lookahead")
+inline constexpr int kMaxPlanLookahead = 64;
 
 // Bytes of one parameter (product of dims * element size); shape already validated.
 int64_t ParamBytes(const v1::ParamSpec& p);

@@ -2,29 +2,25 @@
 
 namespace psync::server {
 
-Liveness::Liveness(JobState* job, std::chrono::milliseconds period)
-    : job_(job), period_(period), thread_([this] { Run(); }) {}
-
-Liveness::~Liveness() { Stop(); }
-
-void Liveness::Stop() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+LivenessTicker::LivenessTicker(JobState* job, Scheduler* scheduler, std::chrono::milliseconds period)
+    : job_(job), scheduler_(scheduler), period_(period) {
+  std::lock_guard<std::mutex> l(mu_);
+  timer_ = scheduler_->RunAt(scheduler_->Now() + period_, [this] { Tick(); });
 }
 
-void Liveness::Run() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!stop_) {
-    cv_.wait_for(l, period_, [&] { return stop_; });
-    if (stop_) break;
-    l.unlock();
-    job_->CheckLiveness(JobState::Clock::now());
-    l.lock();
-  }
+LivenessTicker::~LivenessTicker() { Stop(); }
+
+void LivenessTicker::Stop() {
+  std::lock_guard<std::mutex> l(mu_);
+  stopped_ = true;
+  scheduler_->Cancel(timer_);
+}
+
+void LivenessTicker::Tick() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopped_) return;
+  job_->CheckLiveness(JobState::Clock::now());
+  timer_ = scheduler_->RunAt(scheduler_->Now() + period_, [this] { Tick(); });
 }
 
 }  // namespace psync::server

@@ -1,30 +1,32 @@
-// Liveness: a thread that calls JobState::CheckLiveness about every
-// `period`. Owns its thread; Stop() (or the destructor) joins it.
+// LivenessTicker: calls JobState::CheckLiveness about every `period` on the
+// coordinator's Scheduler (no thread of its own). Stop() ends it; after Stop
+// returns, no check starts any more.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 #include "server/job_state.h"
+#include "server/scheduler.h"
 
 namespace psync::server {
 
-class Liveness {
+class LivenessTicker {
  public:
-  Liveness(JobState* job, std::chrono::milliseconds period);
-  ~Liveness();
+  LivenessTicker(JobState* job, Scheduler* scheduler, std::chrono::milliseconds period);
+  ~LivenessTicker();
   void Stop();
 
  private:
-  void Run();
+  void Tick();
   JobState* job_;
+  Scheduler* scheduler_;
   const std::chrono::milliseconds period_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::mutex mu_;  // guards stopped_ and timer_; held during a check so Stop waits for it
+  bool stopped_ = false;
+  uint64_t timer_ = 0;
 };
 
 }  // namespace psync::server

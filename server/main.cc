@@ -14,9 +14,13 @@
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/atomic_file.h"
 #include "server/coordinator_server.h"
+#include "server/limits.h"
+#include "server/listen_policy.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "listen address");
+ABSL_FLAG(std::string, host, "0.0.0.0",
+          "listen address; anything but loopback needs a token (or --allow-unauthenticated)");
 ABSL_FLAG(int, port, 29500, "listen port (0 = pick a free port)");
 ABSL_FLAG(int, world_size, 0, "number of workers in the job (required)");
 ABSL_FLAG(std::string, job_id, "psync", "job id every worker must send");
@@ -32,6 +36,14 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "min(5s, --report-timeout / 2)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once listening");
 ABSL_FLAG(bool, exit_when_done, false, "exit once the job has finished or aborted");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "serve a non-loopback --host without a token (anyone who can reach it can stop the job)");
+ABSL_FLAG(bool, reflection, false, "enable gRPC server reflection (for grpcurl without .proto files)");
+ABSL_FLAG(int, plan_lookahead, psync::server::kDefaultPlanLookahead,
+          "K: workers may run up to K iterations ahead of the coordinator's plans (1..64); a shutdown "
+          "stops every rank K-1 iterations after the first unsent plan");
+ABSL_FLAG(absl::Duration, test_only_plan_delay, absl::ZeroDuration(),
+          "TEST ONLY: hold every plan back this long before sending it (simulates a slow coordinator)");
 
 namespace {
 
@@ -63,6 +75,10 @@ int main(int argc, char** argv) {
   opt.job.join_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_join_timeout));
   opt.job.report_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_report_timeout));
   opt.token = absl::GetFlag(FLAGS_token);
+  opt.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
+  opt.reflection = absl::GetFlag(FLAGS_reflection);
+  opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
+  opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
   if (opt.token.empty()) {
     if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
   }
@@ -71,6 +87,10 @@ int main(int argc, char** argv) {
   if (opt.job.job_id.empty()) return BadFlag("--job-id must not be empty");
   if (opt.job.join_timeout.count() <= 0) return BadFlag("--join-timeout must be > 0");
   if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
+  if (opt.job.plan_lookahead < 1 || opt.job.plan_lookahead > psync::server::kMaxPlanLookahead) {
+    return BadFlag("--plan-lookahead must be in 1.." + std::to_string(psync::server::kMaxPlanLookahead));
+  }
+  if (opt.job.test_only_plan_delay.count() < 0) return BadFlag("--test-only-plan-delay must be >= 0");
   if (args.given("heartbeat_timeout")) {
     opt.job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));
     if (opt.job.heartbeat_timeout.count() <= 0) return BadFlag("--heartbeat-timeout must be > 0");
@@ -80,6 +100,10 @@ int main(int argc, char** argv) {
   if (!cert.empty()) {
     if (!ReadFile(cert, &opt.tls_cert_pem)) return BadFlag("--tls-cert: cannot read " + cert);
     if (!ReadFile(key, &opt.tls_key_pem)) return BadFlag("--tls-key: cannot read " + key);
+  }
+
+  if (absl::Status st = psync::server::CheckListenPolicy(opt.host, opt.token, opt.allow_unauthenticated); !st.ok()) {
+    return BadFlag(std::string(st.message()));
   }
 
   // Block SIGINT/SIGTERM in every thread; the main thread waits for them.
@@ -97,17 +121,19 @@ int main(int argc, char** argv) {
   const int port = (*server)->port();
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::fprintf(stderr, "psync-coordinator: cannot write --port-file %s\n", port_file.c_str());
+    if (absl::Status st = psync::WriteFileAtomically(port_file, std::to_string(port) + "\n"); !st.ok()) {
+      std::fprintf(stderr, "psync-coordinator: --port-file: %s\n", std::string(st.message()).c_str());
       return 1;
     }
   }
   std::cout << "psync-coordinator listening on " << opt.host << ":" << port << std::endl;
   PSYNC_LOG(INFO) << "job '" << opt.job.job_id << "' world size " << opt.job.world_size
-                  << (opt.token.empty() ? "" : ", token required")
-                  << (cert.empty() ? "" : ", TLS");
+                  << (opt.token.empty() ? ", no token" : ", token required")
+                  << (cert.empty() ? "" : ", TLS") << (opt.reflection ? ", reflection on" : "")
+                  << ", plan lookahead " << opt.job.plan_lookahead
+                  << (opt.job.test_only_plan_delay.count() > 0
+                          ? ", TEST-ONLY plan delay " + std::to_string(opt.job.test_only_plan_delay.count()) + " ms"
+                          : std::string());
 
   const bool exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
   timespec tick{0, 200 * 1000 * 1000};

@@ -1,49 +1,80 @@
-// PlanMailbox: the queue of Plans for one rank's Train stream. JobState
-// pushes (under its own lock, from whichever thread completed an iteration);
-// the stream's writer thread pops and writes to the wire. Thread-safe.
+// PlanSink: where JobState delivers one rank's Plans. The Train stream's
+// reactor (train_reactor.h) is the real one; PlanMailbox is a plain queue
+// for tests and the fuzzer.
+//
+// JobState calls Push and Close with its own lock held, so that plans reach
+// every sink in iteration order; implementations only queue there (no
+// blocking, no call back into JobState). When Push returns true, JobState
+// calls Flush after releasing its lock, and that is where a sink starts
+// sending (e.g. a gRPC write), so slow sends never hold the job's lock.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "psync/v1/coordinator.pb.h"
 
 namespace psync::server {
 
-class PlanMailbox {
+using PlanPtr = std::shared_ptr<const v1::Plan>;  // one Plan object shared by every rank's sink
+
+class PlanSink {
  public:
-  void Push(const v1::Plan& plan) {
+  virtual ~PlanSink() = default;
+  // Queues `plan`; true = call Flush() once the job's lock is released.
+  virtual bool Push(PlanPtr plan) = 0;
+  // No more plans will be pushed; what is queued still goes out.
+  virtual void Close() = 0;
+  virtual void Flush() {}
+};
+
+// A queue with a blocking Pop. Thread-safe.
+class PlanMailbox : public PlanSink {
+ public:
+  bool Push(PlanPtr plan) override {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (closed_) return;
-      q_.push_back(plan);
+      if (closed_) return false;
+      q_.push_back(std::move(plan));
     }
     cv_.notify_all();
+    return false;
   }
-  // No more pushes; Pop still drains what is queued.
-  void Close() {
+  void Close() override {
     {
       std::lock_guard<std::mutex> l(mu_);
       closed_ = true;
     }
     cv_.notify_all();
   }
-  // Blocks until a plan is queued (true) or the mailbox is closed and empty (false).
-  bool Pop(v1::Plan* out) {
+  // Waits up to `timeout` for a plan (true), or until the mailbox is closed
+  // and empty or the timeout passed (false).
+  bool Pop(v1::Plan* out, std::chrono::milliseconds timeout = std::chrono::hours(1)) {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return closed_ || !q_.empty(); });
+    cv_.wait_for(l, timeout, [&] { return closed_ || !q_.empty(); });
     if (q_.empty()) return false;
-    *out = std::move(q_.front());
+    *out = *q_.front();
     q_.pop_front();
     return true;
   }
+  // Non-blocking.
+  bool TryPop(v1::Plan* out) { return Pop(out, std::chrono::milliseconds(0)); }
+  size_t size() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return q_.size();
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return closed_;
+  }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::Plan> q_;
+  std::deque<PlanPtr> q_;
   bool closed_ = false;
 };
 

@@ -14,6 +14,12 @@
 // that don't stop in time) sends SIGTERM, then SIGKILL. The launcher never
 // starts gRPC itself (it forks), so it talks to the coordinator via psyncctl.
 //
+// Token: without --token / PSYNC_TOKEN the launcher makes a random one for
+// the job (so nobody else on the machine, or on the network with
+// --host=0.0.0.0, can stop the job or touch its rendezvous keys) and passes
+// it to every child in the environment; it is also written (mode 0600) to
+// <tmpdir>/token, printed at start, for your own psyncctl calls.
+//
 // Exit status: the worst of the workers' exit codes (0 done/stopped, 1
 // internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5 coordinator lost; a
 // worker killed by a signal counts as 128+signal), or the launcher's own:
@@ -50,7 +56,7 @@ ABSL_FLAG(int, nproc, 0, "number of local workers (required)");
 ABSL_FLAG(int, port, 0, "coordinator port (0 = pick a free one)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the coordinator binds to and workers connect to");
 ABSL_FLAG(std::string, job_id, "psync", "job id");
-ABSL_FLAG(std::string, token, "", "shared secret (env PSYNC_TOKEN)");
+ABSL_FLAG(std::string, token, "", "shared secret (env PSYNC_TOKEN; default: a random one for this job)");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA / certificate the workers and psyncctl trust: connect over TLS (env PSYNC_TLS_CA; "
           "serve TLS with --coordinator-args='--tls-cert=C --tls-key=K')");
@@ -197,9 +203,10 @@ void StopAll(std::vector<Child*>& children, std::chrono::milliseconds term_wait)
 }
 
 // Runs a short helper (psyncctl) to completion with a bound; returns its exit code or -1.
-int RunBounded(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+int RunBounded(const std::vector<std::string>& argv, const std::vector<std::string>& env_add,
+               std::chrono::milliseconds limit) {
   int devnull = open("/dev/null", O_WRONLY);
-  pid_t pid = Spawn(argv, {}, devnull);
+  pid_t pid = Spawn(argv, env_add, devnull);
   if (devnull >= 0) close(devnull);
   if (pid < 0) return -1;
   Child c{"psyncctl", pid, true};
@@ -209,6 +216,28 @@ int RunBounded(const std::vector<std::string>& argv, std::chrono::milliseconds l
     return -1;
   }
   return c.exit_code;
+}
+
+// 32 random bytes from the kernel, as hex; empty if /dev/urandom fails.
+std::string RandomToken() {
+  unsigned char buf[32];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got != sizeof(buf)) return "";
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : buf) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
 }
 
 std::vector<std::string> SplitSpaces(const std::string& s) {
@@ -316,10 +345,26 @@ int main(int argc, char** argv) {
   }
   const std::string tmpdir = tmpl;
   const std::string port_file = tmpdir + "/port";
+  const std::string token_file = tmpdir + "/token";
   auto cleanup_tmp = [&] {
     unlink(port_file.c_str());
+    unlink(token_file.c_str());
     rmdir(tmpdir.c_str());
   };
+  const bool generated_token = token.empty();
+  if (generated_token) {
+    token = RandomToken();
+    int tfd = open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const bool wrote = !token.empty() && tfd >= 0 && write(tfd, token.data(), token.size()) ==
+                                                        static_cast<ssize_t>(token.size());
+    if (tfd >= 0) close(tfd);
+    if (!wrote) {
+      std::cerr << "psync-launch: cannot make a token for the job (/dev/urandom or " << token_file
+                << "): " << std::strerror(errno) << "; pass --token or set PSYNC_TOKEN\n";
+      cleanup_tmp();
+      return 1;
+    }
+  }
 
   // ---- coordinator
   int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -365,7 +410,8 @@ int main(int argc, char** argv) {
     }
   }
   const std::string coord_addr = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
-  std::cerr << "psync-launch: coordinator " << coord_addr << " (pid " << coordinator.pid << "), starting " << nproc
+  std::cerr << "psync-launch: coordinator " << coord_addr << " (pid " << coordinator.pid
+            << (generated_token ? absl::StrCat("; token in ", token_file) : std::string()) << "), starting " << nproc
             << " worker(s)\n";
 
   // ---- workers
@@ -426,10 +472,10 @@ int main(int argc, char** argv) {
         std::cerr << "psync-launch: " << strsignal(sig)
                   << ": asking the coordinator to stop the job (again to force)\n";
         std::vector<std::string> ctl = {*ctl_bin, "--coordinator=" + coord_addr};
-        if (!token.empty()) ctl.push_back("--token=" + token);
         if (!tls_ca.empty()) ctl.push_back("--tls-ca=" + tls_ca);
         ctl.push_back("shutdown");
-        int rc = RunBounded(ctl, std::chrono::milliseconds(10000));
+        // The token goes in the environment, never on a command line (ps shows those).
+        int rc = RunBounded(ctl, {"PSYNC_TOKEN=" + token}, std::chrono::milliseconds(10000));
         if (rc != 0) {
           std::cerr << "psync-launch: psyncctl shutdown failed (" << rc << "); stopping workers with SIGTERM\n";
           SignalAll(wptrs, SIGTERM);

@@ -1,5 +1,7 @@
 #include "worker/runtime/plan_source.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace psync::runtime {
@@ -31,9 +33,29 @@ std::string PackBitmap(const std::vector<uint8_t>& bytes) {
 
 void PlanMailbox::Deliver(IterationPlan plan) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (plan.action == PlanAction::kAbort && !abort_) abort_ = plan;
-  plans_[plan.iteration] = std::move(plan);
+  if (plan.action == PlanAction::kAbort) {
+    if (!abort_) abort_ = std::move(plan);  // kept apart: it fails every Wait
+  } else if (plan.iteration > released_through_) {
+    latest_ = std::max(latest_, plan.iteration);
+    plans_[plan.iteration] = std::move(plan);
+  }
   cv_.notify_all();
+}
+
+void PlanMailbox::Release(int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mu_);
+  released_through_ = std::max(released_through_, iteration);
+  plans_.erase(plans_.begin(), plans_.upper_bound(iteration));
+}
+
+int64_t PlanMailbox::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+size_t PlanMailbox::held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
 }
 
 void PlanMailbox::Close(absl::Status why) {
@@ -48,6 +70,10 @@ void PlanMailbox::Close(absl::Status why) {
 absl::StatusOr<IterationPlan> PlanMailbox::Wait(int64_t iteration, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (iteration <= released_through_) {
+    return absl::FailedPreconditionError(absl::StrCat("the plan of iteration ", iteration,
+                                                      " was already consumed and released"));
+  }
   while (true) {
     auto it = plans_.find(iteration);
     if (it != plans_.end()) return it->second;

@@ -2,11 +2,13 @@
 //
 // The coordinator answers every iteration's Report with one Plan (the
 // globally unused parameters, maybe a new bucket plan, and an action). A
-// reader thread delivers them into a PlanMailbox; the trainer waits for the
-// plan of the iteration it is finishing, and the reducer (with
-// find_unused_parameters) asks for the same plan's unused set in finalize
-// through CoordinatorUnusedSource, so the coordinator's round trip overlaps
-// backward and every rank applies the same set.
+// reader thread delivers them into a PlanMailbox; the trainer takes them in
+// order when it needs them (plan_window.h: Plan{j-K} before step j) and then
+// releases them, so the mailbox holds at most the plans in flight (memory
+// stays flat over any number of steps). With find_unused_parameters the
+// reducer also reads Plan{j}'s unused set in step j's finalize through
+// CoordinatorUnusedSource, so the round trip overlaps backward and every
+// rank applies the same set.
 #pragma once
 
 #include <chrono>
@@ -37,6 +39,7 @@ struct IterationPlan {
   int64_t applies_from = 0;
   PlanAction action = PlanAction::kContinue;
   std::string reason;
+  int64_t stop_after = -1;  // with kStopAfter: every rank stops after this iteration
 };
 
 // Bit p of `bitmap` (byte p/8, bit p%8, LSB first) as bytes 0/1, for `n` parameters.
@@ -59,6 +62,13 @@ class PlanMailbox {
   // Non-blocking: the ABORT plan seen, if any.
   std::optional<IterationPlan> abort_plan() const;
   absl::Status closed_status() const;
+  // Drops the plans of iterations <= `iteration` (the trainer consumed them;
+  // the reducer only ever reads a later one). Later Waits for them fail.
+  void Release(int64_t iteration);
+  // The highest iteration delivered so far (-1 = none).
+  int64_t latest() const;
+  // Plans held (delivered, not released).
+  size_t held() const;
 
  private:
   mutable std::mutex mu_;
@@ -67,6 +77,8 @@ class PlanMailbox {
   std::optional<IterationPlan> abort_;
   absl::Status closed_ = absl::OkStatus();
   bool is_closed_ = false;
+  int64_t released_through_ = -1;
+  int64_t latest_ = -1;
 };
 
 // The reducer's UnusedParameterSource over the coordinator's plans.

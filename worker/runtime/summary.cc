@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/json.h"
 
 namespace psync::runtime {
@@ -27,39 +27,30 @@ std::vector<double> RunSummary::TimedSteps() const {
 }
 
 std::string RunSummary::ToJson() const {
-  auto num = [](double v) -> json::Value {
-    if (!std::isfinite(v)) return json::Value();  // null
-    return json::Value(v);
+  auto num = [](double v) -> json::Json {
+    if (!std::isfinite(v)) return nullptr;
+    return v;
   };
-  json::Value o = json::Value::MakeObject();
-  o.Set("rank", rank)
-      .Set("world_size", world_size)
-      .Set("steps_requested", steps_requested)
-      .Set("steps_completed", steps_completed)
-      .Set("final_loss", num(final_loss))
-      .Set("median_step_ms", num(median_step_ms()))
-      .Set("p90_step_ms", num(p90_step_ms()))
-      .Set("timed_steps", static_cast<int64_t>(TimedSteps().size()))
-      .Set("exit_reason", exit_reason)
-      .Set("exit_code", exit_code)
-      .Set("backend", backend)
-      .Set("device", device)
-      .Set("total_s", num(total_s));
+  json::Json o = json::Json::object();
+  o["rank"] = rank;
+  o["world_size"] = world_size;
+  o["steps_requested"] = steps_requested;
+  o["steps_completed"] = steps_completed;
+  o["final_loss"] = num(final_loss);
+  o["median_step_ms"] = num(median_step_ms());
+  o["p90_step_ms"] = num(p90_step_ms());
+  o["timed_steps"] = static_cast<int64_t>(TimedSteps().size());
+  o["exit_reason"] = exit_reason;
+  o["exit_code"] = exit_code;
+  o["backend"] = backend;
+  o["device"] = device;
+  o["total_s"] = num(total_s);
   return json::Serialize(o, /*pretty=*/true) + "\n";
 }
 
 absl::Status RunSummary::WriteJson(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return absl::InternalError(absl::StrCat("--summary: cannot write ", path));
-    f << ToJson();
-    f.flush();
-    if (!f) return absl::InternalError(absl::StrCat("--summary: error writing ", path));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("--summary: cannot rename ", tmp, " to ", path));
-  }
+  absl::Status st = WriteFileAtomically(path, ToJson());
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--summary: ", st.message()));
   return absl::OkStatus();
 }
 

@@ -1,9 +1,10 @@
 #include "worker/runtime/trace_writer.h"
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/json.h"
 
 namespace psync::runtime {
@@ -55,11 +56,9 @@ size_t TraceWriter::num_events() const {
 }
 
 absl::Status TraceWriter::Write(const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::string tmp = path + ".tmp";
+  std::ostringstream f;
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return absl::InternalError(absl::StrCat("--trace: cannot write ", path));
+    std::lock_guard<std::mutex> lock(mu_);
     f << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"rank\":" << rank_ << ",\"dropped_events\":" << dropped_
       << "},\n\"traceEvents\":[\n";
     // Metadata: process and thread names.
@@ -91,12 +90,9 @@ absl::Status TraceWriter::Write(const std::string& path) const {
       f << "}";
     }
     f << "\n]}\n";
-    f.flush();
-    if (!f) return absl::InternalError(absl::StrCat("--trace: error writing ", path));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("--trace: cannot rename ", tmp, " to ", path));
-  }
+  absl::Status st = WriteFileAtomically(path, f.str());
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--trace: ", st.message()));
   return absl::OkStatus();
 }
 

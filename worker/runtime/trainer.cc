@@ -16,7 +16,9 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/nn/loss.h"
+#include "common/status_macros.h"
 #include "worker/optim/sgd.h"
+#include "worker/runtime/plan_window.h"
 #include "worker/runtime/sharding.h"
 #include "worker/tensor/ops.h"
 
@@ -149,21 +151,60 @@ TrainResult Train(const TrainContext& ctx) {
   int64_t last_print_step = 0;
   double last_step_ms = 0;
   double prev_loss = 0;
-  std::optional<IterationPlan> pending_bucket_plan;
+  PlanWindow window(ctx.plan_lookahead);
   const std::set<int> skip_set = opt.skip_layer >= 0 ? std::set<int>{opt.skip_layer} : std::set<int>{};
+
+  // Takes (waits for, then releases) every plan through `through`, in order.
+  auto take_plans = [&](int64_t through, int64_t step) -> absl::Status {
+    while (window.next() <= through) {
+      const int64_t it = window.next();
+      absl::StatusOr<IterationPlan> plan;
+      {
+        TraceWriter::Scope span(trace, "wait plan", "control", TraceWriter::kControl,
+                                {{"iteration", std::to_string(it)}, {"step", std::to_string(step)}});
+        plan = ctx.plans->Wait(it, opt.timeout);
+      }
+      if (!plan.ok()) return plan.status();
+      if (plan->action == PlanAction::kAbort) return absl::AbortedError(plan->reason);
+      PSYNC_RETURN_IF_ERROR(window.Consume(*plan));
+      ctx.plans->Release(it);
+    }
+    return absl::OkStatus();
+  };
+  auto stopped = [&](int64_t last_step) {
+    result.exit_code = kExitOk;
+    result.reason = absl::StrCat("stopped after iteration ", last_step, " (", last_step + 1, " steps)",
+                                 window.stop_reason().empty() ? "" : ": ", window.stop_reason());
+    return result;
+  };
 
   for (int64_t step = 0; step < opt.steps; ++step) {
     const auto t0 = Clock::now();
+    // The plans this step needs (Plan{step-K}); a stop announced in them ends
+    // the run before this step, on every rank alike.
+    if (absl::Status st = take_plans(window.NeededBeforeStep(step), step); !st.ok()) {
+      return fail(st, step, "waiting for the coordinator's plan");
+    }
+    if (window.StopsBefore(step)) {
+      if (absl::Status st = take_plans(step - 1, step); !st.ok()) {
+        return fail(st, step - 1, "waiting for the coordinator's last plans");
+      }
+      return stopped(step - 1);
+    }
+    if (trace && step > 0 && ctx.plans->latest() < step - 1) {
+      trace->Instant("ahead of plans", "control", TraceWriter::kControl, Clock::now(),
+                     {{"step", std::to_string(step)}, {"latest_plan", std::to_string(ctx.plans->latest())}});
+    }
     // A bucket plan announced earlier takes effect at its iteration boundary.
-    if (pending_bucket_plan && pending_bucket_plan->applies_from <= step) {
-      absl::Status st = reducer.ApplyBucketPlan(*pending_bucket_plan->bucket_plan);
+    if (std::optional<IterationPlan> bp = window.TakeBucketPlanFor(step)) {
+      absl::Status st = reducer.ApplyBucketPlan(*bp->bucket_plan);
       if (!st.ok()) return fail(st, step, "applying the coordinator's bucket plan");
-      if (trace) trace->Instant(absl::StrCat("bucket plan ", pending_bucket_plan->bucket_plan_id), "control",
+      if (trace) trace->Instant(absl::StrCat("bucket plan ", bp->bucket_plan_id), "control",
                                 TraceWriter::kControl, Clock::now(),
-                                {{"buckets", std::to_string(pending_bucket_plan->bucket_plan->size())}});
-      PSYNC_LOG(DEBUG) << "applied bucket plan " << pending_bucket_plan->bucket_plan_id << " ("
-                       << pending_bucket_plan->bucket_plan->size() << " buckets) at iteration " << step;
-      pending_bucket_plan.reset();
+                                {{"buckets", std::to_string(bp->bucket_plan->size())},
+                                 {"iteration", std::to_string(step)}});
+      PSYNC_LOG(DEBUG) << "applied bucket plan " << bp->bucket_plan_id << " (" << bp->bucket_plan->size()
+                       << " buckets) at iteration " << step;
     }
 
     std::vector<uint8_t> used(num_params, opt.find_unused_parameters ? 0 : 1);
@@ -212,16 +253,6 @@ TrainResult Train(const TrainContext& ctx) {
       step_loss += loss.data().Item();
     }
 
-    absl::StatusOr<IterationPlan> plan;
-    {
-      TraceWriter::Scope span(trace, "wait plan", "control", TraceWriter::kControl,
-                              {{"iteration", std::to_string(step)}});
-      plan = ctx.plans->Wait(step, opt.timeout);
-    }
-    if (!plan.ok()) return fail(plan.status(), step, "waiting for the coordinator's plan");
-    if (plan->action == PlanAction::kAbort) return fail(absl::AbortedError(plan->reason), step, "plan");
-    if (plan->bucket_plan) pending_bucket_plan = *plan;
-
     {
       TraceWriter::Scope span(trace, "optimizer step", "train", TraceWriter::kMain,
                               {{"iteration", std::to_string(step)}});
@@ -248,14 +279,13 @@ TrainResult Train(const TrainContext& ctx) {
       last_print = t1;
       last_print_step = step + 1;
     }
-
-    if (plan->action == PlanAction::kStopAfter) {
-      result.exit_code = kExitOk;
-      result.reason = absl::StrCat("stopped after iteration ", step, " (", step + 1, " steps)",
-                                   plan->reason.empty() ? "" : ": ", plan->reason);
-      return result;
-    }
   }
+  // Before Done: the plans of the last steps (the coordinator closes every
+  // iteration this rank reported; a stop announced there changes nothing).
+  if (absl::Status st = take_plans(opt.steps - 1, opt.steps); !st.ok()) {
+    return fail(st, opt.steps - 1, "waiting for the coordinator's last plans");
+  }
+  if (window.StopsBefore(opt.steps)) return stopped(window.stop_after());
   result.exit_code = kExitOk;
   result.reason = absl::StrCat("completed ", result.steps_completed, " steps");
   return result;

@@ -7,8 +7,11 @@
 //                                    [rank 0, iter 1: ready order]}
 //     backward (buckets reduce as they fill; with find_unused_parameters
 //               finalize takes the global unused set from Plan{iter})
-//   wait Plan{iter}; optimizer step; act on Plan.action; apply a new bucket
-//   plan at its applies_from iteration.
+//   optimizer step.
+// Before each step it takes the plans it needs then (plan_window.h: through
+// Plan{iter-K}, so it runs up to K steps ahead of the coordinator), stops if
+// one of them says so, and applies a new bucket plan at its applies_from
+// iteration; after the last step it takes the remaining plans before Done.
 //
 // The trainer knows nothing about gRPC: reports go out through a
 // ReportChannel, plans come in through a PlanMailbox.
@@ -57,6 +60,7 @@ struct TrainContext {
   ddp::DistributedDataParallel* ddp = nullptr;
   ReportChannel* reports = nullptr;
   std::shared_ptr<PlanMailbox> plans;
+  int plan_lookahead = 1;  // K, from the coordinator (JoinResult::plan_lookahead)
   TraceWriter* trace = nullptr;
   // Set (from any thread) when the coordinator stream failed: 5; or when an
   // ABORT plan arrived: 4. Read when an iteration fails to classify it.

@@ -25,6 +25,7 @@
 #include "worker/runtime/coordinator/coordinator_client.h"
 #include "worker/runtime/coordinator/coordinator_store.h"
 #include "worker/runtime/dataset.h"
+#include "worker/runtime/host_identity.h"
 #include "worker/runtime/plan_source.h"
 #include "worker/runtime/summary.h"
 #include "worker/runtime/trace_writer.h"
@@ -74,6 +75,7 @@ IterationPlan ToIterationPlan(const coord::Plan& p, size_t num_params) {
     case coord::Action::kAbort: out.action = PlanAction::kAbort; break;
   }
   out.reason = p.reason;
+  out.stop_after = p.stop_after_iteration;
   return out;
 }
 
@@ -286,8 +288,11 @@ int RunWorkerImpl(const WorkerOptions& opt) {
     return Exit(kExitRendezvous, absl::StrCat("cannot reach the coordinator at ", opt.coordinator, ": ",
                                               std::string(client.status().message())));
   }
+  absl::StatusOr<std::string> host_id = LocalHostId();
+  if (!host_id.ok()) return Exit(kExitBadInput, std::string(host_id.status().message()));
   coord::JoinRequest req;
   req.job_id = opt.job_id;
+  req.host_id = *host_id;
   req.requested_rank = opt.rank;
   req.world_size = opt.world_size;
   req.device = device->ToString();
@@ -390,6 +395,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   ctx.ddp = ddp->get();
   ctx.reports = &reports;
   ctx.plans = mailbox;
+  ctx.plan_lookahead = joined->plan_lookahead;
   ctx.trace = &trace;
   ctx.fatal_code = pump.fatal_code();
   if (rank == 0 && !opt.quiet) {

@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <dirent.h>
+
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -17,6 +20,7 @@
 #include "psync/v1/control.grpc.pb.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
+#include "server/kv_store.h"
 #include "tests/common/subprocess.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
@@ -44,6 +48,21 @@ struct Server {
   }
   std::unique_ptr<server::CoordinatorServer> srv;
   std::string target;
+
+  // Polls `pred` (every 5 ms, up to 10 s): waits for an event, not a fixed time.
+  static bool WaitFor(const std::function<bool()>& pred) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  }
+  int Joined() {
+    v1::StatusResponse st;
+    srv->job().FillStatus(&st);
+    return st.joined();
+  }
 
   v1::StatusResponse Status(const std::string& token = "") {
     auto ch = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
@@ -208,7 +227,7 @@ TEST(Coordinator, DuplicateRankAndMismatchedModelRefused) {
   Server s(2);
   auto a = Connect(s);
   auto fa = std::async(std::launch::async, [&] { return a->Join(Req(1), 10000ms); });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(Server::WaitFor([&] { return s.Joined() == 1; })) << "rank 1 never joined";
   auto b = Connect(s);
   auto dup = b->Join(Req(1), 5000ms);
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
@@ -228,17 +247,20 @@ TEST(Coordinator, StoreGetWaitsForSetAndTimesOut) {
   Server s(1);
   auto a = Connect(s);
   auto b = Connect(s);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto f = std::async(std::launch::async, [&] { return a->StoreGet("psync/k", 5000ms); });
-  std::this_thread::sleep_for(300ms);
+  auto f = std::async(std::launch::async, [&] { return a->StoreGet("psync/k", 10000ms); });
+  // The Get is parked in the store (no answer yet) before the Set happens.
+  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->kv().waiting() == 1; })) << "StoreGet never reached the store";
+  ASSERT_EQ(f.wait_for(0ms), std::future_status::timeout) << "StoreGet returned before the key was set";
   ASSERT_TRUE(b->StoreSet("psync/k", std::string("v\0x", 3)).ok());
   auto v = f.get();
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, std::string("v\0x", 3));
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  EXPECT_EQ(s.srv->kv().waiting(), 0u);
   auto miss = a->StoreGet("psync/missing", 200ms);
   EXPECT_EQ(miss.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(std::string(miss.status().message()).find("psync/missing"), std::string::npos);
+  EXPECT_NE(std::string(miss.status().message()).find("store key 'psync/missing' not set within 200 ms"),
+            std::string::npos)
+      << miss.status();
   EXPECT_EQ(a->StoreSet("psync/big", std::string((1 << 20) + 1, 'x')).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -279,25 +301,191 @@ TEST(Coordinator, ReportTimeoutAbortsNamingIteration) {
 TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
   Server s(3);
   auto ws = StartWorld(s, 3);
+  ASSERT_EQ(ws[0].joined.plan_lookahead, 2);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
   ASSERT_TRUE(ws[2].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
+  ASSERT_TRUE(ws[2].client->SendReport({2, AllUsed(), 0, 0, {}}).ok());  // runs ahead (lookahead 2)
   auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
   auto stub = v1::Control::NewStub(ch);
   grpc::ClientContext ctx;
   v1::ShutdownResponse resp;
   ASSERT_TRUE(stub->Shutdown(&ctx, v1::ShutdownRequest(), &resp).ok());
-  EXPECT_EQ(resp.stop_after_iteration(), 1);
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
-  for (int r = 0; r < 3; ++r) {
-    auto p = ws[r].client->WaitPlan(1, 5000ms);
-    ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->iteration, 1);
-    EXPECT_EQ(p->action, Action::kStopAfter);
+  EXPECT_EQ(resp.stop_after_iteration(), 2) << "first unsent plan 1 + lookahead 2 - 1";
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ws[r].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
+    ASSERT_TRUE(ws[r].client->SendReport({2, AllUsed(), 0, 0, {}}).ok());
   }
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(ws[r].client->SendDone("stopped after iteration 1").ok());
-  auto st = s.Status();
-  EXPECT_EQ(st.state(), v1::JOB_FINISHED);
+  for (int r = 0; r < 3; ++r) {
+    for (int64_t it : {1, 2}) {
+      auto p = ws[r].client->WaitPlan(it, 5000ms);
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_EQ(p->iteration, it);
+      EXPECT_EQ(p->action, Action::kStopAfter);
+      EXPECT_EQ(p->stop_after_iteration, 2);
+    }
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(ws[r].client->SendDone("stopped after iteration 2").ok());
+  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_FINISHED; }));
+}
+
+TEST(Coordinator, HostIdsOfEveryRankInJoinResultAndWorkers) {
+  Server s(3);
+  std::vector<std::future<absl::StatusOr<coordinator::JoinResult>>> fs;
+  std::vector<std::unique_ptr<CoordinatorClient>> cs;
+  for (int r = 0; r < 3; ++r) cs.push_back(Connect(s));
+  for (int r = 0; r < 3; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      auto req = Req(r);
+      req.host_id = r == 1 ? "hostB" : "hostA";
+      return cs[static_cast<size_t>(r)]->Join(req, 10000ms);
+    }));
+  }
+  for (auto& f : fs) {
+    auto j = f.get();
+    ASSERT_TRUE(j.ok()) << j.status();
+    EXPECT_EQ(j->host_ids, (std::vector<std::string>{"hostA", "hostB", "hostA"}));
+  }
+  std::string out;
+  test_support::SpawnResult r = test_support::SpawnAndCapture({PSYNCCTL_PATH, "--coordinator=" + s.target, "workers"});
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("HOST_ID"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hostB"), std::string::npos) << r.output;
+}
+
+// Bad input on a live Train stream ends that stream with a status naming the
+// problem; the server keeps serving.
+TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
+  Server s(2);
+  auto ws = StartWorld(s, 2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  ASSERT_TRUE(ws[0].client->SendReport({1, AllUsed(), 0, 0, {0, 1, 1}}).ok());  // 1 twice
+  auto p = ws[0].client->WaitPlan(1, 5000ms);
+  if (p.ok() && p->iteration == 0) p = ws[0].client->WaitPlan(1, 5000ms);
+  ASSERT_FALSE(p.ok());
+  const std::string msg(p.status().message());
+  EXPECT_NE(msg.find("INVALID_ARGUMENT"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ready_order"), std::string::npos) << msg;
+  // Rank 1 hears that rank 0 was lost for it.
+  auto q = ws[1].client->WaitPlan(1, 5000ms);
+  if (q.ok() && q->iteration == 0) q = ws[1].client->WaitPlan(1, 5000ms);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->action, Action::kAbort);
+  EXPECT_NE(q->reason.find("rank 0 ("), std::string::npos) << q->reason;
+  EXPECT_NE(q->reason.find("protocol error"), std::string::npos) << q->reason;
+  EXPECT_NE(q->reason.find("ready_order"), std::string::npos) << q->reason;
+  s.Status();
+  EXPECT_TRUE(s.last.ok());
+}
+
+TEST(Coordinator, BadTokenOnTrainStreamAndShutdown) {
+  Server s(1, "s3cret");
+  auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
+  {  // Train with a wrong token: refused before hello, nothing attached.
+    auto stub = v1::Coordinator::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer nope");
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    auto st = stub->Train(&ctx);
+    v1::TrainUp up;
+    up.mutable_hello()->set_job_id("psync");
+    up.mutable_hello()->set_rank(0);
+    st->Write(up);
+    st->WritesDone();
+    v1::Plan p;
+    EXPECT_FALSE(st->Read(&p));
+    grpc::Status fin = st->Finish();
+    EXPECT_EQ(fin.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_NE(fin.error_message().find("invalid token"), std::string::npos) << fin.error_message();
+  }
+  {  // Shutdown without / with a wrong token: refused, the job keeps waiting.
+    auto stub = v1::Control::NewStub(ch);
+    for (const char* token : {"", "Bearer s3cre", "Bearer s3cret2", "s3cret"}) {
+      grpc::ClientContext ctx;
+      if (*token) ctx.AddMetadata("authorization", token);
+      v1::ShutdownResponse resp;
+      grpc::Status st = stub->Shutdown(&ctx, v1::ShutdownRequest(), &resp);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    }
+    EXPECT_EQ(s.srv->job().state(), v1::JOB_WAITING);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer s3cret");
+    v1::ShutdownResponse resp;
+    EXPECT_TRUE(stub->Shutdown(&ctx, v1::ShutdownRequest(), &resp).ok());
+    EXPECT_EQ(s.srv->job().state(), v1::JOB_FINISHED);
+  }
+}
+
+// Threads in this process (/proc/self/task).
+int ThreadCount() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// 200 Joins and 200 StoreGets wait at once (the world is 201 ranks): with the
+// callback API none of them holds a server thread, so the thread count stays
+// put (the sync server needed one thread each).
+TEST(Coordinator, WaitingJoinsAndStoreGetsHoldNoThread) {
+  Server s(201);
+  auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(ch);
+  // Warm up gRPC's own pools (client and server) with one round trip.
+  {
+    grpc::ClientContext ctx;
+    v1::StoreSetRequest req;
+    req.set_job_id("psync");
+    req.set_key("warm");
+    v1::StoreSetResponse resp;
+    ASSERT_TRUE(stub->StoreSet(&ctx, req, &resp).ok());
+  }
+  const int before = ThreadCount();
+  constexpr int kN = 200;
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::JoinRequest jreq;
+    v1::JoinResponse jresp;
+    v1::StoreGetRequest greq;
+    v1::StoreGetResponse gresp;
+    grpc::ClientContext gctx;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < kN; ++i) {
+    auto c = std::make_unique<Call>();
+    c->jreq.set_job_id("psync");
+    c->jreq.set_requested_rank(-1);
+    c->jreq.set_hostname("t");
+    c->jreq.set_backend("gloo");
+    c->jreq.set_bucket_cap_bytes(16);
+    c->jreq.set_first_bucket_cap_bytes(8);
+    auto* p = c->jreq.add_manifest();
+    p->set_name("p0");  // the manifest of TestJoinRequest(-1, 1)
+    p->add_shape(1);
+    p->set_element_size(4);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    stub->async()->Join(&c->ctx, &c->jreq, &c->jresp, [&finished](grpc::Status) { ++finished; });
+    c->greq.set_job_id("psync");
+    c->greq.set_key("later");
+    c->greq.set_timeout_ms(30000);
+    c->gctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    stub->async()->StoreGet(&c->gctx, &c->greq, &c->gresp, [&finished](grpc::Status) { ++finished; });
+    calls.push_back(std::move(c));
+  }
+  ASSERT_TRUE(Server::WaitFor([&] { return s.Joined() == kN && s.srv->kv().waiting() == kN; }));
+  const int during = ThreadCount();
+  EXPECT_EQ(finished.load(), 0);
+  EXPECT_LT(during - before, 16) << "threads before " << before << ", with " << kN
+                                 << " waiting Joins and StoreGets " << during;
+  ASSERT_TRUE(s.srv->kv().Set("later", "v").ok());
+  auto last = Connect(s);
+  auto j = last->Join(Req(-1, 1), 10000ms);  // the 201st rank completes the world
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_TRUE(Server::WaitFor([&] { return finished.load() == 2 * kN; }));
+  for (auto& c : calls) EXPECT_EQ(c->jresp.world_size(), 201);
 }
 
 // Runs a binary (bounded); returns exit code; stdout+stderr in *out.

@@ -59,6 +59,19 @@ wait_exit() {
   done
   wait "$pid"; rc=$?
 }
+# wait_iteration ADDR N [TOKEN]: waits (every 0.1 s, up to 60 s) until the
+# coordinator at ADDR has made the plan of iteration N, i.e. training is
+# under way on every rank (instead of sleeping a fixed time).
+wait_iteration() {
+  local addr=$1 n=$2 token=${3:-} it=""
+  for _ in $(seq 600); do
+    it=$(PSYNC_TOKEN=$token "$CTL" --coordinator="$addr" --json status 2>/dev/null |
+         sed -n 's/.*"iteration":"\{0,1\}\(-\{0,1\}[0-9]*\).*/\1/p')
+    [[ -n $it ]] && ((it >= n)) && return 0
+    sleep 0.1
+  done
+  fail "the job at $addr did not reach iteration $n within 60 s (last: ${it:-none})"
+}
 json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
 
 # run_job N OUT [flags]: coordinator + N workers, all must exit 0 within 120 s.
@@ -112,7 +125,7 @@ case $CASE in
   shutdown)
     start_coord 2
     for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet --save="$T/stop.st" --summary="$T/sum{rank}.json"; done
-    sleep 2
+    wait_iteration "$CADDR" 2
     "$CTL" --coordinator="$CADDR" shutdown >"$T/ctl.log" 2>&1 || fail "psyncctl shutdown failed"
     for r in 0 1; do wait_exit "${WPID[$r]}" 20; [[ $rc == 0 ]] || fail "rank $r exited $rc after shutdown"; done
     k0=$(json_field "$T/sum0.json" steps_completed); k1=$(json_field "$T/sum1.json" steps_completed)
@@ -126,7 +139,7 @@ case $CASE in
   kill_worker)
     start_coord 4
     for r in 0 1 2 3; do start_worker $r 4 --steps=1000000 --quiet; done
-    sleep 2
+    wait_iteration "$CADDR" 2
     t0=$(date +%s.%N)
     kill -9 "${WPID[2]}"
     for r in 0 1 3; do
@@ -146,7 +159,7 @@ case $CASE in
   kill_coordinator)
     start_coord 2
     for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet; done
-    sleep 2
+    wait_iteration "$CADDR" 2
     kill -9 "$CPID"
     for r in 0 1; do
       wait_exit "${WPID[$r]}" 10
@@ -206,7 +219,11 @@ EOF
     # Ctrl-C: SIGINT to the launcher stops the job through the coordinator.
     "$LAUNCH" --nproc=2 -- --steps=1000000 --quiet --summary="$T/int{rank}.json" >"$T/int.log" 2>&1 &
     LP=$!; PIDS+=("$LP")
-    sleep 3
+    for _ in $(seq 600); do grep -q "token in " "$T/int.log" && break; sleep 0.1; done
+    laddr=$(sed -n 's/.*coordinator \([0-9.]*:[0-9]*\) (pid [0-9]*; token in \([^)]*\)).*/\1/p' "$T/int.log")
+    ltok=$(sed -n 's/.*coordinator [0-9.]*:[0-9]* (pid [0-9]*; token in \([^)]*\)).*/\1/p' "$T/int.log")
+    [[ -n $laddr && -s $ltok ]] || fail "psync-launch printed no coordinator address and token file: $(cat "$T/int.log")"
+    wait_iteration "$laddr" 2 "$(cat "$ltok")"
     kill -INT "$LP"
     wait_exit "$LP" 30
     [[ $rc == 0 ]] || fail "psync-launch after SIGINT: exit $rc"

@@ -70,13 +70,12 @@ TEST(RunSummary, JsonHasTheFieldsAndNullForNonFinite) {
   s.backend = "gloo";
   s.device = "cpu";
   s.total_s = 1.5;
-  absl::StatusOr<json::Value> v = json::Parse(s.ToJson());
+  absl::StatusOr<json::Json> v = json::Parse(s.ToJson());
   ASSERT_TRUE(v.ok()) << v.status() << "\n" << s.ToJson();
   ASSERT_TRUE(v->is_object());
   auto num = [&](const char* key) {
-    const json::Value* f = v->Find(key);
-    EXPECT_TRUE(f != nullptr && f->is_number()) << key;
-    return f != nullptr && f->is_number() ? f->number() : std::nan("");
+    EXPECT_TRUE(v->contains(key) && (*v)[key].is_number()) << key;
+    return v->contains(key) && (*v)[key].is_number() ? (*v)[key].get<double>() : std::nan("");
   };
   EXPECT_EQ(num("rank"), 1);
   EXPECT_EQ(num("world_size"), 2);
@@ -87,12 +86,12 @@ TEST(RunSummary, JsonHasTheFieldsAndNullForNonFinite) {
   EXPECT_EQ(num("timed_steps"), 2);
   EXPECT_EQ(num("exit_code"), 3);
   EXPECT_DOUBLE_EQ(num("total_s"), 1.5);
-  ASSERT_NE(v->Find("final_loss"), nullptr);
-  EXPECT_TRUE(v->Find("final_loss")->is_null());
-  ASSERT_NE(v->Find("exit_reason"), nullptr);
-  EXPECT_EQ(v->Find("exit_reason")->string_value(), "stopped by \"psyncctl\"");
-  EXPECT_EQ(v->Find("backend")->string_value(), "gloo");
-  EXPECT_EQ(v->Find("device")->string_value(), "cpu");
+  ASSERT_TRUE(v->contains("final_loss"));
+  EXPECT_TRUE((*v)["final_loss"].is_null());
+  ASSERT_TRUE(v->contains("exit_reason"));
+  EXPECT_EQ((*v)["exit_reason"], "stopped by \"psyncctl\"");
+  EXPECT_EQ((*v)["backend"], "gloo");
+  EXPECT_EQ((*v)["device"], "cpu");
 }
 
 TEST(RunSummary, WriteJsonWritesTheFileAtomically) {

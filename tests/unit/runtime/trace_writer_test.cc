@@ -18,34 +18,41 @@ namespace {
 
 using std::chrono::microseconds;
 
-json::Value ReadJson(const std::string& path) {
+json::Json ReadJson(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
-  absl::StatusOr<json::Value> v = json::Parse(ss.str());
+  absl::StatusOr<json::Json> v = json::Parse(ss.str());
   EXPECT_TRUE(v.ok()) << v.status() << "\n" << ss.str();
-  return v.ok() ? *v : json::Value();
+  return v.ok() ? *v : json::Json();
+}
+
+// The member `key` of object `o`, or null.
+const json::Json* Find(const json::Json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(key);
+  return it == o.end() ? nullptr : &*it;
 }
 
 // The events of `trace` named `name` (any phase).
-std::vector<const json::Value*> Named(const json::Value& trace, const std::string& name) {
-  std::vector<const json::Value*> out;
-  const json::Value* events = trace.Find("traceEvents");
+std::vector<const json::Json*> Named(const json::Json& trace, const std::string& name) {
+  std::vector<const json::Json*> out;
+  const json::Json* events = Find(trace, "traceEvents");
   if (events == nullptr || !events->is_array()) return out;
-  for (const json::Value& e : events->array()) {
-    const json::Value* n = e.Find("name");
-    if (n != nullptr && n->is_string() && n->string_value() == name) out.push_back(&e);
+  for (const json::Json& e : *events) {
+    const json::Json* n = Find(e, "name");
+    if (n != nullptr && n->is_string() && n->get<std::string>() == name) out.push_back(&e);
   }
   return out;
 }
 
-std::string Str(const json::Value& e, const char* key) {
-  const json::Value* v = e.Find(key);
-  return v != nullptr && v->is_string() ? v->string_value() : "<missing " + std::string(key) + ">";
+std::string Str(const json::Json& e, const char* key) {
+  const json::Json* v = Find(e, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "<missing " + std::string(key) + ">";
 }
-int64_t Int(const json::Value& e, const char* key) {
-  const json::Value* v = e.Find(key);
-  return v != nullptr && v->is_int() ? v->int_value() : -999999;
+int64_t Int(const json::Json& e, const char* key) {
+  const json::Json* v = Find(e, key);
+  return v != nullptr && v->is_number_integer() ? v->get<int64_t>() : -999999;
 }
 
 TEST(TraceWriter, WritesValidChromeTraceJson) {
@@ -62,13 +69,13 @@ TEST(TraceWriter, WritesValidChromeTraceJson) {
   ASSERT_TRUE(w.Write(path).ok());
   EXPECT_FALSE(std::ifstream(path + ".tmp").good()) << "temporary file left behind";
 
-  const json::Value trace = ReadJson(path);
+  const json::Json trace = ReadJson(path);
   ASSERT_TRUE(trace.is_object());
   EXPECT_EQ(Str(trace, "displayTimeUnit"), "ms");
-  ASSERT_NE(trace.Find("otherData"), nullptr);
-  EXPECT_EQ(Int(*trace.Find("otherData"), "rank"), 2);
-  EXPECT_EQ(Int(*trace.Find("otherData"), "dropped_events"), 0);
-  const json::Value* events = trace.Find("traceEvents");
+  ASSERT_NE(Find(trace, "otherData"), nullptr);
+  EXPECT_EQ(Int(*Find(trace, "otherData"), "rank"), 2);
+  EXPECT_EQ(Int(*Find(trace, "otherData"), "dropped_events"), 0);
+  const json::Json* events = Find(trace, "traceEvents");
   ASSERT_TRUE(events != nullptr && events->is_array());
 
   // Metadata: the process is "rank 2", the four tracks are named.
@@ -76,9 +83,9 @@ TEST(TraceWriter, WritesValidChromeTraceJson) {
   ASSERT_EQ(process.size(), 1u);
   EXPECT_EQ(Str(*process[0], "ph"), "M");
   EXPECT_EQ(Int(*process[0], "pid"), 2);
-  EXPECT_EQ(Str(*process[0]->Find("args"), "name"), "rank 2");
+  EXPECT_EQ(Str(*Find(*process[0], "args"), "name"), "rank 2");
   std::map<int64_t, std::string> threads;
-  for (const json::Value* e : Named(trace, "thread_name")) threads[Int(*e, "tid")] = Str(*e->Find("args"), "name");
+  for (const json::Json* e : Named(trace, "thread_name")) threads[Int(*e, "tid")] = Str(*Find(*e, "args"), "name");
   EXPECT_EQ(threads, (std::map<int64_t, std::string>{{1, "main"}, {2, "autograd"}, {3, "comm"}, {4, "control"}}));
 
   auto fwd = Named(trace, "forward");
@@ -89,14 +96,14 @@ TEST(TraceWriter, WritesValidChromeTraceJson) {
   EXPECT_EQ(Int(*fwd[0], "tid"), TraceWriter::kMain);
   EXPECT_EQ(Int(*fwd[0], "dur"), 5000);
   EXPECT_GE(Int(*fwd[0], "ts"), 0);
-  ASSERT_NE(fwd[0]->Find("args"), nullptr);
-  EXPECT_EQ(Str(*fwd[0]->Find("args"), "step"), "3");
+  ASSERT_NE(Find(*fwd[0], "args"), nullptr);
+  EXPECT_EQ(Str(*Find(*fwd[0], "args"), "step"), "3");
 
   auto launch = Named(trace, "launch bucket 0");
   ASSERT_EQ(launch.size(), 1u);
   EXPECT_EQ(Str(*launch[0], "ph"), "i");
   EXPECT_EQ(Str(*launch[0], "s"), "t");
-  EXPECT_EQ(launch[0]->Find("dur"), nullptr);
+  EXPECT_EQ(Find(*launch[0], "dur"), nullptr);
   EXPECT_EQ(Int(*launch[0], "ts"), Int(*fwd[0], "ts") + 100);
 
   auto reduce = Named(trace, "allreduce bucket 0");
@@ -130,9 +137,9 @@ TEST(TraceWriter, EventsBeyondTheCapAreCountedAsDropped) {
   EXPECT_EQ(w.num_events(), 2u);
   const std::string path = dir.File("trace.json");
   ASSERT_TRUE(w.Write(path).ok());
-  const json::Value trace = ReadJson(path);
-  ASSERT_NE(trace.Find("otherData"), nullptr);
-  EXPECT_EQ(Int(*trace.Find("otherData"), "dropped_events"), 3);
+  const json::Json trace = ReadJson(path);
+  ASSERT_NE(Find(trace, "otherData"), nullptr);
+  EXPECT_EQ(Int(*Find(trace, "otherData"), "dropped_events"), 3);
   EXPECT_EQ(Named(trace, "mark 0").size(), 1u);
   EXPECT_EQ(Named(trace, "mark 1").size(), 1u);
   EXPECT_EQ(Named(trace, "mark 2").size(), 0u);
@@ -151,7 +158,7 @@ TEST(TraceWriter, ConcurrentWritersKeepEveryEvent) {
   EXPECT_EQ(w.num_events(), 1000u);
   const std::string path = dir.File("trace.json");
   ASSERT_TRUE(w.Write(path).ok());
-  const json::Value trace = ReadJson(path);
+  const json::Json trace = ReadJson(path);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(Named(trace, "t" + std::to_string(t)).size(), 250u);
 }
 

@@ -1,9 +1,11 @@
+// JobState without a network: Joins complete through callbacks, time moves
+// only through a ManualScheduler or explicit `now` arguments, so nothing
+// here sleeps or races the clock.
 #include "server/job_state.h"
 
 #include <gtest/gtest.h>
 
-#include <future>
-#include <thread>
+#include "server/manual_scheduler.h"
 
 namespace psync::server {
 namespace {
@@ -37,24 +39,48 @@ JobConfig Cfg(int world, std::chrono::milliseconds join = 5000ms, std::chrono::m
   return c;
 }
 
-// Joins `world` ranks concurrently (requested ranks as given) and attaches them.
-std::vector<std::shared_ptr<PlanMailbox>> JoinAll(JobState& job, const std::vector<int>& ranks,
-                                                  std::vector<int>* got = nullptr) {
-  std::vector<std::future<absl::StatusOr<v1::JoinResponse>>> fs;
-  for (int r : ranks) fs.push_back(std::async(std::launch::async, [&job, r] { return job.Join(Req(r)); }));
+// The outcome of one Join, filled in by its callback.
+struct Joined {
+  bool done = false;
+  absl::StatusOr<v1::JoinResponse> r = absl::UnknownError("not answered");
+  uint64_t ticket = 0;
+};
+
+std::shared_ptr<Joined> StartJoin(JobState& job, const v1::JoinRequest& req) {
+  auto out = std::make_shared<Joined>();
+  out->ticket = job.Join(req, [out](absl::StatusOr<JoinAnswer> r) {
+    EXPECT_FALSE(out->done) << "a Join callback ran twice";
+    out->done = true;
+    if (!r.ok()) {
+      out->r = r.status();
+      return;
+    }
+    out->r = r->Full();
+    // The wire form (shared bytes + the rank's own) parses to the same response.
+    v1::JoinResponse wire;
+    EXPECT_TRUE(wire.ParseFromString(r->shared->bytes + r->RankBytes()));
+    EXPECT_EQ(wire.SerializeAsString(), out->r->SerializeAsString());
+  });
+  return out;
+}
+
+// Joins ranks (requested as given; the last Join completes the world) and
+// attaches a mailbox for each; indexed by rank.
+std::vector<std::shared_ptr<PlanMailbox>> JoinAll(JobState& job, const std::vector<int>& ranks) {
+  std::vector<std::shared_ptr<Joined>> js;
+  for (int r : ranks) js.push_back(StartJoin(job, Req(r)));
   std::vector<std::shared_ptr<PlanMailbox>> mbs(ranks.size());
-  for (auto& f : fs) {
-    auto resp = f.get();
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    if (!resp.ok()) continue;
-    if (got) got->push_back(resp->rank());
+  for (auto& j : js) {
+    EXPECT_TRUE(j->done);
+    EXPECT_TRUE(j->r.ok()) << j->r.status();
+    if (!j->r.ok()) continue;
     v1::Hello h;
     h.set_job_id("job");
-    h.set_rank(resp->rank());
-    h.set_generation(resp->generation());
-    auto mb = job.Attach(h);
-    EXPECT_TRUE(mb.ok()) << mb.status();
-    mbs[static_cast<size_t>(resp->rank())] = *mb;
+    h.set_rank(j->r->rank());
+    h.set_generation(j->r->generation());
+    auto mb = std::make_shared<PlanMailbox>();
+    EXPECT_TRUE(job.Attach(h, mb).ok());
+    mbs[static_cast<size_t>(j->r->rank())] = mb;
   }
   return mbs;
 }
@@ -67,101 +93,198 @@ v1::Report Rep(int64_t it, const std::string& bitmap) {
   return r;
 }
 
-bool PopNow(PlanMailbox& mb, v1::Plan* p) {
-  auto f = std::async(std::launch::async, [&] { return mb.Pop(p); });
-  if (f.wait_for(2s) != std::future_status::ready) return false;
-  return f.get();
+const std::string kFull("\xff\x03", 2);  // 10 params, all used
+
+// Every rank reports `it` (all used).
+void ReportAll(JobState& job, int world, int64_t it) {
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(job.Report(r, Rep(it, kFull)).ok()) << "rank " << r << " iteration " << it;
 }
 
+// The next plan in the mailbox, which must be there already (plans are
+// pushed synchronously by the call that completed them).
+v1::Plan Next(PlanMailbox& mb) {
+  v1::Plan p;
+  EXPECT_TRUE(mb.TryPop(&p)) << "no plan queued";
+  return p;
+}
+
+std::string Msg(const absl::Status& st) { return std::string(st.message()); }
+
 TEST(JobState, RequestedRanksHonouredAndJoinOrderFillsRest) {
-  JobState job(Cfg(3));
-  std::vector<int> got;
-  auto f2 = std::async(std::launch::async, [&] { return job.Join(Req(2)); });
-  std::this_thread::sleep_for(50ms);
-  auto fa = std::async(std::launch::async, [&] { return job.Join(Req(-1)); });
-  std::this_thread::sleep_for(50ms);
-  auto fb = std::async(std::launch::async, [&] { return job.Join(Req(-1)); });
-  auto r2 = f2.get(), ra = fa.get(), rb = fb.get();
-  ASSERT_TRUE(r2.ok() && ra.ok() && rb.ok());
-  EXPECT_EQ(r2->rank(), 2);
-  EXPECT_EQ(ra->rank(), 0);
-  EXPECT_EQ(rb->rank(), 1);
-  EXPECT_EQ(r2->world_size(), 3);
-  EXPECT_FALSE(r2->store_prefix().empty());
-  EXPECT_EQ(r2->store_prefix(), rb->store_prefix());
-  EXPECT_GT(r2->initial_bucket_plan().buckets_size(), 0);
+  ManualScheduler sched;
+  JobState job(Cfg(3), &sched);
+  auto j2 = StartJoin(job, Req(2));
+  auto ja = StartJoin(job, Req(-1));
+  EXPECT_FALSE(j2->done);
+  EXPECT_FALSE(ja->done);  // the world is not complete: nobody is answered yet
+  EXPECT_NE(ja->ticket, 0u);
+  auto jb = StartJoin(job, Req(-1));
+  ASSERT_TRUE(j2->done && ja->done && jb->done);
+  ASSERT_TRUE(j2->r.ok() && ja->r.ok() && jb->r.ok());
+  EXPECT_EQ(jb->ticket, 0u);  // answered within the call
+  EXPECT_EQ(j2->r->rank(), 2);
+  EXPECT_EQ(ja->r->rank(), 0);
+  EXPECT_EQ(jb->r->rank(), 1);
+  EXPECT_EQ(j2->r->world_size(), 3);
+  EXPECT_FALSE(j2->r->store_prefix().empty());
+  EXPECT_EQ(j2->r->store_prefix(), jb->r->store_prefix());
+  EXPECT_GT(j2->r->initial_bucket_plan().buckets_size(), 0);
+  EXPECT_EQ(j2->r->plan_lookahead(), 2);
   EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(sched.pending(), 0u) << "join deadlines are cancelled once answered";
+}
+
+TEST(JobState, HostIdsOfEveryRankDeduplicated) {
+  ManualScheduler sched;
+  JobState job(Cfg(4), &sched);
+  std::vector<std::shared_ptr<Joined>> js;
+  const char* hosts[] = {"nodeA/boot1/mnt:1", "nodeB/boot2/mnt:7", "nodeA/boot1/mnt:1", ""};
+  for (int r = 0; r < 4; ++r) {
+    v1::JoinRequest req = Req(r, 10, "host" + std::to_string(r));
+    req.set_host_id(hosts[r]);
+    js.push_back(StartJoin(job, req));
+  }
+  for (auto& j : js) ASSERT_TRUE(j->done && j->r.ok()) << j->r.status();
+  const v1::JoinResponse& resp = *js[1]->r;
+  ASSERT_EQ(resp.host_ids_size(), 3);  // the empty one falls back to the hostname
+  ASSERT_EQ(resp.rank_host_index_size(), 4);
+  auto host_of = [&](int r) { return resp.host_ids(resp.rank_host_index(r)); };
+  EXPECT_EQ(host_of(0), "nodeA/boot1/mnt:1");
+  EXPECT_EQ(host_of(1), "nodeB/boot2/mnt:7");
+  EXPECT_EQ(host_of(2), "nodeA/boot1/mnt:1");
+  EXPECT_EQ(host_of(3), "host3");
+  for (auto& j : js) EXPECT_EQ(j->r->rank_host_index_size(), 4);
+  v1::WorkersResponse w;
+  job.FillWorkers(&w);
+  ASSERT_EQ(w.workers_size(), 4);
+  EXPECT_EQ(w.workers(1).host_id(), "nodeB/boot2/mnt:7");
+}
+
+TEST(JobState, BadHostIdRefusedNamingIt) {
+  ManualScheduler sched;
+  JobState job(Cfg(1), &sched);
+  v1::JoinRequest req = Req(0);
+  req.set_host_id("has space");
+  auto j = StartJoin(job, req);
+  ASSERT_TRUE(j->done);
+  EXPECT_EQ(j->r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(j->r.status()).find("host_id has byte 0x20 at offset 3"), std::string::npos) << j->r.status();
+  req.set_host_id(std::string(257, 'x'));
+  j = StartJoin(job, req);
+  EXPECT_NE(Msg(j->r.status()).find("host_id is 257 bytes; the limit is 256"), std::string::npos) << j->r.status();
 }
 
 TEST(JobState, DuplicateRankRefused) {
-  JobState job(Cfg(2, 2000ms));
-  auto f = std::async(std::launch::async, [&] { return job.Join(Req(1)); });
-  std::this_thread::sleep_for(100ms);
-  auto dup = job.Join(Req(1, 10, "other"));
-  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(std::string(dup.status().message()).find("rank 1 is already taken"), std::string::npos);
-  ASSERT_TRUE(job.Join(Req(0)).ok());
-  EXPECT_TRUE(f.get().ok());
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto first = StartJoin(job, Req(1));
+  auto dup = StartJoin(job, Req(1, 10, "other"));
+  ASSERT_TRUE(dup->done);
+  EXPECT_EQ(dup->r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(Msg(dup->r.status()).find("rank 1 is already taken by rank 1 (h:101)"), std::string::npos)
+      << dup->r.status();
+  EXPECT_FALSE(first->done);
+  auto zero = StartJoin(job, Req(0));
+  EXPECT_TRUE(zero->r.ok());
+  EXPECT_TRUE(first->r.ok());
 }
 
 TEST(JobState, FullWorldRefused) {
-  JobState job(Cfg(1));
-  ASSERT_TRUE(job.Join(Req(-1)).ok());
-  auto r = job.Join(Req(-1));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(std::string(r.status().message()).find("world is full"), std::string::npos);
+  ManualScheduler sched;
+  JobState job(Cfg(1), &sched);
+  ASSERT_TRUE(StartJoin(job, Req(-1))->r.ok());
+  auto r = StartJoin(job, Req(-1));
+  EXPECT_EQ(r->r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(Msg(r->r.status()).find("world is full"), std::string::npos);
 }
 
 TEST(JobState, WrongJobAndMismatchesRefused) {
-  JobState job(Cfg(2, 2000ms));
-  auto f = std::async(std::launch::async, [&] { return job.Join(Req(0)); });
-  std::this_thread::sleep_for(100ms);
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto f = StartJoin(job, Req(0));
   auto wrong = Req(1);
   wrong.set_job_id("other");
-  EXPECT_EQ(job.Join(wrong).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StartJoin(job, wrong)->r.status().code(), absl::StatusCode::kFailedPrecondition);
 
   auto shape = Req(1);
   shape.mutable_manifest(3)->set_shape(0, 7);
-  auto r = job.Join(shape);
+  auto r = StartJoin(job, shape)->r;
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(r.status().message()).find("parameter 3 is 'p3' [7]"), std::string::npos)
-      << r.status();
+  EXPECT_NE(Msg(r.status()).find("parameter 3 is 'p3' [7]"), std::string::npos) << r.status();
 
-  auto fewer = job.Join(Req(1, 9));
-  EXPECT_NE(std::string(fewer.status().message()).find("lacks parameter 9 'p9'"), std::string::npos)
-      << fewer.status();
+  auto fewer = StartJoin(job, Req(1, 9))->r;
+  EXPECT_NE(Msg(fewer.status()).find("lacks parameter 9 'p9'"), std::string::npos) << fewer.status();
 
   auto caps = Req(1);
   caps.set_bucket_cap_bytes(99);
-  EXPECT_NE(std::string(job.Join(caps).status().message()).find("bucket caps"), std::string::npos);
+  EXPECT_NE(Msg(StartJoin(job, caps)->r.status()).find("bucket caps"), std::string::npos);
   auto be = Req(1);
   be.set_backend("nccl");
-  EXPECT_NE(std::string(job.Join(be).status().message()).find("backend"), std::string::npos);
-  ASSERT_TRUE(job.Join(Req(1)).ok());
-  EXPECT_TRUE(f.get().ok());
+  EXPECT_NE(Msg(StartJoin(job, be)->r.status()).find("backend"), std::string::npos);
+  EXPECT_FALSE(f->done);
+  ASSERT_TRUE(StartJoin(job, Req(1))->r.ok());
+  EXPECT_TRUE(f->r.ok());
 }
 
-TEST(JobState, JoinTimesOutAndReleasesRank) {
-  JobState job(Cfg(2, 200ms));
-  auto r = job.Join(Req(0));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(std::string(r.status().message()).find("missing ranks 1"), std::string::npos) << r.status();
+TEST(JobState, JoinTimesOutAtItsDeadlineAndReleasesRank) {
+  ManualScheduler sched;
+  JobState job(Cfg(2, 200ms), &sched);
+  auto j = StartJoin(job, Req(0));
+  sched.Advance(199ms);
+  EXPECT_FALSE(j->done) << "answered before the join timeout";
+  sched.Advance(1ms);
+  ASSERT_TRUE(j->done);
+  EXPECT_EQ(j->r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(Msg(j->r.status()).find("world incomplete after 200ms: 1 of 2 ranks joined; still missing ranks 1"),
+            std::string::npos)
+      << j->r.status();
   v1::StatusResponse s;
   job.FillStatus(&s);
   EXPECT_EQ(s.joined(), 0);
+  // The rank is free again, and the released model no longer binds a new Join.
+  auto again = StartJoin(job, Req(0, 12));
+  EXPECT_FALSE(again->done);
+}
+
+TEST(JobState, CancelledJoinReleasesRank) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto j = StartJoin(job, Req(1));
+  job.CancelJoin(j->ticket);
+  ASSERT_TRUE(j->done);
+  EXPECT_EQ(j->r.status().code(), absl::StatusCode::kCancelled);
+  job.CancelJoin(j->ticket);  // twice: nothing happens
+  EXPECT_EQ(sched.pending(), 0u);
+  auto a = StartJoin(job, Req(1));
+  auto b = StartJoin(job, Req(0));
+  EXPECT_TRUE(a->r.ok() && b->r.ok());
+}
+
+TEST(JobState, ShutdownBeforeTheWorldCompletesAnswersWaitingJoins) {
+  ManualScheduler sched;
+  JobState job(Cfg(3), &sched);
+  auto j = StartJoin(job, Req(0));
+  v1::ShutdownResponse s = job.Shutdown("operator");
+  EXPECT_EQ(s.stop_after_iteration(), -1);
+  EXPECT_EQ(s.state(), v1::JOB_FINISHED);
+  ASSERT_TRUE(j->done);
+  EXPECT_EQ(j->r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(j->r.status()).find("ended during rendezvous: operator before the world was complete"),
+            std::string::npos)
+      << j->r.status();
 }
 
 TEST(JobState, AggregatesUnusedAcrossRanksAndSendsSamePlan) {
-  JobState job(Cfg(2));
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
   // 10 params -> 2 bytes. rank0 uses p0..p7 except p2; rank1 uses p2 only (+p8).
   std::string a("\xFB\x00", 2), b("\x04\x01", 2);
   ASSERT_TRUE(job.Report(0, Rep(0, a)).ok());
-  v1::Plan p;
+  EXPECT_EQ(mbs[0]->size(), 0u);
   ASSERT_TRUE(job.Report(1, Rep(0, b)).ok());
-  ASSERT_TRUE(PopNow(*mbs[0], &p));
-  v1::Plan q;
-  ASSERT_TRUE(PopNow(*mbs[1], &q));
+  v1::Plan p = Next(*mbs[0]);
+  v1::Plan q = Next(*mbs[1]);
   EXPECT_EQ(p.SerializeAsString(), q.SerializeAsString());
   EXPECT_EQ(p.iteration(), 0);
   EXPECT_EQ(p.action(), v1::CONTINUE);
@@ -176,70 +299,139 @@ TEST(JobState, AggregatesUnusedAcrossRanksAndSendsSamePlan) {
 }
 
 TEST(JobState, BadBitmapOldAndFutureIterationsRejected) {
-  JobState job(Cfg(2));
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
   auto bad = job.Report(0, Rep(0, std::string(3, '\xff')));
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(bad.message()).find("3 bytes"), std::string::npos);
-  EXPECT_NE(std::string(bad.message()).find("must be 2 bytes"), std::string::npos);
-  std::string full("\xff\x03", 2);
-  ASSERT_TRUE(job.Report(0, Rep(5, full)).ok());
-  EXPECT_EQ(job.Report(0, Rep(5, full)).code(), absl::StatusCode::kInvalidArgument);  // twice
-  EXPECT_EQ(job.Report(1, Rep(6, full)).code(), absl::StatusCode::kInvalidArgument);  // future
-  EXPECT_EQ(job.Report(1, Rep(4, full)).code(), absl::StatusCode::kInvalidArgument);  // old
-  EXPECT_EQ(job.Report(7, Rep(5, full)).code(), absl::StatusCode::kInvalidArgument);  // unknown rank
+  EXPECT_EQ(Msg(bad),
+            "report for iteration 0: used_bitmap is 3 bytes but the model has 10 parameters, so it must be 2 bytes "
+            "(one bit per parameter, manifest order)");
+  ASSERT_TRUE(job.Report(0, Rep(5, kFull)).ok());  // the first report fixes the first iteration
+
+  auto twice = job.Report(0, Rep(5, kFull));
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(twice), "rank 0 already reported iteration 5");
+
+  auto future = job.Report(1, Rep(6, kFull));
+  EXPECT_EQ(future.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(future),
+            "report from rank 1 for iteration 6 but its next iteration is 5 (a future one: every rank reports "
+            "each iteration, in order)");
+
+  auto old = job.Report(1, Rep(4, kFull));
+  EXPECT_EQ(old.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(old), "report from rank 1 for iteration 4 but its next iteration is 5 (an old iteration)");
+
+  auto unknown = job.Report(7, Rep(5, kFull));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(unknown), "unknown rank 7");
+
+  auto negative = job.Report(1, Rep(-1, kFull));
+  EXPECT_EQ(Msg(negative), "report iteration -1 is negative");
+
+  // Beyond the lookahead window: rank 0 may report 6 (K = 2) but not 7.
+  ASSERT_TRUE(job.Report(0, Rep(6, kFull)).ok());
+  auto beyond = job.Report(0, Rep(7, kFull));
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(beyond),
+            "report from rank 0 for iteration 7 is more than the plan lookahead (2) ahead of the last plan "
+            "(iteration -1): wait for the plan of iteration 5 before starting iteration 7");
+  EXPECT_EQ(mbs[0]->size(), 0u) << "no plan may come out of rejected reports";
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
 }
 
-TEST(JobState, ReadyOrderProducesBucketPlanAppliedNextIteration) {
-  JobState job(Cfg(2));
+TEST(JobState, RanksReportUpToLookaheadAheadAndPlansComeInOrder) {
+  ManualScheduler sched;
+  JobConfig cfg = Cfg(2);
+  cfg.plan_lookahead = 3;
+  JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
-  std::string full("\xff\x03", 2);
-  v1::Plan p;
-  ASSERT_TRUE(job.Report(0, Rep(0, full)).ok());
-  ASSERT_TRUE(job.Report(1, Rep(0, full)).ok());
-  ASSERT_TRUE(PopNow(*mbs[0], &p));
-  EXPECT_FALSE(p.has_bucket_plan());
-  auto r = Rep(1, full);
+  for (int64_t it = 0; it < 3; ++it) ASSERT_TRUE(job.Report(0, Rep(it, kFull)).ok()) << it;  // 3 ahead
+  EXPECT_EQ(job.Report(0, Rep(3, kFull)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(mbs[0]->size(), 0u);
+  ASSERT_TRUE(job.Report(1, Rep(0, kFull)).ok());
+  ASSERT_TRUE(job.Report(1, Rep(1, kFull)).ok());
+  for (auto& mb : mbs) {
+    ASSERT_EQ(mb->size(), 2u);
+    EXPECT_EQ(Next(*mb).iteration(), 0);
+    EXPECT_EQ(Next(*mb).iteration(), 1);
+  }
+  ASSERT_TRUE(job.Report(0, Rep(3, kFull)).ok());  // the window moved
+  ASSERT_TRUE(job.Report(1, Rep(2, kFull)).ok());
+  EXPECT_EQ(Next(*mbs[1]).iteration(), 2);
+}
+
+TEST(JobState, ReadyOrderProducesBucketPlanOnEveryRankLookaheadLater) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ReportAll(job, 2, 0);
+  for (auto& mb : mbs) EXPECT_FALSE(Next(*mb).has_bucket_plan());
+  auto r = Rep(1, kFull);
   for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) r.add_ready_order(i);
-  auto r1 = Rep(1, full);
+  auto r1 = Rep(1, kFull);
   r1.add_ready_order(0);
-  EXPECT_EQ(job.Report(1, r1).code(), absl::StatusCode::kInvalidArgument);  // only rank 0
+  auto not_rank0 = job.Report(1, r1);
+  EXPECT_EQ(not_rank0.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(not_rank0), "ready_order sent by rank 1; only rank 0 sends it");
+  auto bad = Rep(1, kFull);
+  for (int i : {0, 1, 1}) bad.add_ready_order(i);
+  auto dup = job.Report(0, bad);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(dup).find("ready_order"), std::string::npos) << dup;
   ASSERT_TRUE(job.Report(0, r).ok());
-  ASSERT_TRUE(job.Report(1, Rep(1, full)).ok());
-  ASSERT_TRUE(PopNow(*mbs[1], &p));  // iteration 0
-  ASSERT_TRUE(PopNow(*mbs[1], &p));  // iteration 1
-  EXPECT_EQ(p.iteration(), 1);
-  ASSERT_TRUE(p.has_bucket_plan());
-  EXPECT_EQ(p.bucket_plan().applies_from_iteration(), 2);
-  EXPECT_EQ(p.bucket_plan().id(), 1);
-  // caps: first 8 bytes (2 params), then 16 (4 params)
-  ASSERT_EQ(p.bucket_plan().buckets_size(), 3);
-  EXPECT_EQ(p.bucket_plan().buckets(0).param_index_size(), 2);
-  EXPECT_EQ(p.bucket_plan().buckets(0).param_index(0), 0);
+  ASSERT_TRUE(job.Report(1, Rep(1, kFull)).ok());
+  std::string first;
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::Plan p = Next(*mbs[rank]);
+    EXPECT_EQ(p.iteration(), 1);
+    ASSERT_TRUE(p.has_bucket_plan()) << "rank " << rank;
+    EXPECT_EQ(p.bucket_plan().applies_from_iteration(), 3) << "iteration 1 + lookahead 2";
+    EXPECT_EQ(p.bucket_plan().id(), 1);
+    // caps: first 8 bytes (2 params), then 16 (4 params)
+    ASSERT_EQ(p.bucket_plan().buckets_size(), 3);
+    EXPECT_EQ(p.bucket_plan().buckets(0).param_index_size(), 2);
+    EXPECT_EQ(p.bucket_plan().buckets(0).param_index(0), 0);
+    if (rank == 0) first = p.SerializeAsString();
+    EXPECT_EQ(p.SerializeAsString(), first) << "rank " << rank << " got a different plan";
+  }
   v1::BucketsResponse b;
   job.FillBuckets(&b);
   EXPECT_EQ(b.plan().id(), 1);
+  auto again = Rep(2, kFull);
+  again.add_ready_order(0);
+  EXPECT_EQ(Msg(job.Report(0, again)), "ready_order was already sent once");
 }
 
-TEST(JobState, ShutdownStopsEveryRankAfterSameIteration) {
-  JobState job(Cfg(2));
+TEST(JobState, ShutdownStopsEveryRankAfterTheSameIterationLookaheadAhead) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  std::string full("\xff\x03", 2);
-  ASSERT_TRUE(job.Report(0, Rep(0, full)).ok());
-  ASSERT_TRUE(job.Report(1, Rep(0, full)).ok());
-  ASSERT_TRUE(job.Report(0, Rep(1, full)).ok());  // iteration 1 half reported
+  ReportAll(job, 2, 0);
+  ASSERT_TRUE(job.Report(0, Rep(1, kFull)).ok());  // iteration 1 half reported, plan 1 unsent
+  ASSERT_TRUE(job.Report(0, Rep(2, kFull)).ok());  // rank 0 already runs ahead
   auto s = job.Shutdown("test");
-  EXPECT_EQ(s.stop_after_iteration(), 1);
-  EXPECT_TRUE(job.Shutdown("again").already_stopping());
-  ASSERT_TRUE(job.Report(1, Rep(1, full)).ok());
+  EXPECT_EQ(s.stop_after_iteration(), 2) << "first unsent plan 1 + K - 1";
+  EXPECT_EQ(s.state(), v1::JOB_STOPPING);
+  auto again = job.Shutdown("again");
+  EXPECT_TRUE(again.already_stopping());
+  EXPECT_EQ(again.stop_after_iteration(), 2);
+  ASSERT_TRUE(job.Report(1, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Report(1, Rep(2, kFull)).ok());
   for (int r = 0; r < 2; ++r) {
-    v1::Plan p;
-    ASSERT_TRUE(PopNow(*mbs[r], &p));
-    ASSERT_TRUE(PopNow(*mbs[r], &p));
-    EXPECT_EQ(p.iteration(), 1);
-    EXPECT_EQ(p.action(), v1::STOP_AFTER);
+    EXPECT_EQ(Next(*mbs[r]).action(), v1::CONTINUE);  // plan 0, sent before the shutdown
+    for (int64_t it : {1, 2}) {
+      v1::Plan p = Next(*mbs[r]);
+      EXPECT_EQ(p.iteration(), it);
+      EXPECT_EQ(p.action(), v1::STOP_AFTER);
+      EXPECT_EQ(p.stop_after_iteration(), 2);
+      EXPECT_EQ(p.reason(), "test");
+    }
   }
-  EXPECT_EQ(job.Report(0, Rep(2, full)).code(), absl::StatusCode::kFailedPrecondition);
+  auto late = job.Report(0, Rep(3, kFull));
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Msg(late), "report for iteration 3 after the job stops after iteration 2");
   v1::Done d;
   d.set_exit_reason("stopped");
   ASSERT_TRUE(job.Done(0, d).ok());
@@ -248,39 +440,132 @@ TEST(JobState, ShutdownStopsEveryRankAfterSameIteration) {
   EXPECT_EQ(job.state(), v1::JOB_FINISHED);
 }
 
+TEST(JobState, ShutdownBeforeTheFirstReportStopsLookaheadIntoTheRun) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  EXPECT_EQ(job.Shutdown("early").stop_after_iteration(), 1);
+  ReportAll(job, 2, 0);
+  ReportAll(job, 2, 1);
+  for (auto& mb : mbs) {
+    for (int64_t it : {0, 1}) {
+      v1::Plan p = Next(*mb);
+      EXPECT_EQ(p.iteration(), it);
+      EXPECT_EQ(p.action(), v1::STOP_AFTER);
+      EXPECT_EQ(p.stop_after_iteration(), 1);
+    }
+  }
+}
+
+TEST(JobState, DoneBeforeOthersReachTheSameIterationAbortsNamingBoth) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ReportAll(job, 2, 0);
+  ASSERT_TRUE(job.Report(1, Rep(1, kFull)).ok());
+  v1::Done d;
+  d.set_exit_reason("completed 1 steps");
+  ASSERT_TRUE(job.Done(0, d).ok());
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  v1::StatusResponse s;
+  job.FillStatus(&s);
+  EXPECT_EQ(s.reason(),
+            "rank 0 (h:100) finished after iteration 0 while rank 1 (h:101) reported iteration 1: ranks ran "
+            "different numbers of steps");
+}
+
+TEST(JobState, DoneWithItsLastPlanPendingIsNotAnError) {
+  // A rank that reported its last iteration and finished before the others
+  // reported it (a worker that did not wait for its last plan): the others
+  // still complete that iteration and the job finishes.
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ASSERT_TRUE(job.Report(0, Rep(0, kFull)).ok());
+  v1::Done d;
+  d.set_exit_reason("completed 1 steps");
+  ASSERT_TRUE(job.Done(0, d).ok());
+  ASSERT_TRUE(job.Report(1, Rep(0, kFull)).ok());
+  EXPECT_EQ(Next(*mbs[1]).iteration(), 0);
+  ASSERT_TRUE(job.Done(1, d).ok());
+  EXPECT_EQ(job.state(), v1::JOB_FINISHED);
+}
+
+TEST(JobState, ReportBeyondAFinishedRanksLastIterationAborts) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ReportAll(job, 2, 0);
+  v1::Done d;
+  d.set_exit_reason("completed 1 steps");
+  ASSERT_TRUE(job.Done(0, d).ok());
+  ASSERT_TRUE(job.Report(1, Rep(1, kFull)).ok());
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  v1::Plan p = Next(*mbs[1]);  // plan 0
+  p = Next(*mbs[1]);
+  EXPECT_EQ(p.action(), v1::ABORT);
+  EXPECT_EQ(p.reason(),
+            "rank 0 (h:100) finished after iteration 0 but rank 1 (h:101) reported iteration 1: ranks ran "
+            "different numbers of steps");
+}
+
 TEST(JobState, StreamLossAbortsOthersNamingRank) {
-  JobState job(Cfg(3));
+  ManualScheduler sched;
+  JobState job(Cfg(3), &sched);
   auto mbs = JoinAll(job, {0, 1, 2});
   job.StreamClosed(1, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
-  v1::Plan p;
-  ASSERT_TRUE(PopNow(*mbs[0], &p));
+  v1::Plan p = Next(*mbs[0]);
   EXPECT_EQ(p.action(), v1::ABORT);
   EXPECT_EQ(p.reason(), "rank 1 (h:101) lost: stream closed");
-  ASSERT_TRUE(PopNow(*mbs[2], &p));
-  EXPECT_EQ(p.action(), v1::ABORT);
-  auto again = job.Join(Req(1));
-  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(again.status().message()).find("was aborted"), std::string::npos);
+  EXPECT_EQ(Next(*mbs[2]).action(), v1::ABORT);
+  EXPECT_TRUE(mbs[0]->closed());
+  auto again = StartJoin(job, Req(1));
+  EXPECT_EQ(again->r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(again->r.status()).find("was aborted"), std::string::npos);
+}
+
+TEST(JobState, TestOnlyPlanDelayHoldsPlansBackInOrder) {
+  ManualScheduler sched;
+  JobConfig cfg = Cfg(2);
+  cfg.test_only_plan_delay = 50ms;
+  JobState job(cfg, &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ReportAll(job, 2, 0);
+  sched.Advance(10ms);
+  ReportAll(job, 2, 1);  // ranks ran ahead: plan 0 is still held back
+  EXPECT_EQ(mbs[0]->size(), 0u);
+  v1::StatusResponse s;
+  job.FillStatus(&s);
+  EXPECT_EQ(s.iteration(), 1) << "both plans are made; only their delivery waits";
+  sched.Advance(40ms);
+  ASSERT_EQ(mbs[0]->size(), 1u);
+  EXPECT_EQ(Next(*mbs[0]).iteration(), 0);
+  sched.Advance(10ms);
+  EXPECT_EQ(Next(*mbs[0]).iteration(), 1);
+  EXPECT_EQ(mbs[1]->size(), 2u);
 }
 
 TEST(JobState, ReportTimeoutDeclaresRankLost) {
   // Heartbeat timeout far beyond the report timeout: this is the report rule alone.
+  ManualScheduler sched;
   JobConfig cfg = Cfg(2, 5000ms, 100ms);
   cfg.heartbeat_timeout = 10000ms;
-  JobState job(cfg);
+  JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
-  std::string full("\xff\x03", 2);
-  ASSERT_TRUE(job.Report(0, Rep(0, full)).ok());
-  job.CheckLiveness(JobState::Clock::now());
+  ASSERT_TRUE(job.Report(0, Rep(0, kFull)).ok());
+  const auto t0 = JobState::Clock::now();
+  job.CheckLiveness(t0);
   EXPECT_EQ(job.state(), v1::JOB_RUNNING);
-  job.CheckLiveness(JobState::Clock::now() + 200ms);
+  job.CheckLiveness(t0 + 200ms);
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
-  v1::Plan p;
-  ASSERT_TRUE(PopNow(*mbs[0], &p));
+  v1::Plan p = Next(*mbs[0]);
   EXPECT_EQ(p.action(), v1::ABORT);
-  EXPECT_NE(p.reason().find("rank 1 (h:101) lost: no report for iteration 0 within 100ms"), std::string::npos)
-      << p.reason();
+  EXPECT_EQ(p.reason(), "rank 1 (h:101) lost: no report for iteration 0 within 100ms (still heartbeating)");
+  // The lost rank hears it too.
+  v1::Plan own = Next(*mbs[1]);
+  EXPECT_EQ(own.action(), v1::ABORT);
+  EXPECT_NE(own.reason().find("this rank was declared lost"), std::string::npos) << own.reason();
 }
 
 v1::Heartbeat Hb(int rank, int64_t it = 0) {
@@ -290,14 +575,11 @@ v1::Heartbeat Hb(int rank, int64_t it = 0) {
   return h;
 }
 
-const std::string kFull("\xff\x03", 2);
-
 // Both ranks report iteration 0 and get its plan; returns the time after.
 JobState::Clock::time_point FinishIterationZero(JobState& job, std::vector<std::shared_ptr<PlanMailbox>>& mbs) {
   EXPECT_TRUE(job.Report(0, Rep(0, kFull)).ok());
   EXPECT_TRUE(job.Report(1, Rep(0, kFull)).ok());
-  v1::Plan p;
-  for (auto& mb : mbs) EXPECT_TRUE(PopNow(*mb, &p));
+  for (auto& mb : mbs) EXPECT_EQ(Next(*mb).iteration(), 0);
   return JobState::Clock::now();
 }
 
@@ -318,26 +600,30 @@ TEST(JobState, HeartbeatDefaultsAndInterval) {
   EXPECT_EQ(EffectiveHeartbeatTimeout(explicit_cfg), 20000ms);
   EXPECT_EQ(HeartbeatInterval(explicit_cfg), 1000ms);
   EXPECT_EQ(HeartbeatInterval(Cfg(2, 5000ms, 3000ms)), 375ms);
-  JobState job(Cfg(1, 5000ms, 3000ms));
+  ManualScheduler sched;
+  JobState job(Cfg(1, 5000ms, 3000ms), &sched);
   EXPECT_EQ(job.config().heartbeat_timeout, 1500ms);
-  auto resp = job.Join(Req(0));
-  ASSERT_TRUE(resp.ok()) << resp.status();
-  EXPECT_EQ(resp->heartbeat_interval_ms(), 375);
+  auto resp = StartJoin(job, Req(0));
+  ASSERT_TRUE(resp->r.ok()) << resp->r.status();
+  EXPECT_EQ(resp->r->heartbeat_interval_ms(), 375);
 }
 
 TEST(JobState, HeartbeatNamingAnotherRankIsAProtocolError) {
-  JobState job(Cfg(2));
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
   EXPECT_TRUE(job.Heartbeat(0, Hb(0)).ok());
   auto st = job.Heartbeat(0, Hb(1));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(Msg(st), "heartbeat names rank 1 on the Train stream of rank 0");
 }
 
 // The partition case: rank 1's link is cut, rank 0 blocks in the collective
 // with it. Neither reports iteration 1; rank 0 keeps heartbeating, rank 1 is
 // silent, and rank 1 is blamed (before the report timeout), never rank 0.
 TEST(JobState, SilentRankBlamedOverBlockedHeartbeatingRank) {
-  JobState job(Cfg(2, 5000ms, 3000ms));  // heartbeat timeout 1.5 s
+  ManualScheduler sched;
+  JobState job(Cfg(2, 5000ms, 3000ms), &sched);  // heartbeat timeout 1.5 s
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
   for (int i = 1; i <= 4; ++i) {
@@ -348,15 +634,15 @@ TEST(JobState, SilentRankBlamedOverBlockedHeartbeatingRank) {
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_EQ(LostReason(job, 0), "");
   EXPECT_NE(LostReason(job, 1).find("rank 1 (h:101) lost: no message"), std::string::npos) << LostReason(job, 1);
-  v1::Plan p;
-  ASSERT_TRUE(PopNow(*mbs[0], &p));
+  v1::Plan p = Next(*mbs[0]);
   EXPECT_EQ(p.action(), v1::ABORT);
   EXPECT_NE(p.reason().find("rank 1 (h:101) lost"), std::string::npos) << p.reason();
 }
 
 // Of two silent ranks, the one silent longest is blamed.
 TEST(JobState, LongestSilentRankBlamedFirst) {
-  JobState job(Cfg(3, 5000ms, 3000ms));
+  ManualScheduler sched;
+  JobState job(Cfg(3, 5000ms, 3000ms), &sched);
   auto mbs = JoinAll(job, {0, 1, 2});
   const auto t0 = JobState::Clock::now();
   ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + 1000ms).ok());
@@ -373,9 +659,10 @@ TEST(JobState, LongestSilentRankBlamedFirst) {
 // deadline the blocked rank is still heartbeating but the cut rank is quiet,
 // so nobody is blamed until the cut rank becomes silent.
 TEST(JobState, HeartbeatKeepsRankAlivePastReportTimeoutWhileAnotherIsSilent) {
+  ManualScheduler sched;
   JobConfig cfg = Cfg(2, 5000ms, 3000ms);
   cfg.heartbeat_timeout = 8000ms;  // interval 1 s, quiet after 2 s
-  JobState job(cfg);
+  JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
   for (int i = 1; i <= 7; ++i) {
@@ -393,7 +680,8 @@ TEST(JobState, HeartbeatKeepsRankAlivePastReportTimeoutWhileAnotherIsSilent) {
 // ... but once nobody is silent or quiet, a heartbeating rank that does not
 // report is blamed after the report timeout (a hang in the rank itself).
 TEST(JobState, HeartbeatingRankWithoutReportBlamedAfterReportTimeout) {
-  JobState job(Cfg(2, 5000ms, 1000ms));  // heartbeat timeout 500 ms, interval 125 ms
+  ManualScheduler sched;
+  JobState job(Cfg(2, 5000ms, 1000ms), &sched);  // heartbeat timeout 500 ms, interval 125 ms
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
   ASSERT_TRUE(job.Report(0, Rep(1, kFull)).ok());
@@ -408,6 +696,25 @@ TEST(JobState, HeartbeatingRankWithoutReportBlamedAfterReportTimeout) {
   EXPECT_NE(LostReason(job, 1).find("no report for iteration 1 within 1s"), std::string::npos)
       << LostReason(job, 1);
   EXPECT_EQ(LostReason(job, 0), "");
+}
+
+TEST(JobState, JoinedRankWithoutStreamLostAfterReportTimeout) {
+  ManualScheduler sched;
+  JobState job(Cfg(2, 5000ms, 1000ms), &sched);
+  auto a = StartJoin(job, Req(0));
+  auto b = StartJoin(job, Req(1));
+  ASSERT_TRUE(a->r.ok() && b->r.ok());
+  v1::Hello h;
+  h.set_job_id("job");
+  h.set_rank(0);
+  h.set_generation(a->r->generation());
+  auto mb = std::make_shared<PlanMailbox>();
+  ASSERT_TRUE(job.Attach(h, mb).ok());
+  const auto t0 = JobState::Clock::now();
+  ASSERT_TRUE(job.Heartbeat(0, Hb(0), t0 + 1100ms).ok());
+  job.CheckLiveness(t0 + 1100ms);
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+  EXPECT_EQ(LostReason(job, 1), "rank 1 (h:101) lost: no Train stream within 1s of the world completing");
 }
 
 }  // namespace

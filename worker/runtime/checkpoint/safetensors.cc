@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
 #include "common/json.h"
+#include "common/status_macros.h"
 
 // The format is little-endian; we copy bytes straight into tensor storage.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -99,16 +101,22 @@ absl::Status CheckTotalSize(uint64_t total_size, const std::string& source) {
 }
 
 // Reads a non-negative integer from a JSON value; `what` describes it for errors.
-absl::StatusOr<uint64_t> NonNegativeInt(const json::Value& v, const std::string& source,
+absl::StatusOr<uint64_t> NonNegativeInt(const json::Json& v, const std::string& source,
                                         const std::string& what) {
-  if (!v.is_int() || v.int_value() < 0) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
     return Corrupt(source, absl::StrCat(what, " is ", json::Serialize(v),
                                         ", not a non-negative integer"));
   }
-  return static_cast<uint64_t>(v.int_value());
+  return v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
 }
 
-absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& info, const std::string& source) {
+// The member `key` of object `o`, or null.
+const json::Json* Member(const json::Json& o, const char* key) {
+  auto it = o.find(key);
+  return it == o.end() ? nullptr : &*it;
+}
+
+absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Json& info, const std::string& source) {
   const std::string ref = TensorRef(name);
   if (name.empty()) {
     // The format allows it, but no state_dict has one and our writer refuses
@@ -116,28 +124,29 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& inf
     return Corrupt(source, "a tensor has an empty name");
   }
   if (!info.is_object()) {
-    return Corrupt(source, absl::StrCat(ref, ": header entry is a JSON ", json::TypeName(info.type()),
+    return Corrupt(source, absl::StrCat(ref, ": header entry is a JSON ", json::TypeName(info),
                                         ", expected an object with dtype, shape and data_offsets"));
   }
-  for (const auto& [key, unused] : info.object()) {
+  for (auto it = info.begin(); it != info.end(); ++it) {
+    const std::string& key = it.key();
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
       return Corrupt(source, absl::StrCat(ref, ": unknown field ", json::Quote(key),
                                           " (expected only dtype, shape and data_offsets)"));
     }
   }
-  const json::Value* dtype = info.Find("dtype");
-  const json::Value* shape = info.Find("shape");
-  const json::Value* offsets = info.Find("data_offsets");
-  for (auto [field, value] : {std::pair<const char*, const json::Value*>{"dtype", dtype},
+  const json::Json* dtype = Member(info, "dtype");
+  const json::Json* shape = Member(info, "shape");
+  const json::Json* offsets = Member(info, "data_offsets");
+  for (auto [field, value] : {std::pair<const char*, const json::Json*>{"dtype", dtype},
                               {"shape", shape}, {"data_offsets", offsets}}) {
     if (value == nullptr) return Corrupt(source, absl::StrCat(ref, ": missing field \"", field, "\""));
   }
   if (!dtype->is_string()) {
     return Corrupt(source, absl::StrCat(ref, ": dtype is ", json::Serialize(*dtype), ", expected a string"));
   }
-  absl::StatusOr<DType> dt = SafetensorsDType(dtype->string_value());
+  absl::StatusOr<DType> dt = SafetensorsDType(dtype->get<std::string>());
   if (!dt.ok()) {
-    return Corrupt(source, absl::StrCat(ref, " has dtype ", dtype->string_value(), "; ", dt.status().message(),
+    return Corrupt(source, absl::StrCat(ref, " has dtype ", dtype->get<std::string>(), "; ", dt.status().message(),
                                         " (convert the tensor before saving, e.g. {k: v.float() for k, v in "
                                         "state_dict.items()})"));
   }
@@ -150,8 +159,8 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& inf
                                         ", expected a list of non-negative integers"));
   }
   bool has_zero = false;
-  for (size_t i = 0; i < shape->array().size(); ++i) {
-    auto d = NonNegativeInt(shape->array()[i], source, absl::StrCat(ref, ": shape[", i, "]"));
+  for (size_t i = 0; i < shape->size(); ++i) {
+    auto d = NonNegativeInt((*shape)[i], source, absl::StrCat(ref, ": shape[", i, "]"));
     if (!d.ok()) return d.status();
     has_zero |= (*d == 0);
     e.shape.push_back(static_cast<int64_t>(*d));
@@ -169,13 +178,13 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Value& inf
     }
   }
 
-  if (!offsets->is_array() || offsets->array().size() != 2) {
+  if (!offsets->is_array() || offsets->size() != 2) {
     return Corrupt(source, absl::StrCat(ref, ": data_offsets is ", json::Serialize(*offsets),
                                         ", expected [begin, end]"));
   }
-  auto begin = NonNegativeInt(offsets->array()[0], source, absl::StrCat(ref, ": data_offsets[0]"));
+  auto begin = NonNegativeInt((*offsets)[0], source, absl::StrCat(ref, ": data_offsets[0]"));
   if (!begin.ok()) return begin.status();
-  auto end = NonNegativeInt(offsets->array()[1], source, absl::StrCat(ref, ": data_offsets[1]"));
+  auto end = NonNegativeInt((*offsets)[1], source, absl::StrCat(ref, ": data_offsets[1]"));
   if (!end.ok()) return end.status();
   if (*end < *begin) {
     return Corrupt(source, absl::StrFormat("%s: data_offsets [%d, %d] end before they begin", ref, *begin, *end));
@@ -203,22 +212,26 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_len, co
                                         parsed.status().message()));
   }
   if (!parsed->is_object()) {
-    return Corrupt(source, absl::StrCat("header is a JSON ", json::TypeName(parsed->type()),
+    return Corrupt(source, absl::StrCat("header is a JSON ", json::TypeName(*parsed),
                                         ", expected an object mapping tensor names to their info"));
   }
   Header h;
-  for (const auto& [name, info] : parsed->object()) {
+  for (auto entry = parsed->begin(); entry != parsed->end(); ++entry) {
+    const std::string& name = entry.key();
+    const json::Json& info = entry.value();
     if (name == kMetadataKey) {
       if (!info.is_object()) {
-        return Corrupt(source, absl::StrCat("__metadata__ is a JSON ", json::TypeName(info.type()),
+        return Corrupt(source, absl::StrCat("__metadata__ is a JSON ", json::TypeName(info),
                                             ", expected an object of strings"));
       }
-      for (const auto& [k, v] : info.object()) {
+      for (auto kv = info.begin(); kv != info.end(); ++kv) {
+        const std::string& k = kv.key();
+        const json::Json& v = kv.value();
         if (!v.is_string()) {
           return Corrupt(source, absl::StrCat("__metadata__ value for ", json::Quote(k), " is ",
                                               json::Serialize(v), ", expected a string"));
         }
-        h.metadata[k] = v.string_value();
+        h.metadata[k] = v.get<std::string>();
       }
       continue;
     }
@@ -295,19 +308,6 @@ absl::Status PreadAll(int fd, char* buf, uint64_t n, uint64_t offset, const std:
     buf += r;
     n -= static_cast<uint64_t>(r);
     offset += static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteAll(int fd, const char* buf, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, buf, std::min<size_t>(n, 1u << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat("writing ", path));
-    }
-    buf += w;
-    n -= static_cast<size_t>(w);
   }
   return absl::OkStatus();
 }
@@ -397,11 +397,11 @@ namespace {
 // Validates names and builds the padded header (without the length prefix).
 absl::StatusOr<std::string> BuildHeader(const NamedTensors& tensors,
                                         const std::map<std::string, std::string>& metadata) {
-  json::Value header = json::Value::MakeObject();
+  json::Json header = json::Json::object();
   if (!metadata.empty()) {
-    json::Value md = json::Value::MakeObject();
-    for (const auto& [k, v] : metadata) md.Set(k, v);
-    header.Set(kMetadataKey, std::move(md));
+    json::Json md = json::Json::object();
+    for (const auto& [k, v] : metadata) md[k] = v;
+    header[kMetadataKey] = std::move(md);
   }
   std::set<std::string> seen;
   uint64_t offset = 0;
@@ -419,13 +419,13 @@ absl::StatusOr<std::string> BuildHeader(const NamedTensors& tensors,
       return absl::InvalidArgumentError(
           absl::StrCat("cannot save safetensors: ", TensorRef(name), " is undefined"));
     }
-    json::Value shape = json::Value::MakeArray();
-    for (int64_t d : t.shape()) shape.Append(d);
-    json::Value info = json::Value::MakeObject();
-    info.Set("dtype", SafetensorsDTypeName(t.dtype()));
-    info.Set("shape", std::move(shape));
-    info.Set("data_offsets", json::Array{offset, offset + t.nbytes()});
-    header.Set(name, std::move(info));
+    json::Json shape = json::Json::array();
+    for (int64_t d : t.shape()) shape.push_back(d);
+    json::Json info = json::Json::object();
+    info["dtype"] = SafetensorsDTypeName(t.dtype());
+    info["shape"] = std::move(shape);
+    info["data_offsets"] = json::Json::array({offset, offset + t.nbytes()});
+    header[name] = std::move(info);
     offset += t.nbytes();
   }
   std::string text = json::Serialize(header);
@@ -480,50 +480,15 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
   auto header = BuildHeader(tensors, metadata);
   if (!header.ok()) return header.status();
 
-  // Temp file in the same directory, so rename() is atomic (same filesystem).
-  std::string tmp = absl::StrCat(path, ".tmp.XXXXXX");
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) {
-    return ErrnoStatus(errno, absl::StrCat("cannot create a temporary file next to ", path,
-                                           " (does the directory exist and is it writable?)"));
-  }
-  bool committed = false;
-  struct Cleanup {
-    int& fd;
-    const std::string& tmp;
-    bool& committed;
-    ~Cleanup() {
-      if (fd >= 0) ::close(fd);
-      if (!committed) ::unlink(tmp.c_str());
-    }
-  } cleanup{fd, tmp, committed};
-
-  // mkstemp creates 0600; a checkpoint should be readable like any output file.
-  (void)::fchmod(fd, 0644);
-  absl::Status st = WriteAll(fd, LengthPrefix(header->size()).data(), 8, tmp);
-  if (st.ok()) st = WriteAll(fd, header->data(), header->size(), tmp);
-  if (st.ok()) {
-    st = ForEachTensorBytes(tensors, [&](const char* p, size_t n) { return WriteAll(fd, p, n, tmp); });
-  }
-  if (!st.ok()) return st;
-  if (::fsync(fd) != 0) return ErrnoStatus(errno, absl::StrCat("fsync ", tmp));
-  int cfd = fd;
-  fd = -1;
-  if (::close(cfd) != 0) return ErrnoStatus(errno, absl::StrCat("closing ", tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("renaming ", tmp, " to ", path));
-  }
-  committed = true;
-  // Persist the rename itself. Failure here is not fatal for the caller's
-  // data (the file is complete), so it is ignored.
-  std::string dir = ".";
-  if (size_t slash = path.rfind('/'); slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+  // Atomic (common/atomic_file.h): a reader sees the old checkpoint or the
+  // complete new one, and the new one survives a crash once this returns.
+  AtomicFileWriter out;
+  PSYNC_RETURN_IF_ERROR(out.Open(path));
+  PSYNC_RETURN_IF_ERROR(out.Append(LengthPrefix(header->size())));
+  PSYNC_RETURN_IF_ERROR(out.Append(*header));
+  PSYNC_RETURN_IF_ERROR(
+      ForEachTensorBytes(tensors, [&](const char* p, size_t n) { return out.Append(absl::string_view(p, n)); }));
+  return out.Commit();
 }
 
 }  // namespace psync

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -74,6 +75,7 @@ Plan FromProto(const v1::Plan& p) {
                : p.action() == v1::ABORT    ? Action::kAbort
                                             : Action::kContinue;
   out.reason = p.reason();
+  out.stop_after_iteration = p.action() == v1::STOP_AFTER ? p.stop_after_iteration() : -1;
   return out;
 }
 
@@ -229,6 +231,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
     if (gethostname(buf, sizeof(buf) - 1) == 0) host = buf;
   }
   r.set_hostname(host);
+  r.set_host_id(req.host_id);
   r.set_pid(req.pid ? req.pid : static_cast<int64_t>(getpid()));
   r.set_device(req.device);
   r.set_backend(req.backend);
@@ -255,6 +258,15 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
   if (resp.heartbeat_interval_ms() > 0) out.heartbeat_interval = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   impl_->heartbeat_interval = out.heartbeat_interval;
+  out.plan_lookahead = std::max(1, resp.plan_lookahead());
+  out.host_ids.reserve(static_cast<size_t>(resp.rank_host_index_size()));
+  for (int idx : resp.rank_host_index()) {
+    if (idx < 0 || idx >= resp.host_ids_size()) {
+      return absl::InternalError(absl::StrCat("Join response from ", impl_->target, " has host index ", idx,
+                                              " but only ", resp.host_ids_size(), " host ids"));
+    }
+    out.host_ids.push_back(resp.host_ids(idx));
+  }
   return out;
 }
 

@@ -18,8 +18,10 @@
 //     if (plan.bucket_plan) reducer.SetPlanFrom(plan.bucket_plan->applies_from_iteration, ...);
 //     if (plan.action == Action::kAbort) -> exit code 4 (plan.reason names the lost rank)
 //     optimizer step;
-//     if (plan.action == Action::kStopAfter) break;
+//     if (plan.action == Action::kStopAfter && i == plan.stop_after_iteration) break;
 //   }
+//   (psync-worker waits less: only for Plan{i-K} before step i, see
+//   worker/runtime/plan_window.h and JoinResult::plan_lookahead.)
 //   client->SendDone("completed", 0);
 //   client->Close();
 //
@@ -75,6 +77,7 @@ struct JoinRequest {
   int requested_rank = -1;     // -1 = any free rank
   int world_size = 0;          // expected world size; 0 = accept the coordinator's
   std::string hostname;        // default: gethostname()
+  std::string host_id;         // shared-memory domain (host_identity.h); empty = hostname
   int64_t pid = 0;             // default: getpid()
   std::string device = "cpu";
   std::string backend = "gloo";  // "gloo" or "nccl"
@@ -96,6 +99,8 @@ struct JoinResult {
   std::string store_prefix;    // prefix for every bootstrap store key
   BucketPlan initial_bucket_plan;
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
+  int plan_lookahead = 1;      // K (coordinator.proto, "Plan lookahead")
+  std::vector<std::string> host_ids;  // host_ids[r] = rank r's host id (JoinRequest.host_id)
 };
 
 struct Report {
@@ -114,6 +119,7 @@ struct Plan {
   std::optional<BucketPlan> bucket_plan;
   Action action = Action::kContinue;
   std::string reason;
+  int64_t stop_after_iteration = -1;  // with kStopAfter: every rank stops after this iteration
 };
 
 // Bitmaps: byte p/8, bit p%8 (LSB first).

@@ -1,0 +1,100 @@
+#include "server/job_views.h"
+
+#include <algorithm>
+
+namespace psync::server {
+
+StepStats ComputeStepStats(const std::vector<double>& step_ms) {
+  StepStats s;
+  std::vector<double> steps;
+  for (size_t r = 0; r < step_ms.size(); ++r) {
+    if (step_ms[r] <= 0) continue;
+    steps.push_back(step_ms[r]);
+    if (step_ms[r] > s.slowest_ms) {
+      s.slowest_ms = step_ms[r];
+      s.slowest_rank = static_cast<int>(r);
+    }
+  }
+  if (steps.empty()) return s;
+  std::sort(steps.begin(), steps.end());
+  const size_t n = steps.size();
+  s.median_ms = n % 2 ? steps[n / 2] : 0.5 * (steps[n / 2 - 1] + steps[n / 2]);
+  s.slowest_vs_median_pct = s.median_ms > 0 ? (s.slowest_ms - s.median_ms) / s.median_ms * 100.0 : 0.0;
+  return s;
+}
+
+void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v1::WorkerInfo* w) {
+  w->set_rank(rank);
+  w->set_hostname(id.hostname);
+  w->set_host_id(id.host_id);
+  w->set_pid(id.pid);
+  w->set_device(id.device);
+  w->set_state(rt.state);
+  w->set_last_iteration(rt.last_iteration);
+  w->set_last_step_ms(rt.last_step_ms);
+  w->set_last_loss(rt.last_loss);
+  w->set_exit_reason(rt.exit_reason);
+  w->set_last_report_unix_ms(rt.last_report_unix_ms);
+}
+
+void JobState::FillWorkers(v1::WorkersResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    if (!rendezvous_.member(r).joined) continue;
+    FillWorkerInfo(r, rendezvous_.member(r), ranks_[static_cast<size_t>(r)], out->add_workers());
+  }
+}
+
+void JobState::FillStatus(v1::StatusResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  out->set_job_id(cfg_.job_id);
+  out->set_world_size(cfg_.world_size);
+  out->set_joined(rendezvous_.joined());
+  out->set_generation(generation_);
+  out->set_state(state_);
+  out->set_reason(reason_);
+  out->set_iteration(plans_.last_plan());
+  out->set_stop_after_iteration(plans_.stop_scheduled() ? plans_.stop_after() : -1);
+  out->set_backend(rendezvous_.backend());
+  out->set_plan_lookahead(cfg_.plan_lookahead);
+  out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
+  std::vector<double> step_ms(ranks_.size(), 0.0);
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    if (!rendezvous_.member(r).joined) continue;
+    const RankRuntime& rt = ranks_[static_cast<size_t>(r)];
+    FillWorkerInfo(r, rendezvous_.member(r), rt, out->add_workers());
+    step_ms[static_cast<size_t>(r)] = rt.last_step_ms;
+  }
+  const StepStats s = ComputeStepStats(step_ms);
+  out->set_slowest_rank(s.slowest_rank);
+  if (s.slowest_rank >= 0) {
+    out->set_slowest_step_ms(s.slowest_ms);
+    out->set_median_step_ms(s.median_ms);
+    out->set_slowest_vs_median_pct(s.slowest_vs_median_pct);
+  }
+}
+
+void JobState::FillBuckets(v1::BucketsResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!rendezvous_.has_reference()) return;
+  *out->mutable_plan() = plans_.current_bucket_plan();
+  for (const auto& p : rendezvous_.manifest()) out->add_param_names(p.name());
+  out->set_bucket_cap_bytes(rendezvous_.bucket_cap());
+  out->set_first_bucket_cap_bytes(rendezvous_.first_bucket_cap());
+}
+
+void JobState::FillUnused(v1::UnusedResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  out->set_iteration(plans_.last_plan());
+  out->set_num_params(static_cast<int>(rendezvous_.manifest().size()));
+  if (plans_.last_plan() < 0) return;
+  const std::string& unused = plans_.last_unused();
+  for (int64_t i = 0; i < static_cast<int64_t>(rendezvous_.manifest().size()); ++i) {
+    if (BitmapGet(unused, i)) {
+      out->add_param_index(static_cast<int>(i));
+      out->add_param_names(rendezvous_.manifest()[static_cast<size_t>(i)].name());
+    }
+  }
+}
+
+}  // namespace psync::server

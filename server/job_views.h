@@ -1,0 +1,23 @@
+// The read-only Control views of a job (Status, Workers, Buckets, Unused):
+// JobState::Fill* are defined in job_views.cc, from the parts' state under
+// JobState's lock; nothing here changes the job. StepStats is the
+// slowest-vs-median summary shown by `psyncctl status`.
+#pragma once
+
+#include <vector>
+
+#include "psync/v1/control.pb.h"
+#include "server/job_state.h"
+
+namespace psync::server {
+
+struct StepStats {
+  int slowest_rank = -1;  // -1 = no step times yet
+  double slowest_ms = 0, median_ms = 0, slowest_vs_median_pct = 0;
+};
+// `step_ms[r]` = rank r's last step time (<= 0: none yet).
+StepStats ComputeStepStats(const std::vector<double>& step_ms);
+
+void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v1::WorkerInfo* out);
+
+}  // namespace psync::server

@@ -1,0 +1,188 @@
+#include "server/plan_aggregator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/bucket_planner.h"
+#include "server/limits.h"
+
+namespace psync::server {
+namespace {
+
+v1::BucketPlan MakeBucketPlan(int64_t id, int64_t applies_from, const std::vector<PackedBucket>& buckets) {
+  v1::BucketPlan plan;
+  plan.set_id(id);
+  plan.set_applies_from_iteration(applies_from);
+  for (const auto& b : buckets) {
+    v1::Bucket* out = plan.add_buckets();
+    for (int p : b.params) out->add_param_index(p);
+    out->set_bytes(b.bytes);
+  }
+  return plan;
+}
+
+}  // namespace
+
+PlanAggregator::PlanAggregator(int world_size, int lookahead)
+    : world_(world_size),
+      k_(std::max(1, lookahead)),
+      slots_(static_cast<size_t>(k_)),
+      last_reported_(static_cast<size_t>(world_size), -1) {}
+
+void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap) {
+  param_bytes_ = param_bytes;
+  first_cap_ = first_cap;
+  cap_ = cap;
+  bitmap_bytes_ = static_cast<size_t>(BitmapBytes(static_cast<int64_t>(param_bytes.size())));
+  current_bucket_plan_ =
+      MakeBucketPlan(0, 0, PackBuckets(ReverseManifestOrder(num_params()), param_bytes_, first_cap_, cap_));
+}
+
+void PlanAggregator::ResetSlot(int64_t iteration) {
+  Slot& s = SlotFor(iteration);
+  s.iteration = iteration;
+  s.reports = 0;
+  s.reported.assign(static_cast<size_t>(world_), false);
+  s.used_or.assign(bitmap_bytes_, '\0');
+}
+
+absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
+  const int64_t i = r.iteration();
+  const int64_t P = num_params();
+  if (r.used_bitmap().size() != bitmap_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "report for iteration ", i, ": used_bitmap is ", r.used_bitmap().size(), " bytes but the model has ", P,
+        " parameters, so it must be ", bitmap_bytes_, " bytes (one bit per parameter, manifest order)"));
+  }
+  if (i < 0) return absl::InvalidArgumentError(absl::StrCat("report iteration ", i, " is negative"));
+  if (stop_after_ >= 0 && i > stop_after_) {
+    return absl::FailedPreconditionError(absl::StrCat("report for iteration ", i,
+                                                      " after the job stops after iteration ", stop_after_));
+  }
+  const int64_t last = last_reported_[static_cast<size_t>(rank)];
+  if (last >= 0 && i == last) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " already reported iteration ", i));
+  }
+  if (last >= 0 || started_) {
+    const int64_t expected = last >= 0 ? last + 1 : next_plan_;
+    if (i != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "report from rank ", rank, " for iteration ", i, " but its next iteration is ", expected,
+          i < expected ? " (an old iteration)"
+                       : " (a future one: every rank reports each iteration, in order)"));
+    }
+  }
+  if (started_ && i >= next_plan_ + k_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "report from rank ", rank, " for iteration ", i, " is more than the plan lookahead (", k_,
+        ") ahead of the last plan (iteration ", last_plan_, "): wait for the plan of iteration ", i - k_,
+        " before starting iteration ", i));
+  }
+  if (!std::isfinite(r.last_step_ms()) || r.last_step_ms() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("last_step_ms ", r.last_step_ms(), " is not a valid time"));
+  }
+  if (r.ready_order_size() > 0) {
+    if (rank != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ready_order sent by rank ", rank, "; only rank 0 sends it"));
+    }
+    if (have_ready_order_) return absl::InvalidArgumentError("ready_order was already sent once");
+    std::vector<int> order(r.ready_order().begin(), r.ready_order().end());
+    absl::StatusOr<std::vector<int>> full = CompleteReadyOrder(order, static_cast<int>(P));
+    if (!full.ok()) return full.status();
+  }
+  return absl::OkStatus();
+}
+
+void PlanAggregator::Add(int rank, const v1::Report& r) {
+  const int64_t i = r.iteration();
+  if (!started_) {
+    // Why: the first report fixes the first iteration (ranks start together).
+    started_ = true;
+    next_plan_ = i;
+    for (int64_t j = i; j < i + k_; ++j) ResetSlot(j);
+    if (stop_after_ == kStopAtFirst) stop_after_ = next_plan_ + k_ - 1;
+  }
+  if (r.ready_order_size() > 0) {
+    // Why: rank 0's observed ready order becomes the bucket plan announced
+    // with this iteration's plan (validated already, so it completes).
+    std::vector<int> order(r.ready_order().begin(), r.ready_order().end());
+    ready_order_ = *CompleteReadyOrder(order, num_params());
+    have_ready_order_ = true;
+    ready_order_iteration_ = i;
+  }
+  Slot& s = SlotFor(i);
+  for (size_t b = 0; b < s.used_or.size(); ++b) s.used_or[b] |= r.used_bitmap()[b];
+  s.reported[static_cast<size_t>(rank)] = true;
+  ++s.reports;
+  last_reported_[static_cast<size_t>(rank)] = i;
+  if (i > max_reported_) {
+    max_reported_ = i;
+    max_reported_rank_ = rank;
+  }
+}
+
+bool PlanAggregator::Ready() const { return started_ && SlotFor(next_plan_).reports == world_; }
+
+v1::Plan PlanAggregator::Emit() {
+  const int64_t p = next_plan_;
+  Slot& s = SlotFor(p);
+  v1::Plan plan;
+  plan.set_iteration(p);
+  std::string unused(s.used_or.size(), '\0');
+  for (size_t b = 0; b < s.used_or.size(); ++b) unused[b] = static_cast<char>(~s.used_or[b]);
+  const int64_t P = num_params();
+  if (P % 8 != 0 && !unused.empty()) unused.back() = static_cast<char>(unused.back() & ((1u << (P % 8)) - 1));
+  plan.set_globally_unused(unused);
+  if (have_ready_order_ && ready_order_iteration_ == p) {
+    // Why: announced in Plan{p}, so it may apply from p+K, the first step
+    // no rank starts without holding Plan{p}.
+    current_bucket_plan_ = MakeBucketPlan(1, p + k_, PackBuckets(ready_order_, param_bytes_, first_cap_, cap_));
+    *plan.mutable_bucket_plan() = current_bucket_plan_;
+    ready_order_.clear();
+    ready_order_.shrink_to_fit();
+  }
+  if (stop_after_ >= 0) {
+    plan.set_action(v1::STOP_AFTER);
+    plan.set_stop_after_iteration(stop_after_);
+    plan.set_reason(stop_reason_);
+  } else {
+    plan.set_action(v1::CONTINUE);
+  }
+  // Why: Plan{p} is out; the window moves on to p+1 .. p+K.
+  last_plan_ = p;
+  last_unused_ = std::move(unused);
+  ++next_plan_;
+  ResetSlot(p + k_);
+  return plan;
+}
+
+int64_t PlanAggregator::ScheduleStop(const std::string& reason) {
+  if (stop_after_ == kNoStop) {
+    // Why: Plan{p} is the first unsent plan, so no rank has started p+K yet
+    // (it needs Plan{p} for that); p+K-1 is the first iteration after which
+    // every rank can still stop, and every rank learns it from Plan{p}.
+    stop_after_ = started_ ? next_plan_ + k_ - 1 : kStopAtFirst;
+    stop_reason_ = reason;
+  }
+  return stop_after_;
+}
+
+int64_t PlanAggregator::stop_after() const {
+  if (stop_after_ == kStopAtFirst) return next_plan_ + k_ - 1;
+  return stop_after_;
+}
+
+bool PlanAggregator::ReportedPending(int rank) const {
+  if (!started_) return false;
+  const Slot& s = SlotFor(next_plan_);
+  return s.reported[static_cast<size_t>(rank)];
+}
+
+int64_t PlanAggregator::max_reported(int* rank) const {
+  if (rank) *rank = max_reported_rank_;
+  return max_reported_;
+}
+
+}  // namespace psync::server

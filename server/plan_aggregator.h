@@ -1,0 +1,105 @@
+// PlanAggregator: per-iteration aggregation of the ranks' reports into
+// plans. Part of JobState (job_state.h), which owns the lock: not
+// thread-safe by itself. No gRPC.
+//
+// Window: with plan lookahead K, a rank may report iterations up to K ahead
+// of the last plan it has (coordinator.proto, "Plan lookahead"), so reports
+// for iterations p .. p+K-1 are accepted, where p is the first iteration
+// whose plan is not sent yet; each rank reports consecutive iterations.
+// When all W reports of p are in, Emit() makes Plan{p}:
+//   - globally_unused = the parameters no rank used in p;
+//   - the bucket plan from rank 0's ready order, if it came with report p,
+//     applying from iteration p+K (every rank holds Plan{p} before it starts
+//     step p+K);
+//   - STOP_AFTER once a stop is scheduled: ScheduleStop() picks p+K-1 (no
+//     rank can have started p+K without Plan{p}), announced from Plan{p} on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "psync/v1/coordinator.pb.h"
+
+namespace psync::server {
+
+class PlanAggregator {
+ public:
+  PlanAggregator(int world_size, int lookahead);
+
+  // The model, from the first Join: P parameters of these sizes, bucket caps.
+  void SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap);
+
+  // Everything wrong with `r` as rank `rank`'s next report (no state change).
+  absl::Status Validate(int rank, const v1::Report& r) const;
+  // Records a report that passed Validate.
+  void Add(int rank, const v1::Report& r);
+  // True when every rank reported next_plan().
+  bool Ready() const;
+  // Builds Plan{next_plan()} (Ready() must hold) and moves on to the next iteration.
+  v1::Plan Emit();
+
+  // Stops every rank after next_plan() + K - 1 (after the first iteration +
+  // K - 1 if no report came yet); the reason goes into the plans. Returns the
+  // stop iteration (-1 while the first iteration is unknown). A second call
+  // keeps the first stop.
+  int64_t ScheduleStop(const std::string& reason);
+  bool stop_scheduled() const { return stop_after_ != kNoStop; }
+  // The iteration every rank stops after: -1 none; K-1 past the first
+  // iteration when requested before the first report.
+  int64_t stop_after() const;
+  // The plan of the stop iteration was emitted: no report can follow.
+  bool StopPlanSent() const { return stop_after_ >= 0 && last_plan_ >= stop_after_; }
+
+  int lookahead() const { return k_; }
+  bool started() const { return started_; }
+  int64_t next_plan() const { return next_plan_; }   // p
+  int64_t last_plan() const { return last_plan_; }   // -1 = none yet
+  // Whether `rank` reported next_plan() already (waiting for the others).
+  bool ReportedPending(int rank) const;
+  int64_t last_reported(int rank) const { return last_reported_[static_cast<size_t>(rank)]; }
+  // Highest iteration any rank reported (-1 = none), and a rank that did.
+  int64_t max_reported(int* rank = nullptr) const;
+  const std::string& last_unused() const { return last_unused_; }
+  const v1::BucketPlan& current_bucket_plan() const { return current_bucket_plan_; }
+  int num_params() const { return static_cast<int>(param_bytes_.size()); }
+
+ private:
+  static constexpr int64_t kNoStop = -1;
+  static constexpr int64_t kStopAtFirst = -2;
+  struct Slot {
+    int64_t iteration = -1;
+    int reports = 0;
+    std::vector<bool> reported;  // by rank
+    std::string used_or;         // OR of the used bitmaps
+  };
+  Slot& SlotFor(int64_t iteration) { return slots_[static_cast<size_t>(iteration % k_)]; }
+  const Slot& SlotFor(int64_t iteration) const { return slots_[static_cast<size_t>(iteration % k_)]; }
+  void ResetSlot(int64_t iteration);
+
+  const int world_;
+  const int k_;
+  std::vector<int64_t> param_bytes_;
+  int64_t first_cap_ = 0, cap_ = 0;
+  size_t bitmap_bytes_ = 0;
+
+  bool started_ = false;
+  int64_t next_plan_ = 0;
+  int64_t last_plan_ = -1;
+  std::vector<Slot> slots_;              // K of them, iteration i in slot i % K
+  std::vector<int64_t> last_reported_;   // by rank, -1 = none
+  int64_t max_reported_ = -1;
+  int max_reported_rank_ = -1;
+  std::string last_unused_;
+
+  v1::BucketPlan current_bucket_plan_;   // the latest announced (0 = initial)
+  bool have_ready_order_ = false;
+  int64_t ready_order_iteration_ = -1;   // the report that carried it
+  std::vector<int> ready_order_;         // completed to all P parameters
+
+  int64_t stop_after_ = kNoStop;
+  std::string stop_reason_;
+};
+
+}  // namespace psync::server

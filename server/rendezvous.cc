@@ -1,0 +1,155 @@
+#include "server/rendezvous.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/limits.h"
+
+namespace psync::server {
+namespace {
+
+std::string ParamString(const v1::ParamSpec& p) {
+  std::string s = absl::StrCat("'", p.name(), "' [", absl::StrJoin(p.shape(), ", "), "]");
+  if (p.element_size() != 0 && p.element_size() != 4) absl::StrAppend(&s, " x", p.element_size(), "B");
+  return s;
+}
+
+bool SameParam(const v1::ParamSpec& a, const v1::ParamSpec& b) {
+  auto es = [](const v1::ParamSpec& p) { return p.element_size() ? p.element_size() : 4; };
+  return a.name() == b.name() && es(a) == es(b) &&
+         std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end());
+}
+
+}  // namespace
+
+Rendezvous::Rendezvous(int world_size) : members_(static_cast<size_t>(world_size)) {}
+
+std::string Rendezvous::RankName(int rank) const {
+  const MemberIdentity& m = member(rank);
+  return absl::StrCat("rank ", rank, " (", m.hostname, ":", m.pid, ")");
+}
+
+absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
+  const std::string first = absl::StrCat("the first worker's (rank ", reference_rank_, ")");
+  if (req.backend() != backend_) {
+    return absl::FailedPreconditionError(absl::StrCat("backend '", req.backend(), "' differs from ",
+                                                      first, " '", backend_,
+                                                      "': every rank must use the same backend"));
+  }
+  if (req.bucket_cap_bytes() != bucket_cap_ || req.first_bucket_cap_bytes() != first_bucket_cap_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bucket caps (", req.bucket_cap_bytes(), " / first ", req.first_bucket_cap_bytes(),
+        " bytes) differ from ", first, " (", bucket_cap_, " / first ", first_bucket_cap_,
+        " bytes): pass the same --bucket-cap-mb and --first-bucket-mb to every rank"));
+  }
+  const int n = req.manifest_size();
+  const int ref = static_cast<int>(manifest_.size());
+  for (int i = 0; i < std::min(n, ref); ++i) {
+    if (!SameParam(req.manifest(i), manifest_[static_cast<size_t>(i)])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model differs from ", first, ": parameter ", i, " is ", ParamString(req.manifest(i)),
+          " here but ", ParamString(manifest_[static_cast<size_t>(i)]),
+          " there; every rank must build the same model"));
+    }
+  }
+  if (n != ref) {
+    const std::string extra = n > ref ? absl::StrCat("this worker has extra parameter ", ref, " ",
+                                                     ParamString(req.manifest(ref)))
+                                      : absl::StrCat("this worker lacks parameter ", n, " ",
+                                                     ParamString(manifest_[static_cast<size_t>(n)]));
+    return absl::FailedPreconditionError(absl::StrCat("model differs from ", first, ": ", n,
+                                                      " parameters here, ", ref, " there; ", extra,
+                                                      "; every rank must build the same model"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Rendezvous::PickRank(const v1::JoinRequest& req) const {
+  if (has_reference()) {
+    if (absl::Status st = CheckCompatible(req); !st.ok()) return st;
+  }
+  int rank = req.requested_rank();
+  if (rank >= 0) {
+    if (rank >= world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("requested rank ", rank,
+                                                     " is out of range for world size ", world_size()));
+    }
+    if (member(rank).joined) {
+      return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " is already taken by ", RankName(rank),
+                                                   ": give each worker a distinct RANK"));
+    }
+    return rank;
+  }
+  for (int r = 0; r < world_size(); ++r) {
+    if (!member(r).joined) return r;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("world is full: all ", world_size(), " ranks are taken"));
+}
+
+void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
+  if (!has_reference()) {
+    // Why: the first member defines the model, caps and backend; every later
+    // Join is checked against it (CheckCompatible).
+    reference_rank_ = rank;
+    manifest_.assign(req.manifest().begin(), req.manifest().end());
+    param_bytes_.clear();
+    for (const auto& p : manifest_) param_bytes_.push_back(ParamBytes(p));
+    backend_ = req.backend();
+    bucket_cap_ = req.bucket_cap_bytes();
+    first_bucket_cap_ = req.first_bucket_cap_bytes();
+  }
+  MemberIdentity& m = members_[static_cast<size_t>(rank)];
+  m.joined = true;
+  m.hostname = req.hostname();
+  m.device = req.device();
+  m.pid = req.pid();
+  m.host_id = req.host_id().empty() ? req.hostname() : req.host_id();
+  ++joined_;
+}
+
+void Rendezvous::Remove(int rank) {
+  MemberIdentity& m = members_[static_cast<size_t>(rank)];
+  if (!m.joined) return;
+  m = MemberIdentity{};
+  --joined_;
+  // Why: with nobody left, the next Join may bring a different model.
+  if (joined_ == 0) reference_rank_ = -1;
+}
+
+bool Rendezvous::TakeWaiter(uint64_t ticket, Waiter* out) {
+  auto it = waiters_.find(ticket);
+  if (it == waiters_.end()) return false;
+  *out = std::move(it->second);
+  waiters_.erase(it);
+  return true;
+}
+
+std::vector<Rendezvous::Waiter> Rendezvous::TakeAllWaiters() {
+  std::vector<Waiter> out;
+  out.reserve(waiters_.size());
+  for (auto& [ticket, w] : waiters_) out.push_back(std::move(w));
+  waiters_.clear();
+  return out;
+}
+
+std::vector<int> Rendezvous::MissingRanks(size_t at_most) const {
+  std::vector<int> out;
+  for (int r = 0; r < world_size() && out.size() < at_most; ++r) {
+    if (!member(r).joined) out.push_back(r);
+  }
+  return out;
+}
+
+void Rendezvous::FillHosts(v1::JoinResponse* resp) const {
+  std::unordered_map<std::string, int> index;
+  resp->mutable_rank_host_index()->Reserve(world_size());
+  for (int r = 0; r < world_size(); ++r) {
+    auto [it, inserted] = index.emplace(member(r).host_id, static_cast<int>(index.size()));
+    if (inserted) resp->add_host_ids(it->first);
+    resp->add_rank_host_index(it->second);
+  }
+}
+
+}  // namespace psync::server

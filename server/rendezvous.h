@@ -1,0 +1,111 @@
+// Rendezvous: who joined the job as which rank, the reference model every
+// rank must match, and the Joins still waiting for the world to complete.
+// Part of JobState (job_state.h), which owns the lock: not thread-safe by
+// itself, and it never runs a callback (JobState does, after unlocking).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psync/v1/coordinator.pb.h"
+
+namespace psync::server {
+
+// The JoinResponse every rank shares (all but the rank), built once when the
+// world completes and serialized once: with thousands of ranks the
+// responses would otherwise be thousands of copies of the host table and
+// the initial bucket plan.
+struct SharedJoinResponse {
+  v1::JoinResponse response;  // rank unset
+  std::string bytes;          // response, serialized
+};
+
+// A successful Join's answer: the shared part and this rank.
+struct JoinAnswer {
+  int rank = -1;
+  std::shared_ptr<const SharedJoinResponse> shared;
+  // The whole response (a copy; for tests and in-process callers).
+  v1::JoinResponse Full() const {
+    v1::JoinResponse r = shared->response;
+    r.set_rank(rank);
+    return r;
+  }
+  // The serialized response: the shared bytes followed by {rank} (protobuf
+  // merges concatenated messages field by field).
+  std::string RankBytes() const {
+    v1::JoinResponse own;
+    own.set_rank(rank);
+    return own.SerializeAsString();
+  }
+};
+
+// What a rank told us about itself in Join.
+struct MemberIdentity {
+  bool joined = false;
+  std::string hostname, device, host_id;
+  int64_t pid = 0;
+};
+
+class Rendezvous {
+ public:
+  using JoinDone = std::function<void(absl::StatusOr<JoinAnswer>)>;
+  struct Waiter {
+    int rank = -1;
+    JoinDone done;
+    uint64_t timer = 0;
+  };
+
+  explicit Rendezvous(int world_size);
+
+  // The rank this request gets, or why it is refused (incompatible with the
+  // reference model, rank taken or out of range, world full). No state change.
+  absl::StatusOr<int> PickRank(const v1::JoinRequest& req) const;
+  // Records `rank` as joined (the first member fixes the reference model).
+  void Add(int rank, const v1::JoinRequest& req);
+  // Releases `rank` again (its Join timed out or was cancelled before the
+  // world completed); the last one out also forgets the reference model.
+  void Remove(int rank);
+
+  // Joins waiting for the world, by ticket.
+  void AddWaiter(uint64_t ticket, Waiter w) { waiters_.emplace(ticket, std::move(w)); }
+  bool TakeWaiter(uint64_t ticket, Waiter* out);
+  std::vector<Waiter> TakeAllWaiters();
+
+  int world_size() const { return static_cast<int>(members_.size()); }
+  int joined() const { return joined_; }
+  bool complete() const { return joined_ == world_size(); }
+  const MemberIdentity& member(int rank) const { return members_[static_cast<size_t>(rank)]; }
+  std::string RankName(int rank) const;  // "rank 1 (host:pid)"
+  std::vector<int> MissingRanks(size_t at_most) const;
+
+  // The reference model (valid once has_reference()).
+  bool has_reference() const { return reference_rank_ >= 0; }
+  const std::vector<v1::ParamSpec>& manifest() const { return manifest_; }
+  const std::vector<int64_t>& param_bytes() const { return param_bytes_; }
+  const std::string& backend() const { return backend_; }
+  int64_t bucket_cap() const { return bucket_cap_; }
+  int64_t first_bucket_cap() const { return first_bucket_cap_; }
+
+  // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
+  void FillHosts(v1::JoinResponse* resp) const;
+
+ private:
+  absl::Status CheckCompatible(const v1::JoinRequest& req) const;
+
+  std::vector<MemberIdentity> members_;
+  int joined_ = 0;
+  int reference_rank_ = -1;
+  std::vector<v1::ParamSpec> manifest_;
+  std::vector<int64_t> param_bytes_;
+  std::string backend_;
+  int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
+  std::map<uint64_t, Waiter> waiters_;
+};
+
+}  // namespace psync::server

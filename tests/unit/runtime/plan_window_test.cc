@@ -1,0 +1,148 @@
+// PlanWindow (which plan the trainer needs when) and the worker's
+// PlanMailbox (plans from the coordinator, dropped once consumed).
+#include "worker/runtime/plan_window.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "worker/runtime/plan_source.h"
+
+namespace psync::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+IterationPlan Plan(int64_t it, PlanAction action = PlanAction::kContinue, int64_t stop_after = -1) {
+  IterationPlan p;
+  p.iteration = it;
+  p.action = action;
+  p.stop_after = stop_after;
+  p.globally_unused = {0, 1, 0};
+  return p;
+}
+
+TEST(PlanWindow, StepJNeedsOnlyPlanJMinusK) {
+  PlanWindow w(2);
+  EXPECT_EQ(w.NeededBeforeStep(0), -2);
+  EXPECT_EQ(w.NeededBeforeStep(1), -1);
+  EXPECT_EQ(w.NeededBeforeStep(2), 0);
+  EXPECT_EQ(w.NeededBeforeStep(10), 8);
+  EXPECT_EQ(w.next(), 0);
+  ASSERT_TRUE(w.Consume(Plan(0)).ok());
+  EXPECT_EQ(w.next(), 1);
+  auto skipped = w.Consume(Plan(2));
+  EXPECT_EQ(skipped.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(skipped.message()), "the coordinator sent the plan of iteration 2 where iteration 1 was due");
+  EXPECT_EQ(PlanWindow(0).lookahead(), 1) << "K is at least 1";
+  PlanWindow resumed(3, 100);
+  EXPECT_EQ(resumed.next(), 100);
+}
+
+TEST(PlanWindow, StopAnnouncedAheadStopsEveryRankAfterTheSameIteration) {
+  // K = 2: a shutdown while Plan{5} is the first unsent one stops after 6,
+  // announced from Plan{5} on. A rank needs Plan{5} before step 7.
+  PlanWindow w(2);
+  for (int64_t it = 0; it < 5; ++it) ASSERT_TRUE(w.Consume(Plan(it)).ok());
+  EXPECT_FALSE(w.StopsBefore(7));
+  ASSERT_TRUE(w.Consume(Plan(5, PlanAction::kStopAfter, 6)).ok());
+  EXPECT_FALSE(w.StopsBefore(6));
+  EXPECT_TRUE(w.StopsBefore(7));
+  EXPECT_EQ(w.stop_after(), 6);
+  ASSERT_TRUE(w.Consume(Plan(6, PlanAction::kStopAfter, 6)).ok());
+  EXPECT_EQ(w.stop_after(), 6);
+}
+
+TEST(PlanWindow, StopOrBucketPlanTooLateForTheLookaheadIsRefused) {
+  PlanWindow w(2);
+  auto late = w.Consume(Plan(0, PlanAction::kStopAfter, 2));  // ranks may already run step 2
+  EXPECT_EQ(late.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(late.message()).find("must be in 0..1"), std::string::npos) << late;
+  PlanWindow b(2);
+  IterationPlan p = Plan(0);
+  p.bucket_plan = ddp::BucketPlan{{0, 1}, {2}};
+  p.bucket_plan_id = 1;
+  p.applies_from = 1;  // some rank may be in step 1 already
+  auto early = b.Consume(p);
+  EXPECT_EQ(early.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(early.message()).find("applies from iteration 1, before iteration 2"), std::string::npos)
+      << early;
+}
+
+TEST(PlanWindow, BucketPlanTakenOnceAtItsIteration) {
+  PlanWindow w(2);
+  ASSERT_TRUE(w.Consume(Plan(0)).ok());
+  IterationPlan p = Plan(1);
+  p.bucket_plan = ddp::BucketPlan{{2, 1}, {0}};
+  p.bucket_plan_id = 1;
+  p.applies_from = 3;
+  ASSERT_TRUE(w.Consume(p).ok());
+  EXPECT_FALSE(w.TakeBucketPlanFor(2));
+  auto taken = w.TakeBucketPlanFor(3);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->bucket_plan_id, 1);
+  EXPECT_EQ(taken->bucket_plan->size(), 2u);
+  EXPECT_FALSE(w.TakeBucketPlanFor(4)) << "applied once";
+}
+
+TEST(PlanMailbox, WaitReleaseAndHeldStaysBounded) {
+  PlanMailbox mb;
+  for (int64_t it = 0; it < 1000; ++it) {
+    mb.Deliver(Plan(it));
+    auto p = mb.Wait(it, 1s);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->iteration, it);
+    if (it >= 2) mb.Release(it - 2);  // as the trainer does with K = 2
+    EXPECT_LE(mb.held(), 3u);
+  }
+  EXPECT_EQ(mb.latest(), 999);
+  auto gone = mb.Wait(5, 10ms);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(gone.status().message()).find("already consumed"), std::string::npos);
+  mb.Deliver(Plan(3));  // a late duplicate of a released plan is not kept
+  EXPECT_LE(mb.held(), 3u);
+}
+
+TEST(PlanMailbox, WaitTimesOutThenAbortAndCloseFailWaiters) {
+  PlanMailbox mb;
+  auto t = mb.Wait(0, 20ms);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(std::string(t.status().message()).find("no plan for iteration 0"), std::string::npos);
+  auto waiter = std::async(std::launch::async, [&] { return mb.Wait(4, 10s); });
+  IterationPlan ab = Plan(3, PlanAction::kAbort);
+  ab.reason = "rank 1 (h:1) lost: stream closed";
+  mb.Deliver(ab);
+  auto r = waiter.get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(std::string(r.status().message()), "rank 1 (h:1) lost: stream closed");
+  ASSERT_TRUE(mb.abort_plan());
+  EXPECT_EQ(mb.held(), 0u) << "the abort plan is kept apart";
+
+  PlanMailbox closed;
+  closed.Close(absl::UnavailableError("coordinator at x lost"));
+  EXPECT_EQ(closed.Wait(0, 1s).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(closed.closed_status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(PlanBitmaps, PackAndUnpackRoundTrip) {
+  std::vector<uint8_t> bytes = {1, 0, 0, 1, 1, 0, 0, 0, 1, 1};
+  const std::string packed = PackBitmap(bytes);
+  ASSERT_EQ(packed.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(packed[0]), 0x19);
+  EXPECT_EQ(static_cast<unsigned char>(packed[1]), 0x03);
+  EXPECT_EQ(UnpackBitmap(packed, 10), bytes);
+  EXPECT_EQ(UnpackBitmap("", 3), (std::vector<uint8_t>{0, 0, 0})) << "short bitmaps read as zeros";
+}
+
+TEST(CoordinatorUnusedSource, GlobalUsedIsTheComplementOfThePlansUnusedSet) {
+  auto mb = std::make_shared<PlanMailbox>();
+  CoordinatorUnusedSource src(mb);
+  mb->Deliver(Plan(0));
+  auto used = src.GlobalUsed(0, 1s);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(*used, (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(src.GlobalUsed(1, 10ms).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace psync::runtime

@@ -1,0 +1,151 @@
+#include "worker/nn/models/gpt.h"
+
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/autograd/functions.h"
+#include "worker/autograd/nn_functions.h"
+#include "worker/autograd/view_functions.h"
+#include "worker/nn/init.h"
+
+namespace psync::nn {
+
+namespace {
+
+constexpr float kInitStd = 0.02f;
+
+// Seeds of the model's tensors: one stream per tensor, in registration order.
+class Init {
+ public:
+  Init(uint64_t seed, Device device) : seed_(seed), device_(device) {}
+  Tensor Normal(const Shape& shape, float std) {
+    SplitMix64 rng(DeriveSeed(seed_, next_++));
+    return Tensor::FromVector(NormalValues(rng, NumelOf(shape), 0.0f, std), shape, device_);
+  }
+  Tensor Zeros(const Shape& shape) { return Tensor::Zeros(shape, device_); }
+
+ private:
+  uint64_t seed_;
+  Device device_;
+  uint64_t next_ = 0;
+};
+
+}  // namespace
+
+// One transformer block: pre-LayerNorm attention and MLP, each with a residual.
+class GPT::Block : public Module {
+ public:
+  Block(const GptConfig& c, Init& init, Device device) : C_(c.n_embd), H_(c.n_head) {
+    const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+    ln_1_ = RegisterModule("ln_1", std::make_shared<LayerNorm>(C_, device));
+    c_attn_ = RegisterModule("attn.c_attn", std::make_shared<Linear>(init.Normal({3 * C_, C_}, kInitStd), init.Zeros({3 * C_})));
+    attn_proj_ = RegisterModule("attn.c_proj", std::make_shared<Linear>(init.Normal({C_, C_}, proj_std), init.Zeros({C_})));
+    ln_2_ = RegisterModule("ln_2", std::make_shared<LayerNorm>(C_, device));
+    c_fc_ = RegisterModule("mlp.c_fc", std::make_shared<Linear>(init.Normal({4 * C_, C_}, kInitStd), init.Zeros({4 * C_})));
+    mlp_proj_ = RegisterModule("mlp.c_proj", std::make_shared<Linear>(init.Normal({C_, 4 * C_}, proj_std), init.Zeros({C_})));
+  }
+
+  // x [B, T, C] -> [B, T, C]
+  Variable Forward(const Variable& x) override {
+    Variable h = autograd::Add(x, Attention(ln_1_->Forward(x)));
+    return autograd::Add(h, mlp_proj_->Forward(autograd::Gelu(c_fc_->Forward(ln_2_->Forward(h)))));
+  }
+
+ private:
+  // x [B, T, C] -> causal self-attention [B, T, C]. Every reshape here is a
+  // view of the qkv projection, so nothing is copied until the heads are
+  // joined back.
+  Variable Attention(const Variable& x) {
+    const int64_t B = x.data().size(0), T = x.data().size(1), hs = C_ / H_;
+    std::vector<Variable> qkv = autograd::Split(c_attn_->Forward(x), {C_, C_, C_}, 2);  // 3 x [B, T, C]
+    auto heads = [&](const Variable& t) {                                              // [B, H, T, hs]
+      return autograd::Permute(autograd::Reshape(t, {B, T, H_, hs}), {0, 2, 1, 3});
+    };
+    Variable q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    Variable scores = autograd::BatchedMatmul(q, autograd::Transpose(k, -2, -1));        // [B, H, T, T]
+    Variable att = autograd::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(hs)));
+    Variable y = autograd::BatchedMatmul(att, v);                                        // [B, H, T, hs]
+    y = autograd::Reshape(autograd::Permute(y, {0, 2, 1, 3}), {B, T, C_});               // [B, T, C]
+    return attn_proj_->Forward(y);
+  }
+
+  int64_t C_, H_;
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<Linear> c_attn_, attn_proj_, c_fc_, mlp_proj_;
+};
+
+absl::Status ValidateGptConfig(const GptConfig& c) {
+  auto positive = [](int64_t v, const char* flag) -> absl::Status {
+    if (v > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", v, ": must be positive"));
+  };
+  for (absl::Status st : {positive(c.vocab_size, "--vocab-size"), positive(c.block_size, "--block-size"),
+                          positive(c.n_layer, "--n-layer"), positive(c.n_head, "--n-head"),
+                          positive(c.n_embd, "--n-embd")}) {
+    if (!st.ok()) return st;
+  }
+  if (c.n_embd % c.n_head != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--n-embd=", c.n_embd, " must be divisible by --n-head=", c.n_head, " (head size C/H)"));
+  }
+  return absl::OkStatus();
+}
+
+GPT::GPT(const GptConfig& config, Device device, uint64_t seed) : config_(config), device_(device) {
+  Init init(seed, device);
+  const int64_t V = config.vocab_size, T = config.block_size, C = config.n_embd;
+  wte_ = RegisterModule("wte", std::make_shared<Embedding>(init.Normal({V, C}, kInitStd)));
+  wpe_ = RegisterModule("wpe", std::make_shared<Embedding>(init.Normal({T, C}, kInitStd)));
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    blocks_.push_back(RegisterModule(absl::StrCat("h.", i), std::make_shared<Block>(config, init, device)));
+  }
+  ln_f_ = RegisterModule("ln_f", std::make_shared<LayerNorm>(C, device));
+}
+
+absl::Status GPT::ValidateSkip(const std::set<int>& skip_blocks) const {
+  for (int j : skip_blocks) {
+    if (j < 0 || j >= config_.n_layer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpt: cannot skip block ", j, ": the model has blocks 0..", config_.n_layer - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
+  const Tensor& ids = idx.data();
+  if (ids.dim() != 2 || ids.dtype() != kInt64) {
+    throw TensorError(absl::StrCat("gpt: expects token ids [B, T] int64, got ", ids.DebugString()));
+  }
+  const int64_t B = ids.size(0), T = ids.size(1);
+  if (T > config_.block_size) {
+    throw TensorError(absl::StrCat("gpt: sequence length ", T, " exceeds --block-size=", config_.block_size));
+  }
+  if (!skip_blocks.empty()) {
+    absl::Status st = ValidateSkip(skip_blocks);
+    if (!st.ok()) throw TensorError(std::string(st.message()));
+  }
+  // Positions 0..T-1 for every row: wpe's gradient then sums over the batch
+  // in the embedding's deterministic scatter-add.
+  std::vector<int64_t> pos(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) std::iota(pos.begin() + b * T, pos.begin() + (b + 1) * T, int64_t{0});
+  Variable positions(Tensor::FromVector(pos, {B, T}, ids.device()));
+  Variable x = autograd::Add(wte_->Forward(idx), wpe_->Forward(positions));  // [B, T, C]
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (skip_blocks.count(static_cast<int>(i))) continue;
+    x = blocks_[i]->Forward(x);
+  }
+  // The head is wte itself: logits = ln_f(x) @ wte^T.
+  return autograd::Linear(ln_f_->Forward(x), wte_->weight(), Variable());  // [B, T, V]
+}
+
+std::string GPT::Describe() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters()) n += p.data().numel();
+  return absl::StrCat("gpt (L=", config_.n_layer, ", H=", config_.n_head, ", C=", config_.n_embd, ", V=",
+                      config_.vocab_size, ", T=", config_.block_size, "): ", n, " parameters");
+}
+
+}  // namespace psync::nn
