@@ -1,0 +1,98 @@
+#include "worker/comm/shm/shm_group.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/comm/shm/collectives.h"
+#include "worker/comm/util.h"
+
+namespace psync::comm {
+
+namespace {
+constexpr std::chrono::milliseconds kStopBound{2000};
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ShmGroup::Create(std::shared_ptr<Store> store, int rank, int size,
+                                                              shm::ShmOptions options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("ShmGroup::Create: bad rank ", rank, " of ", size));
+  }
+  std::vector<int> members;
+  for (int r = 0; r < size; ++r) members.push_back(r);
+  absl::StatusOr<std::shared_ptr<shm::ShmContext>> ctx =
+      shm::ShmContext::Create(std::move(store), std::move(members), rank, std::move(options));
+  if (!ctx.ok()) return ctx.status();
+  return std::unique_ptr<ProcessGroup>(new ShmGroup(rank, size, std::move(*ctx)));
+}
+
+ShmGroup::ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx)
+    : rank_(rank), size_(size), ctx_(std::move(ctx)) {
+  std::weak_ptr<shm::ShmContext> weak = ctx_;
+  queue_ = internal::SerialQueue::Start([weak](const absl::Status& reason) {
+    // Why: the running collective may be waiting on a peer; the context's
+    // abort flag makes it return, and peers see our abort word.
+    if (auto c = weak.lock()) c->Abort(reason);
+  });
+}
+
+ShmGroup::~ShmGroup() { queue_->Stop(kStopBound); }
+
+std::string ShmGroup::Describe(const char* what, const std::string& name, const Tensor& t) const {
+  return absl::StrCat(what, " '", name, "' (", internal::FormatBytes(t.defined() ? t.nbytes() : 0), ") on rank ",
+                      rank_, " of ", size_, " (shm)");
+}
+
+std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& name) {
+  const std::string desc = Describe("allreduce", name, tensor);
+  if (!tensor.defined() || !tensor.device().is_cpu()) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined CPU tensor, got ",
+                                                      tensor.defined() ? tensor.device().ToString()
+                                                                       : std::string("an undefined tensor"))));
+  }
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  return queue_->Enqueue(desc, [ctx, tensor, desc, name]() {
+    return shm::Allreduce(*ctx, desc, name, tensor.data(), static_cast<size_t>(tensor.numel()), shm::ElemType::kF32);
+  });
+}
+
+std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
+  const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
+  if (!tensor.defined() || !tensor.device().is_cpu()) {
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined CPU tensor")));
+  }
+  if (root < 0 || root >= size_) {
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
+  }
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  return queue_->Enqueue(desc, [ctx, tensor, desc, name, root]() {
+    return shm::Broadcast(*ctx, desc, name, tensor.data(), tensor.nbytes(), root);
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& bytes,
+                                                            std::chrono::milliseconds timeout) {
+  const std::string desc =
+      absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (shm)");
+  auto result = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  auto work = queue_->Enqueue(desc, [ctx, desc, bytes, result]() -> absl::Status {
+    absl::StatusOr<std::vector<std::string>> all = shm::AllgatherBytes(*ctx, desc, bytes);
+    if (!all.ok()) return all.status();
+    *result = std::move(*all);
+    return absl::OkStatus();
+  });
+  absl::Status st = work->Wait(timeout);
+  if (!st.ok()) return st;
+  return *result;
+}
+
+absl::Status ShmGroup::Barrier(std::chrono::milliseconds timeout) {
+  const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_, " (shm)");
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  return queue_->Enqueue(desc, [ctx, desc]() { return shm::Barrier(*ctx, desc); })->Wait(timeout);
+}
+
+void ShmGroup::Abort(const absl::Status& reason) {
+  queue_->Poison(reason.ok() ? absl::AbortedError(absl::StrCat("process group aborted on rank ", rank_)) : reason);
+}
+
+}  // namespace psync::comm
