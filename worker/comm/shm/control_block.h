@@ -10,9 +10,11 @@
 // reading what it wrote there `slots` steps ago.
 //
 // The descriptor of each collective (kind, element count, root, name) is
-// written before the first step's kCopied is published, so peers can check
-// that every rank issued the same collective (ring of 2: a peer is at most
-// one collective ahead when it reads ours).
+// written at its first step, before that step's kCopied is published, so
+// peers can check that every rank issued the same collective. A peer can be
+// at most slots-1 collectives ahead of the slowest rank (it cannot start a
+// step before everyone released the slot it reuses), so a ring of
+// kDescriptorRing > slots entries never overwrites one still to be read.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,9 @@ enum Counter : int {
   kConsumed = 2,  // I finished reading peers' slots of step s
   kNumCounters = 3,
 };
+
+inline constexpr int kDescriptorRing = 8;
+inline constexpr int kMaxSlots = kDescriptorRing - 1;
 
 enum class OpKind : uint32_t {
   kAllreduce = 1,
@@ -76,7 +81,7 @@ struct ControlBlock {
   // ---- bumped every ~100 ms when peers cannot watch our pid
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat{0};
   PaddedCounter counters[kNumCounters];
-  OpDescriptor descriptors[2];
+  OpDescriptor descriptors[kDescriptorRing];
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,

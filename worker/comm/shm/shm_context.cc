@@ -74,7 +74,9 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
       return absl::InvalidArgumentError("shm group: member ranks must be ascending and distinct");
     }
   }
-  if (options.slots < 2) return absl::InvalidArgumentError("shm group: needs at least 2 workspace slots");
+  if (options.slots < 2 || options.slots > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("shm group: workspace slots must be 2..", kMaxSlots));
+  }
   if (options.slot_bytes % kCacheLine != 0 || options.slot_bytes < kCacheLine * static_cast<size_t>(n)) {
     return absl::InvalidArgumentError(absl::StrCat("shm group: slot size ", options.slot_bytes,
                                                    " must be a multiple of 64 and at least 64 x ", n, " ranks"));
@@ -226,12 +228,10 @@ absl::Status ShmContext::aborted() const {
 
 void ShmContext::BeginOp(Op& op) {
   op.d.seq = op_seq_++;
-  if (blocks_.empty()) return;
-  OpDescriptor& slot = block(me_)->descriptors[op.d.seq % 2];
-  slot = op.d;
+  op.first_step = 0;
 }
 
-absl::StatusOr<uint64_t> ShmContext::BeginStep(const Op& op) {
+absl::StatusOr<uint64_t> ShmContext::BeginStep(Op& op) {
   const uint64_t s = ++step_;
   const uint64_t slots = static_cast<uint64_t>(options_.slots);
   if (s > slots) {
@@ -239,6 +239,12 @@ absl::StatusOr<uint64_t> ShmContext::BeginStep(const Op& op) {
       if (q == me_) continue;
       PSYNC_RETURN_IF_ERROR(WaitPeer(q, kConsumed, s - slots, op, "release of our workspace slot"));
     }
+  }
+  if (op.first_step == 0) {
+    // Why only now: written before the wait, a rank running ahead could
+    // overwrite a descriptor a slow peer has not read yet.
+    op.first_step = s;
+    block(me_)->descriptors[op.d.seq % kDescriptorRing] = op.d;
   }
   return s;
 }
@@ -341,7 +347,7 @@ absl::Status ShmContext::PeerFailure(int local, const Op& op, const char* phase,
 }
 
 absl::Status ShmContext::CheckDescriptor(int local, const Op& op) const {
-  const OpDescriptor& theirs = block(local)->descriptors[op.d.seq % 2];
+  const OpDescriptor& theirs = block(local)->descriptors[op.d.seq % kDescriptorRing];
   const OpDescriptor& mine = op.d;
   if (theirs.seq == mine.seq && theirs.kind == mine.kind && theirs.count == mine.count && theirs.root == mine.root &&
       theirs.elem_type == mine.elem_type) {

@@ -89,13 +89,14 @@ class ShmContext {
   struct Op {
     std::string desc;  // "allreduce 'bucket 3' (4.0 MiB) on rank 1 of 2"
     OpDescriptor d;
+    uint64_t first_step = 0;  // set by its first BeginStep
   };
-  // Starts a collective: assigns its sequence number and writes its
-  // descriptor (peers read it after our first kCopied).
+  // Starts a collective: assigns its sequence number.
   void BeginOp(Op& op);
   // Starts a step; returns its number once every peer is done with the
-  // slot we are about to reuse.
-  absl::StatusOr<uint64_t> BeginStep(const Op& op);
+  // slot we are about to reuse. The op's first step also writes its
+  // descriptor (peers read it after our kCopied of that step).
+  absl::StatusOr<uint64_t> BeginStep(Op& op);
   char* Slot(int local, uint64_t step) const;
   // Publishes that this rank finished phase `c` of `step`.
   void Publish(Counter c, uint64_t step);
