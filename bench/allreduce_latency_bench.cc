@@ -4,6 +4,7 @@
 //
 //   psync   GlooGroup::AllreduceSum(t)->Wait(): the issuing thread hands the
 //           op to the group's communication thread and waits for it
+//   shm     ShmGroup::AllreduceSum(t)->Wait(): the same through /dev/shm
 //   raw     gloo::allreduce on the calling thread (same algorithm, same
 //           transport, no psync queue): the floor
 //
@@ -13,6 +14,7 @@
 // Machine-readable lines: "RESULT impl=psync bytes=... p50_us=... p90_us=... p99_us=...".
 //
 //   psync-allreduce-latency-bench --iters=300 --gap-us=500
+//   psync-allreduce-latency-bench --impls=shm,psync --bytes=29184,33587200
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,14 +40,18 @@
 #include "common/flags.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/gloo/gloo_group.h"
+#include "worker/comm/process_group_factory.h"
 #include "worker/tensor/tensor.h"
 
 ABSL_FLAG(int, iters, 300, "timed iterations per size (fewer for sizes over 256 KiB)");
 ABSL_FLAG(int, warmup, 20, "untimed iterations per size");
 ABSL_FLAG(int, world, 2, "ranks (processes forked on this machine)");
 ABSL_FLAG(int, gap_us, 0, "busy work (microseconds) between iterations on every rank");
-ABSL_FLAG(std::string, impls, "psync,raw", "impls to run, in order");
+ABSL_FLAG(std::string, impls, "psync,shm,raw", "impls to run, in order");
 ABSL_FLAG(int64_t, max_bytes, 4 << 20, "largest size");
+ABSL_FLAG(std::string, bytes, "", "comma-separated sizes (instead of 4 B .. --max-bytes, x4)");
+ABSL_FLAG(int64_t, shm_slot_bytes, 1 << 20, "shm workspace slot size");
+ABSL_FLAG(int64_t, shm_small_bytes, 16 << 10, "shm: largest allreduce of the one-step algorithm");
 
 namespace {
 
@@ -80,6 +86,17 @@ int RunRank(int rank, int world, const std::string& dir) {
     return 1;
   }
   auto pg = std::move(*pg_or);
+  psync::comm::GroupOptions so;
+  so.prefix = "bench-shm";
+  so.job_tag = "bench";
+  so.shm_slot_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_slot_bytes));
+  so.shm_small_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_small_bytes));
+  auto shm_or = psync::comm::CreateProcessGroup("shm", store, rank, world, so);
+  if (!shm_or.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(shm_or.status().message()).c_str());
+    return 1;
+  }
+  auto shm = std::move(*shm_or);
 
   std::filesystem::create_directories(dir + "/raw");
   gloo::rendezvous::FileStore fs(dir + "/raw");
@@ -96,7 +113,21 @@ int RunRank(int rank, int world, const std::string& dir) {
     std::printf("%-6s %-10s %-6s %10s %10s %10s\n", "impl", "bytes", "iters", "p50_us", "p90_us", "p99_us");
   }
   uint32_t tag = 1;
-  for (int64_t bytes = 4; bytes <= absl::GetFlag(FLAGS_max_bytes); bytes *= 4) {
+  std::vector<int64_t> sizes;
+  if (!absl::GetFlag(FLAGS_bytes).empty()) {
+    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_bytes), ',')) {
+      int64_t b = 0;
+      if (!absl::SimpleAtoi(part, &b) || b < 4) {
+        std::fprintf(stderr, "psync-allreduce-latency-bench: --bytes: '%s' is not a size >= 4\n",
+                     std::string(part).c_str());
+        return 2;
+      }
+      sizes.push_back(b);
+    }
+  } else {
+    for (int64_t b = 4; b <= absl::GetFlag(FLAGS_max_bytes); b *= 4) sizes.push_back(b);
+  }
+  for (const int64_t bytes : sizes) {
     const int64_t n = bytes / 4;
     const int it = bytes > (256 << 10) ? std::max(30, iters / 10) : iters;
     for (const std::string& impl : impls) {
@@ -105,8 +136,8 @@ int RunRank(int rank, int world, const std::string& dir) {
       for (int i = 0; i < warmup + it; ++i) {
         Spin(gap);
         const auto t0 = Clock::now();
-        if (impl == "psync") {
-          absl::Status st = pg->AllreduceSum(t, "bench")->Wait(std::chrono::seconds(30));
+        if (impl == "psync" || impl == "shm") {
+          absl::Status st = (impl == "shm" ? shm : pg)->AllreduceSum(t, "bench")->Wait(std::chrono::seconds(30));
           if (!st.ok()) {
             std::fprintf(stderr, "rank %d: %s\n", rank, std::string(st.message()).c_str());
             return 1;
@@ -138,7 +169,7 @@ int RunRank(int rank, int world, const std::string& dir) {
 
 int main(int argc, char** argv) {
   psync::ParseFlagsOrExit("psync-allreduce-latency-bench",
-                          "psync-allreduce-latency-bench [flags]  (allreduce latency: GlooGroup vs raw gloo)", argc,
+                          "psync-allreduce-latency-bench [flags]  (allreduce latency: GlooGroup vs ShmGroup vs raw gloo)", argc,
                           argv, psync::FlagsDefinedIn(__FILE__));
   const int world = absl::GetFlag(FLAGS_world);
   char tmpl[] = "/tmp/psync-arlat-XXXXXX";

@@ -3,14 +3,19 @@
 # 127.0.0.1 (free ports via --port 0 + --port-file), bounded waits, and
 # cleanup of every child this script started.
 #
-#   worker_it.sh CASE BIN_DIR
+#   worker_it.sh CASE BIN_DIR [BACKEND]
 #     BIN_DIR: the build directory (server/psync-coordinator,
 #     worker/runtime/psync-worker, client/psyncctl, client/launch/psync-launch,
 #     tests/integration/worker/weights_diff).
+#     BACKEND: --backend for every worker (default: the worker's default,
+#     auto). auto: workers get LOCAL_RANK/LOCAL_WORLD_SIZE of one host (so
+#     auto picks shm); hier: PSYNC_HOST_ID makes N/2 ranks per "host" (one
+#     per host at N=2), so the cross-host path runs too.
 # Exit: 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
 CASE=$1
 B=$(cd "$2" && pwd)
+BACKEND=${3:-}
 WORKER=$B/worker/runtime/psync-worker
 COORD=$B/server/psync-coordinator
 CTL=$B/client/psyncctl
@@ -40,11 +45,20 @@ start_coord() {
   [[ -s $T/port ]] || fail "coordinator did not write its port file"
   CADDR=127.0.0.1:$(cat "$T/port")
 }
-# start_worker RANK WORLD [flags]: sets WPID[RANK]; logs in $T/w$RANK.log
+# start_worker RANK WORLD [flags]: sets WPID[RANK]; logs in $T/w$RANK.log.
+# With BACKEND set, the worker gets --backend and the host layout for it.
 declare -A WPID
 start_worker() {
   local r=$1 w=$2; shift 2
-  "$WORKER" --coordinator="$CADDR" --rank="$r" --world-size="$w" "$@" >"$T/w$r.log" 2>&1 &
+  local env=() flags=()
+  if [[ -n $BACKEND ]]; then
+    flags=(--backend="$BACKEND")
+    case $BACKEND in
+      auto) env=(LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$w") ;;
+      hier) local per=$((w / 2 > 0 ? w / 2 : 1)); ((w == 2)) && per=1; env=(PSYNC_HOST_ID="host$((r / per))") ;;
+    esac
+  fi
+  env "${env[@]}" "$WORKER" --coordinator="$CADDR" --rank="$r" --world-size="$w" "${flags[@]}" "$@" >"$T/w$r.log" 2>&1 &
   WPID[$r]=$!; PIDS+=("${WPID[$r]}")
 }
 # wait_exit PID SECONDS: sets rc to the exit code, or "timeout". (Not in a
@@ -58,6 +72,17 @@ wait_exit() {
     if ((t > limit * 10)); then rc=timeout; return; fi
   done
   wait "$pid"; rc=$?
+}
+# wait_progress N: until the coordinator reports iteration >= N (60 s bound),
+# so a kill or shutdown hits a running job, not one still starting up.
+wait_progress() {
+  local it
+  for _ in $(seq 600); do
+    it=$("$CTL" --coordinator="$CADDR" --json status 2>/dev/null | sed -nE 's/.*"iteration": *"?(-?[0-9]+).*/\1/p' | head -1)
+    [[ -n $it ]] && ((it >= $1)) && return 0
+    sleep 0.1
+  done
+  fail "the job did not reach iteration $1 within 60 s (last: ${it:-none})"
 }
 json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
 
@@ -112,7 +137,7 @@ case $CASE in
   shutdown)
     start_coord 2
     for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet --save="$T/stop.st" --summary="$T/sum{rank}.json"; done
-    sleep 2
+    wait_progress 5
     "$CTL" --coordinator="$CADDR" shutdown >"$T/ctl.log" 2>&1 || fail "psyncctl shutdown failed"
     for r in 0 1; do wait_exit "${WPID[$r]}" 20; [[ $rc == 0 ]] || fail "rank $r exited $rc after shutdown"; done
     k0=$(json_field "$T/sum0.json" steps_completed); k1=$(json_field "$T/sum1.json" steps_completed)
@@ -126,7 +151,7 @@ case $CASE in
   kill_worker)
     start_coord 4
     for r in 0 1 2 3; do start_worker $r 4 --steps=1000000 --quiet; done
-    sleep 2
+    wait_progress 5
     t0=$(date +%s.%N)
     kill -9 "${WPID[2]}"
     for r in 0 1 3; do
@@ -138,6 +163,10 @@ case $CASE in
     done
     note "all survivors exited within $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}') s"
     kill -0 "$CPID" || fail "the coordinator died"
+    # Segment names carry the creator's pid: none of this job's may be left.
+    for r in 0 1 2 3; do
+      left=$(ls /dev/shm | grep "^psync\.[0-9]*\.${WPID[$r]}\.") && fail "rank $r left /dev/shm/$left"
+    done
     "$CTL" --coordinator="$CADDR" status >"$T/status.txt" 2>&1
     grep -qiE "abort|lost" "$T/status.txt" || fail "psyncctl status does not report the loss: $(cat "$T/status.txt")"
     grep -q "2" "$T/status.txt" || fail "psyncctl status does not name rank 2"
@@ -146,7 +175,7 @@ case $CASE in
   kill_coordinator)
     start_coord 2
     for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet; done
-    sleep 2
+    wait_progress 5
     kill -9 "$CPID"
     for r in 0 1; do
       wait_exit "${WPID[$r]}" 10
@@ -216,4 +245,4 @@ EOF
 
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
-echo "PASS [$CASE]"
+echo "PASS [$CASE${BACKEND:+ backend=$BACKEND}]"

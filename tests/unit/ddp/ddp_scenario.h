@@ -123,6 +123,10 @@ inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int
   comm::GroupOptions opts;
   opts.timeout = timeout;
   opts.prefix = "ddp";
+  opts.job_tag = "ddp-test";
+  // hier: two "hosts" of world/2 ranks (one rank per host at world 2), so
+  // both the shared-memory and the cross-host parts run.
+  if (backend == "hier") opts.topology = comm::Topology::Blocks(world, world >= 4 ? world / 2 : 1);
   auto pg = comm::CreateProcessGroup(backend, store, rank, world, opts);
   if (!pg.ok()) {
     std::fprintf(stderr, "rank %d: process group: %s\n", rank, pg.status().ToString().c_str());

@@ -13,7 +13,9 @@ absl::Status WaitCross(const std::shared_ptr<Work>& work, const HierParts& p, co
                        const char* stage) {
   absl::Status st = work->Wait(p.timeout);
   if (st.ok()) return st;
-  return absl::Status(st.code(), absl::StrCat(desc, ": ", stage, " across hosts: ", std::string(st.message())));
+  return absl::Status(st.code(), absl::StrCat(desc, ": ", stage, " across hosts (Gloo group of global ",
+                                              p.cross_ranks, "; its rank i is the i-th of them): ",
+                                              std::string(st.message())));
 }
 
 absl::Status AllreduceSharded(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t) {

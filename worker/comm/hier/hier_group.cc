@@ -1,6 +1,7 @@
 #include "worker/comm/hier/hier_group.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hier/collectives.h"
@@ -61,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> HierGroup::Create(std::shared_ptr<
     }
     parts->cross = *cross;
     if (local_rank == 0) parts->leaders = parts->cross;
+    std::vector<int> members;
+    for (int h = 0; h < hosts; ++h) members.push_back(topo.ranks_on_host(h)[static_cast<size_t>(local_rank)]);
+    parts->cross_ranks = absl::StrCat("ranks ", absl::StrJoin(members, ", "));
   }
   return std::unique_ptr<ProcessGroup>(new HierGroup(rank, size, std::move(parts)));
 }

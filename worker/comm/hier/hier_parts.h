@@ -25,6 +25,9 @@ struct HierParts {
   // `cross`); null on the other ranks.
   std::shared_ptr<ProcessGroup> leaders;
   bool sharded = false;
+  // "ranks 1, 3": the global ranks of `cross` in its rank order, so its
+  // errors (which number peers within the cross group) can be read.
+  std::string cross_ranks;
 
   int host() const { return topology.host_index(rank); }
   bool is_leader() const { return local->local_rank() == 0; }
