@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/ops.h"
+#include "worker/tensor/ops/pointwise.h"
 
 namespace psync::ddp {
 

@@ -21,6 +21,7 @@
 #include "worker/comm/backend_choice.h"
 #include "worker/comm/process_group_factory.h"
 #include "worker/comm/shm/segment_name.h"
+#include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/state_dict.h"
@@ -392,6 +393,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   dopt.find_unused_parameters = opt.find_unused_parameters;
   dopt.timeout = opt.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
+  dopt.comm_hook = *ddp::CommHookFromFlag(opt.grad_compression);  // validated with the flags
   auto source = std::make_shared<CoordinatorUnusedSource>(mailbox);
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
       ddp::DistributedDataParallel::Create(model, group, dopt, source);

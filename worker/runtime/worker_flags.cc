@@ -51,6 +51,9 @@ ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the 
 ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
 ABSL_FLAG(double, first_bucket_mb, 1, "first bucket size cap in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cuda:N");
+ABSL_FLAG(std::string, grad_compression, "none",
+          "none | bf16 | fp16: allreduce gradients cast to 16 bits (half the bytes; changes the numbers, see "
+          "worker/ddp/README.md)");
 ABSL_FLAG(std::string, backend, "auto",
           "gradient transport: auto | gloo | shm (one host, shared memory) | hier (shm within hosts, Gloo across) | "
           "nccl (CUDA); auto picks the fastest one that works and the worker prints its choice");
@@ -70,7 +73,7 @@ const std::set<std::string>& WorkerFlagNames() {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "gloo_host", "timeout",
       "model", "widths", "skip_layer", "skip_pattern", "init", "data", "seed", "synthetic_rows",
       "global_batch", "accumulate", "steps", "lr", "momentum", "weight_decay",
-      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend",
+      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression",
       "save", "trace", "summary", "progress_every", "quiet"};
   return names;
 }
@@ -281,6 +284,10 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (o.backend != "auto" && o.backend != "gloo" && o.backend != "shm" && o.backend != "hier" &&
       o.backend != "nccl") {
     return Bad("backend", absl::StrCat("'", o.backend, "' is not one of auto|gloo|shm|hier|nccl"));
+  }
+  o.grad_compression = absl::GetFlag(FLAGS_grad_compression);
+  if (o.grad_compression != "none" && o.grad_compression != "bf16" && o.grad_compression != "fp16") {
+    return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
   }
   const bool cuda = o.device != "cpu";
   if (cuda && o.backend != "auto" && o.backend != "nccl") {

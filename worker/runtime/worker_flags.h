@@ -51,6 +51,7 @@ struct WorkerOptions {
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
+  std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   // outputs
   std::string save_path;

@@ -114,6 +114,60 @@ TEST(ShmGroup, DeterministicRankOrderSum) {
       std::chrono::seconds(60)));
 }
 
+// bfloat16 / float16 (the compression hooks' wire types): accumulated in
+// float in rank order, rounded once; float64 exact in rank order too.
+TEST(ShmGroup, SixteenBitSumsAccumulateInFloat) {
+  TempDir dir;
+  const int size = 3;
+  ExpectAllRanksOk(RunRanks(
+      size,
+      [&](int rank) -> int {
+        auto pg = MakeGroup("shm", dir.path(), rank, size, SmallWorkspace(), "half");
+        CHILD_CHECK(rank, pg != nullptr, "create");
+        const size_t n = 3001;
+        auto half_of = [&](int r, auto tag) {
+          using H = decltype(tag);
+          std::vector<H> v;
+          for (float f : RandomValues(r, n, 9)) v.push_back(H(f));
+          return v;
+        };
+        auto check = [&](auto tag, DType dtype) -> int {
+          using H = decltype(tag);
+          Tensor t = Tensor::FromVector(half_of(rank, tag), {static_cast<int64_t>(n)});
+          CHILD_CHECK(rank, t.dtype() == dtype, "dtype");
+          absl::Status st = pg->AllreduceSum(t, DTypeName(dtype))->Wait(milliseconds(20000));
+          CHILD_CHECK(rank, st.ok(), st.ToString());
+          std::vector<float> acc(n, 0.0f);
+          for (int r = 0; r < size; ++r) {
+            const std::vector<H> v = half_of(r, tag);
+            for (size_t i = 0; i < n; ++i) acc[i] = r == 0 ? static_cast<float>(v[i]) : acc[i] + static_cast<float>(v[i]);
+          }
+          const std::vector<H> got = t.ToVector<H>();
+          for (size_t i = 0; i < n; ++i) {
+            CHILD_CHECK(rank, got[i].bits == H(acc[i]).bits, std::string(DTypeName(dtype)) + " element " + std::to_string(i));
+          }
+          return 0;
+        };
+        if (check(BFloat16(), kBFloat16) != 0) return 1;
+        if (check(Float16(), kFloat16) != 0) return 1;
+        std::vector<double> d(n);
+        for (size_t i = 0; i < n; ++i) d[i] = 0.1 * static_cast<double>(i) + rank;
+        Tensor t = Tensor::FromVector(d, {static_cast<int64_t>(n)});
+        CHILD_CHECK(rank, pg->AllreduceSum(t, "f64")->Wait(milliseconds(20000)).ok(), "f64");
+        const std::vector<double> got = t.ToVector<double>();
+        for (size_t i = 0; i < n; ++i) {
+          double want = 0.1 * static_cast<double>(i);
+          for (int r = 1; r < size; ++r) want += 0.1 * static_cast<double>(i) + r;
+          CHILD_CHECK(rank, got[i] == want, "f64 element " + std::to_string(i));
+        }
+        // An int64 tensor has no sum here: a clear error, not garbage.
+        absl::Status bad = pg->AllreduceSum(Tensor::Zeros({4}, kInt64), "ids")->Wait(milliseconds(1000));
+        CHILD_CHECK(rank, bad.code() == absl::StatusCode::kInvalidArgument && Has(bad, "int64"), bad.ToString());
+        return 0;
+      },
+      std::chrono::seconds(60)));
+}
+
 TEST(ShmGroup, BroadcastAllgatherBarrier) {
   TempDir dir;
   const int size = 3;

@@ -25,12 +25,12 @@ constexpr milliseconds kDeadline(90000);
 // Parameter: the process group backend every case runs on.
 class DdpMultiProcess : public ::testing::TestWithParam<std::string> {
  protected:
-  void RunScenario(Scenario sc) {
+  void RunScenario(Scenario sc, float tol = 1e-5f) {
     sc.backend = GetParam();
     TempDir dir;
     ASSERT_FALSE(dir.path().empty());
     ExpectAllRanksOk(RunRanks(
-        sc.world, [&](int rank) { return RunDdpRank(sc, rank, dir.path()); }, kDeadline));
+        sc.world, [&](int rank) { return RunDdpRank(sc, rank, dir.path(), tol); }, kDeadline));
   }
   std::shared_ptr<comm::ProcessGroup> Group(const std::string& dir, int rank, int world, milliseconds timeout) {
     return MakeGroup(dir, rank, world, timeout, GetParam());
@@ -63,6 +63,27 @@ TEST_P(DdpMultiProcess, DefaultCapsSingleBucketNoRebuild) {
   sc.first_bucket_cap_mb = 1;
   sc.rebuild = RebuildMode::kNone;
   RunScenario(sc);
+}
+
+// ---------------------------------------------------------------- compression hooks
+
+// bf16 / fp16 gradients on the wire: close to the exact result (not equal),
+// and every rank still holds the same weights.
+TEST_P(DdpMultiProcess, Bf16CompressionStaysCloseToFullBatch) {
+  Scenario sc;
+  sc.world = 4;
+  sc.steps = 6;
+  sc.compression = "bf16";
+  RunScenario(sc, 2e-3f);
+}
+
+TEST_P(DdpMultiProcess, Fp16CompressionStaysCloseToFullBatch) {
+  Scenario sc;
+  sc.world = 2;
+  sc.steps = 6;
+  sc.micro = 2;
+  sc.compression = "fp16";
+  RunScenario(sc, 2e-4f);
 }
 
 // ---------------------------------------------------------------- unused parameters

@@ -9,12 +9,12 @@ namespace psync::comm::hier {
 
 absl::Status AllreduceLeader(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t) {
   const size_t n = static_cast<size_t>(t.numel());
-  float* data = t.data();
-  PSYNC_RETURN_IF_ERROR(shm::Reduce(*p.local, desc, name, data, n, shm::ElemType::kF32, 0));
+  void* data = t.raw_data();
+  PSYNC_RETURN_IF_ERROR(shm::Reduce(*p.local, desc, name, data, n, t.dtype(), 0));
   if (p.is_leader() && p.leaders->size() > 1) {
     PSYNC_RETURN_IF_ERROR(WaitCross(p.leaders->AllreduceSum(t, name), p, desc, "allreduce among host leaders"));
   }
-  return shm::Broadcast(*p.local, desc, name, data, n * sizeof(float), 0);
+  return shm::Broadcast(*p.local, desc, name, data, t.nbytes(), 0);
 }
 
 }  // namespace psync::comm::hier

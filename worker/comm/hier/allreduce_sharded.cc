@@ -20,17 +20,17 @@ absl::Status WaitCross(const std::shared_ptr<Work>& work, const HierParts& p, co
 
 absl::Status AllreduceSharded(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t) {
   const size_t n = static_cast<size_t>(t.numel());
-  float* data = t.data();
-  PSYNC_RETURN_IF_ERROR(shm::ReduceScatter(*p.local, desc, name, data, n, shm::ElemType::kF32));
+  void* data = t.raw_data();
+  PSYNC_RETURN_IF_ERROR(shm::ReduceScatter(*p.local, desc, name, data, n, t.dtype()));
   if (p.cross->size() > 1) {
-    const shm::ShardLayout lay(n, p.local->local_size(), sizeof(float), p.local->slot_bytes());
+    const shm::ShardLayout lay(n, p.local->local_size(), t.element_size(), p.local->slot_bytes());
     const shm::Range mine = lay.shard(p.local->local_rank());
     if (mine.size() > 0) {
       Tensor shard = t.Flatten().View(static_cast<int64_t>(mine.begin), {static_cast<int64_t>(mine.size())});
       PSYNC_RETURN_IF_ERROR(WaitCross(p.cross->AllreduceSum(shard, name), p, desc, "allreduce of this rank's shard"));
     }
   }
-  return shm::AllGather(*p.local, desc, name, data, n, shm::ElemType::kF32);
+  return shm::AllGather(*p.local, desc, name, data, n, t.dtype());
 }
 
 }  // namespace psync::comm::hier

@@ -11,12 +11,12 @@ absl::Status Broadcast(HierParts& p, const std::string& desc, const std::string&
   const int root_host = p.topology.host_index(root);
   const bool on_root_host = p.host() == root_host;
   if (on_root_host) {
-    PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, name, t.data(), t.nbytes(), p.topology.local_rank(root)));
+    PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, name, t.raw_data(), t.nbytes(), p.topology.local_rank(root)));
   }
   if (p.is_leader() && p.leaders->size() > 1) {
     PSYNC_RETURN_IF_ERROR(WaitCross(p.leaders->Broadcast(t, root_host, name), p, desc, "broadcast among host leaders"));
   }
-  if (!on_root_host) PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, name, t.data(), t.nbytes(), 0));
+  if (!on_root_host) PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, name, t.raw_data(), t.nbytes(), 0));
   return absl::OkStatus();
 }
 

@@ -92,9 +92,12 @@ std::string HierGroup::Describe(const char* what, const std::string& name, const
 
 std::shared_ptr<Work> HierGroup::AllreduceSum(Tensor tensor, const std::string& name) {
   const std::string desc = Describe("allreduce", name, tensor);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
-    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(
-                                                   desc, ": hier needs a defined CPU tensor (use nccl for CUDA)")));
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
+      !(tensor.dtype() == kFloat32 || tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16)) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(
+                  desc, ": hier sums a contiguous float32/bfloat16/float16 CPU tensor (use nccl for CUDA), got ",
+                  tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   std::shared_ptr<hier::HierParts> p = parts_;
   return queue_->Enqueue(desc, [p, tensor, desc, name]() {
@@ -104,8 +107,9 @@ std::shared_ptr<Work> HierGroup::AllreduceSum(Tensor tensor, const std::string& 
 
 std::shared_ptr<Work> HierGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
-    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": hier needs a defined CPU tensor")));
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": hier needs a defined, contiguous CPU tensor")));
   }
   if (root < 0 || root >= size_) {
     return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));

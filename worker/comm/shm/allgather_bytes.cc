@@ -14,7 +14,7 @@ absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const s
   std::vector<std::string> out(static_cast<size_t>(n));
   out[static_cast<size_t>(me)] = mine;
   if (n == 1) return out;
-  ShmContext::Op op = MakeOp(desc, OpKind::kAllgatherBytes, "allgather", 0, ElemType::kF32, -1);
+  ShmContext::Op op = MakeOp(desc, OpKind::kAllgatherBytes, "allgather", 0, kFloat32, -1);
   ctx.BeginOp(op);
   PSYNC_ASSIGN_OR_RETURN(uint64_t s, ctx.BeginStep(op));
   const uint64_t my_len = mine.size();

@@ -6,7 +6,7 @@
 
 namespace psync::comm::shm {
 
-ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& name, size_t count, ElemType type,
+ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& name, size_t count, DType type,
                       int root) {
   ShmContext::Op op;
   op.desc = desc;
@@ -19,11 +19,11 @@ ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& n
 }
 
 absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                       ElemType type) {
+                       DType type) {
   if (ctx.local_size() == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kAllreduce, name, count, type, -1);
   ctx.BeginOp(op);
-  const size_t bytes = count * ElemSize(type);
+  const size_t bytes = count * ElementSize(type);
   // Why two algorithms: below a few KiB the cost is the synchronisation
   // (one step instead of three phases); above it, memory traffic (each rank
   // reads only its shard of the others instead of everything).

@@ -16,9 +16,9 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, ElemType type) {
+absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type) {
   const int n = ctx.local_size(), me = ctx.local_rank();
-  const size_t es = ElemSize(type);
+  const size_t es = ElementSize(type);
   const ShardLayout lay(count, n, es, ctx.slot_bytes());
   const size_t piece_bytes = lay.piece() * es;
   char* base = static_cast<char*>(data);

@@ -10,10 +10,10 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, ElemType type) {
+absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
-  if (count > 0) std::memcpy(ctx.Slot(me, s), data, count * ElemSize(type));
+  if (count > 0) std::memcpy(ctx.Slot(me, s), data, count * ElementSize(type));
   ctx.Publish(kCopied, s);
   PSYNC_RETURN_IF_ERROR(ctx.WaitAll(kCopied, s, op, "copy-in"));
   PSYNC_RETURN_IF_ERROR(ctx.CheckAllDescriptors(op));

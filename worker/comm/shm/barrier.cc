@@ -6,7 +6,7 @@ namespace psync::comm::shm {
 
 absl::Status Barrier(ShmContext& ctx, const std::string& desc) {
   if (ctx.local_size() == 1) return absl::OkStatus();
-  ShmContext::Op op = MakeOp(desc, OpKind::kBarrier, "barrier", 0, ElemType::kF32, -1);
+  ShmContext::Op op = MakeOp(desc, OpKind::kBarrier, "barrier", 0, kFloat32, -1);
   ctx.BeginOp(op);
   PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
   ctx.Publish(kCopied, s);

@@ -11,7 +11,7 @@ namespace psync::comm::shm {
 absl::Status Broadcast(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t bytes,
                        int root) {
   if (ctx.local_size() == 1) return absl::OkStatus();
-  ShmContext::Op op = MakeOp(desc, OpKind::kBroadcast, name, bytes, ElemType::kF32, root);
+  ShmContext::Op op = MakeOp(desc, OpKind::kBroadcast, name, bytes, kFloat32, root);
   ctx.BeginOp(op);
   const int me = ctx.local_rank();
   const size_t chunk = ctx.slot_bytes();

@@ -25,30 +25,30 @@ namespace psync::comm::shm {
 // (allreduce_symmetric.cc); above: reduce-scatter + all-gather in pieces
 // through the slots (allreduce_sharded.cc).
 absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                       ElemType type);
-absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, ElemType type);
-absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, ElemType type);
+                       DType type);
+absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type);
+absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type);
 
 // After it, this rank's shard (ShardLayout(count, local_size, ...).shard(
 // local_rank)) of `data` holds the sum; the rest of `data` is unchanged.
 absl::Status ReduceScatter(ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
-                           size_t count, ElemType type);
+                           size_t count, DType type);
 // Every rank's shard of `data` is copied into every other rank's `data`.
 absl::Status AllGather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                       ElemType type);
+                       DType type);
 // Local rank `root`'s `bytes` bytes at `data` are copied to every rank.
 absl::Status Broadcast(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t bytes,
                        int root);
 // Local rank `root`'s `data` receives the sum; the others' are unchanged.
 absl::Status Reduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                    ElemType type, int root);
+                    DType type, int root);
 absl::Status Barrier(ShmContext& ctx, const std::string& desc);
 // Every rank's byte string, in local rank order.
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const std::string& desc,
                                                         const std::string& mine);
 
 // The descriptor of a collective (kind, count, type, root, truncated name).
-ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& name, size_t count, ElemType type,
+ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& name, size_t count, DType type,
                       int root);
 
 }  // namespace psync::comm::shm

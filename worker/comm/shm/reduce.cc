@@ -12,12 +12,12 @@
 namespace psync::comm::shm {
 
 absl::Status Reduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                    ElemType type, int root) {
+                    DType type, int root) {
   if (ctx.local_size() == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kReduce, name, count, type, root);
   ctx.BeginOp(op);
   const int n = ctx.local_size(), me = ctx.local_rank();
-  const size_t es = ElemSize(type);
+  const size_t es = ElementSize(type);
   const size_t chunk = ctx.slot_bytes() / es;
   const size_t rounds = std::max<size_t>(1, (count + chunk - 1) / chunk);
   char* base = static_cast<char*>(data);

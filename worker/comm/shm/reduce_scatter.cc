@@ -12,12 +12,12 @@
 namespace psync::comm::shm {
 
 absl::Status ReduceScatter(ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
-                           size_t count, ElemType type) {
+                           size_t count, DType type) {
   if (ctx.local_size() == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kReduceScatter, name, count, type, -1);
   ctx.BeginOp(op);
   const int n = ctx.local_size(), me = ctx.local_rank();
-  const size_t es = ElemSize(type);
+  const size_t es = ElementSize(type);
   const ShardLayout lay(count, n, es, ctx.slot_bytes());
   const size_t piece_bytes = lay.piece() * es;
   char* base = static_cast<char*>(data);

@@ -5,26 +5,21 @@
 // same bits, on every run. Vectorised per element only (lanes never add
 // into each other), so the vector and scalar paths round identically.
 // bfloat16 / float16 inputs are accumulated in float and rounded once
-// (round to nearest even).
+// (round to nearest even, worker/tensor/half.h), so a compressed gradient
+// loses precision once, not once per rank.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
+
+#include "worker/tensor/dtype.h"
 
 namespace psync::comm::shm {
 
-enum class ElemType : uint32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
-size_t ElemSize(ElemType t);
-const char* ElemTypeName(ElemType t);
+// float32, float64, bfloat16 and float16 (the types a sum is defined for).
+bool Summable(DType t);
 
 // `out` may be one of the inputs (the same pointer, not a partial overlap);
-// `out2`, when not null, receives a copy of the result.
-void SumInto(ElemType t, void* out, void* out2, const void* const* in, int n, size_t count);
-
-// Conversions used for bf16/fp16 (exposed for tests).
-float BF16ToFloat(uint16_t v);
-uint16_t FloatToBF16(float f);
-float F16ToFloat(uint16_t v);
-uint16_t FloatToF16(float f);
+// `out2`, when not null, receives a copy of the result. `t` must be Summable.
+void SumInto(DType t, void* out, void* out2, const void* const* in, int n, size_t count);
 
 }  // namespace psync::comm::shm

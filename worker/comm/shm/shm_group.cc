@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/comm/shm/collectives.h"
+#include "worker/comm/shm/reduce_sum.h"
 #include "worker/comm/util.h"
 
 namespace psync::comm {
@@ -42,29 +43,30 @@ std::string ShmGroup::Describe(const char* what, const std::string& name, const 
 
 std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& name) {
   const std::string desc = Describe("allreduce", name, tensor);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() || !shm::Summable(tensor.dtype())) {
     return internal::SerialQueue::Failed(
-        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined CPU tensor, got ",
-                                                      tensor.defined() ? tensor.device().ToString()
-                                                                       : std::string("an undefined tensor"))));
+        desc, absl::InvalidArgumentError(absl::StrCat(
+                  desc, ": shm sums a contiguous float32/float64/bfloat16/float16 CPU tensor, got ",
+                  tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   return queue_->Enqueue(desc, [ctx, tensor, desc, name]() {
-    return shm::Allreduce(*ctx, desc, name, tensor.data(), static_cast<size_t>(tensor.numel()), shm::ElemType::kF32);
+    return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype());
   });
 }
 
 std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
-  if (!tensor.defined() || !tensor.device().is_cpu()) {
-    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined CPU tensor")));
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined, contiguous CPU tensor")));
   }
   if (root < 0 || root >= size_) {
     return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   return queue_->Enqueue(desc, [ctx, tensor, desc, name, root]() {
-    return shm::Broadcast(*ctx, desc, name, tensor.data(), tensor.nbytes(), root);
+    return shm::Broadcast(*ctx, desc, name, tensor.raw_data(), tensor.nbytes(), root);
   });
 }
 
