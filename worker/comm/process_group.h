@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@ class ProcessGroup {
   // Fails every pending and future collective with `reason`, and unblocks
   // peers where the backend allows. Safe from any thread.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // A zero-filled, contiguous tensor this group's collectives handle
+  // fastest. shm: it lives in shared memory every local rank has mapped, so
+  // AllreduceSum reduces it in place, without staging copies. Collective:
+  // every rank calls it in the same order with the same shape and dtype (the
+  // reducer does, when it builds its buckets). Default: Tensor::Zeros.
+  virtual absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) {
+    try {
+      return Tensor::Zeros(shape, dtype, device);
+    } catch (const std::exception& e) {
+      return absl::ResourceExhaustedError(e.what());
+    }
+  }
 };
 
 }  // namespace psync::comm

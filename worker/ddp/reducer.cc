@@ -126,7 +126,7 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
   for (size_t b = 0; b < plan.size(); ++b) {
-    buckets.push_back(Bucket::Build(b, plan[b], params_));
+    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get()));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),

@@ -79,13 +79,26 @@ inline std::shared_ptr<ProcessGroup> MakeGroup(const std::string& backend, const
 // Inside rank `rank`'s child: for every size, allreduce the same integer
 // inputs with `pg` and with `gloo`; both must equal the exact sum, bit for
 // bit. Returns 0 or 1 (CHILD_CHECK).
-inline int SameAsGloo(int rank, int size, ProcessGroup& pg, ProcessGroup& gloo, const std::vector<size_t>& sizes) {
+// `in_buffer`: the tensors come from pg.NewCollectiveBuffer (for shm: shared
+// memory, reduced in place), odd ones as a view at an offset into a larger
+// buffer.
+inline int SameAsGloo(int rank, int size, ProcessGroup& pg, ProcessGroup& gloo, const std::vector<size_t>& sizes,
+                      bool in_buffer = false) {
   std::vector<std::shared_ptr<Work>> works;
   std::vector<Tensor> ts, gs;
   for (size_t k = 0; k < sizes.size(); ++k) {
     const size_t n = sizes[k];
     const std::vector<float> v = IntValues(rank, n, static_cast<uint32_t>(k));
-    ts.push_back(Tensor::FromVector(v, {static_cast<int64_t>(n)}));
+    if (in_buffer) {
+      const int64_t lead = k % 2 ? 37 : 0;
+      absl::StatusOr<Tensor> b = pg.NewCollectiveBuffer({static_cast<int64_t>(n) + lead}, kFloat32, Device::CPU());
+      CHILD_CHECK(rank, b.ok(), b.status().ToString());
+      Tensor t = b->View(lead, {static_cast<int64_t>(n)});
+      if (n > 0) std::memcpy(t.data<float>(), v.data(), n * sizeof(float));
+      ts.push_back(t);
+    } else {
+      ts.push_back(Tensor::FromVector(v, {static_cast<int64_t>(n)}));
+    }
     gs.push_back(Tensor::FromVector(v, {static_cast<int64_t>(n)}));
     // Issued back to back: the group must keep many collectives in flight in order.
     works.push_back(pg.AllreduceSum(ts.back(), "size " + std::to_string(n)));

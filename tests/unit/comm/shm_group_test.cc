@@ -84,6 +84,31 @@ TEST(ShmGroup, SameAsGlooEverySizeClassWorld2) { RunSameAsGloo(2); }
 TEST(ShmGroup, SameAsGlooEverySizeClassWorld3) { RunSameAsGloo(3); }
 TEST(ShmGroup, SameAsGlooEverySizeClassWorld4) { RunSameAsGloo(4); }
 
+// Tensors in collective buffers (shared memory, reduced in place; views at
+// an offset too), every size class, 2..4 ranks; nothing left in /dev/shm
+// once the buffers are gone.
+TEST(ShmGroup, CollectiveBuffersSameAsGloo) {
+  for (int size : {2, 3, 4}) {
+    TempDir dir;
+    GroupOptions o = SmallWorkspace();
+    o.job_tag = UniqueTag("buffers");
+    ExpectAllRanksOk(RunRanks(
+        size,
+        [&](int rank) -> int {
+          auto shm = MakeGroup("shm", dir.path(), rank, size, o, "shm");
+          auto gloo = MakeGroup("gloo", dir.path(), rank, size, o, "gloo");
+          CHILD_CHECK(rank, shm && gloo, "create");
+          std::vector<size_t> sizes = SizeClasses(size, o.shm_slot_bytes);
+          sizes.push_back((1u << 20) + 5);
+          if (SameAsGloo(rank, size, *shm, *gloo, sizes, /*in_buffer=*/true) != 0) return 1;
+          CHILD_CHECK(rank, ShmEntries(o.job_tag).empty(), "buffers must be unlinked once mapped");
+          return 0;
+        },
+        std::chrono::seconds(120)));
+    EXPECT_TRUE(ShmEntries(o.job_tag).empty()) << size << " ranks";
+  }
+}
+
 // Arbitrary floats: every rank gets exactly the rank-order sum
 // ((x0 + x1) + x2) + x3, on every run, whatever the algorithm or chunking.
 TEST(ShmGroup, DeterministicRankOrderSum) {
@@ -275,7 +300,7 @@ TEST(ShmGroup, MismatchedCollectivesFailNamingThePeer) {
 // Rank 1 is SIGKILLed while rank 0 waits for it inside an allreduce: rank
 // 0's Wait fails within milliseconds (pid watch), naming the peer; the group
 // is poisoned; nothing is left in /dev/shm.
-void PeerKilled(bool heartbeat) {
+void PeerKilled(bool heartbeat, bool in_buffer = false) {
   TempDir dir;
   const std::string tag = UniqueTag("killed");
   const milliseconds timeout(10000);
@@ -294,6 +319,11 @@ void PeerKilled(bool heartbeat) {
         CHILD_CHECK(rank, pg->Barrier(timeout).ok(), "barrier");
         CHILD_CHECK(rank, ShmEntries(tag).empty(), "segments must be unlinked once everyone mapped them");
         Tensor t = Tensor::Full({4 << 20}, 1.0f);  // 16 MiB: many steps
+        if (in_buffer) {
+          auto b = pg->NewCollectiveBuffer({4 << 20}, kFloat32, Device::CPU());
+          CHILD_CHECK(rank, b.ok(), b.status().ToString());
+          t = *b;
+        }
         if (rank == 1) {
           // Takes part in a few steps, then dies mid-collective.
           std::thread killer([] {
@@ -332,6 +362,7 @@ void PeerKilled(bool heartbeat) {
 
 TEST(ShmGroup, PeerKilledMidCollectiveIsNamedWithinMilliseconds) { PeerKilled(false); }
 TEST(ShmGroup, PeerKilledMidCollectiveHeartbeatWatch) { PeerKilled(true); }
+TEST(ShmGroup, PeerKilledMidInPlaceCollective) { PeerKilled(false, /*in_buffer=*/true); }
 
 // Rank 1 never issues the collective: rank 0 fails after the group timeout,
 // naming the peer (alive, but not there).

@@ -126,6 +126,9 @@ inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int
   opts.timeout = timeout;
   opts.prefix = "ddp";
   opts.job_tag = "ddp-test";
+  // shm: buckets above 256 B are reduced in place in shared memory, smaller
+  // ones by the one-step algorithm: both paths run.
+  opts.shm_small_bytes = 256;
   // hier: two "hosts" of world/2 ranks (one rank per host at world 2), so
   // both the shared-memory and the cross-host parts run.
   if (backend == "hier") opts.topology = comm::Topology::Blocks(world, world >= 4 ? world / 2 : 1);

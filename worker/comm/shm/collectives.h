@@ -43,6 +43,12 @@ absl::Status Broadcast(ShmContext& ctx, const std::string& desc, const std::stri
 absl::Status Reduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
                     DType type, int root);
 absl::Status Barrier(ShmContext& ctx, const std::string& desc);
+// Allreduce of a tensor in a registered buffer (buffer_registry.h), in
+// place: `bases` are every local rank's mapping of the buffer, the tensor
+// starts `offset_bytes` into it. Returns once every rank is done with ours.
+absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
+                              const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
+                              DType type);
 // Every rank's byte string, in local rank order.
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const std::string& desc,
                                                         const std::string& mine);

@@ -45,6 +45,8 @@ enum class OpKind : uint32_t {
   kReduce = 5,
   kBarrier = 6,
   kAllgatherBytes = 7,
+  kRegisterBuffer = 8,
+  kAllreduceInPlace = 9,
 };
 const char* OpKindName(OpKind kind);
 
@@ -54,6 +56,7 @@ struct OpDescriptor {
   int32_t root = -1;   // local rank, for rooted collectives
   uint64_t count = 0;  // elements (bytes for byte collectives)
   uint32_t elem_type = 0;
+  uint64_t aux = 0;    // registered buffers: byte offset of the tensor in its buffer
   char name[36] = {};  // truncated, NUL-terminated
 };
 

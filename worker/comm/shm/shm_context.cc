@@ -56,6 +56,8 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kReduce: return "reduce";
     case OpKind::kBarrier: return "barrier";
     case OpKind::kAllgatherBytes: return "allgather";
+    case OpKind::kRegisterBuffer: return "buffer registration";
+    case OpKind::kAllreduceInPlace: return "in-place allreduce";
   }
   return "collective";
 }
@@ -101,7 +103,7 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
       o.prefix.empty() ? store : std::make_shared<PrefixStore>(absl::StrCat(o.prefix, "/shm"), store);
   const ProcessIdentity self = SelfIdentity();
   const size_t bytes = kControlBytes + static_cast<size_t>(o.slots) * o.slot_bytes;
-  const std::string name = SegmentName(self, absl::StrCat(o.job_tag, ".", o.prefix, ".r", grank));
+  const std::string name = ctx->SegmentNameOf(self, me, "");
   absl::StatusOr<ShmSegment> own = ShmSegment::Create(name, bytes);
   if (!own.ok()) return Annotate(own.status(), where);
   ctx->own_ = std::move(*own);
@@ -191,6 +193,15 @@ ShmContext::~ShmContext() {
     // will) learns at once that we are gone instead of timing out.
     Abort(absl::CancelledError(absl::StrCat("rank ", global_rank(me_), " closed its process group")));
   }
+}
+
+std::string ShmContext::SegmentNameOf(const ProcessIdentity& creator, int local, const std::string& suffix) const {
+  return SegmentName(creator, absl::StrCat(options_.job_tag, ".", options_.prefix, ".r", global_rank(local), suffix));
+}
+
+std::string ShmContext::PeerSegmentName(int local, const std::string& suffix) const {
+  const ControlBlock* b = block(local);
+  return SegmentNameOf(ProcessIdentity{b->pid, b->start_time, b->pid_ns}, local, suffix);
 }
 
 void ShmContext::HeartbeatLoop() {
@@ -350,7 +361,7 @@ absl::Status ShmContext::CheckDescriptor(int local, const Op& op) const {
   const OpDescriptor& theirs = block(local)->descriptors[op.d.seq % kDescriptorRing];
   const OpDescriptor& mine = op.d;
   if (theirs.seq == mine.seq && theirs.kind == mine.kind && theirs.count == mine.count && theirs.root == mine.root &&
-      theirs.elem_type == mine.elem_type) {
+      theirs.elem_type == mine.elem_type && theirs.aux == mine.aux) {
     return absl::OkStatus();
   }
   // A peer that aborted may have stopped halfway through its sequence: its

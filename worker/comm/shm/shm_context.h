@@ -108,10 +108,15 @@ class ShmContext {
   // same collective (kind, count, root), else FailedPrecondition naming both.
   absl::Status CheckDescriptor(int local, const Op& op) const;
   absl::Status CheckAllDescriptors(const Op& op) const;
+  // The /dev/shm name of local rank `local`'s segment `suffix` ("" = its
+  // workspace, ".b3" = its collective buffer 3): creator identity (from its
+  // control block) + job tag + group + rank, so every rank can compute it.
+  std::string PeerSegmentName(int local, const std::string& suffix) const;
 
  private:
   ShmContext(std::vector<int> members, int me, ShmOptions options);
   ControlBlock* block(int local) const { return blocks_[static_cast<size_t>(local)]; }
+  std::string SegmentNameOf(const ProcessIdentity& creator, int local, const std::string& suffix) const;
   absl::Status PeerFailure(int local, const Op& op, const char* phase, bool timed_out,
                            std::chrono::milliseconds waited) const;
   void HeartbeatLoop();

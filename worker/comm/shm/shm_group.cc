@@ -1,5 +1,7 @@
 #include "worker/comm/shm/shm_group.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "worker/comm/shm/collectives.h"
 #include "worker/comm/shm/reduce_sum.h"
@@ -25,7 +27,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ShmGroup::Create(std::shared_ptr<S
 }
 
 ShmGroup::ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx)
-    : rank_(rank), size_(size), ctx_(std::move(ctx)) {
+    : rank_(rank), size_(size), ctx_(std::move(ctx)), buffers_(std::make_shared<shm::BufferRegistry>()) {
   std::weak_ptr<shm::ShmContext> weak = ctx_;
   queue_ = internal::SerialQueue::Start([weak](const absl::Status& reason) {
     // Why: the running collective may be waiting on a peer; the context's
@@ -50,6 +52,20 @@ std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& n
                   tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  std::optional<shm::BufferRegistry::View> buf;
+  // Small tensors take the one-step symmetric algorithm even in a buffer:
+  // one synchronisation beats three when there is little to copy.
+  if (tensor.nbytes() > ctx_->options().small_bytes) buf = buffers_->Find(tensor.storage()->data());
+  if (buf) {
+    // Every rank's tensor is in shared memory: reduce it where it is. (The
+    // tensor handle in the op keeps the buffer, and the peers' mappings of
+    // it, alive until the collective is over.)
+    const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
+    return queue_->Enqueue(desc, [ctx, tensor, desc, name, view = std::move(*buf), offset]() {
+      return shm::AllreduceInPlace(*ctx, desc, name, view.bases, view.id, offset, static_cast<size_t>(tensor.numel()),
+                                   tensor.dtype());
+    });
+  }
   return queue_->Enqueue(desc, [ctx, tensor, desc, name]() {
     return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype());
   });
@@ -91,6 +107,27 @@ absl::Status ShmGroup::Barrier(std::chrono::milliseconds timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_, " (shm)");
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   return queue_->Enqueue(desc, [ctx, desc]() { return shm::Barrier(*ctx, desc); })->Wait(timeout);
+}
+
+absl::StatusOr<Tensor> ShmGroup::NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) {
+  if (!device.is_cpu() || size_ == 1) return ProcessGroup::NewCollectiveBuffer(shape, dtype, device);
+  const size_t bytes = static_cast<size_t>(NumelOf(shape)) * ElementSize(dtype);
+  const std::string desc = absl::StrCat("collective buffer ", ShapeToString(shape), " ", DTypeName(dtype), " (",
+                                        internal::FormatBytes(bytes), ") on rank ", rank_, " of ", size_, " (shm)");
+  auto base = std::make_shared<void*>(nullptr);
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  std::shared_ptr<shm::BufferRegistry> buffers = buffers_;
+  absl::Status st = queue_->Enqueue(desc, [ctx, buffers, desc, bytes, base]() -> absl::Status {
+                              absl::StatusOr<void*> p = buffers->Register(*ctx, desc, bytes);
+                              if (!p.ok()) return p.status();
+                              *base = *p;
+                              return absl::OkStatus();
+                            })->Wait(ctx_->options().timeout);
+  if (!st.ok()) return st;
+  void* data = *base;
+  std::shared_ptr<Storage> storage =
+      Storage::Wrap(data, bytes, Device::CPU(), [buffers, data] { buffers->Release(data); });
+  return Tensor::FromStorage(std::move(storage), shape, dtype);
 }
 
 void ShmGroup::Abort(const absl::Status& reason) {

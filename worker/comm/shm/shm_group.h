@@ -19,6 +19,7 @@
 
 #include "worker/comm/process_group.h"
 #include "worker/comm/serial_queue.h"
+#include "worker/comm/shm/buffer_registry.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/store.h"
 
@@ -42,6 +43,9 @@ class ShmGroup : public ProcessGroup {
                                                      std::chrono::milliseconds timeout) override;
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;
+  // A buffer in shared memory (shm/buffer_registry.h): AllreduceSum on a
+  // tensor that starts in one reduces it in place, without staging copies.
+  absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) override;
 
  private:
   ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx);
@@ -50,6 +54,7 @@ class ShmGroup : public ProcessGroup {
   const int rank_;
   const int size_;
   std::shared_ptr<shm::ShmContext> ctx_;           // used by the communication thread only (Abort: any)
+  std::shared_ptr<shm::BufferRegistry> buffers_;   // shared with the buffers' release callbacks
   std::shared_ptr<internal::SerialQueue> queue_;
 };
 
