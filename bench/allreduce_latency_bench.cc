@@ -57,7 +57,7 @@ ABSL_FLAG(std::string, impls, "psync,shm,shm-buf,raw", "impls to run, in order")
 ABSL_FLAG(int64_t, max_bytes, 4 << 20, "largest size");
 ABSL_FLAG(std::string, bytes, "", "comma-separated sizes (instead of 4 B .. --max-bytes, x4)");
 ABSL_FLAG(int64_t, shm_slot_bytes, 1 << 20, "shm workspace slot size");
-ABSL_FLAG(int64_t, shm_small_bytes, 16 << 10, "shm: largest allreduce of the one-step algorithm");
+ABSL_FLAG(int64_t, shm_small_bytes, 64 << 10, "shm: largest allreduce of the one-step algorithm");
 
 namespace {
 

@@ -41,7 +41,7 @@ struct GroupOptions {
   // shm / hier workspace: per rank, 2 slots of this many bytes; allreduces
   // up to shm_small_bytes take the one-step algorithm.
   size_t shm_slot_bytes = 1 << 20;
-  size_t shm_small_bytes = 16 << 10;
+  size_t shm_small_bytes = 64 << 10;
 };
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& backend,

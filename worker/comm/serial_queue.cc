@@ -33,8 +33,8 @@ std::shared_ptr<Work> SerialQueue::Failed(std::string desc, absl::Status status)
   return w;
 }
 
-std::shared_ptr<Work> SerialQueue::Enqueue(std::string desc, Op op) {
-  auto w = std::make_shared<QueuedWork>(std::move(desc), std::move(op), weak_from_this());
+std::shared_ptr<Work> SerialQueue::Enqueue(std::string desc, Op op, bool inline_ok) {
+  auto w = std::make_shared<QueuedWork>(std::move(desc), std::move(op), weak_from_this(), inline_ok);
   absl::Status poisoned;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -76,30 +76,46 @@ absl::Status SerialQueue::health() const {
   return poison_;
 }
 
+void SerialQueue::Finish(const std::shared_ptr<QueuedWork>& w, const absl::Status& st) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_.reset();
+  }
+  cv_.notify_all();  // the communication thread may take the next op now
+  if (!st.ok()) Poison(st);
+  w->Complete(st);  // no-op when Poison / a Wait timeout already failed it
+}
+
 void SerialQueue::Loop() {
   while (true) {
     std::shared_ptr<QueuedWork> w;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      // Why also !running_: an op may be running inline on a waiting thread.
+      cv_.wait(l, [&] { return (stop_ && !running_) || (!queue_.empty() && !running_); });
       if (queue_.empty()) break;  // stop requested and nothing left
       w = std::move(queue_.front());
       queue_.pop_front();
       running_ = w;
     }
-    absl::Status st = w->Run();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_.reset();
-    }
-    if (!st.ok()) Poison(st);
-    w->Complete(st);  // no-op when Poison / a Wait timeout already failed it
+    Finish(w, w->Run(Clock::time_point::max()));
   }
   {
     std::lock_guard<std::mutex> l(mu_);
     exited_ = true;
   }
   cv_.notify_all();
+}
+
+bool SerialQueue::RunInline(const std::shared_ptr<QueuedWork>& w, Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (running_ || stop_ || !poison_.ok() || queue_.empty() || queue_.front() != w) return false;
+    queue_.pop_front();
+    running_ = w;
+  }
+  Finish(w, w->Run(deadline));
+  return true;
 }
 
 void SerialQueue::Stop(std::chrono::milliseconds bound) {
@@ -138,6 +154,9 @@ bool QueuedWork::Complete(const absl::Status& status) {
 }
 
 absl::Status QueuedWork::Wait(std::chrono::milliseconds timeout) {
+  if (inline_ok_ && !done_.load(std::memory_order_acquire)) {
+    if (auto q = queue_.lock()) q->RunInline(shared_from_this(), SerialQueue::Clock::now() + timeout);
+  }
   {
     std::unique_lock<std::mutex> l(mu_);
     if (cv_.wait_for(l, timeout, [&] { return done_.load(std::memory_order_relaxed); })) return status_;

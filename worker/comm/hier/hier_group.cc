@@ -100,7 +100,7 @@ std::shared_ptr<Work> HierGroup::AllreduceSum(Tensor tensor, const std::string& 
                   tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   std::shared_ptr<hier::HierParts> p = parts_;
-  return queue_->Enqueue(desc, [p, tensor, desc, name]() {
+  return queue_->Enqueue(desc, [p, tensor, desc, name](internal::SerialQueue::Clock::time_point) {
     return p->sharded ? hier::AllreduceSharded(*p, desc, name, tensor) : hier::AllreduceLeader(*p, desc, name, tensor);
   });
 }
@@ -115,7 +115,7 @@ std::shared_ptr<Work> HierGroup::Broadcast(Tensor tensor, int root, const std::s
     return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
   std::shared_ptr<hier::HierParts> p = parts_;
-  return queue_->Enqueue(desc, [p, tensor, desc, name, root]() { return hier::Broadcast(*p, desc, name, tensor, root); });
+  return queue_->Enqueue(desc, [p, tensor, desc, name, root](internal::SerialQueue::Clock::time_point) { return hier::Broadcast(*p, desc, name, tensor, root); });
 }
 
 absl::StatusOr<std::vector<std::string>> HierGroup::Allgather(const std::string& bytes,
@@ -124,7 +124,7 @@ absl::StatusOr<std::vector<std::string>> HierGroup::Allgather(const std::string&
       absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (hier)");
   auto result = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<hier::HierParts> p = parts_;
-  auto work = queue_->Enqueue(desc, [p, desc, bytes, result]() -> absl::Status {
+  auto work = queue_->Enqueue(desc, [p, desc, bytes, result](internal::SerialQueue::Clock::time_point) -> absl::Status {
     absl::StatusOr<std::vector<std::string>> all = hier::Allgather(*p, desc, bytes);
     if (!all.ok()) return all.status();
     *result = std::move(*all);
@@ -138,7 +138,7 @@ absl::StatusOr<std::vector<std::string>> HierGroup::Allgather(const std::string&
 absl::Status HierGroup::Barrier(std::chrono::milliseconds timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_, " (hier)");
   std::shared_ptr<hier::HierParts> p = parts_;
-  return queue_->Enqueue(desc, [p, desc]() { return hier::Barrier(*p, desc); })->Wait(timeout);
+  return queue_->Enqueue(desc, [p, desc](internal::SerialQueue::Clock::time_point) { return hier::Barrier(*p, desc); })->Wait(timeout);
 }
 
 void HierGroup::Abort(const absl::Status& reason) {

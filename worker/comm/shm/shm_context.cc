@@ -285,7 +285,7 @@ absl::Status ShmContext::WaitPeer(int local, Counter c, uint64_t step, const Op&
       CpuRelax();
     }
   } while (Clock::now() < spin_until);
-  const Clock::time_point deadline = start + options_.timeout;
+  const Clock::time_point deadline = std::min(start + options_.timeout, deadline_);
   Clock::time_point next_check = start;
   PeerBeat& beat = beats_[static_cast<size_t>(local)];
   while (true) {

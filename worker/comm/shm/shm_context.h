@@ -53,7 +53,7 @@ struct ShmOptions {
   size_t slot_bytes = 1 << 20;
   int slots = 2;
   // Allreduces up to this size use the one-step symmetric algorithm.
-  size_t small_bytes = 16 << 10;
+  size_t small_bytes = 64 << 10;
   // Busy-wait this long before sleeping on a peer's bell.
   std::chrono::microseconds spin{50};
   // Watch peers by heartbeat even where /proc could show their pid (tests).
@@ -78,6 +78,11 @@ class ShmContext {
   int global_rank(int local) const { return members_[static_cast<size_t>(local)]; }
   const ShmOptions& options() const { return options_; }
   size_t slot_bytes() const { return options_.slot_bytes; }
+
+  // Every wait also ends at `deadline` (DeadlineExceeded), besides the
+  // per-wait timeout: set by an op that runs inline in a Work::Wait. The
+  // running op's thread only.
+  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
 
   // Fails our waits and every peer's wait on us with `reason`. Any thread;
   // first reason wins.
@@ -129,7 +134,8 @@ class ShmContext {
   std::vector<ControlBlock*> blocks_;   // index = local rank
   std::vector<bool> heartbeat_watch_;   // peer liveness by heartbeat (other pid namespace / forced)
 
-  // Communication thread only.
+  // The thread running the current op only.
+  Clock::time_point deadline_ = Clock::time_point::max();
   uint64_t op_seq_ = 0;
   uint64_t step_ = 0;
   struct PeerBeat {

@@ -10,7 +10,20 @@
 namespace psync::comm {
 
 namespace {
+
 constexpr std::chrono::milliseconds kStopBound{2000};
+using Deadline = internal::SerialQueue::Clock::time_point;
+
+// Runs `fn` with every wait of `ctx` also bounded by `deadline` (an op run
+// inline by a Wait must end by that Wait's deadline).
+template <typename Fn>
+absl::Status Bounded(shm::ShmContext& ctx, Deadline deadline, Fn&& fn) {
+  ctx.set_deadline(deadline);
+  absl::Status st = fn();
+  ctx.set_deadline(Deadline::max());
+  return st;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ShmGroup::Create(std::shared_ptr<Store> store, int rank, int size,
@@ -61,14 +74,25 @@ std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& n
     // tensor handle in the op keeps the buffer, and the peers' mappings of
     // it, alive until the collective is over.)
     const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
-    return queue_->Enqueue(desc, [ctx, tensor, desc, name, view = std::move(*buf), offset]() {
-      return shm::AllreduceInPlace(*ctx, desc, name, view.bases, view.id, offset, static_cast<size_t>(tensor.numel()),
-                                   tensor.dtype());
-    });
+    return queue_->Enqueue(
+        desc,
+        [ctx, tensor, desc, name, view = std::move(*buf), offset](Deadline deadline) {
+          return Bounded(*ctx, deadline, [&] {
+            return shm::AllreduceInPlace(*ctx, desc, name, view.bases, view.id, offset,
+                                         static_cast<size_t>(tensor.numel()), tensor.dtype());
+          });
+        },
+        /*inline_ok=*/true);
   }
-  return queue_->Enqueue(desc, [ctx, tensor, desc, name]() {
-    return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype());
-  });
+  return queue_->Enqueue(
+      desc,
+      [ctx, tensor, desc, name](Deadline deadline) {
+        return Bounded(*ctx, deadline, [&] {
+          return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                                tensor.dtype());
+        });
+      },
+      /*inline_ok=*/true);
 }
 
 std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
@@ -81,9 +105,13 @@ std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::st
     return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
-  return queue_->Enqueue(desc, [ctx, tensor, desc, name, root]() {
-    return shm::Broadcast(*ctx, desc, name, tensor.raw_data(), tensor.nbytes(), root);
-  });
+  return queue_->Enqueue(
+      desc,
+      [ctx, tensor, desc, name, root](Deadline deadline) {
+        return Bounded(*ctx, deadline,
+                       [&] { return shm::Broadcast(*ctx, desc, name, tensor.raw_data(), tensor.nbytes(), root); });
+      },
+      /*inline_ok=*/true);
 }
 
 absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& bytes,
@@ -92,12 +120,17 @@ absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& 
       absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (shm)");
   auto result = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
-  auto work = queue_->Enqueue(desc, [ctx, desc, bytes, result]() -> absl::Status {
-    absl::StatusOr<std::vector<std::string>> all = shm::AllgatherBytes(*ctx, desc, bytes);
-    if (!all.ok()) return all.status();
-    *result = std::move(*all);
-    return absl::OkStatus();
-  });
+  auto work = queue_->Enqueue(
+      desc,
+      [ctx, desc, bytes, result](Deadline deadline) {
+        return Bounded(*ctx, deadline, [&]() -> absl::Status {
+          absl::StatusOr<std::vector<std::string>> all = shm::AllgatherBytes(*ctx, desc, bytes);
+          if (!all.ok()) return all.status();
+          *result = std::move(*all);
+          return absl::OkStatus();
+        });
+      },
+      /*inline_ok=*/true);
   absl::Status st = work->Wait(timeout);
   if (!st.ok()) return st;
   return *result;
@@ -106,7 +139,12 @@ absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& 
 absl::Status ShmGroup::Barrier(std::chrono::milliseconds timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_, " (shm)");
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
-  return queue_->Enqueue(desc, [ctx, desc]() { return shm::Barrier(*ctx, desc); })->Wait(timeout);
+  return queue_
+      ->Enqueue(
+          desc,
+          [ctx, desc](Deadline deadline) { return Bounded(*ctx, deadline, [&] { return shm::Barrier(*ctx, desc); }); },
+          /*inline_ok=*/true)
+      ->Wait(timeout);
 }
 
 absl::StatusOr<Tensor> ShmGroup::NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) {
@@ -117,12 +155,19 @@ absl::StatusOr<Tensor> ShmGroup::NewCollectiveBuffer(const Shape& shape, DType d
   auto base = std::make_shared<void*>(nullptr);
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   std::shared_ptr<shm::BufferRegistry> buffers = buffers_;
-  absl::Status st = queue_->Enqueue(desc, [ctx, buffers, desc, bytes, base]() -> absl::Status {
-                              absl::StatusOr<void*> p = buffers->Register(*ctx, desc, bytes);
-                              if (!p.ok()) return p.status();
-                              *base = *p;
-                              return absl::OkStatus();
-                            })->Wait(ctx_->options().timeout);
+  absl::Status st = queue_
+                        ->Enqueue(
+                            desc,
+                            [ctx, buffers, desc, bytes, base](Deadline deadline) {
+                              return Bounded(*ctx, deadline, [&]() -> absl::Status {
+                                absl::StatusOr<void*> p = buffers->Register(*ctx, desc, bytes);
+                                if (!p.ok()) return p.status();
+                                *base = *p;
+                                return absl::OkStatus();
+                              });
+                            },
+                            /*inline_ok=*/true)
+                        ->Wait(ctx_->options().timeout);
   if (!st.ok()) return st;
   void* data = *base;
   std::shared_ptr<Storage> storage =
