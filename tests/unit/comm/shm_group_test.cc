@@ -393,6 +393,30 @@ TEST(ShmGroup, PeerNeverArrivesTimesOut) {
       std::chrono::seconds(60)));
 }
 
+// A Wait may run its collective inline (no hand-off to the communication
+// thread); it still ends at the Wait's own deadline, not the group's.
+TEST(ShmGroup, WaitBoundsACollectiveItRunsInline) {
+  TempDir dir;
+  ExpectAllRanksOk(RunRanks(
+      2,
+      [&](int rank) -> int {
+        auto pg = MakeGroup("shm", dir.path(), rank, 2, SmallWorkspace(milliseconds(20000)), "inline");
+        CHILD_CHECK(rank, pg != nullptr, "create");
+        CHILD_CHECK(rank, pg->Barrier(milliseconds(10000)).ok(), "barrier");
+        if (rank == 1) {
+          std::this_thread::sleep_for(milliseconds(3000));
+          return 0;
+        }
+        const auto t0 = Clock::now();
+        absl::Status st = pg->AllreduceSum(Tensor::Full({10}, 1.0f), "bucket 0")->Wait(milliseconds(400));
+        const long long ms = MsSince(t0);
+        CHILD_CHECK(rank, st.code() == absl::StatusCode::kDeadlineExceeded && Has(st, "bucket 0"), st.ToString());
+        CHILD_CHECK(rank, ms >= 350 && ms < 1500, std::to_string(ms));
+        return 0;
+      },
+      std::chrono::seconds(60)));
+}
+
 // Abort from another thread: the blocked collective returns at once with the
 // reason; the peer's next collective fails fast naming who stopped.
 TEST(ShmGroup, AbortFromAnotherThreadReachesThePeer) {
