@@ -17,10 +17,13 @@
 // per-rank batch), that as a share of the compute-only backward and, for the reducer
 // modes, the fraction of backward elapsed when the first bucket launched
 // ((first launch - backward start) / (end-of-backward callback - backward
-// start)). Machine-readable lines: "RESULT impl=psync mode=... median_ms=...".
+// start)), and the process's CPU time per step (all threads: on a host whose
+// cores are all busy, what a step really costs; robust to other load).
+// Machine-readable lines: "RESULT impl=psync mode=... median_ms=... cpu_ms=...".
 //
 //   psync-overlap-bench --widths=512,2048,2048,2048,512 --batch=64 --steps=20 --threads=1
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +82,15 @@ using psync::autograd::Variable;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// CPU time of this process (all threads: training, communication, Gloo's
+// loop), in ms: on a host whose cores are all busy, what a step costs.
+double CpuMs() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -99,6 +111,7 @@ struct ModeResult {
   std::string mode;
   std::vector<double> step_ms;
   std::vector<double> backward_ms;        // Backward() incl. the reducer's end-of-backward wait
+  double cpu_ms = 0;                      // process CPU per timed step (all threads)
   std::vector<double> first_launch_frac;  // reducer modes only
   size_t buckets = 0;
 };
@@ -128,7 +141,9 @@ bool RunCompute(const Config& c, int rank, ModeResult* r) {
   auto model = MakeModel(c);
   psync::nn::SGD sgd(model->parameters(), 0.01f);
   auto [x, y] = Data(c, rank);
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     Variable loss = psync::nn::MseLoss(model->Forward(Variable(x)), y);
@@ -141,6 +156,7 @@ bool RunCompute(const Config& c, int rank, ModeResult* r) {
       r->backward_ms.push_back(Ms(te - tb));
     }
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   return true;
 }
 
@@ -155,7 +171,9 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
   BENCH_CHECK_OK(ddp.status());
   psync::nn::SGD sgd(model->parameters(), 0.01f);
   auto [x, y] = Data(c, rank);
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     auto out = (*ddp)->Forward(Variable(x));
@@ -173,6 +191,7 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
       r->first_launch_frac.push_back(Ms(tr.first_launch - tb) / Ms(tr.finalize_begin - tb));
     }
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   r->buckets = (*ddp)->reducer().num_buckets();
   return true;
 }
@@ -187,7 +206,9 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
   int64_t total = 0;
   for (const auto& p : params) total += p.data().numel();
   Tensor flat = Tensor::Empty({total});
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     BENCH_CHECK_OK(psync::autograd::Backward(psync::nn::MseLoss(model->Forward(Variable(x)), y)));
@@ -208,6 +229,7 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
     BENCH_CHECK_OK(sgd.Step());
     if (i >= c.warmup) r->step_ms.push_back(Ms(Clock::now() - t0));
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   return true;
 }
 
@@ -274,8 +296,8 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
               absl::StrJoin(c.widths, ",").c_str(), static_cast<long long>(nparams),
               static_cast<double>(nparams) * 4 / (1 << 20), c.batch, c.world, c.threads, c.bucket_cap_mb,
               c.first_bucket_cap_mb, c.steps, c.warmup, c.rounds);
-  std::printf("  %-12s %10s %10s %10s %12s %14s %8s\n", "mode", "median ms", "bwd ms", "exposed ms",
-              "exposed/bwd", "1st launch at", "buckets");
+  std::printf("  %-12s %10s %10s %10s %12s %12s %14s %8s\n", "mode", "median ms", "bwd ms", "exposed ms",
+              "exposed/bwd", "cpu ms/step", "1st launch at", "buckets");
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     const double exposed = compute >= 0 ? med - compute : 0;
@@ -283,15 +305,15 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
         r.first_launch_frac.empty() ? "-" : absl::StrCat(static_cast<int>(100 * Median(r.first_launch_frac)), "% bwd");
     const std::string share =
         compute_bwd > 0 && r.mode != "compute" ? absl::StrCat(static_cast<int>(100 * exposed / compute_bwd), "%") : "-";
-    std::printf("  %-12s %10.2f %10.2f %10.2f %12s %14s %8zu\n", r.mode.c_str(), med, Median(r.backward_ms), exposed,
-                share.c_str(), frac.c_str(), r.buckets);
+    std::printf("  %-12s %10.2f %10.2f %10.2f %12s %12.2f %14s %8zu\n", r.mode.c_str(), med, Median(r.backward_ms),
+                exposed, share.c_str(), r.cpu_ms, frac.c_str(), r.buckets);
   }
   for (const auto& r : results) {
     const double exposed = compute >= 0 ? Median(r.step_ms) - compute : 0.0;
     std::printf("RESULT impl=psync mode=%s median_ms=%.3f backward_ms=%.3f exposed_ms=%.3f exposed_bwd_share=%.3f "
-                "first_launch_frac=%.3f\n",
+                "cpu_ms=%.3f first_launch_frac=%.3f\n",
                 r.mode.c_str(), Median(r.step_ms), Median(r.backward_ms), exposed,
-                compute_bwd > 0 ? exposed / compute_bwd : -1.0,
+                compute_bwd > 0 ? exposed / compute_bwd : -1.0, r.cpu_ms,
                 r.first_launch_frac.empty() ? -1.0 : Median(r.first_launch_frac));
   }
   std::fflush(stdout);

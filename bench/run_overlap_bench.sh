@@ -67,14 +67,15 @@ printf '%s\n' "$results" | grep '^RESULT' | awk '
       med[key] = v["median_ms"] + 0; exp_[key] = v["exposed_ms"] + 0
       bwd[key] = ("backward_ms" in v) ? v["backward_ms"] + 0 : -1
     }
+    if (("cpu_ms" in v) && (!(key in cpu) || v["cpu_ms"] + 0 < cpu[key])) cpu[key] = v["cpu_ms"] + 0
   }
   END {
-    printf "%-20s %12s %12s %14s\n", "impl/mode", "median ms", "exposed ms", "exposed/bwd"
+    printf "%-20s %12s %12s %14s %12s\n", "impl/mode", "median ms", "exposed ms", "exposed/bwd", "cpu ms/step"
     cb = ("psync/compute" in bwd) ? bwd["psync/compute"] : -1
     for (i = 1; i <= n; i++) {
       k = order[i]; share = "-"
       if (k ~ /^psync\// && k != "psync/compute" && cb > 0) share = sprintf("%d%%", 100 * (med[k] - med["psync/compute"]) / cb)
-      printf "%-20s %12.2f %12.2f %14s\n", k, med[k], exp_[k], share
+      printf "%-20s %12.2f %12.2f %14s %12.2f\n", k, med[k], exp_[k], share, (k in cpu) ? cpu[k] : -1
     }
     for (i = 1; i <= n; i++) {
       k = order[i]
@@ -83,6 +84,10 @@ printf '%s\n' "$results" | grep '^RESULT' | awk '
         printf "%s: world-%s step / own no-communication step: %.2fx\n", k, "'"$WORLD"'", med[k] / med["psync/compute"]
       if (("torch/ddp" in med) && med["torch/ddp"] > 0)
         printf "%s / PyTorch DDP step (median): %.2fx  (<1 = psync faster)\n", k, med[k] / med["torch/ddp"]
+      if ((k in cpu) && ("psync/compute" in cpu) && cpu["psync/compute"] > 0)
+        printf "%s: CPU per step / own no-communication CPU per step: %.2fx\n", k, cpu[k] / cpu["psync/compute"]
+      if ((k in cpu) && ("torch/ddp" in cpu) && cpu["torch/ddp"] > 0)
+        printf "%s / PyTorch DDP CPU per step: %.2fx\n", k, cpu[k] / cpu["torch/ddp"]
     }
     if (("psync/compute" in med) && ("torch/compute" in med) && med["torch/compute"] > 0)
       printf "psync/PyTorch compute-only step: %.2fx\n", med["psync/compute"] / med["torch/compute"]
