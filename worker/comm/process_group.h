@@ -8,7 +8,6 @@
 #pragma once
 
 #include <chrono>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +30,12 @@ class ProcessGroup {
   // `tensor` alive and untouched until the Work completes. `name` is used in
   // error messages ("bucket 3").
   virtual std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) = 0;
+  // The same, then multiplied by 1/size() (the same bits as AllreduceSum
+  // followed by ops::ScaleInPlace(1/size), so float32/float64 only: a
+  // 16-bit tensor fails its Wait). Default: the multiplication runs on the
+  // first successful Wait (ThenWork); shm fuses it into the reduction,
+  // saving a pass over the tensor.
+  virtual std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name);
   // Copies root's `tensor` into every rank's `tensor`, asynchronously.
   virtual std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) = 0;
   // Every rank contributes `bytes` (any length); returns all ranks' in rank order.
@@ -46,13 +51,7 @@ class ProcessGroup {
   // AllreduceSum reduces it in place, without staging copies. Collective:
   // every rank calls it in the same order with the same shape and dtype (the
   // reducer does, when it builds its buckets). Default: Tensor::Zeros.
-  virtual absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) {
-    try {
-      return Tensor::Zeros(shape, dtype, device);
-    } catch (const std::exception& e) {
-      return absl::ResourceExhaustedError(e.what());
-    }
-  }
+  virtual absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device);
 };
 
 }  // namespace psync::comm

@@ -6,8 +6,9 @@
 // divide again).
 //
 // Hooks (make them with the functions below):
-//   allreduce   sum over the group, then divide by the world size on the
-//               Wait (psync's default: exact to float32 round-off)
+//   allreduce   ProcessGroup::AllreduceAverage: the sum over the group times
+//               1/world (psync's default: exact to float32 round-off; shm
+//               fuses the division into the reduction)
 //   bf16/fp16   compression (compression_hook.h): divide, cast the bucket to
 //               bfloat16 / float16, allreduce the half-size buffer, cast
 //               back; half the bytes on the wire, about 3 / 2 significant
@@ -15,14 +16,12 @@
 //
 // Threads: Run is called on the training (backward) thread; the returned
 // Work's Wait too. Work that must happen after the collective (dividing,
-// casting back) runs inside the first successful Wait (ThenWork), so it is
+// casting back) runs inside the first successful Wait (comm::ThenWork), so it is
 // ordered after the collective on the training thread (and, on CUDA, on the
 // compute stream after the collective's completion event).
 #pragma once
 
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "worker/comm/process_group.h"
@@ -44,24 +43,8 @@ class CommHook {
   virtual std::shared_ptr<comm::Work> Run(comm::ProcessGroup& group, const GradBucket& bucket) = 0;
 };
 
-// The default hook: AllreduceSum, then buffer *= 1/world on Wait.
+// The default hook: AllreduceAverage.
 std::shared_ptr<CommHook> AllreduceHook();
 
-// A Work that runs `then` once, on the first Wait that finds `inner`
-// finished successfully; its error (a thrown std::exception) fails the Wait.
-class ThenWork : public comm::Work {
- public:
-  ThenWork(std::shared_ptr<comm::Work> inner, std::function<void()> then)
-      : inner_(std::move(inner)), then_(std::move(then)) {}
-  absl::Status Wait(std::chrono::milliseconds timeout) override;
-  bool IsCompleted() override { return inner_->IsCompleted(); }
-  std::string Describe() const override { return inner_->Describe(); }
-
- private:
-  const std::shared_ptr<comm::Work> inner_;
-  std::mutex mu_;
-  std::function<void()> then_;  // guarded by mu_; cleared once run
-  absl::Status then_status_;    // guarded by mu_
-};
 
 }  // namespace psync::ddp

@@ -1,6 +1,7 @@
 #include "worker/ddp/compression_hook.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/comm/then_work.h"
 #include "worker/tensor/ops/copy.h"
 #include "worker/tensor/ops/pointwise.h"
 
@@ -21,7 +22,7 @@ class Compression : public CommHook {
     const Tensor wire = buffer.To(wire_);
     std::shared_ptr<comm::Work> w =
         group.AllreduceSum(wire, absl::StrCat("bucket ", bucket.index, " (", DTypeName(wire_), ")"));
-    return std::make_shared<ThenWork>(std::move(w), [buffer, wire] { ops::Copy(buffer, wire); });
+    return std::make_shared<comm::ThenWork>(std::move(w), [buffer, wire] { ops::Copy(buffer, wire); });
   }
 
  private:

@@ -7,7 +7,7 @@
 // numbers (worker/ddp/README.md says by how much).
 //
 // The casts run on the training thread (on CUDA: kernels on the compute
-// stream), the cast back inside the first successful Wait (ThenWork), so it
+// stream), the cast back inside the first successful Wait (comm::ThenWork), so it
 // is ordered after the collective. Every group sums 16-bit tensors: shm/hier
 // accumulate in float and round once per element; Gloo rounds after each
 // pairwise step; NCCL uses its native bf16/fp16 sums.

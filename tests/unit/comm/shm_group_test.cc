@@ -17,6 +17,7 @@
 #include "worker/comm/shm/segment_name.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/shm/shm_group.h"
+#include "worker/tensor/ops/pointwise.h"
 
 namespace psync::comm {
 namespace {
@@ -188,6 +189,58 @@ TEST(ShmGroup, SixteenBitSumsAccumulateInFloat) {
         // An int64 tensor has no sum here: a clear error, not garbage.
         absl::Status bad = pg->AllreduceSum(Tensor::Zeros({4}, kInt64), "ids")->Wait(milliseconds(1000));
         CHILD_CHECK(rank, bad.code() == absl::StatusCode::kInvalidArgument && Has(bad, "int64"), bad.ToString());
+        return 0;
+      },
+      std::chrono::seconds(60)));
+}
+
+// AllreduceAverage (the reducer's default hook) fuses the 1/size into the
+// reduction for float32/float64: the same bits as AllreduceSum followed by
+// ScaleInPlace (the default ProcessGroup path), 3 ranks (1/3 is inexact),
+// every algorithm (one step, sharded, in place in a collective buffer).
+TEST(ShmGroup, AverageSameBitsAsSumThenScale) {
+  TempDir dir;
+  const int size = 3;
+  ExpectAllRanksOk(RunRanks(
+      size,
+      [&](int rank) -> int {
+        auto pg = MakeGroup("shm", dir.path(), rank, size, SmallWorkspace(), "avg");
+        CHILD_CHECK(rank, pg != nullptr, "create");
+        for (size_t n : {size_t{1}, size_t{17}, size_t{60}, size_t{1000}, size_t{12345}}) {
+          for (int where = 0; where < 2; ++where) {
+            const std::vector<float> v = RandomValues(rank, n, n + 5);
+            Tensor avg = Tensor::FromVector(v, {static_cast<int64_t>(n)});
+            if (where == 1) {
+              auto b = pg->NewCollectiveBuffer({static_cast<int64_t>(n) + 3}, kFloat32, Device::CPU());
+              CHILD_CHECK(rank, b.ok(), b.status().ToString());
+              avg = b->View(3, {static_cast<int64_t>(n)});
+              std::memcpy(avg.data<float>(), v.data(), n * sizeof(float));
+            }
+            Tensor sum = Tensor::FromVector(v, {static_cast<int64_t>(n)});
+            absl::Status st = pg->AllreduceAverage(avg, "avg")->Wait(milliseconds(20000));
+            CHILD_CHECK(rank, st.ok(), st.ToString());
+            st = pg->AllreduceSum(sum, "sum")->Wait(milliseconds(20000));
+            CHILD_CHECK(rank, st.ok(), st.ToString());
+            ops::ScaleInPlace(sum, 1.0f / static_cast<float>(size));
+            const std::vector<float> got = avg.ToVector(), want = sum.ToVector();
+            CHILD_CHECK(rank, std::memcmp(got.data(), want.data(), n * 4) == 0,
+                        "float32 average differs, n=" + std::to_string(n) + (where ? " (buffer)" : ""));
+          }
+        }
+        std::vector<double> d(999);
+        for (size_t i = 0; i < d.size(); ++i) d[i] = 0.1 * static_cast<double>(i) + 0.7 * rank;
+        Tensor avg = Tensor::FromVector(d, {999}), sum = Tensor::FromVector(d, {999});
+        CHILD_CHECK(rank, pg->AllreduceAverage(avg, "f64 avg")->Wait(milliseconds(20000)).ok(), "f64 avg");
+        CHILD_CHECK(rank, pg->AllreduceSum(sum, "f64 sum")->Wait(milliseconds(20000)).ok(), "f64 sum");
+        ops::ScaleInPlace(sum, 1.0f / static_cast<float>(size));
+        CHILD_CHECK(rank, avg.ToVector<double>() == sum.ToVector<double>(), "float64 average differs");
+        // 16-bit: no fused shortcut; like every group, the scaling (a float
+        // op) refuses the storage type with a clear error, after a collective
+        // every rank ran alike (the group stays usable).
+        Tensor h = Tensor::Zeros({777}, kBFloat16);
+        absl::Status hst = pg->AllreduceAverage(h, "bf16 avg")->Wait(milliseconds(20000));
+        CHILD_CHECK(rank, !hst.ok() && Has(hst, "bf16 avg") && Has(hst, "bfloat16"), hst.ToString());
+        CHILD_CHECK(rank, pg->Barrier(milliseconds(10000)).ok(), "usable after");
         return 0;
       },
       std::chrono::seconds(60)));

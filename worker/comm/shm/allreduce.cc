@@ -19,7 +19,7 @@ ShmContext::Op MakeOp(const std::string& desc, OpKind kind, const std::string& n
 }
 
 absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                       DType type) {
+                       DType type, float scale) {
   if (ctx.local_size() == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kAllreduce, name, count, type, -1);
   ctx.BeginOp(op);
@@ -28,9 +28,9 @@ absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::stri
   // (one step instead of three phases); above it, memory traffic (each rank
   // reads only its shard of the others instead of everything).
   if (bytes <= ctx.options().small_bytes && bytes <= ctx.slot_bytes()) {
-    return AllreduceSymmetric(ctx, op, data, count, type);
+    return AllreduceSymmetric(ctx, op, data, count, type, scale);
   }
-  return AllreduceSharded(ctx, op, data, count, type);
+  return AllreduceSharded(ctx, op, data, count, type, scale);
 }
 
 }  // namespace psync::comm::shm

@@ -20,7 +20,7 @@ namespace psync::comm::shm {
 
 absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
-                              DType type) {
+                              DType type, float scale) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   if (n == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kAllreduceInPlace, name, count, type, static_cast<int>(buffer_id));
@@ -36,7 +36,7 @@ absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const st
   absl::InlinedVector<const void*, 16> in(static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) in[static_cast<size_t>(q)] = bases[static_cast<size_t>(q)] + offset_bytes + own.begin * es;
   char* mine = bases[static_cast<size_t>(me)] + offset_bytes;
-  SumInto(type, mine + own.begin * es, nullptr, in.data(), n, own.size());
+  SumInto(type, mine + own.begin * es, nullptr, in.data(), n, own.size(), scale);
   ctx.Publish(kReduced, s);
   for (int j = 0; j < n; ++j) {
     if (j == me) continue;

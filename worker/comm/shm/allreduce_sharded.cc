@@ -16,7 +16,7 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type) {
+absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   const size_t es = ElementSize(type);
   const ShardLayout lay(count, n, es, ctx.slot_bytes());
@@ -39,7 +39,7 @@ absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, s
       in[static_cast<size_t>(q)] = q == me ? static_cast<const void*>(base + own.begin * es)
                                            : static_cast<const void*>(ctx.Slot(q, s) + me * piece_bytes);
     }
-    SumInto(type, base + own.begin * es, mine + me * piece_bytes, in.data(), n, own.size());
+    SumInto(type, base + own.begin * es, mine + me * piece_bytes, in.data(), n, own.size(), scale);
     ctx.Publish(kReduced, s);
     // Gather each peer's piece as soon as that peer is done (no barrier).
     for (int j = 0; j < n; ++j) {

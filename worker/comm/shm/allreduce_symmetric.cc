@@ -10,7 +10,8 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type) {
+absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type,
+                                float scale) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
   if (count > 0) std::memcpy(ctx.Slot(me, s), data, count * ElementSize(type));
@@ -19,7 +20,7 @@ absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data,
   PSYNC_RETURN_IF_ERROR(ctx.CheckAllDescriptors(op));
   absl::InlinedVector<const void*, 16> in(static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) in[static_cast<size_t>(q)] = q == me ? data : ctx.Slot(q, s);
-  SumInto(type, data, nullptr, in.data(), n, count);
+  SumInto(type, data, nullptr, in.data(), n, count, scale);
   ctx.Publish(kConsumed, s);
   return absl::OkStatus();
 }

@@ -24,10 +24,13 @@ namespace psync::comm::shm {
 // options.small_bytes: one step, every rank sums all inputs
 // (allreduce_symmetric.cc); above: reduce-scatter + all-gather in pieces
 // through the slots (allreduce_sharded.cc).
+// `scale` != 1: the result is multiplied by it in the same pass (an
+// average without a second pass over the tensor; see SumInto).
 absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
-                       DType type);
-absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type);
-absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type);
+                       DType type, float scale = 1.0f);
+absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type,
+                                float scale);
+absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale);
 
 // After it, this rank's shard (ShardLayout(count, local_size, ...).shard(
 // local_rank)) of `data` holds the sum; the rest of `data` is unchanged.
@@ -48,7 +51,7 @@ absl::Status Barrier(ShmContext& ctx, const std::string& desc);
 // starts `offset_bytes` into it. Returns once every rank is done with ours.
 absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
-                              DType type);
+                              DType type, float scale = 1.0f);
 // Every rank's byte string, in local rank order.
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const std::string& desc,
                                                         const std::string& mine);

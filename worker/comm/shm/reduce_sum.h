@@ -20,6 +20,10 @@ bool Summable(DType t);
 
 // `out` may be one of the inputs (the same pointer, not a partial overlap);
 // `out2`, when not null, receives a copy of the result. `t` must be Summable.
-void SumInto(DType t, void* out, void* out2, const void* const* in, int n, size_t count);
+// `scale` != 1: the sum is multiplied by it before it is stored. float32 /
+// float64: the same bits as scaling the stored sum afterwards; 16-bit: the
+// float sum is scaled before its one rounding (not the same bits as
+// rounding, then scaling by a 16-bit factor).
+void SumInto(DType t, void* out, void* out2, const void* const* in, int n, size_t count, float scale = 1.0f);
 
 }  // namespace psync::comm::shm

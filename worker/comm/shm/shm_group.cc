@@ -57,7 +57,21 @@ std::string ShmGroup::Describe(const char* what, const std::string& name, const 
 }
 
 std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& name) {
-  const std::string desc = Describe("allreduce", name, tensor);
+  return Allreduce(std::move(tensor), name, "allreduce", 1.0f);
+}
+
+std::shared_ptr<Work> ShmGroup::AllreduceAverage(Tensor tensor, const std::string& name) {
+  // Why only float32/float64 are fused: there, scaling the unrounded sum
+  // gives the same bits as scaling the stored sum (ProcessGroup's
+  // contract). A 16-bit sum is rounded before the default path scales it
+  // (by a 16-bit 1/size), so fusing would change its bits.
+  const DType t = tensor.defined() ? tensor.dtype() : kFloat32;
+  if (t != kFloat32 && t != kFloat64) return ProcessGroup::AllreduceAverage(std::move(tensor), name);
+  return Allreduce(std::move(tensor), name, "allreduce (average)", 1.0f / static_cast<float>(size_));
+}
+
+std::shared_ptr<Work> ShmGroup::Allreduce(Tensor tensor, const std::string& name, const char* what, float scale) {
+  const std::string desc = Describe(what, name, tensor);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() || !shm::Summable(tensor.dtype())) {
     return internal::SerialQueue::Failed(
         desc, absl::InvalidArgumentError(absl::StrCat(
@@ -76,20 +90,20 @@ std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& n
     const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
     return queue_->Enqueue(
         desc,
-        [ctx, tensor, desc, name, view = std::move(*buf), offset](Deadline deadline) {
+        [ctx, tensor, desc, name, view = std::move(*buf), offset, scale](Deadline deadline) {
           return Bounded(*ctx, deadline, [&] {
             return shm::AllreduceInPlace(*ctx, desc, name, view.bases, view.id, offset,
-                                         static_cast<size_t>(tensor.numel()), tensor.dtype());
+                                         static_cast<size_t>(tensor.numel()), tensor.dtype(), scale);
           });
         },
         /*inline_ok=*/true);
   }
   return queue_->Enqueue(
       desc,
-      [ctx, tensor, desc, name](Deadline deadline) {
+      [ctx, tensor, desc, name, scale](Deadline deadline) {
         return Bounded(*ctx, deadline, [&] {
           return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                                tensor.dtype());
+                                tensor.dtype(), scale);
         });
       },
       /*inline_ok=*/true);
