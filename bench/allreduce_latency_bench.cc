@@ -4,15 +4,23 @@
 //
 //   psync   GlooGroup::AllreduceSum(t)->Wait(): the issuing thread hands the
 //           op to the group's communication thread and waits for it
+//   shm     ShmGroup::AllreduceSum(t)->Wait(): the same through /dev/shm
+//           (t staged through the workspace slots)
+//   shm-buf the same on a tensor from ShmGroup::NewCollectiveBuffer (how the
+//           reducer's buckets are made): reduced in place, nothing staged
 //   raw     gloo::allreduce on the calling thread (same algorithm, same
 //           transport, no psync queue): the floor
 //
 // --gap-us inserts that much busy work (spinning, like the compute of a
 // training step) between iterations on every rank, so threads that block
 // between collectives really go to sleep as they do in the job.
-// Machine-readable lines: "RESULT impl=psync bytes=... p50_us=... p90_us=... p99_us=...".
+// cpu_us: rank 0's process CPU time per op (all its threads; the --gap-us
+// spin excluded): what the collective costs a training step on a busy host.
+// Machine-readable lines: "RESULT impl=psync bytes=... p50_us=... p90_us=... p99_us=... cpu_us=...".
 //
 //   psync-allreduce-latency-bench --iters=300 --gap-us=500
+//   psync-allreduce-latency-bench --impls=shm,psync --bytes=29184,33587200
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,14 +46,18 @@
 #include "common/flags.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/gloo/gloo_group.h"
+#include "worker/comm/process_group_factory.h"
 #include "worker/tensor/tensor.h"
 
 ABSL_FLAG(int, iters, 300, "timed iterations per size (fewer for sizes over 256 KiB)");
 ABSL_FLAG(int, warmup, 20, "untimed iterations per size");
 ABSL_FLAG(int, world, 2, "ranks (processes forked on this machine)");
 ABSL_FLAG(int, gap_us, 0, "busy work (microseconds) between iterations on every rank");
-ABSL_FLAG(std::string, impls, "psync,raw", "impls to run, in order");
+ABSL_FLAG(std::string, impls, "psync,shm,shm-buf,raw", "impls to run, in order");
 ABSL_FLAG(int64_t, max_bytes, 4 << 20, "largest size");
+ABSL_FLAG(std::string, bytes, "", "comma-separated sizes (instead of 4 B .. --max-bytes, x4)");
+ABSL_FLAG(int64_t, shm_slot_bytes, 1 << 20, "shm workspace slot size");
+ABSL_FLAG(int64_t, shm_small_bytes, 64 << 10, "shm: largest allreduce of the one-step algorithm");
 
 namespace {
 
@@ -56,6 +68,15 @@ void Spin(int us) {
   const auto end = Clock::now() + std::chrono::microseconds(us);
   while (Clock::now() < end) {
   }
+}
+
+// CPU time of this process (all its threads: the caller, the group's
+// communication thread, Gloo's loop thread), in microseconds.
+double CpuUs() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 double Pct(std::vector<double> v, double p) {
@@ -80,6 +101,17 @@ int RunRank(int rank, int world, const std::string& dir) {
     return 1;
   }
   auto pg = std::move(*pg_or);
+  psync::comm::GroupOptions so;
+  so.prefix = "bench-shm";
+  so.job_tag = "bench";
+  so.shm_slot_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_slot_bytes));
+  so.shm_small_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_small_bytes));
+  auto shm_or = psync::comm::CreateProcessGroup("shm", store, rank, world, so);
+  if (!shm_or.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(shm_or.status().message()).c_str());
+    return 1;
+  }
+  auto shm = std::move(*shm_or);
 
   std::filesystem::create_directories(dir + "/raw");
   gloo::rendezvous::FileStore fs(dir + "/raw");
@@ -93,20 +125,45 @@ int RunRank(int rank, int world, const std::string& dir) {
   ctx->connectFullMesh(ps, dev);
 
   if (rank == 0) {
-    std::printf("%-6s %-10s %-6s %10s %10s %10s\n", "impl", "bytes", "iters", "p50_us", "p90_us", "p99_us");
+    std::printf("%-6s %-10s %-6s %10s %10s %10s %10s\n", "impl", "bytes", "iters", "p50_us", "p90_us", "p99_us",
+                "cpu_us");
   }
   uint32_t tag = 1;
-  for (int64_t bytes = 4; bytes <= absl::GetFlag(FLAGS_max_bytes); bytes *= 4) {
+  std::vector<int64_t> sizes;
+  if (!absl::GetFlag(FLAGS_bytes).empty()) {
+    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_bytes), ',')) {
+      int64_t b = 0;
+      if (!absl::SimpleAtoi(part, &b) || b < 4) {
+        std::fprintf(stderr, "psync-allreduce-latency-bench: --bytes: '%s' is not a size >= 4\n",
+                     std::string(part).c_str());
+        return 2;
+      }
+      sizes.push_back(b);
+    }
+  } else {
+    for (int64_t b = 4; b <= absl::GetFlag(FLAGS_max_bytes); b *= 4) sizes.push_back(b);
+  }
+  for (const int64_t bytes : sizes) {
     const int64_t n = bytes / 4;
     const int it = bytes > (256 << 10) ? std::max(30, iters / 10) : iters;
     for (const std::string& impl : impls) {
       psync::Tensor t = psync::Tensor::Full({n}, 1.0f);
+      if (impl == "shm-buf") {
+        auto b = shm->NewCollectiveBuffer({n}, psync::kFloat32, psync::Device::CPU());
+        if (!b.ok()) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, std::string(b.status().message()).c_str());
+          return 1;
+        }
+        t = *b;
+      }
       std::vector<double> us;
+      double cpu0 = 0;
       for (int i = 0; i < warmup + it; ++i) {
         Spin(gap);
+        if (i == warmup) cpu0 = CpuUs();
         const auto t0 = Clock::now();
-        if (impl == "psync") {
-          absl::Status st = pg->AllreduceSum(t, "bench")->Wait(std::chrono::seconds(30));
+        if (impl == "psync" || impl == "shm" || impl == "shm-buf") {
+          absl::Status st = (impl == "psync" ? pg : shm)->AllreduceSum(t, "bench")->Wait(std::chrono::seconds(30));
           if (!st.ok()) {
             std::fprintf(stderr, "rank %d: %s\n", rank, std::string(st.message()).c_str());
             return 1;
@@ -121,12 +178,13 @@ int RunRank(int rank, int world, const std::string& dir) {
         const auto t1 = Clock::now();
         if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
+      const double cpu = (CpuUs() - cpu0 - gap * it) / it;  // this process's CPU per op, spin excluded
       ++tag;
       if (rank == 0) {
-        std::printf("%-6s %-10lld %-6d %10.1f %10.1f %10.1f\n", impl.c_str(), static_cast<long long>(bytes), it,
-                    Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99));
-        std::printf("RESULT impl=%s bytes=%lld p50_us=%.1f p90_us=%.1f p99_us=%.1f\n", impl.c_str(),
-                    static_cast<long long>(bytes), Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99));
+        std::printf("%-6s %-10lld %-6d %10.1f %10.1f %10.1f %10.1f\n", impl.c_str(), static_cast<long long>(bytes), it,
+                    Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99), cpu);
+        std::printf("RESULT impl=%s bytes=%lld p50_us=%.1f p90_us=%.1f p99_us=%.1f cpu_us=%.1f\n", impl.c_str(),
+                    static_cast<long long>(bytes), Pct(us, 0.5), Pct(us, 0.9), Pct(us, 0.99), cpu);
         std::fflush(stdout);
       }
     }
@@ -138,7 +196,7 @@ int RunRank(int rank, int world, const std::string& dir) {
 
 int main(int argc, char** argv) {
   psync::ParseFlagsOrExit("psync-allreduce-latency-bench",
-                          "psync-allreduce-latency-bench [flags]  (allreduce latency: GlooGroup vs raw gloo)", argc,
+                          "psync-allreduce-latency-bench [flags]  (allreduce latency: GlooGroup vs ShmGroup vs raw gloo)", argc,
                           argv, psync::FlagsDefinedIn(__FILE__));
   const int world = absl::GetFlag(FLAGS_world);
   char tmpl[] = "/tmp/psync-arlat-XXXXXX";

@@ -1,6 +1,7 @@
 // psync-overlap-bench: how much gradient communication the reducer hides
-// behind backward. CPU, Gloo over 127.0.0.1, `--world` ranks forked from this
-// process (default 2). Every rank runs, in the same order:
+// behind backward. CPU, `--world` ranks forked from this process (default 2),
+// over each process group of `--backends` (gloo: TCP on 127.0.0.1; shm:
+// /dev/shm). Every rank runs, in the same order:
 //
 //   compute   the training step without any communication (the floor)
 //   overlap   DistributedDataParallel: buckets reduced from backward hooks
@@ -10,14 +11,19 @@
 //             (Engine::SetPrioritiesEnabled(false)): AccumulateGrad runs
 //             last on iterations > 1, so buckets only fill at the very end
 //
-// Rank 0 prints per mode: median step time, exposed communication (median
-// step minus compute-only median, same per-rank batch) and, for the reducer
+// The communicating modes run once per backend ("overlap" is Gloo,
+// "overlap@shm" the shm group). Rank 0 prints per mode: median step time,
+// exposed communication (median step minus compute-only median, same
+// per-rank batch), that as a share of the compute-only backward and, for the reducer
 // modes, the fraction of backward elapsed when the first bucket launched
 // ((first launch - backward start) / (end-of-backward callback - backward
-// start)). Machine-readable lines: "RESULT impl=psync mode=... median_ms=...".
+// start)), and the process's CPU time per step (all threads: on a host whose
+// cores are all busy, what a step really costs; robust to other load).
+// Machine-readable lines: "RESULT impl=psync mode=... median_ms=... cpu_ms=...".
 //
 //   psync-overlap-bench --widths=512,2048,2048,2048,512 --batch=64 --steps=20 --threads=1
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +67,7 @@ ABSL_FLAG(double, first_bucket_cap_mb, 1.0, "first bucket cap (MiB)");
 ABSL_FLAG(std::string, modes, "compute,overlap,serial,noprio", "modes to run, in order");
 ABSL_FLAG(int, rounds, 1, "repeat the mode list; each mode reports its best median (least disturbed by other load)");
 ABSL_FLAG(int, timeout_s, 300, "whole-run deadline; ranks still running are killed");
+ABSL_FLAG(std::string, backends, "gloo", "process groups to run the communicating modes on: gloo, shm (comma list)");
 
 namespace {
 
@@ -75,6 +82,15 @@ using psync::autograd::Variable;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// CPU time of this process (all threads: training, communication, Gloo's
+// loop), in ms: on a host whose cores are all busy, what a step costs.
+double CpuMs() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -87,12 +103,15 @@ struct Config {
   int batch, steps, warmup, threads, world;
   double bucket_cap_mb, first_bucket_cap_mb;
   std::vector<std::string> modes;
+  std::vector<std::string> backends;
   int rounds = 1;
 };
 
 struct ModeResult {
   std::string mode;
   std::vector<double> step_ms;
+  std::vector<double> backward_ms;        // Backward() incl. the reducer's end-of-backward wait
+  double cpu_ms = 0;                      // process CPU per timed step (all threads)
   std::vector<double> first_launch_frac;  // reducer modes only
   size_t buckets = 0;
 };
@@ -122,13 +141,22 @@ bool RunCompute(const Config& c, int rank, ModeResult* r) {
   auto model = MakeModel(c);
   psync::optim::SGD sgd(model->named_parameters(), {});
   auto [x, y] = Data(c, rank);
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
-    BENCH_CHECK_OK(psync::autograd::Backward(psync::nn::MseLoss(model->Forward(Variable(x)), y)));
+    Variable loss = psync::nn::MseLoss(model->Forward(Variable(x)), y);
+    const auto tb = Clock::now();
+    BENCH_CHECK_OK(psync::autograd::Backward(loss));
+    const auto te = Clock::now();
     BENCH_CHECK_OK(sgd.Step(0.01));
-    if (i >= c.warmup) r->step_ms.push_back(Ms(Clock::now() - t0));
+    if (i >= c.warmup) {
+      r->step_ms.push_back(Ms(Clock::now() - t0));
+      r->backward_ms.push_back(Ms(te - tb));
+    }
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   return true;
 }
 
@@ -143,7 +171,9 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
   BENCH_CHECK_OK(ddp.status());
   psync::optim::SGD sgd(model->named_parameters(), {});
   auto [x, y] = Data(c, rank);
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     auto out = (*ddp)->Forward(Variable(x));
@@ -151,14 +181,17 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
     Variable loss = psync::nn::MseLoss(*out, y);
     const auto tb = Clock::now();
     BENCH_CHECK_OK(psync::autograd::Backward(loss));
+    const auto te = Clock::now();
     BENCH_CHECK_OK(sgd.Step(0.01));
     const auto t1 = Clock::now();
     if (i >= c.warmup) {
       r->step_ms.push_back(Ms(t1 - t0));
+      r->backward_ms.push_back(Ms(te - tb));
       const auto& tr = (*ddp)->reducer().last_iteration_trace();
       r->first_launch_frac.push_back(Ms(tr.first_launch - tb) / Ms(tr.finalize_begin - tb));
     }
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   r->buckets = (*ddp)->reducer().num_buckets();
   return true;
 }
@@ -173,7 +206,9 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
   int64_t total = 0;
   for (const auto& p : params) total += p.data().numel();
   Tensor flat = Tensor::Empty({total});
+  double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
     BENCH_CHECK_OK(psync::autograd::Backward(psync::nn::MseLoss(model->Forward(Variable(x)), y)));
@@ -194,40 +229,51 @@ bool RunSerial(const Config& c, int rank, psync::comm::ProcessGroup& pg, ModeRes
     BENCH_CHECK_OK(sgd.Step(0.01));
     if (i >= c.warmup) r->step_ms.push_back(Ms(Clock::now() - t0));
   }
+  r->cpu_ms = (CpuMs() - cpu0) / c.steps;
   return true;
 }
 
 int RunRank(const Config& c, int rank, const std::string& dir) {
   openblas_set_num_threads(c.threads);
   auto store = std::make_shared<psync::comm::FileStore>(dir);
-  psync::comm::GroupOptions go;
-  go.timeout = std::chrono::seconds(60);
-  go.prefix = "overlap-bench";
-  auto pg_or = psync::comm::CreateProcessGroup("gloo", store, rank, c.world, go);
-  if (!pg_or.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, pg_or.status().ToString().c_str());
-    return 1;
+  // One group per backend, made up front (every rank makes them in order).
+  std::vector<std::shared_ptr<psync::comm::ProcessGroup>> groups;
+  for (const std::string& b : c.backends) {
+    psync::comm::GroupOptions go;
+    go.timeout = std::chrono::seconds(60);
+    go.prefix = "overlap-bench-" + b;
+    go.job_tag = "overlap-bench";
+    auto pg_or = psync::comm::CreateProcessGroup(b, store, rank, c.world, go);
+    if (!pg_or.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, pg_or.status().ToString().c_str());
+      return 1;
+    }
+    groups.emplace_back(std::move(*pg_or));
   }
-  std::shared_ptr<psync::comm::ProcessGroup> pg(std::move(*pg_or));
+  std::shared_ptr<psync::comm::ProcessGroup> sync = groups.front();  // barriers between modes
   std::vector<ModeResult> results;
   try {
     for (int round = 0; round < c.rounds; ++round) {
     for (const std::string& mode : c.modes) {
-      if (!pg->Barrier(std::chrono::seconds(60)).ok()) return 1;
-      ModeResult r;
-      r.mode = mode;
-      bool ok = false;
-      if (mode == "compute") ok = RunCompute(c, rank, &r);
-      else if (mode == "overlap") ok = RunDdp(c, rank, pg, /*priorities=*/true, &r);
-      else if (mode == "noprio") ok = RunDdp(c, rank, pg, /*priorities=*/false, &r);
-      else if (mode == "serial") ok = RunSerial(c, rank, *pg, &r);
-      if (!ok) return 1;
-      // Keep the round with the lowest median per mode.
-      auto it = std::find_if(results.begin(), results.end(), [&](const ModeResult& o) { return o.mode == mode; });
-      if (it == results.end()) {
-        results.push_back(std::move(r));
-      } else if (Median(r.step_ms) < Median(it->step_ms)) {
-        *it = std::move(r);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (mode == "compute" && g > 0) continue;  // the floor needs no group
+        const std::shared_ptr<psync::comm::ProcessGroup>& pg = groups[g];
+        if (!sync->Barrier(std::chrono::seconds(60)).ok()) return 1;
+        ModeResult r;
+        r.mode = mode == "compute" || c.backends[g] == "gloo" ? mode : mode + "@" + c.backends[g];
+        bool ok = false;
+        if (mode == "compute") ok = RunCompute(c, rank, &r);
+        else if (mode == "overlap") ok = RunDdp(c, rank, pg, /*priorities=*/true, &r);
+        else if (mode == "noprio") ok = RunDdp(c, rank, pg, /*priorities=*/false, &r);
+        else if (mode == "serial") ok = RunSerial(c, rank, *pg, &r);
+        if (!ok) return 1;
+        // Keep the round with the lowest median per mode.
+        auto it = std::find_if(results.begin(), results.end(), [&](const ModeResult& o) { return o.mode == r.mode; });
+        if (it == results.end()) {
+          results.push_back(std::move(r));
+        } else if (Median(r.step_ms) < Median(it->step_ms)) {
+          *it = std::move(r);
+        }
       }
     }
     }
@@ -236,9 +282,12 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
     return 1;
   }
   if (rank != 0) return 0;
-  double compute = -1;
+  double compute = -1, compute_bwd = -1;
   for (const auto& r : results) {
-    if (r.mode == "compute") compute = Median(r.step_ms);
+    if (r.mode == "compute") {
+      compute = Median(r.step_ms);
+      compute_bwd = Median(r.backward_ms);
+    }
   }
   int64_t nparams = 0;
   for (size_t i = 0; i + 1 < c.widths.size(); ++i) nparams += c.widths[i] * c.widths[i + 1] + c.widths[i + 1];
@@ -247,17 +296,24 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
               absl::StrJoin(c.widths, ",").c_str(), static_cast<long long>(nparams),
               static_cast<double>(nparams) * 4 / (1 << 20), c.batch, c.world, c.threads, c.bucket_cap_mb,
               c.first_bucket_cap_mb, c.steps, c.warmup, c.rounds);
-  std::printf("  %-8s %12s %12s %14s %8s\n", "mode", "median ms", "exposed ms", "1st launch at", "buckets");
+  std::printf("  %-12s %10s %10s %10s %12s %12s %14s %8s\n", "mode", "median ms", "bwd ms", "exposed ms",
+              "exposed/bwd", "cpu ms/step", "1st launch at", "buckets");
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     const double exposed = compute >= 0 ? med - compute : 0;
     const std::string frac =
         r.first_launch_frac.empty() ? "-" : absl::StrCat(static_cast<int>(100 * Median(r.first_launch_frac)), "% bwd");
-    std::printf("  %-8s %12.2f %12.2f %14s %8zu\n", r.mode.c_str(), med, exposed, frac.c_str(), r.buckets);
+    const std::string share =
+        compute_bwd > 0 && r.mode != "compute" ? absl::StrCat(static_cast<int>(100 * exposed / compute_bwd), "%") : "-";
+    std::printf("  %-12s %10.2f %10.2f %10.2f %12s %12.2f %14s %8zu\n", r.mode.c_str(), med, Median(r.backward_ms),
+                exposed, share.c_str(), r.cpu_ms, frac.c_str(), r.buckets);
   }
   for (const auto& r : results) {
-    std::printf("RESULT impl=psync mode=%s median_ms=%.3f exposed_ms=%.3f first_launch_frac=%.3f\n", r.mode.c_str(),
-                Median(r.step_ms), compute >= 0 ? Median(r.step_ms) - compute : 0.0,
+    const double exposed = compute >= 0 ? Median(r.step_ms) - compute : 0.0;
+    std::printf("RESULT impl=psync mode=%s median_ms=%.3f backward_ms=%.3f exposed_ms=%.3f exposed_bwd_share=%.3f "
+                "cpu_ms=%.3f first_launch_frac=%.3f\n",
+                r.mode.c_str(), Median(r.step_ms), Median(r.backward_ms), exposed,
+                compute_bwd > 0 ? exposed / compute_bwd : -1.0, r.cpu_ms,
                 r.first_launch_frac.empty() ? -1.0 : Median(r.first_launch_frac));
   }
   std::fflush(stdout);
@@ -299,6 +355,11 @@ int main(int argc, char** argv) {
       BadFlag("modes", "unknown mode \"" + mode + "\" (compute, overlap, serial, noprio)");
     }
     c.modes.push_back(mode);
+  }
+  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_backends), ',')) {
+    std::string backend(b);
+    if (backend != "gloo" && backend != "shm") BadFlag("backends", "unknown backend \"" + backend + "\" (gloo, shm)");
+    c.backends.push_back(backend);
   }
   if (c.batch <= 0) BadFlag("batch", "must be positive");
   if (c.steps <= 0) BadFlag("steps", "must be positive");

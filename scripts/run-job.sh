@@ -2,7 +2,7 @@
 # The main job: build psync (scripts/build.sh installs missing packages
 # first), then train the default model (MLP 32,64,64,16 on the seeded
 # synthetic regression set) with psync-launch: a local coordinator and 2 CPU
-# workers (Gloo), and print a closing summary.
+# workers (--backend=auto: shared memory on one host), and print a closing summary.
 #
 #   scripts/run-job.sh [extra worker flags]     e.g. --steps=1000 --accumulate=2
 #

@@ -45,9 +45,12 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
   if (req.world_size() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("world_size is ", req.world_size(), "; must be >= 0"));
   }
-  if (req.backend() != "gloo" && req.backend() != "nccl") {
+  // The worker's requested --backend (auto resolves on the workers, the
+  // same way on every rank).
+  if (req.backend() != "gloo" && req.backend() != "nccl" && req.backend() != "shm" && req.backend() != "hier" &&
+      req.backend() != "auto") {
     return absl::InvalidArgumentError(
-        absl::StrCat("backend is '", req.backend(), "'; expected \"gloo\" or \"nccl\""));
+        absl::StrCat("backend is '", req.backend(), "'; expected auto, gloo, shm, hier or nccl"));
   }
   if (req.manifest_size() == 0 || req.manifest_size() > kMaxParams) {
     return absl::InvalidArgumentError(absl::StrCat("manifest has ", req.manifest_size(),

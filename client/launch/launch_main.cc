@@ -5,7 +5,7 @@
 // Starts psync-coordinator (found next to this binary, in the build tree, or
 // on PATH) on 127.0.0.1, waits for its port file, then starts N psync-workers
 // with --rank/--world-size/--coordinator set (and the torchrun environment:
-// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), passing the worker
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), passing the worker
 // flags to each. Rank 0's stdout (progress) is shown; other ranks' stdout is
 // dropped; every stderr is shown. Children run in their own process group, so
 // a terminal Ctrl-C reaches only the launcher, which then stops the job
@@ -427,8 +427,10 @@ int main(int argc, char** argv) {
     wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
     wargv.push_back(absl::StrCat("--job-id=", job_id));
     if (!tls_ca.empty()) wargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
+    // Every rank on this host: LOCAL_WORLD_SIZE lets --backend=auto use shared memory.
     std::vector<std::string> wenv = {absl::StrCat("RANK=", r), absl::StrCat("WORLD_SIZE=", nproc),
-                                     absl::StrCat("LOCAL_RANK=", r), "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
+                                     absl::StrCat("LOCAL_RANK=", r), absl::StrCat("LOCAL_WORLD_SIZE=", nproc),
+                                     "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
                                      absl::StrCat("MASTER_PORT=", port)};
     if (!token.empty()) wenv.push_back("PSYNC_TOKEN=" + token);
     // Many workers on few cores: one BLAS thread each unless the user chose.

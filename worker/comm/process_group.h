@@ -30,6 +30,12 @@ class ProcessGroup {
   // `tensor` alive and untouched until the Work completes. `name` is used in
   // error messages ("bucket 3").
   virtual std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) = 0;
+  // The same, then multiplied by 1/size() (the same bits as AllreduceSum
+  // followed by ops::ScaleInPlace(1/size), so float32/float64 only: a
+  // 16-bit tensor fails its Wait). Default: the multiplication runs on the
+  // first successful Wait (ThenWork); shm fuses it into the reduction,
+  // saving a pass over the tensor.
+  virtual std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name);
   // Copies root's `tensor` into every rank's `tensor`, asynchronously.
   virtual std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) = 0;
   // Every rank contributes `bytes` (any length); returns all ranks' in rank order.
@@ -39,6 +45,13 @@ class ProcessGroup {
   // Fails every pending and future collective with `reason`, and unblocks
   // peers where the backend allows. Safe from any thread.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // A zero-filled, contiguous tensor this group's collectives handle
+  // fastest. shm: it lives in shared memory every local rank has mapped, so
+  // AllreduceSum reduces it in place, without staging copies. Collective:
+  // every rank calls it in the same order with the same shape and dtype (the
+  // reducer does, when it builds its buckets). Default: Tensor::Zeros.
+  virtual absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device);
 };
 
 }  // namespace psync::comm

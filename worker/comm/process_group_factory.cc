@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/comm/gloo/gloo_group.h"
+#include "worker/comm/hier/hier_group.h"
+#include "worker/comm/shm/shm_group.h"
 #if defined(PSYNC_WITH_NCCL)
 #include "worker/comm/nccl/nccl_group.h"
 #endif
@@ -38,8 +40,22 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::stri
     return absl::FailedPreconditionError("backend 'nccl' is not available: psync was built without CUDA/NCCL");
 #endif
   }
+  if (backend == "shm") {
+    if (options.topology.known() && !options.topology.single_host()) {
+      return absl::InvalidArgumentError(absl::StrCat("backend 'shm' needs every rank on one host; the job spans ",
+                                                     options.topology.Describe(), " (use 'hier')"));
+    }
+    shm::ShmOptions o;
+    o.timeout = options.timeout;
+    o.prefix = options.prefix;
+    o.job_tag = options.job_tag;
+    o.slot_bytes = options.shm_slot_bytes;
+    o.small_bytes = options.shm_small_bytes;
+    return ShmGroup::Create(std::move(store), rank, size, std::move(o));
+  }
+  if (backend == "hier") return HierGroup::Create(std::move(store), rank, size, options);
   return absl::InvalidArgumentError(absl::StrCat("unknown process group backend '", backend,
-                                                 "' (expected \"gloo\" or \"nccl\")"));
+                                                 "' (expected gloo, nccl, shm or hier)"));
 }
 
 }  // namespace psync::comm

@@ -1,17 +1,30 @@
 #include "worker/ddp/bucket.h"
 
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+
 #include "common/logging.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp {
 
 Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
-                     const std::vector<autograd::Variable>& params) {
+                     const std::vector<autograd::Variable>& params, comm::ProcessGroup* group) {
   PSYNC_CHECK(!param_indices.empty()) << "bucket " << index << " has no parameters";
   const Device device = params[param_indices.front()].data().device();
   int64_t total = 0;
   for (size_t i : param_indices) total += params[i].data().numel();
-  Tensor buffer = Tensor::Zeros({total}, device);
+  Tensor buffer;
+  if (group) {
+    absl::StatusOr<Tensor> b = group->NewCollectiveBuffer({total}, kFloat32, device);
+    if (!b.ok()) {
+      throw std::runtime_error(absl::StrCat("bucket ", index, ": buffer of ", total, " floats: ", b.status().ToString()));
+    }
+    buffer = std::move(*b);
+  } else {
+    buffer = Tensor::Zeros({total}, device);
+  }
   std::vector<BucketSlot> slots;
   slots.reserve(param_indices.size());
   int64_t offset = 0;

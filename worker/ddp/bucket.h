@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "worker/autograd/variable.h"
+#include "worker/comm/process_group.h"
 #include "worker/comm/work.h"
 #include "worker/tensor/tensor.h"
 
@@ -34,11 +35,14 @@ struct BucketSlot {
 
 class Bucket {
  public:
-  // Allocates a zeroed flat buffer on the parameters' device (all of
+  // Makes a zeroed flat buffer on the parameters' device (all of
   // `param_indices` must share it; see ValidateBucketPlan) and cuts a slot
-  // view for each.
+  // view for each. With `group`, the buffer is the group's collective buffer
+  // (ProcessGroup::NewCollectiveBuffer: shared memory for shm, reduced in
+  // place), and Build is collective: every rank builds the same buckets in
+  // the same order. Throws std::runtime_error when the buffer cannot be made.
   static Bucket Build(size_t index, const std::vector<size_t>& param_indices,
-                      const std::vector<autograd::Variable>& params);
+                      const std::vector<autograd::Variable>& params, comm::ProcessGroup* group = nullptr);
 
   size_t index() const { return index_; }
   const Tensor& buffer() const { return buffer_; }

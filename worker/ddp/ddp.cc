@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   ro.find_unused_parameters = options.find_unused_parameters;
   ro.timeout = options.timeout;
   ro.rebuild = options.rebuild;
+  ro.comm_hook = options.comm_hook;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                          Reducer::Create(std::move(params), group, ro, std::move(source)));
   return std::unique_ptr<DistributedDataParallel>(

@@ -46,6 +46,8 @@ struct DdpOptions {
   // Broadcast rank 0's parameters at construction.
   bool broadcast_parameters = true;
   RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
+  // What reduces each bucket (comm_hook.h); null = allreduce.
+  std::shared_ptr<CommHook> comm_hook;
 };
 
 class DistributedDataParallel {

@@ -68,6 +68,7 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
     : params_(std::move(params)),
       group_(std::move(group)),
       options_(options),
+      hook_(options.comm_hook ? options.comm_hook : AllreduceHook()),
       source_(std::move(source)),
       device_(params_.front().data().device()) {
   if (!source_ && options_.find_unused_parameters) {
@@ -125,7 +126,7 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
   for (size_t b = 0; b < plan.size(); ++b) {
-    buckets.push_back(Bucket::Build(b, plan[b], params_));
+    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get()));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),
@@ -275,7 +276,7 @@ void Reducer::LaunchReadyBuckets() {
   while (next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
     Bucket& b = buckets_[next_bucket_to_launch_++];
     b.launch_time = TraceClock::now();
-    b.work = group_->AllreduceSum(b.buffer(), absl::StrCat("bucket ", b.index()));
+    b.work = hook_->Run(*group_, GradBucket{b.index(), b.buffer()});
     b.launched = true;
     BucketTrace& t = trace_.buckets[b.index()];
     t = BucketTrace{b.index(), b.nbytes(), b.slots().size(), b.launch_time, {}};
@@ -423,10 +424,7 @@ absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
 }
 
 void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
-  const float scale = 1.0f / static_cast<float>(group_->size());
-  for (auto& b : buckets_) {
-    if (group_->size() > 1) ops::ScaleInPlace(b.mutable_buffer(), scale);
-  }
+  // The buckets already hold the averages (the hook's Work divided).
   size_t globally_unused = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (global_used && !(*global_used)[i]) {

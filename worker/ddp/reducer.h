@@ -7,10 +7,12 @@
 // the parameter ready; a bucket launches once all its parameters are ready,
 // and buckets launch strictly in index order on every rank
 // (next_bucket_to_launch_), so all ranks issue the same collectives in the
-// same order. The first hook of a backward queues Finalize as the engine's
-// end-of-backward callback: wait for every bucket (options.timeout), divide
-// by the world size; the gradients are then in each parameter's grad, which
-// is a view into its bucket (no copy back out).
+// same order. A full bucket goes to the communication hook (comm_hook.h;
+// default: allreduce). The first hook of a backward queues Finalize as the
+// engine's end-of-backward callback: wait for every bucket's Work
+// (options.timeout); the hook's Work leaves the average in the bucket, and
+// the gradients are then in each parameter's grad, which is a view into its
+// bucket (no copy back out).
 //
 // Copies: each slot view is its parameter's gradient destination
 // (AccumulateGrad::SetGradDestination), so when grad is undefined (first
@@ -64,6 +66,7 @@
 #include "worker/comm/process_group.h"
 #include "worker/ddp/bucket.h"
 #include "worker/ddp/bucket_assignment.h"
+#include "worker/ddp/comm_hook.h"
 #include "worker/ddp/reducer_trace.h"
 #include "worker/ddp/unused_parameter_source.h"
 
@@ -88,6 +91,8 @@ struct ReducerOptions {
   // Bound on Finalize's wait for the collectives (and the global used map).
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
+  // What reduces a full bucket (comm_hook.h); null = AllreduceHook().
+  std::shared_ptr<CommHook> comm_hook;
 };
 
 class Reducer {
@@ -193,6 +198,7 @@ class Reducer {
   std::vector<int> hook_ids_;
   std::shared_ptr<comm::ProcessGroup> group_;
   const ReducerOptions options_;
+  std::shared_ptr<CommHook> hook_;
   std::shared_ptr<UnusedParameterSource> source_;
   std::shared_ptr<ReducerObserver> observer_;
   Device device_;  // of the first parameter: where small control tensors live

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,7 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "worker/comm/backend_choice.h"
 #include "worker/comm/process_group_factory.h"
+#include "worker/comm/shm/segment_name.h"
+#include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models/mlp.h"
 #include "worker/nn/state_dict.h"
@@ -58,6 +62,17 @@ ddp::BucketPlan ToDdpPlan(const coord::BucketPlan& p) {
     out.push_back(std::move(bucket));
   }
   return out;
+}
+
+// What this rank knows about its host before the exchange (comm/topology.h).
+comm::LocalHostHint HostHint(const WorkerOptions& opt) {
+  comm::LocalHostHint h;
+  if (const char* id = std::getenv("PSYNC_HOST_ID")) h.host_id = id;
+  if (opt.local_world_size > 0) {
+    h.local_rank = opt.local_rank;
+    h.local_world_size = opt.local_world_size;
+  }
+  return h;
 }
 
 IterationPlan ToIterationPlan(const coord::Plan& p, size_t num_params) {
@@ -279,7 +294,8 @@ int RunWorkerImpl(const WorkerOptions& opt) {
     }
   }
   const auto named = model->named_parameters();
-  const std::string backend = device->is_cuda() ? "nccl" : "gloo";
+  // A killed job's shared-memory segments go at the next job's start.
+  if (!device->is_cuda()) comm::shm::RemoveStaleSegments();
 
   // ---- rendezvous
   absl::StatusOr<std::unique_ptr<coord::CoordinatorClient>> client =
@@ -296,7 +312,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   req.requested_rank = opt.rank;
   req.world_size = opt.world_size;
   req.device = device->ToString();
-  req.backend = backend;
+  req.backend = opt.backend;  // as requested: every rank must ask for the same
   for (const auto& [name, p] : named) req.manifest.push_back({name, p.shape(), 4});
   req.bucket_cap_bytes = static_cast<int64_t>(opt.bucket_cap_mb * 1024 * 1024);
   req.first_bucket_cap_bytes = static_cast<int64_t>(opt.first_bucket_mb * 1024 * 1024);
@@ -317,6 +333,19 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   gopt.timeout = opt.timeout;
   gopt.prefix = "pg0";
   gopt.device = device->is_cuda() ? device->index : -1;
+  // Which ranks share this host: PLUG-IN POINT for the coordinator's host
+  // ids (helper `coord`): once JoinResult carries every rank's host id, use
+  // comm::Topology::FromHostIds(those ids) here instead of the exchange.
+  absl::StatusOr<comm::Topology> topology = comm::ExchangeTopology(*store, rank, world, HostHint(opt), opt.timeout);
+  if (!topology.ok()) {
+    return Exit(topology.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitRendezvous,
+                absl::StrCat("host layout: ", std::string(topology.status().message())));
+  }
+  absl::StatusOr<comm::BackendChoice> choice = comm::ChooseBackend(opt.backend, *topology, world, device->is_cuda());
+  if (!choice.ok()) return Exit(kExitBadInput, std::string(choice.status().message()));
+  const std::string backend = choice->backend;
+  gopt.topology = *topology;
+  gopt.job_tag = absl::StrCat(opt.job_id, ".g", joined->generation);
   if (!opt.gloo_host.empty()) {
     gopt.hostname = opt.gloo_host;
   } else {
@@ -369,6 +398,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   dopt.find_unused_parameters = opt.find_unused_parameters;
   dopt.timeout = opt.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
+  dopt.comm_hook = *ddp::CommHookFromFlag(opt.grad_compression);  // validated with the flags
   auto source = std::make_shared<CoordinatorUnusedSource>(mailbox);
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
       ddp::DistributedDataParallel::Create(model, group, dopt, source);
@@ -399,9 +429,9 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   ctx.trace = &trace;
   ctx.fatal_code = pump.fatal_code();
   if (rank == 0 && !opt.quiet) {
-    std::printf("psync-worker: rank 0 of %d, %s on %s, model mlp %s, data %s (%lld rows), %lld steps\n", world,
-                backend.c_str(), device->ToString().c_str(), absl::StrJoin(opt.widths, ",").c_str(),
-                data.source.c_str(), static_cast<long long>(data.rows), static_cast<long long>(opt.steps));
+    std::printf("psync-worker: rank 0 of %d, %s on %s (%s: %s), model mlp %s, data %s (%lld rows), %lld steps\n",
+                world, backend.c_str(), device->ToString().c_str(), opt.backend.c_str(), choice->reason.c_str(),
+                absl::StrJoin(opt.widths, ",").c_str(), data.source.c_str(), static_cast<long long>(data.rows), static_cast<long long>(opt.steps));
     std::fflush(stdout);
   }
   TrainResult tr = Train(ctx);

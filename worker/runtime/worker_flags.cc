@@ -20,6 +20,8 @@ ABSL_FLAG(std::string, coordinator, "", "coordinator HOST:PORT (default: $MASTER
 ABSL_FLAG(int, rank, -1, "this worker's rank, -1 = any (env RANK)");
 ABSL_FLAG(int, world_size, 0, "number of workers; 0 = take it from the coordinator (env WORLD_SIZE)");
 ABSL_FLAG(int, local_rank, 0, "rank on this host; picks the CUDA device (env LOCAL_RANK)");
+ABSL_FLAG(int, local_world_size, 0,
+          "ranks on this host (env LOCAL_WORLD_SIZE); with --local-rank it tells which ranks share memory; 0 = unknown");
 ABSL_FLAG(std::string, job_id, "psync", "job id; must match the coordinator's");
 ABSL_FLAG(std::string, token, "", "shared secret for the coordinator (env PSYNC_TOKEN)");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -49,6 +51,12 @@ ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the 
 ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
 ABSL_FLAG(double, first_bucket_mb, 1, "first bucket size cap in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cuda:N");
+ABSL_FLAG(std::string, grad_compression, "none",
+          "none | bf16 | fp16: allreduce gradients cast to 16 bits (half the bytes; changes the numbers, see "
+          "worker/ddp/README.md)");
+ABSL_FLAG(std::string, backend, "auto",
+          "gradient transport: auto | gloo | shm (one host, shared memory) | hier (shm within hosts, Gloo across) | "
+          "nccl (CUDA); auto picks the fastest one that works and the worker prints its choice");
 // ---- outputs
 ABSL_FLAG(std::string, save, "", "rank 0 writes the final weights here (safetensors)");
 ABSL_FLAG(std::string, trace, "", "Chrome trace JSON output ({rank} is replaced by the rank)");
@@ -62,10 +70,10 @@ namespace {
 
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
-      "coordinator", "rank", "world_size", "local_rank", "job_id", "token", "tls_ca", "gloo_host", "timeout",
+      "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "gloo_host", "timeout",
       "model", "widths", "skip_layer", "skip_pattern", "init", "data", "seed", "synthetic_rows",
       "global_batch", "accumulate", "steps", "lr", "momentum", "weight_decay",
-      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device",
+      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression",
       "save", "trace", "summary", "progress_every", "quiet"};
   return names;
 }
@@ -131,7 +139,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (parsed->help) {
     if (help_out) {
       *help_out = absl::StrCat("usage: psync-worker [flags]\n", FlagsHelp(WorkerFlagNames()),
-                               "environment: RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PSYNC_TOKEN PSYNC_TLS_CA\n");
+                               "environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PSYNC_TOKEN PSYNC_TLS_CA "
+                               "PSYNC_HOST_ID\n");
     }
     return WorkerOptions{};
   }
@@ -183,6 +192,16 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
     o.local_rank = *r;
   }
   if (o.local_rank < 0) return Bad("local-rank", absl::StrCat(o.local_rank, " is negative"));
+  o.local_world_size = absl::GetFlag(FLAGS_local_world_size);
+  if (!given("local_world_size") && env("LOCAL_WORLD_SIZE")) {
+    absl::StatusOr<int> r = EnvInt(env, "LOCAL_WORLD_SIZE");
+    if (!r.ok()) return r.status();
+    o.local_world_size = *r;
+  }
+  if (o.local_world_size < 0) return Bad("local-world-size", absl::StrCat(o.local_world_size, " is negative"));
+  if (o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
+    return Bad("local-rank", absl::StrCat(o.local_rank, " is not below the local world size ", o.local_world_size));
+  }
   o.job_id = absl::GetFlag(FLAGS_job_id);
   if (o.job_id.empty()) return Bad("job-id", "must not be empty");
   o.token = absl::GetFlag(FLAGS_token);
@@ -261,6 +280,21 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
     return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));
   }
+  o.backend = absl::GetFlag(FLAGS_backend);
+  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "shm" && o.backend != "hier" &&
+      o.backend != "nccl") {
+    return Bad("backend", absl::StrCat("'", o.backend, "' is not one of auto|gloo|shm|hier|nccl"));
+  }
+  o.grad_compression = absl::GetFlag(FLAGS_grad_compression);
+  if (o.grad_compression != "none" && o.grad_compression != "bf16" && o.grad_compression != "fp16") {
+    return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
+  }
+  const bool cuda = o.device != "cpu";
+  if (cuda && o.backend != "auto" && o.backend != "nccl") {
+    return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,
+                                       " use nccl (or auto)"));
+  }
+  if (!cuda && o.backend == "nccl") return Bad("backend", "nccl needs --device=cuda; on CPU use auto, gloo, shm or hier");
 
   // ---- outputs
   o.save_path = absl::GetFlag(FLAGS_save);

@@ -1,6 +1,6 @@
 // psync-worker's options: Abseil flags (docs/cli-contract.md) plus the
 // torchrun / Kubeflow environment (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, LOCAL_RANK, PSYNC_TOKEN). A flag given on the command line
+// MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, PSYNC_TOKEN). A flag given on the command line
 // wins over the environment.
 #pragma once
 
@@ -24,6 +24,7 @@ struct WorkerOptions {
   int rank = -1;                                 // -1 = any
   int world_size = 0;                            // 0 = take it from the coordinator
   int local_rank = 0;
+  int local_world_size = 0;                      // ranks on this host; 0 = unknown
   std::string job_id = "psync";
   std::string token;
   std::string tls_ca;                            // PEM CA file; empty = plaintext
@@ -49,6 +50,8 @@ struct WorkerOptions {
   bool find_unused_parameters = false;
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
+  std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
+  std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   // outputs
   std::string save_path;

@@ -30,8 +30,16 @@ std::shared_ptr<Storage> Storage::Allocate(size_t nbytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device));
 }
 
+std::shared_ptr<Storage> Storage::Wrap(void* data, size_t nbytes, Device device, std::function<void()> release) {
+  std::shared_ptr<Storage> s(new Storage(data, nbytes, device));
+  s->release_ = std::move(release);
+  return s;
+}
+
 Storage::~Storage() {
-  if (device_.is_cpu()) {
+  if (release_) {
+    release_();
+  } else if (device_.is_cpu()) {
     CpuCachingAllocator::Get().Free(data_, nbytes_);
   } else {
     // cudaFreeAsync on the compute stream: the memory goes back to the pool

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "worker/tensor/device.h"
@@ -16,6 +17,10 @@ class Storage {
  public:
   // Throws psync::TensorError when the allocation fails (e.g. CUDA OOM).
   static std::shared_ptr<Storage> Allocate(size_t nbytes, Device device);
+  // Memory allocated by someone else (a process group's shared-memory
+  // buffer): `release` runs, instead of a free, when the last tensor using
+  // it is gone.
+  static std::shared_ptr<Storage> Wrap(void* data, size_t nbytes, Device device, std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -29,6 +34,7 @@ class Storage {
   void* data_;
   size_t nbytes_;
   Device device_;
+  std::function<void()> release_;  // Wrap()ped memory: runs instead of the free
 };
 
 // Copies nbytes between any two devices (memmove on the host, so ranges

@@ -236,6 +236,16 @@ Tensor Tensor::Contiguous() const {
   return out;
 }
 
+Tensor Tensor::FromStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  if (!storage) throw TensorError("Tensor::FromStorage: null storage");
+  const size_t need = static_cast<size_t>(NumelOf(shape)) * ElementSize(dtype);
+  if (need > storage->nbytes()) {
+    throw TensorError(absl::StrCat("Tensor::FromStorage: ", ShapeToString(shape), " ", DTypeName(dtype), " needs ",
+                                   need, " bytes, the storage has ", storage->nbytes()));
+  }
+  return Tensor(std::move(storage), 0, shape, ContiguousStrides(shape), dtype);
+}
+
 Tensor Tensor::To(Device device) const {
   if (!defined()) throw TensorError("Tensor::To: undefined tensor");
   if (device == this->device()) return *this;

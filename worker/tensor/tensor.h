@@ -61,6 +61,9 @@ class Tensor {
     return FromHost(values.data(), values.size(), DTypeOf<T>::value, shape, device);
   }
   static Tensor Scalar(float value, Device device = Device::CPU());  // float32, shape []
+  // A contiguous tensor over the start of `storage` (which must hold
+  // numel * element_size bytes): e.g. a process group's shared buffer.
+  static Tensor FromStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

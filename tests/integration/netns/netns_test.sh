@@ -12,6 +12,11 @@
 #          from C (loopback) and from W0 (across the bridge) reports the job.
 # Phase 2  the compose runner (deploy/compose/check-job.sh) from C: waits for
 #          progress, shuts the job down; both workers exit 0.
+# Phase 4  hierarchical allreduce across hosts: 2 workers per worker namespace
+#          (PSYNC_HOST_ID per namespace), --backend=auto picks hier: shared
+#          memory within each "host", Gloo between 10.77.0.10 and 10.77.0.11.
+#          All 4 exit 0, the weights equal a 1-process run on the full batch,
+#          nothing of theirs is left in /dev/shm.
 # Phase 3  partition: W1's link goes down mid-run (no TCP reset). W0 blocks in
 #          the allreduce with W1 but keeps heartbeating; W1 falls silent, so
 #          the coordinator blames rank 1 (--heartbeat-timeout=1500ms, before the
@@ -20,7 +25,8 @@
 #          W1 exits by itself (keepalive: coordinator lost), nothing hangs.
 #
 # usage: netns_test.sh [BIN_OR_DIR...]  each a binary or a directory holding
-#        psync-coordinator / psync-worker / psyncctl (else they come from $PATH)
+#        psync-coordinator / psync-worker / psyncctl (else they come from $PATH);
+#        weights_diff too, for phase 4's comparison (skipped without it)
 # Needs root and permission for `ip netns add`; otherwise prints SKIP and exits 77.
 # Every process runs under `timeout`; an EXIT trap kills them and deletes the namespaces.
 set -uo pipefail
@@ -164,9 +170,9 @@ ctl() {  # ctl NS ARGS...: psyncctl against the coordinator, bounded
   timeout -k 2 15 ip netns exec "$ns" env PSYNC_TOKEN="$TOKEN" psyncctl --coordinator="$target" "$@"
 }
 
-start_coordinator() {  # JOB_ID LOG_NAME EXTRA_FLAGS...
+start_coordinator() {  # JOB_ID LOG_NAME EXTRA_FLAGS...  (world size: $CWORLD, default 2)
   local job=$1 name=$2; shift 2
-  start "$name" 240 "$NS_C" psync-coordinator --host=0.0.0.0 --port="$PORT" --world-size=2 --job-id="$job" \
+  start "$name" 240 "$NS_C" psync-coordinator --host=0.0.0.0 --port="$PORT" --world-size="${CWORLD:-2}" --job-id="$job" \
     --join-timeout=60s "$@"
   local i
   for i in $(seq 1 100); do
@@ -282,6 +288,53 @@ EOF
   stop_coordinator coord3
 }
 
+phase_hier() {
+  log "phase 4: hierarchical allreduce, 2 hosts x 2 ranks"
+  local flags=(--steps=60 --timeout=20s --progress-every=20 --global-batch=64 --widths=16,64,64,8 --backend=auto)
+  CWORLD=4 start_coordinator netns-hier coord4 --report-timeout=20s
+  local r ns host
+  for r in 0 1 2 3; do
+    if ((r < 2)); then ns=$NS_W0; host=$IP_W0; else ns=$NS_W1; host=$IP_W1; fi
+    start "w4_$r" 240 "$ns" env PSYNC_HOST_ID="netns-host-$((r / 2))" psync-worker --coordinator="$IP_C:$PORT" \
+      --rank="$r" --world-size=4 --job-id=netns-hier --gloo-host="$host" --device=cpu --save="$WORK/hier4.st" "${flags[@]}"
+  done
+  local seen=0 i pvar
+  for i in $(seq 1 200); do
+    if in_ns "$NS_W0" ss -Htn state established "( dst $IP_W1 or src $IP_W1 )" 2>/dev/null | grep -q .; then
+      seen=1; break
+    fi
+    kill -0 "$PID_w4_0" 2>/dev/null || break
+    sleep 0.05
+  done
+  for r in 0 1 2 3; do
+    pvar=PID_w4_$r
+    wait_exit "${!pvar}" 120
+    [[ "$RC" == 0 ]] || fail "phase 4: rank $r exit $RC (want 0)"
+  done
+  grep -q "hier on cpu" "$WORK/w4_0.log" || fail "phase 4: rank 0 did not pick hier: $(grep 'rank 0 of' "$WORK/w4_0.log")"
+  ((seen)) || fail "phase 4: no Gloo connection between the hosts ($IP_W0 <-> $IP_W1)"
+  log "phase 4: $(grep 'rank 0 of' "$WORK/w4_0.log" | head -n1)"
+  local p
+  for p in "${pids[@]}"; do
+    [[ -n "$p" ]] || continue
+    ls /dev/shm | grep -q "^psync\.[0-9]*\.$p\." && fail "phase 4: worker pid $p left a segment in /dev/shm"
+  done
+  stop_coordinator coord4
+  if command -v weights_diff >/dev/null; then
+    CWORLD=1 start_coordinator netns-hier1 coord5 --report-timeout=20s
+    start w5_0 240 "$NS_W0" psync-worker --coordinator="$IP_C:$PORT" --rank=0 --world-size=1 --job-id=netns-hier1 \
+      --gloo-host="$IP_W0" --device=cpu --save="$WORK/hier1.st" "${flags[@]}"
+    wait_exit "$PID_w5_0" 120
+    [[ "$RC" == 0 ]] || fail "phase 4: the 1-process reference exited $RC"
+    local diff; diff=$(weights_diff "$WORK/hier1.st" "$WORK/hier4.st" 1e-5) || fail "phase 4: weights differ: $diff"
+    log "phase 4: 4 ranks on 2 hosts vs 1 process: $diff"
+    stop_coordinator coord5
+  else
+    log "phase 4: weights_diff not given; skipping the comparison with a 1-process run"
+  fi
+  log "phase 4 ok: hier across namespaces, all exit 0"
+}
+
 main() {
   local a
   for a in "$@"; do
@@ -300,8 +353,9 @@ main() {
   setup_topology
   phase_complete
   phase_runner
+  phase_hier
   phase_partition
-  echo "netns: 3 passed, 0 failed"
+  echo "netns: 4 passed, 0 failed"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

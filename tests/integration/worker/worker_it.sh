@@ -3,14 +3,19 @@
 # 127.0.0.1 (free ports via --port 0 + --port-file), bounded waits, and
 # cleanup of every child this script started.
 #
-#   worker_it.sh CASE BIN_DIR
+#   worker_it.sh CASE BIN_DIR [BACKEND]
 #     BIN_DIR: the build directory (server/psync-coordinator,
 #     worker/runtime/psync-worker, client/psyncctl, client/launch/psync-launch,
 #     tests/integration/worker/weights_diff).
+#     BACKEND: --backend for every worker (default: the worker's default,
+#     auto). auto: workers get LOCAL_RANK/LOCAL_WORLD_SIZE of one host (so
+#     auto picks shm); hier: PSYNC_HOST_ID makes N/2 ranks per "host" (one
+#     per host at N=2), so the cross-host path runs too.
 # Exit: 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
 CASE=$1
 B=$(cd "$2" && pwd)
+BACKEND=${3:-}
 WORKER=$B/worker/runtime/psync-worker
 COORD=$B/server/psync-coordinator
 CTL=$B/client/psyncctl
@@ -40,11 +45,20 @@ start_coord() {
   [[ -s $T/port ]] || fail "coordinator did not write its port file"
   CADDR=127.0.0.1:$(cat "$T/port")
 }
-# start_worker RANK WORLD [flags]: sets WPID[RANK]; logs in $T/w$RANK.log
+# start_worker RANK WORLD [flags]: sets WPID[RANK]; logs in $T/w$RANK.log.
+# With BACKEND set, the worker gets --backend and the host layout for it.
 declare -A WPID
 start_worker() {
   local r=$1 w=$2; shift 2
-  "$WORKER" --coordinator="$CADDR" --rank="$r" --world-size="$w" "$@" >"$T/w$r.log" 2>&1 &
+  local env=() flags=()
+  if [[ -n $BACKEND ]]; then
+    flags=(--backend="$BACKEND")
+    case $BACKEND in
+      auto) env=(LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$w") ;;
+      hier) local per=$((w / 2 > 0 ? w / 2 : 1)); ((w == 2)) && per=1; env=(PSYNC_HOST_ID="host$((r / per))") ;;
+    esac
+  fi
+  env "${env[@]}" "$WORKER" --coordinator="$CADDR" --rank="$r" --world-size="$w" "${flags[@]}" "$@" >"$T/w$r.log" 2>&1 &
   WPID[$r]=$!; PIDS+=("${WPID[$r]}")
 }
 # wait_exit PID SECONDS: sets rc to the exit code, or "timeout". (Not in a
@@ -151,6 +165,10 @@ case $CASE in
     done
     note "all survivors exited within $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}') s"
     kill -0 "$CPID" || fail "the coordinator died"
+    # Segment names carry the creator's pid: none of this job's may be left.
+    for r in 0 1 2 3; do
+      left=$(ls /dev/shm | grep "^psync\.[0-9]*\.${WPID[$r]}\.") && fail "rank $r left /dev/shm/$left"
+    done
     "$CTL" --coordinator="$CADDR" status >"$T/status.txt" 2>&1
     grep -qiE "abort|lost" "$T/status.txt" || fail "psyncctl status does not report the loss: $(cat "$T/status.txt")"
     grep -q "2" "$T/status.txt" || fail "psyncctl status does not name rank 2"
@@ -233,4 +251,4 @@ EOF
 
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
-echo "PASS [$CASE]"
+echo "PASS [$CASE${BACKEND:+ backend=$BACKEND}]"

@@ -1,6 +1,8 @@
-// DistributedDataParallel over real processes (forked ranks, Gloo over
-// 127.0.0.1, FileStore in a fresh directory). Every child is bounded: the
-// parent SIGKILLs any rank still running at the deadline.
+// DistributedDataParallel over real processes (forked ranks, FileStore in a
+// fresh directory), on every CPU backend: Gloo over 127.0.0.1, shm
+// (/dev/shm), hier (two made-up hosts: shm within, Gloo across). Every
+// child is bounded: the parent SIGKILLs any rank still running at the
+// deadline.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -20,30 +22,41 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kDeadline(90000);
 
-void RunScenario(const Scenario& sc) {
-  TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
-  ExpectAllRanksOk(RunRanks(
-      sc.world, [&](int rank) { return RunDdpRank(sc, rank, dir.path()); }, kDeadline));
-}
+// Parameter: the process group backend every case runs on.
+class DdpMultiProcess : public ::testing::TestWithParam<std::string> {
+ protected:
+  void RunScenario(Scenario sc, float tol = 1e-5f) {
+    sc.backend = GetParam();
+    TempDir dir;
+    ASSERT_FALSE(dir.path().empty());
+    ExpectAllRanksOk(RunRanks(
+        sc.world, [&](int rank) { return RunDdpRank(sc, rank, dir.path(), tol); }, kDeadline));
+  }
+  std::shared_ptr<comm::ProcessGroup> Group(const std::string& dir, int rank, int world, milliseconds timeout) {
+    return MakeGroup(dir, rank, world, timeout, GetParam());
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, DdpMultiProcess, ::testing::Values("gloo", "shm", "hier"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // ---------------------------------------------------------------- equivalence
 
-TEST(DdpMultiProcess, TwoRanksMatchFullBatch) {
+TEST_P(DdpMultiProcess, TwoRanksMatchFullBatch) {
   Scenario sc;
   sc.world = 2;
   sc.steps = 5;
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, FourRanksMatchFullBatch) {
+TEST_P(DdpMultiProcess, FourRanksMatchFullBatch) {
   Scenario sc;
   sc.world = 4;
   sc.steps = 4;
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, DefaultCapsSingleBucketNoRebuild) {
+TEST_P(DdpMultiProcess, DefaultCapsSingleBucketNoRebuild) {
   Scenario sc;
   sc.world = 2;
   sc.bucket_cap_mb = 25;
@@ -52,16 +65,37 @@ TEST(DdpMultiProcess, DefaultCapsSingleBucketNoRebuild) {
   RunScenario(sc);
 }
 
+// ---------------------------------------------------------------- compression hooks
+
+// bf16 / fp16 gradients on the wire: close to the exact result (not equal),
+// and every rank still holds the same weights.
+TEST_P(DdpMultiProcess, Bf16CompressionStaysCloseToFullBatch) {
+  Scenario sc;
+  sc.world = 4;
+  sc.steps = 6;
+  sc.compression = "bf16";
+  RunScenario(sc, 2e-3f);
+}
+
+TEST_P(DdpMultiProcess, Fp16CompressionStaysCloseToFullBatch) {
+  Scenario sc;
+  sc.world = 2;
+  sc.steps = 6;
+  sc.micro = 2;
+  sc.compression = "fp16";
+  RunScenario(sc, 2e-4f);
+}
+
 // ---------------------------------------------------------------- unused parameters
 
-TEST(DdpMultiProcess, LayerSkippedAlways) {
+TEST_P(DdpMultiProcess, LayerSkippedAlways) {
   Scenario sc;
   sc.find_unused = true;
   sc.skip = [](int, int, int) { return std::set<int>{1}; };
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, LayerSkippedOnOddStepsFourRanks) {
+TEST_P(DdpMultiProcess, LayerSkippedOnOddStepsFourRanks) {
   Scenario sc;
   sc.world = 4;
   sc.steps = 5;
@@ -70,7 +104,7 @@ TEST(DdpMultiProcess, LayerSkippedOnOddStepsFourRanks) {
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, LayerSkippedOnOneRankOnly) {
+TEST_P(DdpMultiProcess, LayerSkippedOnOneRankOnly) {
   // Locally unused on rank 0, used on rank 1: rank 0 contributes zeros and
   // still receives the averaged gradient.
   Scenario sc;
@@ -79,7 +113,7 @@ TEST(DdpMultiProcess, LayerSkippedOnOneRankOnly) {
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, LayerSkippedOnlyInLastMicroBatch) {
+TEST_P(DdpMultiProcess, LayerSkippedOnlyInLastMicroBatch) {
   // Used only in the no_sync micro-batches: its locally accumulated
   // gradient must still be averaged across ranks (pytorch#69031).
   Scenario sc;
@@ -89,7 +123,7 @@ TEST(DdpMultiProcess, LayerSkippedOnlyInLastMicroBatch) {
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, LayerUsedOnlyInNoSyncOnOneRankFourRanks) {
+TEST_P(DdpMultiProcess, LayerUsedOnlyInNoSyncOnOneRankFourRanks) {
   Scenario sc;
   sc.world = 4;
   sc.micro = 2;
@@ -103,14 +137,14 @@ TEST(DdpMultiProcess, LayerUsedOnlyInNoSyncOnOneRankFourRanks) {
 
 // ---------------------------------------------------------------- no_sync
 
-TEST(DdpMultiProcess, NoSyncMicroBatchesMatchFullBatch) {
+TEST_P(DdpMultiProcess, NoSyncMicroBatchesMatchFullBatch) {
   Scenario sc;
   sc.micro = 4;
   sc.steps = 3;
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, NoSyncZeroGradInPlace) {
+TEST_P(DdpMultiProcess, NoSyncZeroGradInPlace) {
   Scenario sc;
   sc.micro = 3;
   sc.alternate_zero = false;
@@ -122,13 +156,13 @@ TEST(DdpMultiProcess, NoSyncZeroGradInPlace) {
 
 // ---------------------------------------------------------------- discarded outputs
 
-TEST(DdpMultiProcess, DiscardedOutputThenForward) {
+TEST_P(DdpMultiProcess, DiscardedOutputThenForward) {
   Scenario sc;
   sc.discard_first_output = true;
   RunScenario(sc);
 }
 
-TEST(DdpMultiProcess, DiscardedOutputThenForwardWithUnusedParameters) {
+TEST_P(DdpMultiProcess, DiscardedOutputThenForwardWithUnusedParameters) {
   Scenario sc;
   sc.discard_first_output = true;
   sc.find_unused = true;
@@ -139,12 +173,12 @@ TEST(DdpMultiProcess, DiscardedOutputThenForwardWithUnusedParameters) {
 
 // ---------------------------------------------------------------- bucket layout
 
-TEST(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
+TEST_P(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
   TempDir dir;
   auto results = RunRanks(
       2,
       [&](int rank) -> int {
-        auto pg = MakeGroup(dir.path(), rank, 2, milliseconds(20000));
+        auto pg = Group(dir.path(), rank, 2, milliseconds(20000));
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{8, 16, 16, 16, 16, 4}, Device::CPU(), kSeed);
         DdpOptions opts;
@@ -183,12 +217,12 @@ TEST(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
   ExpectAllRanksOk(results);
 }
 
-TEST(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
+TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
   TempDir dir;
   auto results = RunRanks(
       3,
       [&](int rank) -> int {
-        auto pg = MakeGroup(dir.path(), rank, 3, milliseconds(20000));
+        auto pg = Group(dir.path(), rank, 3, milliseconds(20000));
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
@@ -232,7 +266,7 @@ TEST(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
   ExpectAllRanksOk(results);
 }
 
-TEST(DdpMultiProcess, ExternalBucketPlanAppliedAtIterationBoundary) {
+TEST_P(DdpMultiProcess, ExternalBucketPlanAppliedAtIterationBoundary) {
   Scenario sc;
   sc.rebuild = RebuildMode::kExternal;
   sc.external_plan = [](const Reducer& r) {
@@ -246,12 +280,12 @@ TEST(DdpMultiProcess, ExternalBucketPlanAppliedAtIterationBoundary) {
 
 // ---------------------------------------------------------------- errors
 
-TEST(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
+TEST_P(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
   TempDir dir;
   auto results = RunRanks(
       2,
       [&](int rank) -> int {
-        auto pg = MakeGroup(dir.path(), rank, 2, milliseconds(30000));
+        auto pg = Group(dir.path(), rank, 2, milliseconds(30000));
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
@@ -301,7 +335,7 @@ TEST(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
   ExpectAllRanksOk(results);
 }
 
-TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
+TEST_P(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
   // World 1 (no peers to wait for): a backward that stops midway (a node
   // throws) leaves reduction unfinished; the next forward names the
   // parameters that got no gradient.
@@ -309,7 +343,7 @@ TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
   auto results = RunRanks(
       1,
       [&](int rank) -> int {
-        auto pg = MakeGroup(dir.path(), rank, 1, milliseconds(10000));
+        auto pg = Group(dir.path(), rank, 1, milliseconds(10000));
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
@@ -341,13 +375,13 @@ TEST(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
   ExpectAllRanksOk(results);
 }
 
-TEST(DdpMultiProcess, PeerKilledDuringCollectiveFailsWithinTimeout) {
+TEST_P(DdpMultiProcess, PeerKilledDuringCollectiveFailsWithinTimeout) {
   TempDir dir;
   constexpr milliseconds kTimeout(5000);
   auto results = RunRanks(
       2,
       [&](int rank) -> int {
-        auto pg = MakeGroup(dir.path(), rank, 2, kTimeout);
+        auto pg = Group(dir.path(), rank, 2, kTimeout);
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;

@@ -27,6 +27,7 @@
 #include "worker/autograd/functions.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
+#include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/init.h"
 #include "worker/nn/models/mlp.h"
@@ -60,6 +61,7 @@ struct Scenario {
   float lr = 0.1f;
   Device device = Device::CPU();
   std::string backend = "gloo";
+  std::string compression = "none";  // --grad-compression: none | bf16 | fp16
 };
 
 inline std::vector<int64_t> Widths() { return {kIn, 16, 16, kOut}; }
@@ -123,6 +125,13 @@ inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int
   comm::GroupOptions opts;
   opts.timeout = timeout;
   opts.prefix = "ddp";
+  opts.job_tag = "ddp-test";
+  // shm: buckets above 256 B are reduced in place in shared memory, smaller
+  // ones by the one-step algorithm: both paths run.
+  opts.shm_small_bytes = 256;
+  // hier: two "hosts" of world/2 ranks (one rank per host at world 2), so
+  // both the shared-memory and the cross-host parts run.
+  if (backend == "hier") opts.topology = comm::Topology::Blocks(world, world >= 4 ? world / 2 : 1);
   auto pg = comm::CreateProcessGroup(backend, store, rank, world, opts);
   if (!pg.ok()) {
     std::fprintf(stderr, "rank %d: process group: %s\n", rank, pg.status().ToString().c_str());
@@ -145,6 +154,9 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   opts.find_unused_parameters = sc.find_unused;
   opts.timeout = std::chrono::milliseconds(20000);
   opts.rebuild = sc.rebuild;
+  auto hook = CommHookFromFlag(sc.compression);
+  CHILD_CHECK(rank, hook.ok(), hook.status().ToString());
+  opts.comm_hook = *hook;
   auto ddp_or = DistributedDataParallel::Create(mlp, pg, opts);
   CHILD_CHECK(rank, ddp_or.ok(), ddp_or.status().ToString());
   auto ddp = std::move(*ddp_or);
@@ -195,12 +207,24 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   // Weights equal the full-batch reference.
   const std::vector<std::vector<float>> want = RunReference(sc);
   const auto params = mlp->parameters();
+  float worst = 0;
+  std::string all_weights;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::vector<float> got = params[i].data().ToVector();
+    all_weights.append(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float));
     float diff = 0;
     for (size_t j = 0; j < got.size(); ++j) diff = std::max(diff, std::fabs(got[j] - want[i][j]));
+    worst = std::max(worst, diff);
     CHILD_CHECK(rank, diff <= tol, absl::StrCat(params[i].name(), " max abs diff ", diff));
   }
+  if (rank == 0 && sc.compression != "none") {
+    std::fprintf(stderr, "%s compression over %s: max |w - w_exact| after %d steps = %.3g\n", sc.compression.c_str(),
+                 sc.backend.c_str(), sc.steps, static_cast<double>(worst));
+  }
+  // Every rank holds the very same weights (also under compression).
+  auto weights = pg->Allgather(all_weights, std::chrono::milliseconds(20000));
+  CHILD_CHECK(rank, weights.ok(), weights.status().ToString());
+  for (const auto& w : *weights) CHILD_CHECK(rank, w == (*weights)[0], "ranks ended with different weights");
   return 0;
 }
 

@@ -28,6 +28,7 @@
 #include "common/status_macros.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"
+#include "worker/tensor/half.h"
 
 namespace psync::comm {
 namespace {
@@ -101,6 +102,15 @@ void IgnoreSigpipeOnce() {
 }
 
 absl::Status WithCode(absl::StatusCode code, const std::string& msg) { return absl::Status(code, msg); }
+
+// Gloo reduce function for bfloat16 / float16 stored as uint16_t.
+template <typename Half>
+void SumHalf(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<uint16_t*>(c);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = Half::FromFloat(Half::ToFloat(x[i]) + Half::ToFloat(y[i]));
+}
 
 }  // namespace
 
@@ -387,17 +397,27 @@ std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& 
   const std::string desc =
       absl::StrCat("allreduce '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                    ") on rank ", rank_, " of ", size_);
-  if (!tensor.defined() || !tensor.device().is_cpu() || tensor.dtype() != kFloat32 || !tensor.is_contiguous()) {
+  const bool half = tensor.defined() && (tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16);
+  if (!tensor.defined() || !tensor.device().is_cpu() || !(tensor.dtype() == kFloat32 || half) ||
+      !tensor.is_contiguous()) {
     return Failed(desc, absl::InvalidArgumentError(absl::StrCat(
-                            desc, ": gloo sums a contiguous float32 CPU tensor, got ", tensor.DebugString())));
+                            desc, ": gloo sums a contiguous float32/bfloat16/float16 CPU tensor, got ",
+                            tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   const Millis timeout = options_.timeout;
   return state_->Enqueue(state_, desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return;
     gloo::AllreduceOptions opts(ctx);
-    opts.setOutput(tensor.data<float>(), n);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    if (tensor.dtype() == kFloat32) {
+      opts.setOutput(tensor.data<float>(), n);
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    } else {
+      // 16-bit elements: Gloo moves them as uint16_t; each pairwise step
+      // adds in float and rounds back (as torch.distributed's gloo does).
+      opts.setOutput(static_cast<uint16_t*>(tensor.raw_data()), n);
+      opts.setReduceFunction(tensor.dtype() == kBFloat16 ? &SumHalf<BFloat16> : &SumHalf<Float16>);
+    }
     opts.setTag(tag);
     opts.setTimeout(timeout);
     gloo::allreduce(opts);

@@ -341,9 +341,10 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
         absl::StrCat(desc, ": nccl needs a tensor on cuda:", s->device, ", got ",
                      tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
   }
-  if (!tensor.is_contiguous() || (kind == Kind::kAllreduce && tensor.dtype() != kFloat32)) {
+  const bool summable = tensor.dtype() == kFloat32 || tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16;
+  if (!tensor.is_contiguous() || (kind == Kind::kAllreduce && !summable)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
-        desc, ": nccl needs a contiguous tensor (float32 for a sum), got ", tensor.DebugString())));
+        desc, ": nccl needs a contiguous tensor (float32/bfloat16/float16 for a sum), got ", tensor.DebugString())));
   }
   if (kind == Kind::kBroadcast && (root < 0 || root >= s->size)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
@@ -371,13 +372,16 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEventDestroy(ready);  // released once the wait is satisfied
   ready = nullptr;
 
-  // Allreduce sums float32; a broadcast moves bytes (any dtype).
+  // Allreduce sums float32 / bfloat16 / float16; a broadcast moves bytes (any dtype).
   void* p = tensor.raw_data();
   const bool sum = kind == Kind::kAllreduce;
   const size_t n = sum ? static_cast<size_t>(tensor.numel()) : tensor.nbytes();
   ncclResult_t r = ncclSuccess;
   if (n > 0) {
-    r = sum ? ncclAllReduce(p, p, n, ncclFloat, ncclSum, s->comm, s->comm_stream)
+    const ncclDataType_t type = tensor.dtype() == kBFloat16 ? ncclBfloat16
+                                : tensor.dtype() == kFloat16 ? ncclHalf
+                                                             : ncclFloat;
+    r = sum ? ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream)
             : ncclBroadcast(p, p, n, ncclUint8, root, s->comm, s->comm_stream);
     r = s->SettleLocked(r, Clock::now() + s->timeout);
   }

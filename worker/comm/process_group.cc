@@ -1,0 +1,44 @@
+#include "worker/comm/process_group.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "worker/comm/then_work.h"
+#include "worker/tensor/ops/pointwise.h"
+
+namespace psync::comm {
+
+absl::Status ThenWork::Wait(std::chrono::milliseconds timeout) {
+  absl::Status st = inner_->Wait(timeout);
+  if (!st.ok()) return st;
+  std::lock_guard<std::mutex> l(mu_);
+  if (then_) {
+    std::function<void()> fn = std::move(then_);
+    then_ = nullptr;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      then_status_ = absl::InternalError(absl::StrCat(inner_->Describe(), ": after the collective: ", e.what()));
+    }
+  }
+  return then_status_;
+}
+
+std::shared_ptr<Work> ProcessGroup::AllreduceAverage(Tensor tensor, const std::string& name) {
+  std::shared_ptr<Work> w = AllreduceSum(tensor, name);
+  const int world = size();
+  if (world == 1) return w;
+  return std::make_shared<ThenWork>(std::move(w), [tensor, world] {
+    ops::ScaleInPlace(tensor, 1.0f / static_cast<float>(world));
+  });
+}
+
+absl::StatusOr<Tensor> ProcessGroup::NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) {
+  try {
+    return Tensor::Zeros(shape, dtype, device);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(e.what());
+  }
+}
+
+}  // namespace psync::comm

@@ -1,0 +1,23 @@
+#include "worker/ddp/comm_hook.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psync::ddp {
+
+namespace {
+
+class Allreduce : public CommHook {
+ public:
+  std::string name() const override { return "allreduce"; }
+  std::shared_ptr<comm::Work> Run(comm::ProcessGroup& group, const GradBucket& bucket) override {
+    // Why divide after the sum (not before, like DDP's hook): the same
+    // rounding as one process averaging, whatever the world size.
+    return group.AllreduceAverage(bucket.buffer, absl::StrCat("bucket ", bucket.index));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> AllreduceHook() { return std::make_shared<Allreduce>(); }
+
+}  // namespace psync::ddp
