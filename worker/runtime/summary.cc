@@ -37,6 +37,11 @@ std::string RunSummary::ToJson() const {
   o["steps_requested"] = steps_requested;
   o["steps_completed"] = steps_completed;
   o["final_loss"] = num(final_loss);
+  o["val_loss"] = num(val_loss);
+  o["val_accuracy"] = num(val_accuracy);
+  o["items_per_s"] = num(items_per_s);
+  o["model"] = model;
+  o["data"] = data;
   o["median_step_ms"] = num(median_step_ms());
   o["p90_step_ms"] = num(p90_step_ms());
   o["timed_steps"] = static_cast<int64_t>(TimedSteps().size());

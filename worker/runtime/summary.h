@@ -20,6 +20,10 @@ struct RunSummary {
   int64_t steps_requested = 0;
   int64_t steps_completed = 0;
   double final_loss = 0;              // this rank's loss of its last completed step (NaN if none)
+  double val_loss = 0;                // the last evaluation's (NaN if none)
+  double val_accuracy = 0;            // the last evaluation's top-1 (NaN if none, or regression)
+  double items_per_s = 0;             // tokens (language model) or examples per second over all ranks
+  std::string model, data;            // Describe() of each
   std::vector<double> step_ms;        // wall time of every completed step
   std::string exit_reason;
   int exit_code = 0;

@@ -1,10 +1,10 @@
 #include "worker/runtime/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -13,13 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
-#include "worker/nn/loss.h"
-#include "common/status_macros.h"
-#include "worker/optim/sgd.h"
+#include "worker/data/prefetcher.h"
+#include "worker/optim/clip.h"
+#include "worker/runtime/evaluator.h"
+#include "worker/runtime/objective.h"
 #include "worker/runtime/plan_window.h"
-#include "worker/runtime/sharding.h"
+#include "worker/runtime/summary.h"
+#include "worker/runtime/train_tracing.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::runtime {
@@ -30,265 +33,325 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// Reducer events -> trace: bucket launch (instant on main), bucket reduction
-// (span on comm, launch to observed completion), finalize (span on main).
-class TraceObserver : public ddp::ReducerObserver {
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s / 60) % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+// One run of the loop; the state of the run lives here so each phase of a
+// step is a short method. Owned by the training thread.
+class TrainLoop {
  public:
-  explicit TraceObserver(TraceWriter* trace) : trace_(trace) {}
-  void OnBucketLaunched(int64_t iteration, const ddp::BucketTrace& b) override {
-    trace_->Instant(absl::StrCat("launch bucket ", b.bucket), "ddp", TraceWriter::kMain, b.launch,
-                    {{"iteration", std::to_string(iteration)}, {"bytes", std::to_string(b.bytes)},
-                     {"params", std::to_string(b.num_params)}});
-  }
-  void OnBucketCompleted(int64_t iteration, const ddp::BucketTrace& b) override {
-    trace_->Complete(absl::StrCat("allreduce bucket ", b.bucket), "comm", TraceWriter::kComm, b.launch, b.complete,
-                     {{"iteration", std::to_string(iteration)}, {"bytes", std::to_string(b.bytes)},
-                      {"params", std::to_string(b.num_params)}});
-    trace_->Instant(absl::StrCat("bucket ", b.bucket, " complete"), "ddp", TraceWriter::kMain, b.complete,
-                    {{"iteration", std::to_string(iteration)}});
-  }
-  void OnIterationFinalized(const ddp::IterationTrace& t) override {
-    if (t.finalize_begin.time_since_epoch().count() == 0) return;
-    trace_->Complete("finalize", "ddp", TraceWriter::kMain, t.finalize_begin, t.finalize_end,
-                     {{"iteration", std::to_string(t.iteration)}, {"synced", t.synced ? "true" : "false"},
-                      {"locally_unused", std::to_string(t.locally_unused)},
-                      {"globally_unused", std::to_string(t.globally_unused)},
-                      {"rebuilt_buckets", t.rebuilt_buckets ? "true" : "false"}});
-  }
-
- private:
-  TraceWriter* trace_;
-};
-
-// One span per AccumulateGrad node (the engine's node observer).
-class AccumulateGradTracer {
- public:
-  explicit AccumulateGradTracer(TraceWriter* trace) : trace_(trace) {
-    autograd::Engine::Get().SetNodeObserver([this](const autograd::Node& node, bool begin) { Observe(node, begin); });
-  }
-  ~AccumulateGradTracer() { autograd::Engine::Get().SetNodeObserver(nullptr); }
-
- private:
-  void Observe(const autograd::Node& node, bool begin) {
-    if (node.priority() != autograd::kAccumulateGradPriority) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (begin) {
-      started_[&node] = Clock::now();
-      return;
+  explicit TrainLoop(const TrainContext& ctx)
+      : ctx_(ctx),
+        opt_(*ctx.options),
+        reducer_(ctx.ddp->reducer()),
+        window_(ctx.plan_lookahead),
+        task_(ctx.train->info().task),
+        skip_set_(opt_.skip_layer >= 0 ? std::set<int>{opt_.skip_layer} : std::set<int>{}) {
+    result_.final_loss = result_.val_loss = result_.val_accuracy = std::numeric_limits<double>::quiet_NaN();
+    const auto& params = reducer_.parameters();
+    for (size_t p = 0; p < params.size(); ++p) param_of_accumulator_[params[p].grad_accumulator().get()] = p;
+    // Items a step consumes over all ranks: tokens for a language model, else examples.
+    items_per_step_ = static_cast<double>(opt_.global_batch) *
+                      (task_ == data::Task::kLanguageModel ? static_cast<double>(opt_.block_size) : 1.0);
+    if (ctx.trace && ctx.trace->enabled()) {
+      reducer_.SetObserver(std::make_shared<ReducerTraceObserver>(ctx.trace));
+      acc_tracer_.emplace(ctx.trace);
     }
-    auto it = started_.find(&node);
-    if (it == started_.end()) return;
-    trace_->Complete(node.name(), "autograd", TraceWriter::kAutograd, it->second, Clock::now());
-    started_.erase(it);
   }
-  TraceWriter* trace_;
-  std::mutex mu_;
-  std::unordered_map<const autograd::Node*, Clock::time_point> started_;
+
+  TrainResult Run();
+
+ private:
+  TrainResult Fail(const absl::Status& st, int64_t iteration, const char* where);
+  TrainResult Stopped(int64_t last_step);
+  // Waits for, consumes and releases every plan through `through`, in order.
+  absl::Status TakePlans(int64_t through, int64_t step);
+  absl::Status ApplyBucketPlan(int64_t step);
+  // Forward and backward of every micro-batch of the step; returns this
+  // rank's loss of the step (sum of the micro-batch losses / M).
+  absl::StatusOr<double> ForwardBackward(int64_t step, const data::StepBatches& batches);
+  // Clipping and the optimizer step at the schedule's rate: fills lr and grad_norm.
+  absl::Status OptimizerStep(int64_t step, StepMetrics* m);
+  absl::Status Evaluate(int64_t step, StepMetrics* m);
+  void PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now);
+  bool EvaluatesAfter(int64_t step) const {
+    if (ctx_.val == nullptr) return false;
+    return step + 1 == opt_.steps || (opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0);
+  }
+
+  const TrainContext& ctx_;
+  const WorkerOptions& opt_;
+  ddp::Reducer& reducer_;
+  PlanWindow window_;
+  const data::Task task_;
+  const std::set<int> skip_set_;
+  std::unordered_map<const autograd::Node*, size_t> param_of_accumulator_;
+  std::optional<AccumulateGradTracer> acc_tracer_;
+  double items_per_step_ = 0;
+  TrainResult result_;
+  double last_step_ms_ = 0, prev_loss_ = 0;
+  Clock::time_point start_;
+  int64_t last_evaluated_ = -1;
 };
 
-}  // namespace
-
-TrainResult Train(const TrainContext& ctx) {
-  const WorkerOptions& opt = *ctx.options;
-  TrainResult result;
-  result.final_loss = std::numeric_limits<double>::quiet_NaN();
-  ddp::DistributedDataParallel& ddp = *ctx.ddp;
-  ddp::Reducer& reducer = ddp.reducer();
-  const std::vector<autograd::Variable>& params = reducer.parameters();
-  const size_t num_params = params.size();
-
-  std::unordered_map<const autograd::Node*, size_t> param_of_accumulator;
-  for (size_t p = 0; p < num_params; ++p) param_of_accumulator[params[p].grad_accumulator().get()] = p;
-
-  TraceWriter* trace = ctx.trace;
-  std::optional<AccumulateGradTracer> acc_tracer;
-  if (trace && trace->enabled()) {
-    reducer.SetObserver(std::make_shared<TraceObserver>(trace));
-    acc_tracer.emplace(trace);
-  }
-
-  optim::OptimizerOptions sgd_options;
-  sgd_options.momentum = opt.momentum;
-  sgd_options.weight_decay = opt.weight_decay;
-  optim::SGD sgd(ctx.model->named_parameters(), sgd_options);
-  BatchGeometry geom{opt.global_batch, ctx.world_size, opt.accumulate, ctx.data->rows};
-  const float micro_scale = 1.0f / static_cast<float>(opt.accumulate);
-
+TrainResult TrainLoop::Fail(const absl::Status& st, int64_t iteration, const char* where) {
   // Classifies a failed iteration: ABORT from the coordinator (4), the
   // coordinator gone (5), a collective that failed because a peer died (4),
   // anything else (1). The reader thread may learn the cause a moment after
   // the data plane failed, so give it a short while.
-  auto fail = [&](const absl::Status& st, int64_t iteration, const char* where) {
-    auto deadline = Clock::now() + std::chrono::seconds(3);
-    while (Clock::now() < deadline) {
-      if (ctx.plans->abort_plan() || !ctx.plans->closed_status().ok() ||
-          (ctx.fatal_code && ctx.fatal_code->load() != 0)) {
-        break;
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline) {
+    if (ctx_.plans->abort_plan() || !ctx_.plans->closed_status().ok() ||
+        (ctx_.fatal_code && ctx_.fatal_code->load() != 0)) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (std::optional<IterationPlan> ab = ctx_.plans->abort_plan()) {
+    result_.exit_code = kExitPeerLost;
+    result_.reason = absl::StrCat("job aborted at iteration ", iteration, ": ",
+                                  ab->reason.empty() ? "aborted by the coordinator" : ab->reason);
+  } else if (absl::Status closed = ctx_.plans->closed_status(); !closed.ok()) {
+    result_.exit_code = kExitCoordinatorLost;
+    result_.reason = absl::StrCat("coordinator lost at iteration ", iteration, ": ", std::string(closed.message()));
+  } else if (st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded ||
+             st.code() == absl::StatusCode::kAborted) {
+    result_.exit_code = kExitPeerLost;
+    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where, " (a peer was lost?): ",
+                                  std::string(st.message()));
+  } else {
+    result_.exit_code = ExitCodeOf(st, kExitInternal);
+    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where, ": ", std::string(st.message()));
+  }
+  return result_;
+}
+
+TrainResult TrainLoop::Stopped(int64_t last_step) {
+  result_.exit_code = kExitOk;
+  result_.reason = absl::StrCat("stopped after iteration ", last_step, " (", last_step + 1, " steps)",
+                                window_.stop_reason().empty() ? "" : ": ", window_.stop_reason());
+  return result_;
+}
+
+absl::Status TrainLoop::TakePlans(int64_t through, int64_t step) {
+  while (window_.next() <= through) {
+    const int64_t it = window_.next();
+    absl::StatusOr<IterationPlan> plan;
+    {
+      TraceWriter::Scope span(ctx_.trace, "wait plan", "control", TraceWriter::kControl,
+                              {{"iteration", std::to_string(it)}, {"step", std::to_string(step)}});
+      plan = ctx_.plans->Wait(it, opt_.timeout);
+    }
+    if (!plan.ok()) return plan.status();
+    if (plan->action == PlanAction::kAbort) return absl::AbortedError(plan->reason);
+    PSYNC_RETURN_IF_ERROR(window_.Consume(*plan));
+    ctx_.plans->Release(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainLoop::ApplyBucketPlan(int64_t step) {
+  // A bucket plan announced earlier takes effect at its iteration boundary.
+  std::optional<IterationPlan> bp = window_.TakeBucketPlanFor(step);
+  if (!bp) return absl::OkStatus();
+  PSYNC_RETURN_IF_ERROR(reducer_.ApplyBucketPlan(*bp->bucket_plan));
+  if (ctx_.trace) {
+    ctx_.trace->Instant(absl::StrCat("bucket plan ", bp->bucket_plan_id), "control", TraceWriter::kControl,
+                        Clock::now(), {{"buckets", std::to_string(bp->bucket_plan->size())},
+                                       {"iteration", std::to_string(step)}});
+  }
+  PSYNC_LOG(DEBUG) << "applied bucket plan " << bp->bucket_plan_id << " (" << bp->bucket_plan->size()
+                   << " buckets) at iteration " << step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::StepBatches& batches) {
+  ddp::DistributedDataParallel& ddp = *ctx_.ddp;
+  const int64_t M = opt_.accumulate;
+  const float micro_scale = 1.0f / static_cast<float>(M);
+  std::vector<uint8_t> used(reducer_.parameters().size(), opt_.find_unused_parameters ? 0 : 1);
+  double step_loss = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    const data::Batch& batch = batches.micro[static_cast<size_t>(m)];
+    const Tensor inputs = batch.inputs.To(ctx_.device);
+    const bool skip = opt_.SkipActive(step, m);
+    std::optional<ddp::NoSync> no_sync;
+    if (m + 1 < M) no_sync.emplace(ddp.NoSync());
+
+    absl::StatusOr<autograd::Variable> loss;
+    {
+      TraceWriter::Scope span(ctx_.trace, "forward", "train", TraceWriter::kMain,
+                              {{"iteration", std::to_string(step)}, {"micro", std::to_string(m)},
+                               {"skip", skip ? "true" : "false"}});
+      loss = ddp.Forward([&]() -> autograd::Variable {
+        autograd::Variable out = ctx_.model->Forward(autograd::Variable(inputs), skip ? skip_set_ : std::set<int>{});
+        return autograd::Scale(Loss(task_, out, batch.targets), micro_scale);
+      });
+    }
+    if (!loss.ok()) return loss.status();
+    if (opt_.find_unused_parameters) {
+      for (const auto& acc : autograd::ReachableAccumulators({*loss})) {
+        auto it = param_of_accumulator_.find(acc.get());
+        if (it != param_of_accumulator_.end()) used[it->second] = 1;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (std::optional<IterationPlan> ab = ctx.plans->abort_plan()) {
-      result.exit_code = kExitPeerLost;
-      result.reason = absl::StrCat("job aborted at iteration ", iteration, ": ",
-                                   ab->reason.empty() ? "aborted by the coordinator" : ab->reason);
-    } else if (absl::Status closed = ctx.plans->closed_status(); !closed.ok()) {
-      result.exit_code = kExitCoordinatorLost;
-      result.reason = absl::StrCat("coordinator lost at iteration ", iteration, ": ", std::string(closed.message()));
-    } else if (st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded ||
-               st.code() == absl::StatusCode::kAborted) {
-      result.exit_code = kExitPeerLost;
-      result.reason = absl::StrCat("iteration ", iteration, " failed in ", where, " (a peer was lost?): ",
-                                   std::string(st.message()));
-    } else {
-      result.exit_code = kExitInternal;
-      result.reason = absl::StrCat("iteration ", iteration, " failed in ", where, ": ", std::string(st.message()));
+    if (m + 1 == M) {
+      // Report right after the synchronised forward: the plan's round trip
+      // overlaps this backward.
+      std::vector<size_t> ready_order;
+      if (ctx_.rank == 0 && step == 1) ready_order = reducer_.recorded_ready_order();
+      PSYNC_RETURN_IF_ERROR(
+          ctx_.reports->SendReport(step, used, step == 0 ? 0.0 : prev_loss_, last_step_ms_, ready_order));
     }
-    return result;
-  };
-
-  const auto start = Clock::now();
-  auto last_print = start;
-  int64_t last_print_step = 0;
-  double last_step_ms = 0;
-  double prev_loss = 0;
-  PlanWindow window(ctx.plan_lookahead);
-  const std::set<int> skip_set = opt.skip_layer >= 0 ? std::set<int>{opt.skip_layer} : std::set<int>{};
-
-  // Takes (waits for, then releases) every plan through `through`, in order.
-  auto take_plans = [&](int64_t through, int64_t step) -> absl::Status {
-    while (window.next() <= through) {
-      const int64_t it = window.next();
-      absl::StatusOr<IterationPlan> plan;
-      {
-        TraceWriter::Scope span(trace, "wait plan", "control", TraceWriter::kControl,
-                                {{"iteration", std::to_string(it)}, {"step", std::to_string(step)}});
-        plan = ctx.plans->Wait(it, opt.timeout);
-      }
-      if (!plan.ok()) return plan.status();
-      if (plan->action == PlanAction::kAbort) return absl::AbortedError(plan->reason);
-      PSYNC_RETURN_IF_ERROR(window.Consume(*plan));
-      ctx.plans->Release(it);
+    {
+      TraceWriter::Scope span(ctx_.trace, "backward", "train", TraceWriter::kMain,
+                              {{"iteration", std::to_string(step)}, {"micro", std::to_string(m)}});
+      PSYNC_RETURN_IF_ERROR(autograd::Backward(*loss));
     }
-    return absl::OkStatus();
-  };
-  auto stopped = [&](int64_t last_step) {
-    result.exit_code = kExitOk;
-    result.reason = absl::StrCat("stopped after iteration ", last_step, " (", last_step + 1, " steps)",
-                                 window.stop_reason().empty() ? "" : ": ", window.stop_reason());
-    return result;
-  };
+    step_loss += loss->data().Item();
+  }
+  return step_loss;
+}
 
-  for (int64_t step = 0; step < opt.steps; ++step) {
+absl::Status TrainLoop::OptimizerStep(int64_t step, StepMetrics* m) {
+  TraceWriter::Scope span(ctx_.trace, "optimizer step", "train", TraceWriter::kMain,
+                          {{"iteration", std::to_string(step)}});
+  if (opt_.clip_grad_norm > 0) {
+    // The gradients are averaged over the ranks already (finalize), so every
+    // rank computes the same norm.
+    absl::StatusOr<double> norm = optim::ClipGradNorm(ctx_.optimizer->params(), opt_.clip_grad_norm);
+    if (!norm.ok()) return norm.status();
+    m->grad_norm = *norm;
+  }
+  m->lr = ctx_.schedule->At(step);
+  PSYNC_RETURN_IF_ERROR(ctx_.optimizer->Step(m->lr));
+  ctx_.optimizer->ZeroGrad(/*set_to_none=*/true);
+  ops::Synchronize(ctx_.device);
+  return absl::OkStatus();
+}
+
+absl::Status TrainLoop::Evaluate(int64_t step, StepMetrics* m) {
+  TraceWriter::Scope span(ctx_.trace, "evaluate", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
+  EvalOptions eo;
+  eo.batch = opt_.eval_batch;
+  eo.max_examples = opt_.eval_examples;
+  eo.timeout = opt_.timeout;
+  absl::StatusOr<EvalResult> r = EvaluateSharded(*ctx_.model, *ctx_.val, ctx_.device, ctx_.group, eo);
+  if (!r.ok()) return r.status();
+  m->val_loss = result_.val_loss = r->loss;
+  m->val_accuracy = result_.val_accuracy = r->accuracy;
+  last_evaluated_ = step;
+  return absl::OkStatus();
+}
+
+void TrainLoop::PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now) {
+  const bool due = opt_.progress_every > 0 && ((step + 1) % opt_.progress_every == 0 || step + 1 == opt_.steps);
+  if (ctx_.rank != 0 || opt_.quiet || !(due || std::isfinite(m.val_loss))) return;
+  // Rates from the median of the steps so far (robust to a slow first step).
+  RunSummary s;
+  s.step_ms = result_.step_ms;
+  const double median_ms = s.median_step_ms();
+  const double eta = median_ms * static_cast<double>(opt_.steps - step - 1) / 1000.0;
+  std::string line = absl::StrFormat("step %d/%d | loss %.4f", step + 1, opt_.steps, m.loss);
+  if (std::isfinite(m.val_loss)) absl::StrAppendFormat(&line, " | val %.4f", m.val_loss);
+  if (std::isfinite(m.val_accuracy)) absl::StrAppendFormat(&line, " (acc %.2f%%)", 100.0 * m.val_accuracy);
+  absl::StrAppendFormat(&line, " | lr %.2e", m.lr);
+  if (std::isfinite(m.grad_norm)) absl::StrAppendFormat(&line, " | norm %.3f", m.grad_norm);
+  absl::StrAppendFormat(&line, " | %.0f %s/s | %.1f ms/step | ETA %s", items_per_step_ / (median_ms / 1000.0),
+                        task_ == data::Task::kLanguageModel ? "tok" : "ex", median_ms, Duration(eta));
+  absl::StrAppendFormat(&line, " | %s elapsed", Duration(std::chrono::duration<double>(now - start_).count()));
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+TrainResult TrainLoop::Run() {
+  start_ = Clock::now();
+  data::Prefetcher::Options po;
+  po.rank = ctx_.rank;
+  po.world_size = ctx_.world_size;
+  po.accumulate = opt_.accumulate;
+  po.global_batch = opt_.global_batch;
+  po.first_step = 0;
+  po.end_step = opt_.steps;
+  data::Prefetcher prefetch(*ctx_.train, po);
+
+  for (int64_t step = 0; step < opt_.steps; ++step) {
     const auto t0 = Clock::now();
     // The plans this step needs (Plan{step-K}); a stop announced in them ends
     // the run before this step, on every rank alike.
-    if (absl::Status st = take_plans(window.NeededBeforeStep(step), step); !st.ok()) {
-      return fail(st, step, "waiting for the coordinator's plan");
+    if (absl::Status st = TakePlans(window_.NeededBeforeStep(step), step); !st.ok()) {
+      return Fail(st, step, "waiting for the coordinator's plan");
     }
-    if (window.StopsBefore(step)) {
-      if (absl::Status st = take_plans(step - 1, step); !st.ok()) {
-        return fail(st, step - 1, "waiting for the coordinator's last plans");
+    if (window_.StopsBefore(step)) {
+      if (absl::Status st = TakePlans(step - 1, step); !st.ok()) {
+        return Fail(st, step - 1, "waiting for the coordinator's last plans");
       }
-      return stopped(step - 1);
+      break;
     }
-    if (trace && step > 0 && ctx.plans->latest() < step - 1) {
-      trace->Instant("ahead of plans", "control", TraceWriter::kControl, Clock::now(),
-                     {{"step", std::to_string(step)}, {"latest_plan", std::to_string(ctx.plans->latest())}});
+    if (ctx_.trace && step > 0 && ctx_.plans->latest() < step - 1) {
+      ctx_.trace->Instant("ahead of plans", "control", TraceWriter::kControl, Clock::now(),
+                          {{"step", std::to_string(step)}, {"latest_plan", std::to_string(ctx_.plans->latest())}});
     }
-    // A bucket plan announced earlier takes effect at its iteration boundary.
-    if (std::optional<IterationPlan> bp = window.TakeBucketPlanFor(step)) {
-      absl::Status st = reducer.ApplyBucketPlan(*bp->bucket_plan);
-      if (!st.ok()) return fail(st, step, "applying the coordinator's bucket plan");
-      if (trace) trace->Instant(absl::StrCat("bucket plan ", bp->bucket_plan_id), "control",
-                                TraceWriter::kControl, Clock::now(),
-                                {{"buckets", std::to_string(bp->bucket_plan->size())},
-                                 {"iteration", std::to_string(step)}});
-      PSYNC_LOG(DEBUG) << "applied bucket plan " << bp->bucket_plan_id << " (" << bp->bucket_plan->size()
-                       << " buckets) at iteration " << step;
+    if (absl::Status st = ApplyBucketPlan(step); !st.ok()) {
+      return Fail(st, step, "applying the coordinator's bucket plan");
     }
-
-    std::vector<uint8_t> used(num_params, opt.find_unused_parameters ? 0 : 1);
-    double step_loss = 0;
-    for (int64_t m = 0; m < opt.accumulate; ++m) {
-      Tensor x, y;
-      GatherRows(*ctx.data, MicroBatchRows(geom, step, ctx.rank, m), ctx.device, &x, &y);
-      const bool skip = opt.SkipActive(step, m);
-      std::optional<ddp::NoSync> no_sync;
-      if (m + 1 < opt.accumulate) no_sync.emplace(ddp.NoSync());
-
-      absl::StatusOr<autograd::Variable> out;
-      autograd::Variable loss;
-      {
-        TraceWriter::Scope span(trace, "forward", "train", TraceWriter::kMain,
-                                {{"iteration", std::to_string(step)}, {"micro", std::to_string(m)},
-                                 {"skip", skip ? "true" : "false"}});
-        out = ddp.Forward([&]() -> autograd::Variable {
-          autograd::Variable pred = ctx.model->Forward(autograd::Variable(x), skip ? skip_set : std::set<int>{});
-          return autograd::Scale(nn::MseLoss(pred, y), micro_scale);
-        });
-      }
-      if (!out.ok()) return fail(out.status(), step, "forward");
-      loss = *out;
-      if (opt.find_unused_parameters) {
-        for (const auto& acc : autograd::ReachableAccumulators({loss})) {
-          auto it = param_of_accumulator.find(acc.get());
-          if (it != param_of_accumulator.end()) used[it->second] = 1;
-        }
-      }
-      if (m + 1 == opt.accumulate) {
-        // Report right after the synchronised forward: the plan's round trip
-        // overlaps this backward.
-        std::vector<size_t> ready_order;
-        if (ctx.rank == 0 && step == 1) ready_order = reducer.recorded_ready_order();
-        absl::Status st = ctx.reports->SendReport(step, used, step == 0 ? 0.0 : prev_loss, last_step_ms, ready_order);
-        if (!st.ok()) return fail(st, step, "sending the report");
-      }
-      absl::Status bst;
-      {
-        TraceWriter::Scope span(trace, "backward", "train", TraceWriter::kMain,
-                                {{"iteration", std::to_string(step)}, {"micro", std::to_string(m)}});
-        bst = autograd::Backward(loss);
-      }
-      if (!bst.ok()) return fail(bst, step, "backward");
-      step_loss += loss.data().Item();
-    }
-
+    absl::StatusOr<data::StepBatches> batches;
     {
-      TraceWriter::Scope span(trace, "optimizer step", "train", TraceWriter::kMain,
-                              {{"iteration", std::to_string(step)}});
-      absl::Status st = sgd.Step(opt.lr);
-      if (!st.ok()) return fail(st, step, "optimizer step");
-      sgd.ZeroGrad(/*set_to_none=*/true);
-      ops::Synchronize(ctx.device);
+      TraceWriter::Scope span(ctx_.trace, "wait data", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
+      batches = prefetch.Next();
     }
-    const auto t1 = Clock::now();
-    last_step_ms = Ms(t1 - t0);
-    prev_loss = step_loss;
-    result.step_ms.push_back(last_step_ms);
-    result.losses.push_back(step_loss);
-    result.steps_completed = step + 1;
-    result.final_loss = step_loss;
+    if (!batches.ok()) return Fail(WithExitCode(batches.status(), kExitBadInput), step, "reading the data");
+    absl::StatusOr<double> loss = ForwardBackward(step, *batches);
+    if (!loss.ok()) return Fail(loss.status(), step, "forward/backward");
 
-    if (ctx.rank == 0 && !opt.quiet && opt.progress_every > 0 &&
-        ((step + 1) % opt.progress_every == 0 || step + 1 == opt.steps)) {
-      const double secs = std::chrono::duration<double>(t1 - last_print).count();
-      const double rate = secs > 0 ? static_cast<double>(step + 1 - last_print_step) / secs : 0.0;
-      std::printf("step %lld/%lld  loss %.6f  %.1f steps/s  %.2f ms/step\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(opt.steps), step_loss, rate, last_step_ms);
-      std::fflush(stdout);
-      last_print = t1;
-      last_print_step = step + 1;
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = *loss;
+    if (absl::Status st = OptimizerStep(step, &m); !st.ok()) return Fail(st, step, "optimizer step");
+    const auto t1 = Clock::now();
+    last_step_ms_ = Ms(t1 - t0);
+    prev_loss_ = *loss;
+    result_.step_ms.push_back(last_step_ms_);
+    result_.losses.push_back(*loss);
+    result_.steps_completed = step + 1;
+    result_.final_loss = *loss;
+    m.step_ms = last_step_ms_;
+    m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
+    if (EvaluatesAfter(step)) {
+      if (absl::Status st = Evaluate(step, &m); !st.ok()) return Fail(st, step, "evaluation");
     }
+    if (ctx_.metrics) {
+      if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
+    }
+    PrintProgress(step, m, Clock::now());
   }
   // Before Done: the plans of the last steps (the coordinator closes every
   // iteration this rank reported; a stop announced there changes nothing).
-  if (absl::Status st = take_plans(opt.steps - 1, opt.steps); !st.ok()) {
-    return fail(st, opt.steps - 1, "waiting for the coordinator's last plans");
+  const int64_t last = result_.steps_completed - 1;
+  if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
+    return Fail(st, last, "waiting for the coordinator's last plans");
   }
-  if (window.StopsBefore(opt.steps)) return stopped(window.stop_after());
-  result.exit_code = kExitOk;
-  result.reason = absl::StrCat("completed ", result.steps_completed, " steps");
-  return result;
+  // A run stopped early is evaluated on what it learned, on every rank alike.
+  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last) {
+    StepMetrics m;
+    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Fail(st, last, "evaluation");
+  }
+  RunSummary s;
+  s.step_ms = result_.step_ms;
+  result_.items_per_s = items_per_step_ / (s.median_step_ms() / 1000.0);
+  if (window_.StopsBefore(result_.steps_completed)) return Stopped(window_.stop_after());
+  result_.exit_code = kExitOk;
+  result_.reason = absl::StrCat("completed ", result_.steps_completed, " steps");
+  return result_;
 }
+
+}  // namespace
+
+TrainResult Train(const TrainContext& ctx) { return TrainLoop(ctx).Run(); }
 
 }  // namespace psync::runtime

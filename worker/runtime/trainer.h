@@ -1,13 +1,16 @@
-// The training loop of psync-worker (the contract is in worker_flags.h and
-// docs/cli-contract.md). One iteration = one optimizer step:
+// The training loop of psync-worker (the contract is in docs/cli-contract.md).
+// It trains whatever model, data and optimizer the worker built; it never
+// names a specific one. One iteration = one optimizer step:
 //
+//   the step's M micro-batches come from the prefetch thread (data/prefetcher.h)
 //   for micro-batch m < M:   (the first M-1 under no_sync)
-//     forward (layer J skipped per --skip-pattern), loss = mse / M
+//     forward (a layer/block skipped per --skip-pattern), loss = objective / M
 //     after the last forward: Report{iter, used bitmap, loss, last step ms,
 //                                    [rank 0, iter 1: ready order]}
 //     backward (buckets reduce as they fill; with find_unused_parameters
 //               finalize takes the global unused set from Plan{iter})
-//   optimizer step.
+//   clip the averaged gradients (--clip-grad-norm), optimizer step at the
+//   schedule's learning rate, metrics line, evaluation every --eval-every.
 // Before each step it takes the plans it needs then (plan_window.h: through
 // Plan{iter-K}, so it runs up to K steps ahead of the coordinator), stops if
 // one of them says so, and applies a new bucket plan at its applies_from
@@ -24,24 +27,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/comm/process_group.h"
+#include "worker/data/dataset.h"
 #include "worker/ddp/ddp.h"
-#include "worker/nn/models/mlp.h"
-#include "worker/runtime/dataset.h"
+#include "worker/nn/models/model.h"
+#include "worker/optim/optimizer.h"
+#include "worker/optim/schedule.h"
+#include "worker/runtime/exit_codes.h"
+#include "worker/runtime/metrics_writer.h"
 #include "worker/runtime/plan_source.h"
 #include "worker/runtime/trace_writer.h"
 #include "worker/runtime/worker_flags.h"
 
 namespace psync::runtime {
-
-// Exit codes (docs/cli-contract.md).
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitInternal = 1,
-  kExitBadInput = 2,
-  kExitRendezvous = 3,
-  kExitPeerLost = 4,
-  kExitCoordinatorLost = 5,
-};
 
 class ReportChannel {
  public:
@@ -55,13 +53,18 @@ struct TrainContext {
   int rank = 0;
   int world_size = 1;
   Device device;
-  const Dataset* data = nullptr;
-  std::shared_ptr<nn::MLP> model;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* val = nullptr;  // null: no evaluation
+  nn::Model* model = nullptr;
   ddp::DistributedDataParallel* ddp = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  const optim::LrSchedule* schedule = nullptr;
+  comm::ProcessGroup* group = nullptr;  // for the evaluation's exchange of sums
   ReportChannel* reports = nullptr;
   std::shared_ptr<PlanMailbox> plans;
   int plan_lookahead = 1;  // K, from the coordinator (JoinResult::plan_lookahead)
   TraceWriter* trace = nullptr;
+  MetricsWriter* metrics = nullptr;  // null: no --metrics
   // Set (from any thread) when the coordinator stream failed: 5; or when an
   // ABORT plan arrived: 4. Read when an iteration fails to classify it.
   const std::atomic<int>* fatal_code = nullptr;
@@ -72,8 +75,11 @@ struct TrainResult {
   std::string reason;              // one line
   int64_t steps_completed = 0;
   double final_loss = 0;           // NaN when no step completed
+  double val_loss = 0;             // the last evaluation's; NaN when none ran
+  double val_accuracy = 0;         // NaN when none ran, or regression
   std::vector<double> step_ms;
   std::vector<double> losses;      // this rank's loss per completed step
+  double items_per_s = 0;          // tokens (language model) or examples per second, all ranks, median step
 };
 
 TrainResult Train(const TrainContext& ctx);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "worker/nn/models/registry.h"
 
 // ---- control plane
 ABSL_FLAG(std::string, coordinator, "", "coordinator HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT, else 127.0.0.1:29500)");
@@ -30,22 +31,45 @@ ABSL_FLAG(std::string, gloo_host, "",
           "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
           "address of the connection to the coordinator)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "collective / plan wait timeout");
-// ---- model and data
-ABSL_FLAG(std::string, model, "mlp", "model: mlp");
-ABSL_FLAG(std::string, widths, "32,64,64,16", "MLP layer widths, comma separated (input first)");
-ABSL_FLAG(int, skip_layer, -1, "layer to skip (square, not the last); -1 = none");
-ABSL_FLAG(std::string, skip_pattern, "always", "when --skip-layer is skipped: always|odd|lastmicro");
-ABSL_FLAG(std::string, init, "", "initial weights (safetensors: layers.{i}.weight [out,in], layers.{i}.bias [out])");
-ABSL_FLAG(std::string, data, "", "training set (safetensors: x [N,in], y [N,out]); default: seeded synthetic set");
-ABSL_FLAG(uint64_t, seed, 0, "seed of the synthetic data set and the default initialisation");
+// ---- model
+ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt (nn/models/registry.h)");
+ABSL_FLAG(std::string, widths, "32,64,64,16", "mlp: layer widths, comma separated (input first)");
+ABSL_FLAG(int64_t, vocab_size, 0, "gpt: vocabulary size V (0 = the data's: 256 for --data-format=bytes)");
+ABSL_FLAG(int64_t, block_size, 64, "gpt: tokens per sequence T (also the token data's sequence length)");
+ABSL_FLAG(int64_t, n_layer, 4, "gpt: transformer blocks L");
+ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads H");
+ABSL_FLAG(int64_t, n_embd, 128, "gpt: embedding width C (divisible by --n-head)");
+ABSL_FLAG(int, skip_layer, -1, "mlp: layer to skip (square, not the last); -1 = none");
+ABSL_FLAG(int, skip_block, -1, "gpt: transformer block to skip; -1 = none");
+ABSL_FLAG(std::string, skip_pattern, "always", "when the skipped layer/block is skipped: always|odd|lastmicro");
+ABSL_FLAG(std::string, init, "", "initial weights (safetensors with the model's parameter names and shapes)");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the default initialisation, the synthetic data and --shuffle");
+// ---- data
+ABSL_FLAG(std::string, data, "",
+          "training data: a file (safetensors rows, IDX images, llm.c tokens, or any file with --data-format=bytes), "
+          "fashion-mnist[:DIR]; default: seeded synthetic rows");
+ABSL_FLAG(std::string, data_format, "auto", "auto | rows | synthetic | idx | tokens | bytes (worker/data/README.md)");
+ABSL_FLAG(std::string, val_data, "", "held-out data, same forms as --data");
+ABSL_FLAG(double, val_fraction, 0, "hold out the tail of --data for evaluation (0 = none)");
+ABSL_FLAG(bool, shuffle, false, "rows/images: a seeded permutation per epoch (the same on every rank)");
 ABSL_FLAG(int64_t, synthetic_rows, 1024, "rows of the synthetic data set");
+ABSL_FLAG(int64_t, eval_every, 0, "evaluate on the held-out data every N steps (0: after the last step only)");
+ABSL_FLAG(int64_t, eval_examples, 0, "evaluate on the first N held-out examples (0 = all)");
+ABSL_FLAG(int64_t, eval_batch, 64, "held-out examples per evaluation forward");
 // ---- optimisation
-ABSL_FLAG(int64_t, global_batch, 64, "rows per optimizer step over all workers");
+ABSL_FLAG(int64_t, global_batch, 64, "examples (rows, images, sequences) per optimizer step over all workers");
 ABSL_FLAG(int64_t, accumulate, 1, "micro-batches per optimizer step (gradient accumulation)");
 ABSL_FLAG(int64_t, steps, 100, "optimizer steps");
-ABSL_FLAG(double, lr, 0.05, "SGD learning rate");
-ABSL_FLAG(double, momentum, 0, "SGD momentum");
-ABSL_FLAG(double, weight_decay, 0, "SGD weight decay");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adamw (worker/optim/README.md)");
+ABSL_FLAG(double, lr, 0.05, "learning rate (the peak of --lr-schedule)");
+ABSL_FLAG(double, momentum, 0, "sgd: momentum");
+ABSL_FLAG(double, weight_decay, 0, "sgd: L2 added to the gradient; adamw: decoupled decay of parameters with 2+ dims");
+ABSL_FLAG(double, beta1, 0.9, "adamw: first moment decay");
+ABSL_FLAG(double, beta2, 0.95, "adamw: second moment decay");
+ABSL_FLAG(double, eps, 1e-8, "adamw: added after the square root");
+ABSL_FLAG(double, clip_grad_norm, 0, "scale gradients so their global L2 norm is at most X (0 = off)");
+ABSL_FLAG(std::string, lr_schedule, "constant", "constant | cosine (linear warmup, then cosine down to 0.1*lr at --steps)");
+ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of --lr-schedule");
 // ---- DDP
 ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the forward pass");
 ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
@@ -61,6 +85,7 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(std::string, save, "", "rank 0 writes the final weights here (safetensors)");
 ABSL_FLAG(std::string, trace, "", "Chrome trace JSON output ({rank} is replaced by the rank)");
 ABSL_FLAG(std::string, summary, "", "JSON summary output ({rank} is replaced by the rank)");
+ABSL_FLAG(std::string, metrics, "", "per-step metrics as JSON lines ({rank} is replaced by the rank); see scripts/plot-run.sh");
 ABSL_FLAG(int64_t, progress_every, 10, "rank 0 prints a progress line every N steps (0 = never)");
 ABSL_FLAG(bool, quiet, false, "no progress lines");
 
@@ -71,10 +96,14 @@ namespace {
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "gloo_host", "timeout",
-      "model", "widths", "skip_layer", "skip_pattern", "init", "data", "seed", "synthetic_rows",
-      "global_batch", "accumulate", "steps", "lr", "momentum", "weight_decay",
+      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "skip_layer", "skip_block",
+      "skip_pattern", "init", "seed",
+      "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
+      "eval_batch",
+      "global_batch", "accumulate", "steps", "optimizer", "lr", "momentum", "weight_decay", "beta1", "beta2", "eps",
+      "clip_grad_norm", "lr_schedule", "warmup_steps",
       "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression",
-      "save", "trace", "summary", "progress_every", "quiet"};
+      "save", "trace", "summary", "metrics", "progress_every", "quiet"};
   return names;
 }
 
@@ -216,9 +245,11 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");
   o.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
 
-  // ---- model
+  // ---- model (validated against the data and built in model_builder.cc)
   o.model = absl::GetFlag(FLAGS_model);
-  if (o.model != "mlp") return Bad("model", absl::StrCat("unknown model '", o.model, "' (supported: mlp)"));
+  if (!nn::Models().Contains(o.model)) {
+    return Bad("model", absl::StrCat("'", o.model, "' is not one of ", absl::StrJoin(nn::Models().Names(), "|")));
+  }
   o.widths.clear();
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_widths), ',')) {
     int64_t w = 0;
@@ -229,28 +260,42 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
     o.widths.push_back(w);
   }
   if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
-  o.skip_layer = absl::GetFlag(FLAGS_skip_layer);
+  o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  if (o.vocab_size < 0) return Bad("vocab-size", "must not be negative (0 = the data's)");
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  if (o.block_size <= 0) return Bad("block-size", "must be positive");
+  o.n_layer = absl::GetFlag(FLAGS_n_layer);
+  o.n_head = absl::GetFlag(FLAGS_n_head);
+  o.n_embd = absl::GetFlag(FLAGS_n_embd);
+  if (given("skip_layer") && given("skip_block")) {
+    return Bad("skip-block", "give --skip-layer (mlp) or --skip-block (gpt), not both");
+  }
+  o.skip_layer = given("skip_block") ? absl::GetFlag(FLAGS_skip_block) : absl::GetFlag(FLAGS_skip_layer);
+  if (o.skip_layer < -1) return Bad(given("skip_block") ? "skip-block" : "skip-layer", "must be -1 (none) or an index");
   const std::string pattern = absl::GetFlag(FLAGS_skip_pattern);
   if (pattern == "always") o.skip_pattern = SkipPattern::kAlways;
   else if (pattern == "odd") o.skip_pattern = SkipPattern::kOdd;
   else if (pattern == "lastmicro") o.skip_pattern = SkipPattern::kLastMicro;
   else return Bad("skip-pattern", absl::StrCat("'", pattern, "' is not one of always|odd|lastmicro"));
-  if (o.skip_layer < -1) return Bad("skip-layer", "must be -1 (none) or a layer index");
-  if (o.skip_layer >= 0) {
-    if (o.skip_layer >= o.num_layers() - 1) {
-      return Bad("skip-layer", absl::StrCat(o.skip_layer, " must name a layer before the last (the model has ",
-                                            o.num_layers(), " layers, 0-based)"));
-    }
-    if (o.widths[o.skip_layer] != o.widths[o.skip_layer + 1]) {
-      return Bad("skip-layer", absl::StrCat("layer ", o.skip_layer, " is ", o.widths[o.skip_layer], "->",
-                                            o.widths[o.skip_layer + 1], "; only a square layer can be skipped"));
-    }
-  }
   o.init_path = absl::GetFlag(FLAGS_init);
-  o.data_path = absl::GetFlag(FLAGS_data);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.synthetic_rows = absl::GetFlag(FLAGS_synthetic_rows);
-  if (o.synthetic_rows <= 0) return Bad("synthetic-rows", "must be positive");
+
+  // ---- data (the files are opened and validated by data::Open before joining)
+  o.data.path = absl::GetFlag(FLAGS_data);
+  o.data.format = absl::GetFlag(FLAGS_data_format);
+  o.data.val_path = absl::GetFlag(FLAGS_val_data);
+  o.data.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  o.data.shuffle = absl::GetFlag(FLAGS_shuffle);
+  o.data.seed = o.seed;
+  o.data.block_size = o.block_size;
+  o.data.synthetic_rows = absl::GetFlag(FLAGS_synthetic_rows);
+  if (o.data.synthetic_rows <= 0) return Bad("synthetic-rows", "must be positive");
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  if (o.eval_every < 0) return Bad("eval-every", "must not be negative");
+  o.eval_examples = absl::GetFlag(FLAGS_eval_examples);
+  if (o.eval_examples < 0) return Bad("eval-examples", "must not be negative");
+  o.eval_batch = absl::GetFlag(FLAGS_eval_batch);
+  if (o.eval_batch <= 0) return Bad("eval-batch", "must be positive");
 
   // ---- optimisation
   o.global_batch = absl::GetFlag(FLAGS_global_batch);
@@ -261,10 +306,20 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (o.steps < 0) return Bad("steps", absl::StrCat(o.steps, " must not be negative"));
   o.lr = absl::GetFlag(FLAGS_lr);
   if (!std::isfinite(o.lr) || o.lr < 0) return Bad("lr", "must be a finite number >= 0");
+  // The optimizer's own options are validated by its factory (optim/registry.h).
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
   o.momentum = absl::GetFlag(FLAGS_momentum);
-  if (!std::isfinite(o.momentum) || o.momentum < 0 || o.momentum >= 1) return Bad("momentum", "must be in [0, 1)");
+  // torch accepts momentum 1, but the velocity then never decays: a typo, not a choice.
+  if (!(o.momentum >= 0 && o.momentum < 1)) return Bad("momentum", "must be in [0, 1)");
   o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) return Bad("weight-decay", "must be a finite number >= 0");
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) return Bad("weight-decay", "must be a finite value >= 0");
+  o.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.eps = absl::GetFlag(FLAGS_eps);
+  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0) return Bad("clip-grad-norm", "must be >= 0 (0 = off)");
+  o.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   if (o.world_size > 0) {
     absl::Status st = ValidateBatchGeometry(o, o.world_size);
     if (!st.ok()) return st;
@@ -300,6 +355,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   o.save_path = absl::GetFlag(FLAGS_save);
   o.trace_path = absl::GetFlag(FLAGS_trace);
   o.summary_path = absl::GetFlag(FLAGS_summary);
+  o.metrics_path = absl::GetFlag(FLAGS_metrics);
   o.progress_every = absl::GetFlag(FLAGS_progress_every);
   if (o.progress_every < 0) return Bad("progress-every", "must not be negative");
   o.quiet = absl::GetFlag(FLAGS_quiet);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/data/data_options.h"
 
 namespace psync::runtime {
 
@@ -30,22 +31,34 @@ struct WorkerOptions {
   std::string tls_ca;                            // PEM CA file; empty = plaintext
   std::string gloo_host;                         // empty = derived (see trainer)
   std::chrono::milliseconds timeout{30000};
-  // model
+  // model (nn/models/registry.h)
   std::string model = "mlp";
-  std::vector<int64_t> widths = {32, 64, 64, 16};
-  int skip_layer = -1;
+  std::vector<int64_t> widths = {32, 64, 64, 16};  // mlp
+  int64_t vocab_size = 0;   // gpt: V; 0 = the data's (256 for bytes)
+  int64_t block_size = 64;  // gpt: T, the tokens per sequence (also the token data's)
+  int64_t n_layer = 4, n_head = 4, n_embd = 128;  // gpt
+  int skip_layer = -1;      // the MLP layer (--skip-layer) or GPT block (--skip-block) to skip; -1 = none
   SkipPattern skip_pattern = SkipPattern::kAlways;
   std::string init_path;
-  std::string data_path;
   uint64_t seed = 0;
-  int64_t synthetic_rows = 1024;
-  // optimisation
-  int64_t global_batch = 64;
+  // data (worker/data): --data, --data-format, --val-data, --val-fraction,
+  // --shuffle, --synthetic-rows; block_size and seed are copied from above.
+  data::DataOptions data;
+  int64_t eval_every = 0;     // evaluate every N steps (0: only after the last step), when there is held-out data
+  int64_t eval_examples = 0;  // evaluate on the first N held-out examples (0 = all)
+  int64_t eval_batch = 64;    // examples per evaluation forward
+  // optimisation (worker/optim)
+  int64_t global_batch = 64;  // examples (rows, images, sequences) per optimizer step over all ranks
   int64_t accumulate = 1;
   int64_t steps = 100;
-  double lr = 0.05;
+  double lr = 0.05;           // the peak learning rate (the schedule's)
+  std::string optimizer = "sgd";
   double momentum = 0;
   double weight_decay = 0;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double clip_grad_norm = 0;  // 0 = off
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
   // DDP
   bool find_unused_parameters = false;
   double bucket_cap_mb = 25;
@@ -57,11 +70,11 @@ struct WorkerOptions {
   std::string save_path;
   std::string trace_path;    // may contain {rank}
   std::string summary_path;  // may contain {rank}
+  std::string metrics_path;  // JSON lines per step; may contain {rank}
   int64_t progress_every = 10;
   bool quiet = false;
 
-  int num_layers() const { return static_cast<int>(widths.size()) - 1; }
-  // True when layer `skip_layer` is skipped in micro-batch `micro` (of
+  // True when layer/block `skip_layer` is skipped in micro-batch `micro` (of
   // `accumulate`) of step `step`.
   bool SkipActive(int64_t step, int64_t micro) const;
 };
@@ -76,8 +89,8 @@ EnvLookup ProcessEnv();
 absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const EnvLookup& env,
                                                  std::string* help_out);
 
-// Checks the relations between options (widths vs skip layer, batch
-// divisibility once the world size is known, ...). world_size must be > 0.
+// Checks the batch geometry once the world size is known (the global batch
+// divisible by world size x accumulate). world_size must be > 0.
 absl::Status ValidateBatchGeometry(const WorkerOptions& opt, int world_size);
 
 // Replaces every "{rank}" in `pattern` with `rank`.

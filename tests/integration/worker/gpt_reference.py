@@ -2,8 +2,8 @@
 """PyTorch reference of psync-worker's GPT training contract (issue: --model=gpt).
 
     gpt_reference.py make-inputs --vocab-size 256 --block-size 16 --n-layer 2 --n-head 2 --n-embd 32
-        --tokens 20000 --seed 1 --init I.st --data D.bin [--data-format bytes|llmc]
-    gpt_reference.py train --init I.st --data D.bin [--data-format bytes|llmc] --world-size W
+        --tokens 20000 --seed 1 --init I.st --data D.bin [--data-format bytes|tokens]
+    gpt_reference.py train --init I.st --data D.bin [--data-format bytes|tokens] --world-size W
         --global-batch B --accumulate M --steps K --lr LR [--lr-schedule cosine --warmup-steps N]
         [--beta1 --beta2 --eps --weight-decay] [--clip-grad-norm X]
         [--skip-block J --skip-pattern always|odd|lastmicro] --out OUT.st
@@ -236,7 +236,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--init", required=True)
     p.add_argument("--data", required=True)
-    p.add_argument("--data-format", default="bytes", choices=["bytes", "llmc"])
+    p.add_argument("--data-format", default="bytes", choices=["bytes", "tokens"])
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--accumulate", type=int, default=1)

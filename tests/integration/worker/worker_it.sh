@@ -118,6 +118,11 @@ case $CASE in
   equal_4_skip_odd_accumulate)
     equal_to_single 4 --steps=30 --skip-layer=1 --skip-pattern=odd --accumulate=2 --find-unused-parameters \
       --momentum=0.9 --weight-decay=0.001 ;;
+  equal_4_gpt)  # a GPT with odd-step block skipping: 4 ranks == 1 process
+    head -c 20000 /dev/urandom >"$T/tokens.bin"
+    equal_to_single 4 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
+      --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8 \
+      --skip-block=0 --skip-pattern=odd --find-unused-parameters ;;
   equal_2_small_buckets)  # many buckets, bucket plan rebuilt from rank 0's order
     equal_to_single 2 --steps=30 --bucket-cap-mb=0.004 --first-bucket-mb=0.001 ;;
 
@@ -134,6 +139,27 @@ case $CASE in
       # shellcheck disable=SC2086
       run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
       same_weights "$T/torch.st" "$T/psync.st" 1e-5
+    done ;;
+
+  gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch)
+    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+    R=$HERE/gpt_reference.py
+    MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
+    /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
+      --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
+    # world | flags both take | psync-only flags
+    for cfg in "2|--global-batch=8|" \
+               "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
+               "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
+               "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters"; do
+      IFS='|' read -r n common extra <<<"$cfg"
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
+        --world-size="$n" --steps=15 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
+      # shellcheck disable=SC2086
+      run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
+        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=15 $common $extra
+      same_weights "$T/torch.st" "$T/psync.st" 1e-4
     done ;;
 
   shutdown)

@@ -158,8 +158,6 @@ TEST_F(WorkerFlags, BadModelAndOptimisationValuesNameTheFlag) {
   ExpectError({"--widths=8,0,4"}, {}, {"--widths"});
   ExpectError({"--widths=8"}, {}, {"--widths"});
   ExpectError({"--skip-pattern=sometimes"}, {}, {"--skip-pattern", "sometimes"});
-  ExpectError({"--widths=8,16,4", "--skip-layer=1"}, {}, {"--skip-layer", "1"});      // the last layer
-  ExpectError({"--widths=8,16,16,4", "--skip-layer=0"}, {}, {"--skip-layer", "8->16"});  // not square
   ExpectError({"--skip-layer=-2"}, {}, {"--skip-layer"});
   ExpectError({"--synthetic-rows=0"}, {}, {"--synthetic-rows"});
   ExpectError({"--global-batch=0"}, {}, {"--global-batch"});

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/nn/models/gpt.h"
 #include "worker/nn/models/mlp.h"
 
 namespace psync::nn {
@@ -18,12 +19,25 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(const ModelOptions& o) {
   return std::unique_ptr<Model>(std::make_unique<MLP>(o.widths, o.device, o.seed));
 }
 
+absl::StatusOr<std::unique_ptr<Model>> MakeGpt(const ModelOptions& o) {
+  GptConfig c;
+  c.vocab_size = o.vocab_size;
+  c.block_size = o.block_size;
+  c.n_layer = o.n_layer;
+  c.n_head = o.n_head;
+  c.n_embd = o.n_embd;
+  absl::Status st = ValidateGptConfig(c);
+  if (!st.ok()) return st;
+  return std::unique_ptr<Model>(std::make_unique<GPT>(c, o.device, o.seed));
+}
+
 }  // namespace
 
 const Registry<Model, ModelOptions>& Models() {
   static const Registry<Model, ModelOptions>* registry = [] {
     auto* r = new Registry<Model, ModelOptions>("model");
     r->Add("mlp", "Linear layers with ReLU between them (--widths)", MakeMlp);
+    r->Add("gpt", "GPT-2-style transformer (--vocab-size --block-size --n-layer --n-head --n-embd)", MakeGpt);
     return r;
   }();
   return *registry;

@@ -1,0 +1,23 @@
+// --init: initial weights for a model from a safetensors file, checked
+// against the model before anything is copied: every parameter present with
+// its shape (float32, finite values), nothing else in the file. Errors are
+// InvalidArgument naming the file and the first offending tensor, with the
+// shape the model expects (PyTorch's state_dict names: "layers.0.weight",
+// "h.3.attn.c_attn.weight", ...).
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/nn/module.h"
+#include "worker/runtime/checkpoint/safetensors.h"
+
+namespace psync::runtime {
+
+// The file's tensors in the model's registration order, validated.
+absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model);
+// ReadInitialWeights, then copies them into the model's parameters.
+absl::Status LoadInitialWeights(const std::string& path, nn::Module& model);
+
+}  // namespace psync::runtime
