@@ -1,55 +1,114 @@
 #!/usr/bin/env bash
 # The main job: build psync (scripts/build.sh installs missing packages
-# first), then train the default model (MLP 32,64,64,16 on the seeded
-# synthetic regression set) with psync-launch: a local coordinator and 2 CPU
-# workers (--backend=auto: shared memory on one host), and print a closing summary.
+# first), then psync-launch starts a local coordinator and 2 CPU workers
+# (--backend=auto: shared memory on one host) that train a character-level
+# GPT on Debian's fortunes corpus (installed when missing, as root), print a
+# progress line (step, loss, val loss, tokens/s, ETA), a text sample from the
+# trained weights (psync-sample) and a closing summary.
 #
-#   scripts/run-job.sh [extra worker flags]     e.g. --steps=1000 --accumulate=2
+#   scripts/run-job.sh [worker flags]        e.g. --steps=2000 --n-layer=6
+#   scripts/run-job.sh --model=cnn           the CNN on Fashion-MNIST
+#   scripts/run-job.sh --model=mlp           the MLP on Fashion-MNIST
 #
-# Environment: PSYNC_BUILD_DIR (default build/), PSYNC_NPROC (2),
-# PSYNC_STEPS (300), PSYNC_OUT (default: a fresh directory under /tmp) for the
-# weights (final.safetensors), per-rank summaries and Chrome traces.
+# Flags given here come after the defaults, so they win. Environment:
+# PSYNC_BUILD_DIR (build/), PSYNC_NPROC (2 workers), PSYNC_OUT (a fresh
+# directory under /tmp) for the weights (final.safetensors), checkpoints,
+# per-rank summaries, metrics (metrics-RANK.jsonl: scripts/plot-run.sh OUT
+# draws them) and Chrome traces.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PSYNC_BUILD_DIR:-$root/build}
 nproc_workers=${PSYNC_NPROC:-2}
-steps=${PSYNC_STEPS:-300}
 out=${PSYNC_OUT:-$(mktemp -d /tmp/psync-job-XXXXXX)}
 mkdir -p "$out"
 
-bash "$root/scripts/build.sh"
+model=gpt
+for a in "$@"; do
+  case $a in --model=*) model=${a#--model=} ;; esac
+done
 
+bash "$root/scripts/build.sh"
 launch=$build/client/launch/psync-launch
-for bin in "$launch" "$build/server/psync-coordinator" "$build/worker/runtime/psync-worker"; do
+sample=$build/worker/sample/psync-sample
+for bin in "$launch" "$build/server/psync-coordinator" "$build/worker/runtime/psync-worker" "$sample"; do
   [[ -x $bin ]] || { echo "run-job: $bin was not built" >&2; exit 1; }
 done
 
-echo "run-job: psync-launch --nproc=$nproc_workers, $steps steps, outputs in $out"
+# fortunes-min has a few files; fortunes has the corpus (about 2.5 MB of text).
+fortunes_corpus() {
+  local dir=/usr/share/games/fortunes
+  if [[ ! -f $dir/computers ]]; then
+    if [[ $(id -u) -eq 0 ]]; then
+      echo "run-job: installing Debian's fortunes corpus" >&2
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends fortunes >&2 \
+        || { apt-get -o DPkg::Lock::Timeout=900 update -q >&2 &&
+             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends fortunes >&2; }
+    else
+      echo "run-job: the fortunes corpus is missing: sudo apt-get install -y fortunes" >&2
+      exit 1
+    fi
+  fi
+  # Every fortune file as text (not the .dat indexes or the .u8 links); the
+  # "%" lines between fortunes become blank lines.
+  local f
+  for f in "$dir"/*; do
+    case $f in *.dat | *.u8) continue ;; esac
+    [[ -f $f && ! -L $f ]] && cat "$f"
+  done | sed 's/^%$//' >"$out/fortunes.txt"
+}
+
+defaults=()
+case $model in
+  gpt)
+    fortunes_corpus
+    # About 4 minutes of training on a 2-core machine (2 workers, one core each).
+    defaults=(--model=gpt --data="$out/fortunes.txt" --data-format=bytes --val-fraction=0.02
+              --block-size=64 --n-layer=4 --n-head=4 --n-embd=128
+              --global-batch=32 --steps=1000 --optimizer=adamw --lr=3e-3 --lr-schedule=cosine --warmup-steps=50
+              --weight-decay=0.1 --clip-grad-norm=1 --eval-every=250 --eval-examples=512 --progress-every=50) ;;
+  cnn)
+    defaults=(--model=cnn --data=fashion-mnist --shuffle --global-batch=64 --steps=2000 --optimizer=adamw --lr=2e-3
+              --lr-schedule=cosine --warmup-steps=50 --eval-every=500 --progress-every=100) ;;
+  mlp)
+    defaults=(--model=mlp --data=fashion-mnist --widths=784,256,256,10 --shuffle --global-batch=64 --steps=2000
+              --optimizer=adamw --lr=1e-3 --eval-every=500 --progress-every=100) ;;
+  *)
+    defaults=(--progress-every=50) ;;
+esac
+
+echo "run-job: psync-launch --nproc=$nproc_workers, model $model, outputs in $out"
 start=$(date +%s.%N)
 set +e
 "$launch" --nproc="$nproc_workers" --port=0 -- \
-  --steps="$steps" --progress-every=50 \
-  --save="$out/final.safetensors" --summary="$out/summary-{rank}.json" --trace="$out/trace-{rank}.json" "$@"
+  "${defaults[@]}" --save="$out/final.safetensors" --summary="$out/summary-{rank}.json" \
+  --metrics="$out/metrics-{rank}.jsonl" --trace="$out/trace-{rank}.json" "$@"
 rc=$?
 set -e
 end=$(date +%s.%N)
 
+if [[ $rc == 0 && $model == gpt && -f $out/final.safetensors ]]; then
+  echo
+  echo "==================== sample (psync-sample, temperature 0.8) ===================="
+  "$sample" --checkpoint="$out/final.safetensors" --prompt=$'\n' --tokens=400 --temperature=0.8 --seed=1 || true
+fi
+
 field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
 echo
 echo "==================== psync job summary ===================="
-printf "%-6s %-8s %-12s %-12s %-12s %s\n" rank steps final_loss median_ms p90_ms exit
+printf "%-6s %-8s %-12s %-10s %-10s %-12s %s\n" rank steps final_loss val_loss val_acc median_ms exit
 for ((r = 0; r < nproc_workers; r++)); do
   f=$out/summary-$r.json
   if [[ -f $f ]]; then
-    printf "%-6s %-8s %-12.6f %-12.3f %-12.3f %s\n" "$r" "$(field "$f" steps_completed)" \
-      "$(field "$f" final_loss | sed 's/null/nan/')" "$(field "$f" median_step_ms | sed 's/null/nan/')" \
-      "$(field "$f" p90_step_ms | sed 's/null/nan/')" "$(field "$f" exit_reason)"
+    printf "%-6s %-8s %-12.4f %-10s %-10s %-12.1f %s\n" "$r" "$(field "$f" steps_completed)" \
+      "$(field "$f" final_loss | sed 's/null/nan/')" "$(field "$f" val_loss)" "$(field "$f" val_accuracy)" \
+      "$(field "$f" median_step_ms | sed 's/null/nan/')" "$(field "$f" exit_reason)"
   else
     printf "%-6s (no summary written)\n" "$r"
   fi
 done
 echo "wall time: $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s;  exit code: $rc"
-[[ -f $out/final.safetensors ]] && echo "weights: $out/final.safetensors"
+[[ -f $out/final.safetensors ]] && echo "weights: $out/final.safetensors (psync-sample --checkpoint=... prints more text)"
+echo "metrics: $out/metrics-*.jsonl (scripts/plot-run.sh $out draws them)"
 echo "traces:  $out/trace-*.json (open in https://ui.perfetto.dev)"
 echo "==========================================================="
 exit "$rc"

@@ -49,7 +49,7 @@ class TrainLoop {
       : ctx_(ctx),
         opt_(*ctx.options),
         reducer_(ctx.ddp->reducer()),
-        window_(ctx.plan_lookahead),
+        window_(ctx.plan_lookahead, ctx.first_step),
         task_(ctx.train->info().task),
         skip_set_(opt_.skip_layer >= 0 ? std::set<int>{opt_.skip_layer} : std::set<int>{}) {
     result_.final_loss = result_.val_loss = result_.val_accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -78,6 +78,13 @@ class TrainLoop {
   // Clipping and the optimizer step at the schedule's rate: fills lr and grad_norm.
   absl::Status OptimizerStep(int64_t step, StepMetrics* m);
   absl::Status Evaluate(int64_t step, StepMetrics* m);
+  absl::Status SaveCheckpoint(int64_t steps_completed) {
+    TraceWriter::Scope span(ctx_.trace, "checkpoint", "train", TraceWriter::kMain,
+                            {{"steps", std::to_string(steps_completed)}});
+    PSYNC_RETURN_IF_ERROR(ctx_.save_checkpoint(steps_completed));
+    last_checkpoint_ = steps_completed;
+    return absl::OkStatus();
+  }
   void PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now);
   bool EvaluatesAfter(int64_t step) const {
     if (ctx_.val == nullptr) return false;
@@ -97,6 +104,7 @@ class TrainLoop {
   double last_step_ms_ = 0, prev_loss_ = 0;
   Clock::time_point start_;
   int64_t last_evaluated_ = -1;
+  int64_t last_checkpoint_ = -1;
 };
 
 TrainResult TrainLoop::Fail(const absl::Status& st, int64_t iteration, const char* where) {
@@ -276,11 +284,12 @@ TrainResult TrainLoop::Run() {
   po.world_size = ctx_.world_size;
   po.accumulate = opt_.accumulate;
   po.global_batch = opt_.global_batch;
-  po.first_step = 0;
+  po.first_step = ctx_.first_step;
   po.end_step = opt_.steps;
   data::Prefetcher prefetch(*ctx_.train, po);
 
-  for (int64_t step = 0; step < opt_.steps; ++step) {
+  result_.steps_completed = ctx_.first_step;
+  for (int64_t step = ctx_.first_step; step < opt_.steps; ++step) {
     const auto t0 = Clock::now();
     // The plans this step needs (Plan{step-K}); a stop announced in them ends
     // the run before this step, on every rank alike.
@@ -329,6 +338,10 @@ TrainResult TrainLoop::Run() {
       if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
     }
     PrintProgress(step, m, Clock::now());
+    if (ctx_.save_checkpoint && ctx_.checkpoint_every > 0 && (step + 1) % ctx_.checkpoint_every == 0 &&
+        step + 1 < opt_.steps) {
+      if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Fail(st, step, "writing a checkpoint");
+    }
   }
   // Before Done: the plans of the last steps (the coordinator closes every
   // iteration this rank reported; a stop announced there changes nothing).
@@ -340,6 +353,13 @@ TrainResult TrainLoop::Run() {
   if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last) {
     StepMetrics m;
     if (absl::Status st = Evaluate(last, &m); !st.ok()) return Fail(st, last, "evaluation");
+  }
+  // The end of the run, or a stop (psyncctl shutdown): a checkpoint a later
+  // --resume continues from.
+  if (ctx_.save_checkpoint && result_.steps_completed > ctx_.first_step && last_checkpoint_ != result_.steps_completed) {
+    if (absl::Status st = SaveCheckpoint(result_.steps_completed); !st.ok()) {
+      return Fail(st, last, "writing the final checkpoint");
+    }
   }
   RunSummary s;
   s.step_ms = result_.step_ms;

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ struct TrainContext {
   int plan_lookahead = 1;  // K, from the coordinator (JoinResult::plan_lookahead)
   TraceWriter* trace = nullptr;
   MetricsWriter* metrics = nullptr;  // null: no --metrics
+  // Resume: the first step to run (the steps before it are in the weights and
+  // optimizer state already; the data position and the schedule follow the step).
+  int64_t first_step = 0;
+  // Called on every rank after step s (s = steps completed) when a
+  // checkpoint is due: every --checkpoint-every steps, after the last step,
+  // and when a stop ends the run. Null: no checkpoints. The callee decides
+  // which rank writes (rank 0).
+  std::function<absl::Status(int64_t steps_completed)> save_checkpoint;
+  int64_t checkpoint_every = 0;
   // Set (from any thread) when the coordinator stream failed: 5; or when an
   // ABORT plan arrived: 4. Read when an iteration fails to classify it.
   const std::atomic<int>* fatal_code = nullptr;

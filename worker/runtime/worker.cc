@@ -211,8 +211,9 @@ int RunWorkerImpl(const WorkerOptions& opt) {
 
   // ---- save
   if (tr.exit_code == kExitOk && rank == 0 && !opt.save_path.empty()) {
-    absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model),
-                                       {{"steps_completed", std::to_string(tr.steps_completed)}});
+    std::map<std::string, std::string> metadata = model->Config();
+    metadata["steps_completed"] = std::to_string(tr.steps_completed);
+    absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model), metadata);
     if (!st.ok()) {
       tr.exit_code = kExitInternal;
       tr.reason = absl::StrCat("--save: ", std::string(st.message()));

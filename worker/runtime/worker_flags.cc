@@ -88,6 +88,11 @@ ABSL_FLAG(std::string, summary, "", "JSON summary output ({rank} is replaced by 
 ABSL_FLAG(std::string, metrics, "", "per-step metrics as JSON lines ({rank} is replaced by the rank); see scripts/plot-run.sh");
 ABSL_FLAG(int64_t, progress_every, 10, "rank 0 prints a progress line every N steps (0 = never)");
 ABSL_FLAG(bool, quiet, false, "no progress lines");
+// ---- checkpoints
+ABSL_FLAG(std::string, checkpoint_dir, "", "rank 0 writes checkpoints here (ckpt-STEP.safetensors); --resume reads them");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "write a checkpoint every N steps (0 = only at the end or on a stop)");
+ABSL_FLAG(int64_t, keep_checkpoints, 3, "keep the newest K checkpoints (0 = all)");
+ABSL_FLAG(bool, resume, false, "start from the newest complete checkpoint in --checkpoint-dir (none there: from scratch)");
 
 namespace psync::runtime {
 
@@ -103,7 +108,8 @@ const std::set<std::string>& WorkerFlagNames() {
       "global_batch", "accumulate", "steps", "optimizer", "lr", "momentum", "weight_decay", "beta1", "beta2", "eps",
       "clip_grad_norm", "lr_schedule", "warmup_steps",
       "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression",
-      "save", "trace", "summary", "metrics", "progress_every", "quiet"};
+      "save", "trace", "summary", "metrics", "progress_every", "quiet",
+      "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"};
   return names;
 }
 
@@ -353,6 +359,15 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
 
   // ---- outputs
   o.save_path = absl::GetFlag(FLAGS_save);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (o.checkpoint_every < 0) return Bad("checkpoint-every", "must not be negative (0 = only at the end or on a stop)");
+  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (o.keep_checkpoints < 0) return Bad("keep-checkpoints", "must not be negative (0 = keep all)");
+  o.resume = absl::GetFlag(FLAGS_resume);
+  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
+    return Bad(o.resume ? "resume" : "checkpoint-every", "needs --checkpoint-dir");
+  }
   o.trace_path = absl::GetFlag(FLAGS_trace);
   o.summary_path = absl::GetFlag(FLAGS_summary);
   o.metrics_path = absl::GetFlag(FLAGS_metrics);

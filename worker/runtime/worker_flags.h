@@ -68,6 +68,12 @@ struct WorkerOptions {
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   // outputs
   std::string save_path;
+  // Checkpoints (worker/checkpoint): rank 0 writes every checkpoint_every
+  // steps, at the end and on a stop; resume starts from the newest one.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 3;
+  bool resume = false;
   std::string trace_path;    // may contain {rank}
   std::string summary_path;  // may contain {rank}
   std::string metrics_path;  // JSON lines per step; may contain {rank}
