@@ -24,9 +24,9 @@ absl::StatusOr<CheckpointDirListing> ListCheckpointDir(const std::string& dir) {
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (auto step = ParseCheckpointFileName(name)) {
-      out.checkpoints.push_back({*step, absl::StrCat(dir, "/", name)});
+      out.checkpoints.push_back({*step, PathInDir(dir, name)});
     } else if (auto tmp_step = ParseTempFileName(name)) {
-      out.temp_files.push_back({*tmp_step, absl::StrCat(dir, "/", name)});
+      out.temp_files.push_back({*tmp_step, PathInDir(dir, name)});
     }
   }
   if (ec) return fail(ec);

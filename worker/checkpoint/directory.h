@@ -13,7 +13,7 @@ namespace psync::checkpoint {
 
 struct CheckpointFile {
   int64_t step = 0;
-  std::string path;  // dir + "/" + file name
+  std::string path;  // PathInDir(dir, file name)
 };
 
 struct CheckpointDirListing {

@@ -15,9 +15,11 @@ constexpr absl::string_view kTempInfix = ".tmp.";
 
 std::string CheckpointFileName(int64_t step) { return absl::StrFormat("ckpt-%08d.safetensors", step); }
 
-std::string CheckpointPath(const std::string& dir, int64_t step) {
-  return absl::StrCat(dir, "/", CheckpointFileName(step));
+std::string PathInDir(const std::string& dir, absl::string_view name) {
+  return !dir.empty() && dir.back() == '/' ? absl::StrCat(dir, name) : absl::StrCat(dir, "/", name);
 }
+
+std::string CheckpointPath(const std::string& dir, int64_t step) { return PathInDir(dir, CheckpointFileName(step)); }
 
 std::optional<int64_t> ParseCheckpointFileName(absl::string_view name) {
   if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return std::nullopt;

@@ -27,7 +27,9 @@ inline constexpr char kOptimizerPrefix[] = "optim.";
 
 // "ckpt-00000042.safetensors" (steps past 99,999,999 get more digits).
 std::string CheckpointFileName(int64_t step);
-// dir + "/" + CheckpointFileName(step).
+// dir + "/" + name (one slash, whether or not dir ends with one).
+std::string PathInDir(const std::string& dir, absl::string_view name);
+// PathInDir(dir, CheckpointFileName(step)).
 std::string CheckpointPath(const std::string& dir, int64_t step);
 
 // The step of a checkpoint file name as CheckpointFileName writes it

@@ -1,5 +1,8 @@
 #include "worker/checkpoint/writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <system_error>
 
@@ -52,6 +55,20 @@ absl::StatusOr<NamedTensors> FileTensors(const CheckpointContents& c) {
   return out;
 }
 
+// A directory we just created survives a crash only once its parent's entry
+// is on disk (the file's rename is synced by AtomicFileWriter). Best effort,
+// like AtomicFileWriter's own directory sync.
+void SyncParentDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path path = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec) return;
+  if (!path.has_filename()) path = path.parent_path();  // "d/" -> "d"
+  const int fd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
 }  // namespace
 
 absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
@@ -68,7 +85,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const 
   PSYNC_ASSIGN_OR_RETURN(metadata[kChecksumKey], ContentChecksum(metadata, tensors));
 
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  if (std::filesystem::create_directories(dir, ec)) SyncParentDir(dir);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
 
   WrittenCheckpoint out;

@@ -110,6 +110,18 @@ TEST(Retention, RewritingAStepReplacesIt) {
   ExpectBitEqual(back->params, ParamData(*t.model));
 }
 
+// The directory is created (parents too); a trailing slash changes nothing.
+TEST(Retention, CreatesTheDirectory) {
+  TempDir dir("ckpt_mkdir");
+  Training t = MakeTraining("adamw");
+  auto w = Write(dir.File("runs/a/"), t, 1, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->path, dir.File("runs/a/ckpt-00000001.safetensors"));
+  auto latest = FindLatestCheckpoint(dir.File("runs/a"));
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, dir.File("runs/a/ckpt-00000001.safetensors"));
+}
+
 // Other files in the directory are left alone.
 TEST(Retention, IgnoresOtherFiles) {
   TempDir dir("ckpt_other");
