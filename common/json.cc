@@ -26,6 +26,13 @@ absl::StatusOr<Json> Parse(absl::string_view text, const ParseOptions& options) 
     return absl::InvalidArgumentError(
         absl::StrCat("JSON text is ", text.size(), " bytes; the limit is ", options.max_size));
   }
+  // nlohmann's lexer takes a NUL byte for the end of input, so "{}\0junk"
+  // would parse; JSON text never holds a raw NUL (in strings it must be
+  // escaped), so refuse it.
+  if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON at byte ", nul + 1, ": a NUL byte (JSON text never contains one)"));
+  }
   // One key set per open container (arrays get an unused one), to refuse
   // duplicate keys; the container depth bounds nesting.
   std::vector<std::set<std::string>> keys;

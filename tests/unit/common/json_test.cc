@@ -57,6 +57,9 @@ TEST(Json, StrictSyntaxWithByteOffsets) {
   ExpectError("{\"a\": 1} x", "trailing data after the JSON value");
   ExpectError("\"\xff\"", "invalid JSON at byte");  // not UTF-8
   ExpectError("", "invalid JSON at byte");
+  // nlohmann alone stops at a NUL and would accept these.
+  ExpectError(std::string("{\"a\": 1}\0 x", 11), "invalid JSON at byte 9: a NUL byte");
+  ExpectError(std::string("{\"a\": \"b\0\"}", 11), "invalid JSON at byte 9: a NUL byte");
 }
 
 TEST(Json, RejectsDuplicateKeysAtAnyDepth) {

@@ -1,0 +1,27 @@
+// nn::ModelOptions <-> the manifest's model_config (flag-like key/values),
+// so a checkpoint alone says how to rebuild its model (psync-sample):
+//
+//   widths=32,64,16  vocab_size=256  block_size=64  n_layer=4  n_head=4
+//   n_embd=128  input_shape=1,28,28  num_classes=10  seed=0
+//
+// Every field is written (zero / empty when the model does not use it).
+// The device is not: it is where the reader runs, not part of the model.
+// When ModelOptions gains a field, add it here: a reader fills fields a
+// file lacks with ModelOptions' defaults and refuses keys it does not know.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/nn/models/model.h"
+
+namespace psync::checkpoint {
+
+std::map<std::string, std::string> EncodeModelConfig(const nn::ModelOptions& options);
+
+// InvalidArgument naming `source` (the checkpoint file) and the key.
+absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, std::string>& config,
+                                                  const std::string& source);
+
+}  // namespace psync::checkpoint

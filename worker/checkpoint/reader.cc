@@ -1,0 +1,91 @@
+#include "worker/checkpoint/reader.h"
+
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/checkpoint/checksum.h"
+#include "worker/checkpoint/directory.h"
+#include "worker/checkpoint/format.h"
+#include "worker/checkpoint/manifest.h"
+#include "worker/runtime/checkpoint/safetensors.h"
+
+namespace psync::checkpoint {
+
+absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path) {
+  auto file = ReadSafetensorsWithMetadata(path);  // its errors name the file
+  if (!file.ok()) return Annotate(file.status(), "cannot load checkpoint");
+
+  CheckpointContents out;
+  PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file->metadata, path));
+  auto stored = file->metadata.find(kChecksumKey);
+  if (stored == file->metadata.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", path, ": metadata \"", kChecksumKey, "\" is missing (not a complete psync checkpoint)"));
+  }
+  PSYNC_ASSIGN_OR_RETURN(std::string actual, ContentChecksum(file->metadata, file->tensors));
+  if (actual != stored->second) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": metadata \"", kChecksumKey, "\" is ",
+                                            stored->second, " but the contents give ", actual,
+                                            "; the file is corrupt"));
+  }
+
+  for (auto& [name, t] : file->tensors) {
+    absl::string_view key = name;
+    if (absl::ConsumePrefix(&key, kOptimizerPrefix)) {
+      out.optimizer_state.emplace_back(std::string(key), std::move(t));
+    } else {
+      out.params.emplace_back(std::move(name), std::move(t));
+    }
+  }
+  if (out.manifest.optimizer.empty() && !out.optimizer_state.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": metadata \"optimizer\" is empty but the file holds ",
+                                                   out.optimizer_state.size(), " optimizer state tensors"));
+  }
+  return out;
+}
+
+namespace {
+
+// Damage (skip and look further back) as opposed to an environment problem
+// (stop: the caller must see it).
+bool IsDamage(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kInvalidArgument || st.code() == absl::StatusCode::kDataLoss ||
+         st.code() == absl::StatusCode::kNotFound;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir,
+                                                                      std::vector<SkippedCheckpoint>* skipped) {
+  PSYNC_ASSIGN_OR_RETURN(CheckpointDirListing listing, ListCheckpointDir(dir));
+  auto skip = [&](const std::string& path, std::string reason) {
+    if (skipped != nullptr) skipped->push_back({path, std::move(reason)});
+  };
+  for (const CheckpointFile& tmp : listing.temp_files) {
+    skip(tmp.path, "temporary file of an interrupted write (never loaded)");
+  }
+  for (const CheckpointFile& f : listing.checkpoints) {
+    auto contents = ReadCheckpoint(f.path);
+    if (!contents.ok()) {
+      if (!IsDamage(contents.status())) return contents.status();
+      skip(f.path, std::string(contents.status().message()));
+      continue;
+    }
+    if (contents->manifest.step != f.step) {
+      skip(f.path, absl::StrCat("its name says step ", f.step, " but its manifest says step ",
+                                contents->manifest.step, " (renamed by hand?)"));
+      continue;
+    }
+    return LoadedCheckpoint{f.path, std::move(*contents)};
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& dir,
+                                                                std::vector<SkippedCheckpoint>* skipped) {
+  PSYNC_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> latest, LoadLatestCheckpoint(dir, skipped));
+  if (!latest) return std::nullopt;
+  return std::move(latest->path);
+}
+
+}  // namespace psync::checkpoint

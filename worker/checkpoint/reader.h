@@ -1,0 +1,54 @@
+// Reading training checkpoints back, with everything validated: the
+// safetensors structure (header bounds, JSON, dtypes, shapes against byte
+// ranges, ranges tiling the file exactly, so any truncation is caught), the
+// manifest (required keys, well-formed values, format version) and the
+// content checksum (checksum.h). Errors name the file and the field.
+//
+// Threads: stateless functions; safe from any thread (not on the same
+// directory as a concurrent writer's retention, which may delete files:
+// a vanished file is skipped like a torn one).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint/contents.h"
+
+namespace psync::checkpoint {
+
+// The whole checkpoint at `path` as CPU tensors (parameters in file order,
+// which is the writer's order). Errors: InvalidArgument for a malformed or
+// truncated file, DataLoss for a checksum mismatch, FailedPrecondition for
+// another format version, NotFound / PermissionDenied / Internal for I/O.
+absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path);
+
+// A checkpoint file FindLatestCheckpoint passed over, and why.
+struct SkippedCheckpoint {
+  std::string path;
+  std::string reason;
+};
+
+struct LoadedCheckpoint {
+  std::string path;
+  CheckpointContents contents;
+};
+
+// The newest checkpoint in `dir` that loads, read once: candidates are
+// tried from the highest step down; torn, corrupt or vanished files and
+// leftover temporary files are skipped and, when `skipped` is given,
+// appended to it with the reason (print them: a skipped newest checkpoint
+// means lost progress). nullopt when none loads or `dir` does not exist.
+// Errors (returned, not skipped): the directory cannot be listed, or a
+// candidate fails for a reason other than damage (permission, I/O, a newer
+// format version), so a resume never silently falls back past it.
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(
+    const std::string& dir, std::vector<SkippedCheckpoint>* skipped = nullptr);
+
+// Like LoadLatestCheckpoint, returning only the path (it reads each
+// candidate in full to validate it).
+absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(
+    const std::string& dir, std::vector<SkippedCheckpoint>* skipped = nullptr);
+
+}  // namespace psync::checkpoint

@@ -1,0 +1,41 @@
+// Between a live model + optimizer and CheckpointContents.
+//
+//   // save (rank 0, after step s's optimizer step):
+//   checkpoint::CheckpointManifest m;  m.step = s + 1;  m.model = flags.model; ...
+//   auto contents = checkpoint::CaptureTrainingState(model->named_parameters(), optimizer.get(), m);
+//   ... WriteCheckpoint(dir, contents, opt) ...
+//   // resume (after building the same model and optimizer):
+//   PSYNC_RETURN_IF_ERROR(checkpoint::LoadParameters(loaded.contents, loaded.path, model->named_parameters()));
+//   PSYNC_RETURN_IF_ERROR(checkpoint::LoadOptimizerState(loaded.contents, loaded.path, *optimizer));
+//
+// Threads: the training thread (the tensors are the live ones).
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/checkpoint/contents.h"
+#include "worker/optim/optimizer.h"
+
+namespace psync::checkpoint {
+
+// The parameters' data and the optimizer's State() (handles to the live
+// tensors, not copies: write them before the next step). `optimizer` may be
+// null (no optimizer state). Sets manifest.optimizer to optimizer->name().
+CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const optim::Optimizer* optimizer,
+                                        CheckpointManifest manifest);
+
+// Copies the checkpoint's parameters into `params` (any device). Every
+// parameter must be there with the same shape and dtype and nothing else may
+// be: all is checked before anything is copied, and InvalidArgument names
+// `source` (the file), the tensor, and both shapes / dtypes.
+absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::string& source,
+                            const optim::NamedParams& params);
+
+// Restores the optimizer's state (Optimizer::LoadState: exact, all or
+// nothing). The checkpoint's optimizer kind must be optimizer.name().
+// InvalidArgument names `source` and the entry.
+absl::Status LoadOptimizerState(const CheckpointContents& checkpoint, const std::string& source,
+                                optim::Optimizer& optimizer);
+
+}  // namespace psync::checkpoint

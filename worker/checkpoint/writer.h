@@ -1,0 +1,48 @@
+// Writing a training checkpoint: one safetensors file, atomically, then
+// retention.
+//
+//   checkpoint::WriteOptions opt;  opt.keep = flags.keep_checkpoints;
+//   PSYNC_ASSIGN_OR_RETURN(checkpoint::WrittenCheckpoint w,
+//                          checkpoint::WriteCheckpoint(flags.checkpoint_dir, contents, opt));
+//
+// Steps: validate; copy CUDA tensors to the host; compute the content
+// checksum; write "<dir>/ckpt-<step>.safetensors" through a temporary file
+// in `dir` (fsync, rename, fsync of the directory: common/atomic_file.h), so
+// a crash at any moment leaves either no new file or a complete one; read
+// it back and validate it (WriteOptions::verify); only then apply retention
+// (retention.h). A checkpoint of the same step is replaced.
+//
+// Threads: call from one thread per directory (rank 0's training thread).
+// The tensors are read while writing: do not step the optimizer meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint/contents.h"
+
+namespace psync::checkpoint {
+
+struct WriteOptions {
+  int keep = 0;        // --keep-checkpoints: keep the newest K checkpoints (0 = all)
+  bool verify = true;  // read the new file back in full before retention deletes anything
+};
+
+struct WrittenCheckpoint {
+  std::string path;
+  uint64_t bytes = 0;
+  std::vector<std::string> removed;           // deleted by retention (older checkpoints, stale temp files)
+  std::vector<std::string> retention_errors;  // deletions that failed; the new checkpoint is fine
+};
+
+// Creates `dir` if needed. Errors: InvalidArgument naming the field or the
+// tensor (bad manifest, duplicate / empty / "optim."-prefixed parameter
+// names, undefined tensors, optimizer state without an optimizer kind,
+// keep < 0); I/O errors naming the file; DataLoss when the written file does
+// not read back (nothing is deleted then).
+absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
+                                                  const WriteOptions& options = {});
+
+}  // namespace psync::checkpoint
