@@ -1,7 +1,8 @@
 // CPU kernels of the neural-network family: softmax and cross-entropy (row
-// sums in double, columns in order, as the CUDA kernels do), and the GPT's
+// sums in double, columns in order, as the CUDA kernels do), the GPT's
 // layers, each layer's forward next to its backward (shapes in the comment
-// above each pair).
+// above each pair), and the CNN's building blocks (im2col/col2im, channel
+// bias and sums, max pooling; ops/nn_conv.cc adds the matrix products).
 //
 // The layer kernels are plain loops over contiguous rows, templated over
 // float and double (the float64 gradient checks run these very loops), with
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -244,6 +246,184 @@ PSYNC_CPU_CLONES void CausalSoftmaxBackwardRows(const T* grad, const T* y, doubl
   }
 }
 
+// ---------------------------------------------------------------- CNN layers
+// Im2Col / Col2Im for one image: x [C, H, W] <-> col [K, L] (ops/nn_kernels.h).
+// Row k = (c, i, j) of col, output row oh, reads input row ih = oh*s - p + i
+// and columns iw = ow*s + (j - p); the output columns whose iw lies inside
+// the image are [lo, hi), the rest are padding.
+void InsideColumns(int64_t off, const Conv2dGeometry& g, int64_t* lo, int64_t* hi) {
+  const int64_t s = g.stride;
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  *hi = g.w - 1 - off < 0 ? 0 : std::min(g.wo, (g.w - 1 - off) / s + 1);
+  if (*hi < *lo) *hi = *lo;
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void Im2ColImage(const T* x, const Conv2dGeometry& g, T* col) {
+  const int64_t s = g.stride, p = g.padding, L = g.ho * g.wo;
+  for (int64_t c = 0; c < g.cin; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * L;
+        int64_t lo, hi;
+        InsideColumns(j - p, g, &lo, &hi);
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          T* out = row + oh * g.wo;
+          const int64_t ih = oh * s - p + i;
+          if (ih < 0 || ih >= g.h) {
+            for (int64_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
+            continue;
+          }
+          const T* xr = x + (c * g.h + ih) * g.w;
+          const int64_t off = j - p;
+          for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
+          if (s == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = xr[ow + off];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = xr[ow * s + off];
+          }
+          for (int64_t ow = hi; ow < g.wo; ++ow) out[ow] = T(0);
+        }
+      }
+    }
+  }
+}
+
+// The adjoint: rows k in increasing order add into dx, so each dx element
+// receives its terms in increasing (i, j) order after an exact 0, the order
+// the CUDA kernel sums them in.
+template <typename T>
+PSYNC_CPU_CLONES void Col2ImImage(const T* col, const Conv2dGeometry& g, T* dx) {
+  const int64_t s = g.stride, p = g.padding, L = g.ho * g.wo;
+  for (int64_t e = 0, n = g.cin * g.h * g.w; e < n; ++e) dx[e] = T(0);
+  for (int64_t c = 0; c < g.cin; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * L;
+        int64_t lo, hi;
+        InsideColumns(j - p, g, &lo, &hi);
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          const int64_t ih = oh * s - p + i;
+          if (ih < 0 || ih >= g.h) continue;
+          const T* in = row + oh * g.wo;
+          T* dr = dx + (c * g.h + ih) * g.w;
+          const int64_t off = j - p;
+          if (s == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) dr[ow + off] += in[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dr[ow * s + off] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Max pooling of one plane x [h, w] -> y, idx [h / k, w / k], as torch's
+// CPU loop: per window, start at -inf with the window's first position and
+// take each value, in row-major window order, that is greater or NaN.
+// Starting from the first value instead is the same (it is taken unless it
+// is -inf, and then nothing changes). Written with selects (a branch on
+// random data mispredicts half the time), as a loop over a whole output row
+// per window position, which vectorizes; the 2x2 case in one pass.
+template <typename T>
+PSYNC_CPU_INLINE void TakeIfGreater(T v, int64_t at, T* best, int64_t* best_at) {
+  const bool take = (v > *best) | (v != v);  // v != v: NaN
+  *best = take ? v : *best;
+  *best_at = take ? at : *best_at;
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void MaxPoolPlane(const T* x, int64_t h, int64_t w, int64_t k, T* y, int64_t* idx) {
+  const int64_t ho = h / k, wo = w / k;
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    T* yr = y + oh * wo;
+    int64_t* ir = idx + oh * wo;
+    const int64_t base = oh * k * w;  // the windows' first row
+    if (k == 2) {
+      const T* r0 = x + base;
+      const T* r1 = r0 + w;
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int64_t c = 2 * ow;
+        T best = r0[c];
+        int64_t at = base + c;
+        TakeIfGreater(r0[c + 1], base + c + 1, &best, &at);
+        TakeIfGreater(r1[c], base + w + c, &best, &at);
+        TakeIfGreater(r1[c + 1], base + w + c + 1, &best, &at);
+        yr[ow] = best;
+        ir[ow] = at;
+      }
+      continue;
+    }
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      yr[ow] = x[base + ow * k];
+      ir[ow] = base + ow * k;
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t j = i == 0 ? 1 : 0; j < k; ++j) {
+        const int64_t off = base + i * w + j;  // window ow's element (i, j) is x[off + ow * k]
+        for (int64_t ow = 0; ow < wo; ++ow) TakeIfGreater(x[off + ow * k], off + ow * k, &yr[ow], &ir[ow]);
+      }
+    }
+  }
+}
+
+// y [n, C, L] += bias[c].
+template <typename T>
+PSYNC_CPU_CLONES void AddChannelBiasRows(T* y, const T* bias, int64_t n, int64_t c, int64_t l) {
+  for (int64_t r = 0; r < n * c; ++r) {
+    const T b = bias[r % c];
+    T* row = y + r * l;
+    for (int64_t j = 0; j < l; ++j) row[j] += b;
+  }
+}
+
+// dbias[c] = sum over images (in order) of SumInOrder over the row grad[b, c].
+template <typename T>
+PSYNC_CPU_CLONES void ChannelSumRows(const T* grad, int64_t n, int64_t c, int64_t l, T* dbias) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double total = 0.0;
+    for (int64_t b = 0; b < n; ++b) {
+      const T* row = grad + (b * c + ch) * l;
+      total += SumInOrder(l, [&](int64_t j) { return static_cast<double>(row[j]); });
+    }
+    dbias[ch] = static_cast<T>(total);
+  }
+}
+
+// acc[j] += parts[b, j], b in order.
+template <typename T>
+PSYNC_CPU_CLONES void AccumulatePartRows(const T* parts, int64_t n, int64_t m, double* acc) {
+  for (int64_t b = 0; b < n; ++b) {
+    const T* row = parts + b * m;
+    for (int64_t j = 0; j < m; ++j) acc[j] += static_cast<double>(row[j]);
+  }
+}
+
+// dx [planes, h, w] = grad [planes, h/k, w/k] at the indices, 0 elsewhere.
+// Returns the flat position of the first index outside its window (the
+// rest of dx is then unspecified), or -1.
+template <typename T>
+PSYNC_CPU_CLONES int64_t MaxPoolBackwardPlanes(const T* grad, const int64_t* indices, int64_t planes, int64_t h,
+                                               int64_t w, int64_t k, T* dx) {
+  const int64_t ho = h / k, wo = w / k;
+  for (int64_t e = 0, n = planes * h * w; e < n; ++e) dx[e] = T(0);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oh = 0; oh < ho; ++oh) {
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int64_t o = (p * ho + oh) * wo + ow, at = indices[o];
+        // In the window iff at - (its first position) is i * w + j for some i, j < k (no division).
+        const int64_t rel = at - (oh * k * w + ow * k);
+        bool inside = false;
+        for (int64_t i = 0; i < k; ++i) inside |= rel - i * w >= 0 && rel - i * w < k;
+        if (!inside) return o;
+        dx[p * h * w + at] = grad[o];
+      }
+    }
+  }
+  return -1;
+}
+
 template <typename T>
 const T* In(const Tensor& t) {
   return static_cast<const T*>(t.raw_data());
@@ -368,6 +548,63 @@ class CpuNn final : public NnKernels {
       CausalSoftmaxBackwardRows(In<scalar_t>(grad), In<scalar_t>(y), scale, y.size(0), y.size(1), Out<scalar_t>(dx));
     });
   }
+
+  void Im2Col(const Tensor& x, const Conv2dGeometry& g, const Tensor& col) const override {
+    const int64_t image = g.cin * g.h * g.w, cols = g.K() * g.L();
+    PSYNC_DISPATCH_FLOAT_TYPES(col.dtype(), "Im2Col", [&] {
+      for (int64_t n = 0; n < x.size(0); ++n) Im2ColImage(In<scalar_t>(x) + n * image, g, Out<scalar_t>(col) + n * cols);
+    });
+  }
+
+  void Col2Im(const Tensor& col, const Conv2dGeometry& g, const Tensor& dx) const override {
+    const int64_t image = g.cin * g.h * g.w, cols = g.K() * g.L();
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "Col2Im", [&] {
+      for (int64_t n = 0; n < dx.size(0); ++n) Col2ImImage(In<scalar_t>(col) + n * cols, g, Out<scalar_t>(dx) + n * image);
+    });
+  }
+
+  void AddChannelBias(const Tensor& y, const Tensor& bias) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "AddChannelBias", [&] {
+      AddChannelBiasRows(Out<scalar_t>(y), In<scalar_t>(bias), y.size(0), y.size(1), y.size(2));
+    });
+  }
+
+  void ChannelSums(const Tensor& grad, const Tensor& dbias) const override {
+    PSYNC_DISPATCH_FLOAT_TYPES(dbias.dtype(), "ChannelSums", [&] {
+      ChannelSumRows(In<scalar_t>(grad), grad.size(0), grad.size(1), grad.size(2), Out<scalar_t>(dbias));
+    });
+  }
+
+  void AccumulateParts(const Tensor& parts, const Tensor& acc) const override {
+    const int64_t n = parts.size(0), m = parts.numel() / n;
+    PSYNC_DISPATCH_FLOAT_TYPES(parts.dtype(), "AccumulateParts",
+                               [&] { AccumulatePartRows(In<scalar_t>(parts), n, m, Out<double>(acc)); });
+  }
+
+  void MaxPool2d(const Tensor& x, int64_t k, const Tensor& y, const Tensor& indices) const override {
+    const int64_t planes = x.size(0), h = x.size(1), w = x.size(2), out = y.size(1) * y.size(2);
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "MaxPool2d", [&] {
+      for (int64_t p = 0; p < planes; ++p) {
+        MaxPoolPlane(In<scalar_t>(x) + p * h * w, h, w, k, Out<scalar_t>(y) + p * out, Out<int64_t>(indices) + p * out);
+      }
+    });
+  }
+
+  void MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t k, const Tensor& dx) const override {
+    const int64_t planes = dx.size(0), h = dx.size(1), w = dx.size(2), ho = grad.size(1), wo = grad.size(2);
+    int64_t bad = -1;
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "MaxPool2dBackward", [&] {
+      bad = MaxPoolBackwardPlanes(In<scalar_t>(grad), In<int64_t>(indices), planes, h, w, k, Out<scalar_t>(dx));
+    });
+    if (bad >= 0) {
+      const int64_t p = bad / (ho * wo), oh = bad / wo % ho, ow = bad % wo;
+      throw TensorError(absl::StrCat("MaxPool2dBackward: indices[plane ", p, ", ", oh, ", ", ow, "] = ",
+                                     In<int64_t>(indices)[bad], " is not in its ", k, "x", k, " window (rows ", oh * k,
+                                     "..", (oh + 1) * k - 1, ", columns ", ow * k, "..", (ow + 1) * k - 1, " of a ", h,
+                                     "x", w, " plane)"));
+    }
+  }
+
 };
 
 }  // namespace
