@@ -29,6 +29,7 @@ const std::vector<Field>& Fields() {
       {"n_embd", &nn::ModelOptions::n_embd},
       {"input_shape", nullptr, &nn::ModelOptions::input_shape},
       {"num_classes", &nn::ModelOptions::num_classes},
+      {"cnn_channels", nullptr, &nn::ModelOptions::cnn_channels},
   };
   return fields;
 }

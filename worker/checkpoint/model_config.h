@@ -2,7 +2,7 @@
 // so a checkpoint alone says how to rebuild its model (psync-sample):
 //
 //   widths=32,64,16  vocab_size=256  block_size=64  n_layer=4  n_head=4
-//   n_embd=128  input_shape=1,28,28  num_classes=10  seed=0
+//   n_embd=128  input_shape=1,28,28  num_classes=10  cnn_channels=16,32  seed=0
 //
 // Every field is written (zero / empty when the model does not use it).
 // The device is not: it is where the reader runs, not part of the model.

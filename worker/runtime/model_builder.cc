@@ -25,6 +25,7 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
   m.n_embd = opt.n_embd;
   m.input_shape = data.example_shape;
   m.num_classes = data.num_outputs;
+  m.cnn_channels = opt.cnn_channels;
   const std::string task = data::TaskName(data.task);
   if (opt.model == "gpt") {
     if (data.task != data::Task::kLanguageModel) {
@@ -36,6 +37,11 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
       return absl::InvalidArgumentError(absl::StrCat("--vocab-size=", m.vocab_size, " is too small for --data: it holds token id ",
                                                      data.max_token_id, " (use --vocab-size=", data.max_token_id + 1,
                                                      " or more)"));
+    }
+  } else if (opt.model == "cnn") {
+    if (data.task != data::Task::kClassification || data.example_shape.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("--model=cnn trains on labelled images (e.g. --data=fashion-mnist), but --data holds ",
+                                                     task, " data of shape ", ShapeToString(data.example_shape)));
     }
   } else if (opt.model == "mlp") {
     if (data.task == data::Task::kLanguageModel) {
@@ -60,8 +66,7 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<nn::Model>> BuildModel(const WorkerOptions& opt, const data::DataInfo& data,
-                                                      Device device) {
+absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::DataInfo& data, Device device) {
   absl::StatusOr<nn::ModelOptions> mopt = OptionsFor(opt, data, device);
   if (!mopt.ok()) return mopt.status();
   absl::StatusOr<std::unique_ptr<nn::Model>> model;
@@ -82,7 +87,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> BuildModel(const WorkerOptions& opt, 
     absl::Status st = LoadInitialWeights(opt.init_path, **model);
     if (!st.ok()) return st;
   }
-  return model;
+  return BuiltModel{std::move(*model), *mopt};
 }
 
 }  // namespace psync::runtime

@@ -13,7 +13,11 @@
 
 namespace psync::runtime {
 
-absl::StatusOr<std::unique_ptr<nn::Model>> BuildModel(const WorkerOptions& opt, const data::DataInfo& data,
-                                                      Device device);
+struct BuiltModel {
+  std::unique_ptr<nn::Model> model;
+  nn::ModelOptions options;  // what it was built from (checkpoints and --save record it)
+};
+
+absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::DataInfo& data, Device device);
 
 }  // namespace psync::runtime

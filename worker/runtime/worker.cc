@@ -16,6 +16,8 @@
 #include "worker/optim/registry.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/checkpoint/model_config.h"
+#include "worker/runtime/checkpointing.h"
 #include "worker/runtime/exit_codes.h"
 #include "worker/runtime/job_session.h"
 #include "worker/runtime/metrics_writer.h"
@@ -121,11 +123,13 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   if (!device.ok()) return Exit(device.status(), kExitBadInput);
   absl::StatusOr<data::OpenedData> data = data::Open(DataOptionsFor(opt));
   if (!data.ok()) return Exit(data.status(), kExitBadInput);
-  absl::StatusOr<std::unique_ptr<nn::Model>> built = BuildModel(opt, data->train->info(), *device);
+  absl::StatusOr<BuiltModel> built = BuildModel(opt, data->train->info(), *device);
   if (!built.ok()) return Exit(built.status(), kExitBadInput);
-  std::shared_ptr<nn::Model> model = std::move(*built);
+  std::shared_ptr<nn::Model> model = std::move(built->model);
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = BuildOptimizer(opt, *model);
   if (!optimizer.ok()) return Exit(optimizer.status(), kExitBadInput);
+  absl::StatusOr<int64_t> first_step = ResumeFromCheckpoint(opt, *model, **optimizer);
+  if (!first_step.ok()) return Exit(first_step.status(), kExitBadInput);
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt.lr_schedule, opt.lr, opt.warmup_steps, std::max<int64_t>(1, opt.steps));
   if (!schedule.ok()) return Exit(schedule.status(), kExitBadInput);
@@ -196,6 +200,9 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   ctx.trace = &trace;
   ctx.metrics = metrics.get();
   ctx.fatal_code = job.fatal_code();
+  ctx.first_step = *first_step;
+  ctx.save_checkpoint = MakeCheckpointSaver(opt, rank, world, built->options, model.get(), optimizer->get());
+  ctx.checkpoint_every = opt.checkpoint_every;
   if (rank == 0 && !opt.quiet) {
     std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s\n  data %s%s\n"
                 "  optimizer %s, lr %g (%s, warmup %lld), global batch %lld x %lld micro-batches, %lld steps\n",
@@ -211,7 +218,10 @@ int RunWorkerImpl(const WorkerOptions& opt) {
 
   // ---- save
   if (tr.exit_code == kExitOk && rank == 0 && !opt.save_path.empty()) {
-    std::map<std::string, std::string> metadata = model->Config();
+    // The model's flags ride along, so psync-sample can rebuild it from this file alone.
+    std::map<std::string, std::string> metadata;
+    for (const auto& [k, v] : checkpoint::EncodeModelConfig(built->options)) metadata["model." + k] = v;
+    metadata["model"] = opt.model;
     metadata["steps_completed"] = std::to_string(tr.steps_completed);
     absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model), metadata);
     if (!st.ok()) {

@@ -40,6 +40,7 @@ ABSL_FLAG(int64_t, n_layer, 4, "gpt: transformer blocks L");
 ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads H");
 ABSL_FLAG(int64_t, n_embd, 128, "gpt: embedding width C (divisible by --n-head)");
 ABSL_FLAG(int, skip_layer, -1, "mlp: layer to skip (square, not the last); -1 = none");
+ABSL_FLAG(std::string, cnn_channels, "16,32", "cnn: output channels of the two 3x3 convolutions");
 ABSL_FLAG(int, skip_block, -1, "gpt: transformer block to skip; -1 = none");
 ABSL_FLAG(std::string, skip_pattern, "always", "when the skipped layer/block is skipped: always|odd|lastmicro");
 ABSL_FLAG(std::string, init, "", "initial weights (safetensors with the model's parameter names and shapes)");
@@ -101,7 +102,7 @@ namespace {
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "gloo_host", "timeout",
-      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "skip_layer", "skip_block",
+      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "cnn_channels", "skip_layer", "skip_block",
       "skip_pattern", "init", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
       "eval_batch",
@@ -266,6 +267,15 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
     o.widths.push_back(w);
   }
   if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
+  o.cnn_channels.clear();
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_cnn_channels), ',')) {
+    int64_t c = 0;
+    if (!absl::SimpleAtoi(part, &c) || c <= 0) {
+      return Bad("cnn-channels", absl::StrCat("'", absl::GetFlag(FLAGS_cnn_channels), "' is not two positive integers (c1,c2)"));
+    }
+    o.cnn_channels.push_back(c);
+  }
+  if (o.cnn_channels.size() != 2) return Bad("cnn-channels", "wants two channel counts (c1,c2)");
   o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   if (o.vocab_size < 0) return Bad("vocab-size", "must not be negative (0 = the data's)");
   o.block_size = absl::GetFlag(FLAGS_block_size);

@@ -67,6 +67,7 @@ struct WorkerOptions {
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   // outputs
+  std::vector<int64_t> cnn_channels = {16, 32};
   std::string save_path;
   // Checkpoints (worker/checkpoint): rank 0 writes every checkpoint_every
   // steps, at the end and on a stop; resume starts from the newest one.

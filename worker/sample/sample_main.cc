@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "worker/checkpoint/model_config.h"
+#include "worker/checkpoint/reader.h"
 #include "worker/nn/models/registry.h"
 #include "worker/nn/state_dict.h"
 #include "worker/runtime/checkpoint/safetensors.h"
@@ -24,7 +26,7 @@ ABSL_FLAG(double, temperature, 0.8, "softmax temperature (> 0)");
 ABSL_FLAG(int64_t, top_k, 0, "draw from the k most likely tokens only (0 = all)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed (same seed, same text)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N");
-ABSL_FLAG(int64_t, n_head, 0, "gpt: heads, when the file's metadata does not say (0 = from the file)");
+ABSL_FLAG(int64_t, n_head, 0, "gpt: override the file's head count (0 = from the file)");
 
 namespace {
 
@@ -34,15 +36,6 @@ constexpr int kExitBadInput = 2;
 [[noreturn]] void Fail(const std::string& message, int code = kExitBadInput) {
   std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
   std::exit(code);
-}
-
-int64_t MetaInt(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& file) {
-  auto it = meta.find(key);
-  int64_t v = 0;
-  if (it == meta.end() || !absl::SimpleAtoi(it->second, &v)) {
-    Fail(absl::StrCat(file, ": metadata has no integer '", key, "' (was it written by psync-worker --save or a checkpoint?)"));
-  }
-  return v;
 }
 
 }  // namespace
@@ -59,47 +52,53 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<SafetensorsContents> contents = ReadSafetensorsWithMetadata(file);
   if (!contents.ok()) Fail(absl::StrCat("--checkpoint: ", contents.status().message()));
+  // A checkpoint (validated, manifest) or a --save file (its model.* metadata).
+  std::map<std::string, std::string> config;
+  std::string kind;
+  NamedTensors tensors;
   const auto& meta = contents->metadata;
-  auto kind = meta.find("model");
-  if (kind == meta.end() || kind->second != "gpt") {
-    Fail(absl::StrCat(file, ": not a GPT (metadata model='", kind == meta.end() ? "" : kind->second,
-                      "'); psync-sample generates text from --model=gpt weights"));
+  if (auto f = meta.find("format"); f != meta.end() && f->second == "psync-checkpoint") {
+    absl::StatusOr<checkpoint::CheckpointContents> c = checkpoint::ReadCheckpoint(file);
+    if (!c.ok()) Fail(absl::StrCat("--checkpoint: ", c.status().message()));
+    kind = c->manifest.model;
+    config = c->manifest.model_config;
+    tensors = c->params;
+  } else {
+    for (const auto& [k, v] : meta) {
+      if (k.rfind("model.", 0) == 0) config[k.substr(6)] = v;
+    }
+    if (auto m = meta.find("model"); m != meta.end()) kind = m->second;
+    tensors = contents->tensors;
   }
-  nn::ModelOptions mo;
-  mo.device = *device;
-  mo.vocab_size = MetaInt(meta, "vocab_size", file);
-  mo.block_size = MetaInt(meta, "block_size", file);
-  mo.n_layer = MetaInt(meta, "n_layer", file);
-  mo.n_embd = MetaInt(meta, "n_embd", file);
-  mo.n_head = absl::GetFlag(FLAGS_n_head) > 0 ? absl::GetFlag(FLAGS_n_head) : MetaInt(meta, "n_head", file);
-  if (mo.vocab_size > 256) {
-    Fail(absl::StrCat(file, ": vocabulary of ", mo.vocab_size,
+  if (kind != "gpt") {
+    Fail(absl::StrCat(file, ": not a GPT (model '", kind,
+                      "'); psync-sample generates text from --model=gpt checkpoints or --save files"));
+  }
+  absl::StatusOr<nn::ModelOptions> mo = checkpoint::DecodeModelConfig(config, file);
+  if (!mo.ok()) Fail(std::string(mo.status().message()));
+  mo->device = *device;
+  if (absl::GetFlag(FLAGS_n_head) > 0) mo->n_head = absl::GetFlag(FLAGS_n_head);
+  if (mo->vocab_size > 256) {
+    Fail(absl::StrCat(file, ": vocabulary of ", mo->vocab_size,
                       " tokens; psync-sample writes byte-level models (V <= 256) as text"));
   }
-  absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::Models().Create("gpt", mo);
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::Models().Create(kind, *mo);
   if (!model.ok()) Fail(absl::StrCat(file, ": ", model.status().message()));
-  // A checkpoint also holds optimizer state: take the model's tensors only.
-  std::map<std::string, Tensor> state;
-  for (const auto& [name, p] : (*model)->named_parameters()) {
-    (void)p;
-    for (const auto& [n, t] : contents->tensors) {
-      if (n == name) state[n] = t;
-    }
-  }
+  std::map<std::string, Tensor> state(tensors.begin(), tensors.end());
   if (absl::Status st = nn::LoadStateDict(**model, state); !st.ok()) Fail(absl::StrCat(file, ": ", st.message()));
 
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   for (auto& id : ids) id = static_cast<unsigned char>(id);
   for (int64_t id : ids) {
-    if (id >= mo.vocab_size) Fail(absl::StrCat("--prompt: byte ", id, " is outside the model's vocabulary of ", mo.vocab_size));
+    if (id >= mo->vocab_size) Fail(absl::StrCat("--prompt: byte ", id, " is outside the model's vocabulary of ", mo->vocab_size));
   }
   sample::SampleOptions so;
   so.tokens = absl::GetFlag(FLAGS_tokens);
   so.temperature = absl::GetFlag(FLAGS_temperature);
   so.top_k = absl::GetFlag(FLAGS_top_k);
   so.seed = absl::GetFlag(FLAGS_seed);
-  so.block_size = mo.block_size;
+  so.block_size = mo->block_size;
   absl::StatusOr<std::vector<int64_t>> out = sample::Generate(**model, *device, ids, so);
   if (!out.ok()) Fail(std::string(out.status().message()));
   std::string text = prompt;

@@ -148,13 +148,4 @@ std::string GPT::Describe() const {
                       config_.vocab_size, ", T=", config_.block_size, "): ", n, " parameters");
 }
 
-std::map<std::string, std::string> GPT::Config() const {
-  return {{"model", "gpt"},
-          {"vocab_size", std::to_string(config_.vocab_size)},
-          {"block_size", std::to_string(config_.block_size)},
-          {"n_layer", std::to_string(config_.n_layer)},
-          {"n_head", std::to_string(config_.n_head)},
-          {"n_embd", std::to_string(config_.n_embd)}};
-}
-
 }  // namespace psync::nn

@@ -58,8 +58,6 @@ class GPT : public Model {
   Variable Forward(const Variable& idx, const std::set<int>& skip_blocks) override;
   absl::Status ValidateSkip(const std::set<int>& skip_blocks) const override;
   std::string Describe() const override;
-  std::map<std::string, std::string> Config() const override;
-  std::string kind() const override { return "gpt"; }
   const GptConfig& config() const { return config_; }
 
  private:

@@ -11,7 +11,7 @@
 
 namespace psync::nn {
 
-MLP::MLP(const std::vector<int64_t>& widths, Device device, uint64_t seed) : widths_(widths) {
+MLP::MLP(const std::vector<int64_t>& widths, Device device, uint64_t seed) {
   PSYNC_CHECK(widths.size() >= 2) << "MLP needs at least an input and an output width";
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     layers_.push_back(RegisterModule(absl::StrCat("layers.", i),
@@ -58,12 +58,6 @@ std::string MLP::Describe() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters()) n += p.data().numel();
   return absl::StrCat("mlp ", absl::StrJoin(widths, ","), " (", n, " parameters)");
-}
-
-std::map<std::string, std::string> MLP::Config() const {
-  std::string widths;
-  for (size_t i = 0; i < widths_.size(); ++i) widths += (i ? "," : "") + std::to_string(widths_[i]);
-  return {{"model", "mlp"}, {"widths", widths}};
 }
 
 }  // namespace psync::nn

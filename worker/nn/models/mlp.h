@@ -28,14 +28,11 @@ class MLP : public Model {
   // OK when every index is a layer that is square (in == out) and not the last.
   absl::Status ValidateSkip(const std::set<int>& skip_layers) const override;
   std::string Describe() const override;
-  std::map<std::string, std::string> Config() const override;
-  std::string kind() const override { return "mlp"; }
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const Linear& layer(int i) const { return *layers_[static_cast<size_t>(i)]; }
 
  private:
-  std::vector<int64_t> widths_;
   std::vector<std::shared_ptr<Linear>> layers_;
 };
 

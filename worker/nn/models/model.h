@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,13 +47,6 @@ class Model : public Module {
   virtual absl::Status ValidateSkip(const std::set<int>& skip) const = 0;
   // "gpt (L=4, H=4, C=128, V=256, T=64): 0.85M parameters"
   virtual std::string Describe() const = 0;
-  // The flags that rebuild this model, as they are spelled on the command
-  // line without dashes ({"model": "gpt", "n_layer": "4", ...}): written into
-  // --save and checkpoint metadata so psync-sample and --resume can rebuild
-  // it. The base gives only "model".
-  virtual std::map<std::string, std::string> Config() const { return {{"model", kind()}}; }
-  // The registry name ("mlp", "gpt", "cnn").
-  virtual std::string kind() const = 0;
 };
 
 }  // namespace psync::nn

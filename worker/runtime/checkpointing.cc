@@ -1,0 +1,77 @@
+#include "worker/runtime/checkpointing.h"
+
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/checkpoint/model_config.h"
+#include "worker/checkpoint/reader.h"
+#include "worker/checkpoint/training_state.h"
+#include "worker/checkpoint/writer.h"
+#include "worker/runtime/exit_codes.h"
+
+namespace psync::runtime {
+
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Module& model,
+                                             optim::Optimizer& optimizer) {
+  if (!opt.resume) return 0;
+  std::vector<checkpoint::SkippedCheckpoint> skipped;
+  absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> latest =
+      checkpoint::LoadLatestCheckpoint(opt.checkpoint_dir, &skipped);
+  for (const auto& s : skipped) PSYNC_LOG(WARNING) << "--resume: skipped " << s.path << ": " << s.reason;
+  if (!latest.ok()) {
+    return absl::Status(latest.status().code(), absl::StrCat("--resume: ", latest.status().message()));
+  }
+  if (!latest->has_value()) {
+    PSYNC_LOG(INFO) << "--resume: no checkpoint in " << opt.checkpoint_dir << "; starting from step 0";
+    return 0;
+  }
+  const checkpoint::LoadedCheckpoint& c = **latest;
+  const checkpoint::CheckpointManifest& m = c.contents.manifest;
+  if (m.model != opt.model) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume: ", c.path, " holds a ", m.model,
+                                                   " model, this run trains --model=", opt.model));
+  }
+  if (m.step > opt.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume: ", c.path, " is at step ", m.step,
+                                                   ", past --steps=", opt.steps, " (raise --steps to train further)"));
+  }
+  PSYNC_RETURN_IF_ERROR(checkpoint::LoadParameters(c.contents, c.path, model.named_parameters()));
+  PSYNC_RETURN_IF_ERROR(checkpoint::LoadOptimizerState(c.contents, c.path, optimizer));
+  PSYNC_LOG(INFO) << "resumed from " << c.path << " (step " << m.step << ", written by " << m.world_size
+                  << " ranks)";
+  return m.step;
+}
+
+std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& opt, int rank, int world_size,
+                                                         const nn::ModelOptions& model_options, nn::Module* model,
+                                                         optim::Optimizer* optimizer) {
+  if (opt.checkpoint_dir.empty()) return nullptr;
+  return [&opt, rank, world_size, model_options, model, optimizer](int64_t steps) -> absl::Status {
+    // Every rank holds the same weights (the averaged gradients made them
+    // so); one writer is enough and avoids racing renames in a shared dir.
+    if (rank != 0) return absl::OkStatus();
+    checkpoint::CheckpointManifest m;
+    m.step = steps;
+    m.model = opt.model;
+    m.model_config = checkpoint::EncodeModelConfig(model_options);
+    m.data_position = {{"next_step", steps}, {"global_batch", opt.global_batch}};
+    m.world_size = world_size;
+    checkpoint::WriteOptions w;
+    w.keep = static_cast<int>(opt.keep_checkpoints);
+    absl::StatusOr<checkpoint::WrittenCheckpoint> out = checkpoint::WriteCheckpoint(
+        opt.checkpoint_dir, checkpoint::CaptureTrainingState(model->named_parameters(), optimizer, m), w);
+    if (!out.ok()) {
+      return WithExitCode(absl::Status(out.status().code(), absl::StrCat("checkpoint: ", out.status().message())),
+                          kExitInternal);
+    }
+    for (const auto& e : out->retention_errors) PSYNC_LOG(WARNING) << "checkpoint retention: " << e;
+    PSYNC_LOG(DEBUG) << "checkpoint " << out->path << " (" << out->bytes << " bytes)";
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace psync::runtime

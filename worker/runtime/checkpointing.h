@@ -1,0 +1,39 @@
+// The worker's side of checkpoints (worker/checkpoint is the file format):
+// --resume loads the newest complete checkpoint of --checkpoint-dir into the
+// model and optimizer before the job is joined, and the trainer's save hook
+// writes one on rank 0 (every --checkpoint-every steps, at the end, on a stop).
+//
+// Every rank reads the same file itself (a shared directory: one host, or a
+// volume in Kubernetes), so every rank starts from the same bits and reports
+// the same start iteration in Join; the coordinator refuses a disagreement.
+// The data position is the step (data/README.md: batch k of step s is a
+// function of s), and the schedule's rate is a function of the step, so
+// weights + optimizer state + step is the whole state of a run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/nn/models/model.h"
+#include "worker/optim/optimizer.h"
+#include "worker/runtime/worker_flags.h"
+
+namespace psync::runtime {
+
+// --resume: the step to start at (0 when --resume is off or the directory
+// holds no loadable checkpoint). Prints which file it took and any newer
+// file it skipped (damaged or torn). Errors name the file and the tensor.
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Module& model,
+                                             optim::Optimizer& optimizer);
+
+// The trainer's save hook (TrainContext::save_checkpoint): on rank 0 writes
+// DIR/ckpt-<steps>.safetensors with the weights, the optimizer state and a
+// manifest, keeping the newest --keep-checkpoints; other ranks do nothing.
+std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& opt, int rank, int world_size,
+                                                         const nn::ModelOptions& model_options, nn::Module* model,
+                                                         optim::Optimizer* optimizer);
+
+}  // namespace psync::runtime
