@@ -81,6 +81,7 @@ start=$(date +%s.%N)
 set +e
 "$launch" --nproc="$nproc_workers" --port=0 -- \
   "${defaults[@]}" --save="$out/final.safetensors" --summary="$out/summary-{rank}.json" \
+  --checkpoint-dir="$out/checkpoints" --checkpoint-every=250 \
   --metrics="$out/metrics-{rank}.jsonl" --trace="$out/trace-{rank}.json" "$@"
 rc=$?
 set -e

@@ -123,6 +123,10 @@ case $CASE in
     equal_to_single 4 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8 \
       --skip-block=0 --skip-pattern=odd --find-unused-parameters ;;
+  equal_2_cnn)  # the CNN on Fashion-MNIST: 2 ranks == 1 process
+    [[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || { echo "SKIP: no dataset-fashion-mnist"; exit 77; }
+    equal_to_single 2 --model=cnn --cnn-channels=4,8 --data=fashion-mnist --shuffle --optimizer=adamw --lr=0.002 \
+      --global-batch=16 --steps=8 --eval-examples=64 ;;
   equal_2_small_buckets)  # many buckets, bucket plan rebuilt from rank 0's order
     equal_to_single 2 --steps=30 --bucket-cap-mb=0.004 --first-bucket-mb=0.001 ;;
 
