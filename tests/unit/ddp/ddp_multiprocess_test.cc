@@ -256,9 +256,35 @@ TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
         for (auto piece : absl::StrSplit((*orders)[0], ',')) rank0.push_back(std::stoul(std::string(piece)));
         CHILD_CHECK(rank, PlanString(reducer.bucket_plan()) == PlanString(reducer.PlanFromOrder(rank0)),
                  "plan from rank 0's order");
-        // Gradients survived the rebuild: they are views of the new buckets.
-        for (const auto& p : mlp->parameters()) {
-          if (p.grad().defined()) CHILD_CHECK(rank, p.grad().storage_offset() >= 0, p.name());
+        // Gradients survived the rebuild: each is the view of its slot in the
+        // new buckets and holds the average of every rank's local gradient
+        // (an identical model without DDP gives this rank's; rank 1's has no
+        // layer 1 gradient: it contributed zeros there).
+        auto plain = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+        st = autograd::Backward(nn::MseLoss(plain->Forward(autograd::Variable(x), skip), y));
+        CHILD_CHECK(rank, st.ok(), st.ToString());
+        std::string local;
+        for (const auto& p : plain->parameters()) {
+          const std::vector<float> g =
+              p.grad().defined() ? p.grad().ToVector() : std::vector<float>(static_cast<size_t>(p.data().numel()), 0.0f);
+          local.append(reinterpret_cast<const char*>(g.data()), g.size() * sizeof(float));
+        }
+        auto locals = pg->Allgather(local, milliseconds(20000));
+        CHILD_CHECK(rank, locals.ok(), locals.status().ToString());
+        const auto params = mlp->parameters();
+        size_t at = 0;
+        for (size_t i = 0; i < params.size(); ++i) {
+          const Tensor& grad = params[i].grad();
+          CHILD_CHECK(rank, grad.defined(), params[i].name() + " lost its gradient");
+          CHILD_CHECK(rank, grad.IsSameView(reducer.bucket_view(i)), params[i].name() + " is not its new slot's view");
+          const std::vector<float> got = grad.ToVector();
+          for (size_t j = 0; j < got.size(); ++j, ++at) {
+            double sum = 0;
+            for (const std::string& l : *locals) sum += reinterpret_cast<const float*>(l.data())[at];
+            const double want = sum / 3.0;
+            CHILD_CHECK(rank, std::fabs(got[j] - want) <= 1e-6 + 1e-5 * std::fabs(want),
+                        absl::StrCat(params[i].name(), "[", j, "] = ", got[j], ", average of the ranks' ", want));
+          }
         }
         return 0;
       },
@@ -326,8 +352,24 @@ TEST_P(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
           CHILD_CHECK(rank, !direct.ok(), "backward after a failure must fail");
           CHILD_CHECK(rank, std::string(direct.message()).find("layers.1.weight") != std::string::npos, direct.ToString());
         } else {
-          // The peer fails fast (rank 0 aborted the group), well inside the 30 s timeout.
+          // Rank 1 had every gradient; its bucket collective fails because
+          // rank 0 aborted the group: fast (the timeout is 30 s), naming the
+          // bucket and rank 0, with a code psync-worker maps to exit 4
+          // (peer lost / aborted). shm carries rank 0's reason (its abort
+          // word); Gloo only sees the connection close.
           CHILD_CHECK(rank, elapsed < milliseconds(15000), absl::StrCat("took ", elapsed.count(), " ms: ", msg));
+          CHILD_CHECK(rank, st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kAborted,
+                      st.ToString());
+          CHILD_CHECK(rank, msg.find("DDP: reducing bucket ") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("(rank 1, iteration 1)") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("peer rank 0") != std::string::npos, msg);
+          if (GetParam() == "shm") {
+            CHILD_CHECK(rank, msg.find("layers.1.weight") != std::string::npos, msg);
+            CHILD_CHECK(rank, msg.find("got no gradient on rank 0") != std::string::npos, msg);
+          }
+          // Sticky on this side too.
+          auto again = (*ddp)->Forward(autograd::Variable(x));
+          CHILD_CHECK(rank, !again.ok() && again.status().message() == st.message(), again.status().ToString());
         }
         return 0;
       },
