@@ -10,6 +10,9 @@
 //   noprio    DistributedDataParallel with the engine's priorities off
 //             (Engine::SetPrioritiesEnabled(false)): AccumulateGrad runs
 //             last on iterations > 1, so buckets only fill at the very end
+//   nocheck   overlap without the reducer's step check (the small per-
+//             iteration allreduce of every rank's iteration, reducer.h):
+//             overlap minus nocheck is what the check costs
 //
 // The communicating modes run once per backend ("overlap" is Gloo,
 // "overlap@shm" the shm group). Rank 0 prints per mode: median step time,
@@ -160,13 +163,15 @@ bool RunCompute(const Config& c, int rank, ModeResult* r) {
   return true;
 }
 
-// overlap / noprio: the reducer.
-bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup> pg, bool priorities, ModeResult* r) {
+// overlap / noprio / nocheck: the reducer.
+bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup> pg, bool priorities,
+            bool check_in_step, ModeResult* r) {
   psync::autograd::ScopedPriorities prio(priorities);
   auto model = MakeModel(c);
   psync::ddp::DdpOptions opts;
   opts.bucket_cap_mb = c.bucket_cap_mb;
   opts.first_bucket_cap_mb = c.first_bucket_cap_mb;
+  opts.check_in_step = check_in_step;
   auto ddp = psync::ddp::DistributedDataParallel::Create(model, pg, opts);
   BENCH_CHECK_OK(ddp.status());
   psync::optim::SGD sgd(model->named_parameters(), {});
@@ -176,6 +181,7 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
     if (i == c.warmup) cpu0 = CpuMs();
     const auto t0 = Clock::now();
     sgd.ZeroGrad();
+    (*ddp)->reducer().DeclareIteration(i);
     auto out = (*ddp)->Forward(Variable(x));
     BENCH_CHECK_OK(out.status());
     Variable loss = psync::nn::MseLoss(*out, y);
@@ -263,8 +269,9 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
         r.mode = mode == "compute" || c.backends[g] == "gloo" ? mode : mode + "@" + c.backends[g];
         bool ok = false;
         if (mode == "compute") ok = RunCompute(c, rank, &r);
-        else if (mode == "overlap") ok = RunDdp(c, rank, pg, /*priorities=*/true, &r);
-        else if (mode == "noprio") ok = RunDdp(c, rank, pg, /*priorities=*/false, &r);
+        else if (mode == "overlap") ok = RunDdp(c, rank, pg, /*priorities=*/true, /*check_in_step=*/true, &r);
+        else if (mode == "noprio") ok = RunDdp(c, rank, pg, /*priorities=*/false, /*check_in_step=*/true, &r);
+        else if (mode == "nocheck") ok = RunDdp(c, rank, pg, /*priorities=*/true, /*check_in_step=*/false, &r);
         else if (mode == "serial") ok = RunSerial(c, rank, *pg, &r);
         if (!ok) return 1;
         // Keep the round with the lowest median per mode.
@@ -351,8 +358,8 @@ int main(int argc, char** argv) {
   if (c.rounds < 1) BadFlag("rounds", "must be >= 1");
   for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',')) {
     std::string mode(m);
-    if (mode != "compute" && mode != "overlap" && mode != "serial" && mode != "noprio") {
-      BadFlag("modes", "unknown mode \"" + mode + "\" (compute, overlap, serial, noprio)");
+    if (mode != "compute" && mode != "overlap" && mode != "serial" && mode != "noprio" && mode != "nocheck") {
+      BadFlag("modes", "unknown mode \"" + mode + "\" (compute, overlap, serial, noprio, nocheck)");
     }
     c.modes.push_back(mode);
   }

@@ -12,7 +12,7 @@
 #
 # Environment: WIDTHS, BATCH (per rank), STEPS, WARMUP, THREADS (per rank
 # process), WORLD (2), BUCKET_CAP_MB (25), BACKENDS (gloo,shm), MODES
-# (compute,overlap,serial,noprio), ROUNDS (modes are interleaved and each
+# (compute,overlap,serial,noprio; also nocheck), ROUNDS (modes are interleaved and each
 # reports its best median: the least disturbed by other load), ALTERNATE (1:
 # psync and PyTorch runs alternate this many times; each keeps its best
 # median), BUILD_DIR (<repo>/build).

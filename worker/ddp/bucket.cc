@@ -10,11 +10,14 @@
 namespace psync::ddp {
 
 Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
-                     const std::vector<autograd::Variable>& params, comm::ProcessGroup* group) {
+                     const std::vector<autograd::Variable>& params, comm::ProcessGroup* group,
+                     int64_t tail_elements) {
   PSYNC_CHECK(!param_indices.empty()) << "bucket " << index << " has no parameters";
   const Device device = params[param_indices.front()].data().device();
   int64_t total = 0;
   for (size_t i : param_indices) total += params[i].data().numel();
+  const int64_t slots_total = total;
+  total += tail_elements;
   Tensor buffer;
   if (group) {
     absl::StatusOr<Tensor> b = group->NewCollectiveBuffer({total}, kFloat32, device);
@@ -34,7 +37,8 @@ Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
     slots.push_back(BucketSlot{i, offset, buffer.View(offset, data.shape())});
     offset += data.numel();
   }
-  Bucket bucket(index, std::move(buffer), std::move(slots));
+  Tensor tail = tail_elements > 0 ? buffer.View(slots_total, {tail_elements}) : Tensor();
+  Bucket bucket(index, std::move(buffer), std::move(slots), std::move(tail));
   bucket.ResetForIteration();
   return bucket;
 }

@@ -40,15 +40,20 @@ class Bucket {
   // view for each. With `group`, the buffer is the group's collective buffer
   // (ProcessGroup::NewCollectiveBuffer: shared memory for shm, reduced in
   // place), and Build is collective: every rank builds the same buckets in
-  // the same order. Throws std::runtime_error when the buffer cannot be made.
+  // the same order. `tail_elements` more floats follow the slots (the
+  // reducer's step tags, reduced with the gradients). Throws
+  // std::runtime_error when the buffer cannot be made.
   static Bucket Build(size_t index, const std::vector<size_t>& param_indices,
-                      const std::vector<autograd::Variable>& params, comm::ProcessGroup* group = nullptr);
+                      const std::vector<autograd::Variable>& params, comm::ProcessGroup* group = nullptr,
+                      int64_t tail_elements = 0);
 
   size_t index() const { return index_; }
   const Tensor& buffer() const { return buffer_; }
   Tensor& mutable_buffer() { return buffer_; }
   const std::vector<BucketSlot>& slots() const { return slots_; }
   std::vector<BucketSlot>& slots_mutable() { return slots_; }
+  // The floats after the slots (undefined when Build got no tail).
+  const Tensor& tail() const { return tail_; }
   size_t nbytes() const { return buffer_.nbytes(); }
   std::vector<size_t> param_indices() const;
 
@@ -64,11 +69,12 @@ class Bucket {
   void ResetForIteration();
 
  private:
-  Bucket(size_t index, Tensor buffer, std::vector<BucketSlot> slots)
-      : index_(index), buffer_(std::move(buffer)), slots_(std::move(slots)) {}
+  Bucket(size_t index, Tensor buffer, std::vector<BucketSlot> slots, Tensor tail)
+      : index_(index), buffer_(std::move(buffer)), slots_(std::move(slots)), tail_(std::move(tail)) {}
   size_t index_ = 0;
   Tensor buffer_;
   std::vector<BucketSlot> slots_;
+  Tensor tail_;
 };
 
 // Copy-in semantics, run when a parameter is marked ready:

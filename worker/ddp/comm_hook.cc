@@ -9,6 +9,7 @@ namespace {
 class Allreduce : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
+  bool CarriesStepTag() const override { return true; }
   std::shared_ptr<comm::Work> Run(comm::ProcessGroup& group, const GradBucket& bucket) override {
     // Why divide after the sum (not before, like DDP's hook): the same
     // rounding as one process averaging, whatever the world size.

@@ -14,6 +14,10 @@
 //               back; half the bytes on the wire, about 3 / 2 significant
 //               decimal digits per gradient (see worker/ddp/README.md)
 //
+// A hook whose Run leaves exactly sum x 1/world in every float32 element
+// (CarriesStepTag) lets the reducer's step tags ride in bucket 0's buffer
+// (reducer.h); other hooks get a separate small allreduce for them.
+//
 // Threads: Run is called on the training (backward) thread; the returned
 // Work's Wait too. Work that must happen after the collective (dividing,
 // casting back) runs inside the first successful Wait (comm::ThenWork), so it is
@@ -32,7 +36,9 @@ namespace psync::ddp {
 
 struct GradBucket {
   size_t index = 0;
-  Tensor buffer;  // the flat gradients (slots of the parameters), modified in place
+  // The flat gradients (slots of the parameters), modified in place. Bucket
+  // 0's may end with the reducer's step tags (CarriesStepTag).
+  Tensor buffer;
 };
 
 class CommHook {
@@ -41,6 +47,10 @@ class CommHook {
   virtual std::string name() const = 0;
   // Starts reducing `bucket` over `group`; see the contract above.
   virtual std::shared_ptr<comm::Work> Run(comm::ProcessGroup& group, const GradBucket& bucket) = 0;
+  // True when Run leaves exactly the float32 sum times 1/world in every
+  // element of the buffer: then the reducer appends its step tags
+  // (step_check.h) to bucket 0 instead of an allreduce of their own.
+  virtual bool CarriesStepTag() const { return false; }
 };
 
 // The default hook: AllreduceAverage.

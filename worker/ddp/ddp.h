@@ -48,6 +48,10 @@ struct DdpOptions {
   RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
   // What reduces each bucket (comm_hook.h); null = allreduce.
   std::shared_ptr<CommHook> comm_hook;
+  // Compare every rank's iteration in each synchronised backward (reducer.h,
+  // step_check.h; declare it with reducer().DeclareIteration). Off only to
+  // measure what the check costs.
+  bool check_in_step = true;
 };
 
 class DistributedDataParallel {

@@ -74,6 +74,7 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
   if (!source_ && options_.find_unused_parameters) {
     source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
   }
+  fuse_step_tag_ = options_.check_in_step && group_->size() > 1 && hook_->CarriesStepTag();
   ready_.assign(params_.size(), 0);
   local_used_.assign(params_.size(), 0);
 }
@@ -126,7 +127,8 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
   for (size_t b = 0; b < plan.size(); ++b) {
-    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get()));
+    const int64_t tail = b == 0 && fuse_step_tag_ ? group_->size() * kStepTagFloats : 0;
+    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get(), tail));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),
@@ -136,6 +138,7 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   }
   buckets_ = std::move(buckets);
   locations_ = std::move(locations);
+  plan_id_ = BucketPlanId(plan);
   PointDestinationsAtBuckets();
 }
 
@@ -170,6 +173,9 @@ void Reducer::ResetIteration(bool sync) {
   next_bucket_to_complete_ = 0;
   locally_unused_.clear();
   hook_error_ = absl::OkStatus();
+  step_issued_ = false;
+  step_work_.reset();
+  step_tensor_ = Tensor();
   expect_sync_ = sync;
   observed_order_.clear();
   trace_ = IterationTrace{};
@@ -246,6 +252,9 @@ void Reducer::BeginBackward() {
       [this]() -> absl::Status { return expect_sync_ ? Finalize() : FinishLocalBackward(); });
   if (!st.ok()) RecordError(Annotate(st, "DDP: queueing the end-of-backward callback"));
   if (!expect_sync_) return;
+  // Why before marking anything ready: the check's collective must precede
+  // bucket 0 in every rank's issue order.
+  IssueStepCheck();
   // Why at the first hook and not in PrepareForBackward: only now is this
   // backward certain to run, so the caller could discard the outputs before.
   for (size_t i : locally_unused_) MarkReady(i);
@@ -353,6 +362,10 @@ absl::Status Reducer::Finalize() {
         "enable DdpOptions::find_unused_parameters (and run forward through DistributedDataParallel), or make "
         "sure every output of forward takes part in the loss. The process group was aborted so peers fail fast.")));
   }
+  // Why before the buckets: a rank out of step may have paired buckets of
+  // different shapes too (a plan applied at another iteration), and the
+  // named cause beats the collective's own error.
+  PSYNC_RETURN_IF_ERROR(VerifyStepCheck(deadline));
   PSYNC_RETURN_IF_ERROR(WaitForBuckets(deadline));
 
   std::vector<uint8_t> global_used;
@@ -390,6 +403,64 @@ absl::Status Reducer::Finalize() {
   last_trace_ = trace_;
   if (observer_) observer_->OnIterationFinalized(last_trace_);
   return absl::OkStatus();
+}
+
+void Reducer::IssueStepCheck() {
+  if (!options_.check_in_step || group_->size() == 1) return;
+  step_tag_ = StepTag{declared_iteration_.value_or(iteration_), iteration_, plan_id_};
+  absl::Status st = Catching("DDP: step check", [&] {
+    Tensor mine = EncodeStepTag(step_tag_, group_->rank(), group_->size(), device_);
+    if (fuse_step_tag_) {
+      // Bucket 0 launches after this (launches wait for the first hook).
+      step_tensor_ = buckets_.front().tail();
+      ops::Copy(step_tensor_, mine);
+    } else {
+      step_tensor_ = mine;
+      // Why a constant name: groups that compare collective names (shm) must
+      // see the same collective on every rank; the tags do the comparing.
+      step_work_ = group_->AllreduceSum(step_tensor_, "step check");
+    }
+  });
+  if (!st.ok()) {
+    RecordError(st);
+    return;
+  }
+  step_issued_ = true;
+}
+
+absl::Status Reducer::VerifyStepCheck(TraceClock::time_point deadline) {
+  if (!step_issued_) return absl::OkStatus();
+  // Bucket 0 was launched: Finalize checked every bucket was.
+  const std::shared_ptr<comm::Work> work = fuse_step_tag_ ? buckets_.front().work : step_work_;
+  const auto remaining = std::max(std::chrono::milliseconds(0),
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
+  absl::Status st = work->Wait(remaining);
+  if (!st.ok()) {
+    return Fail(Annotate(st, fuse_step_tag_ ? absl::StrCat("DDP: reducing bucket 0 of ", buckets_.size(), " (rank ",
+                                                           group_->rank(), ", iteration ", step_tag_.iteration, ")")
+                                            : absl::StrCat("DDP: step check (rank ", group_->rank(), ", iteration ",
+                                                           step_tag_.iteration, ")")));
+  }
+  // The default hook averaged the tags with the gradients.
+  const float scale = fuse_step_tag_ ? 1.0f / static_cast<float>(group_->size()) : 1.0f;
+  absl::StatusOr<std::vector<StepTag>> tags;
+  st = Catching("DDP: step check", [&] { tags = DecodeStepTags(step_tensor_, group_->size(), scale); });
+  if (st.ok() && !tags.ok()) st = absl::AbortedError(std::string(tags.status().message()));
+  if (st.ok()) st = CompareStepTags(*tags, last_agreed_, group_->rank());
+  if (st.ok()) {
+    last_agreed_ = step_tag_;
+    return absl::OkStatus();
+  }
+  // Why a barrier before aborting: every peer reaches the same verdict from
+  // its own copy of the tags, but only once its exchange has finished, and
+  // aborting closes the connections (Gloo) under it. A peer enters this
+  // barrier only after it decoded the tags, so once the barrier is through
+  // every peer has its verdict. Bounded: a peer whose collectives no longer
+  // pair with ours may never come.
+  const auto grace = std::min(std::chrono::milliseconds(5000), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                   deadline - TraceClock::now()));
+  (void)group_->Barrier(std::max(std::chrono::milliseconds(0), grace));
+  return Fail(st);
 }
 
 absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {

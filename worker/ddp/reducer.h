@@ -14,6 +14,13 @@
 // the gradients are then in each parameter's grad, which is a view into its
 // bucket (no copy back out).
 //
+// Step check (step_check.h): every synchronised backward reduces every
+// rank's (iteration, sequence, bucket plan id) with, or just before, bucket
+// 0 (in its buffer's tail with the default hook: no extra collective);
+// Finalize compares them before anything else, so a rank that skipped or
+// repeated a backward fails every rank, naming it (Aborted), instead of
+// averaging gradients of different iterations.
+//
 // Copies: each slot view is its parameter's gradient destination
 // (AccumulateGrad::SetGradDestination), so when grad is undefined (first
 // backward, ZeroGrad(set_to_none)) a Linear/Matmul backward writes the
@@ -55,6 +62,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +76,7 @@
 #include "worker/ddp/bucket_assignment.h"
 #include "worker/ddp/comm_hook.h"
 #include "worker/ddp/reducer_trace.h"
+#include "worker/ddp/step_check.h"
 #include "worker/ddp/unused_parameter_source.h"
 
 namespace psync::ddp {
@@ -93,6 +102,9 @@ struct ReducerOptions {
   RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
   // What reduces a full bucket (comm_hook.h); null = AllreduceHook().
   std::shared_ptr<CommHook> comm_hook;
+  // Exchange and compare the step tags (step_check.h) in every synchronised
+  // backward (world > 1). Off only to measure what the check costs.
+  bool check_in_step = true;
 };
 
 class Reducer {
@@ -142,6 +154,12 @@ class Reducer {
   // iteration number). set_iteration: when resuming from a checkpoint.
   int64_t iteration() const { return iteration_; }
   void set_iteration(int64_t iteration) { iteration_ = iteration; }
+  // The caller's training iteration for the coming synchronised backward(s)
+  // (call it before each iteration's forward, with the same numbering on
+  // every rank). The step check compares it across ranks, so a rank that
+  // skipped a backward or ran an extra one is named. Until it is called the
+  // check uses iteration() (and then cannot tell a skipped backward).
+  void DeclareIteration(int64_t iteration) { declared_iteration_ = iteration; }
 
   void SetObserver(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
   const IterationTrace& last_iteration_trace() const { return last_trace_; }
@@ -187,6 +205,10 @@ class Reducer {
   absl::Status WaitForBuckets(TraceClock::time_point deadline);
   void WriteBackGradients(const std::vector<uint8_t>* global_used);
   absl::Status RebuildFromRank0(TraceClock::time_point deadline);
+  // The step check (step_check.h): issued at the first hook of a synced
+  // backward, verified first thing in Finalize.
+  void IssueStepCheck();
+  absl::Status VerifyStepCheck(TraceClock::time_point deadline);
 
   void ResetIteration(bool sync);
   absl::Status Fail(absl::Status status);
@@ -213,6 +235,17 @@ class Reducer {
   bool sync_enabled_ = true;     // toggled by NoSync
   bool expect_sync_ = true;      // captured at PrepareForBackward for its backward
   int64_t iteration_ = 0;
+
+  // ---- step check (backward thread)
+  std::optional<int64_t> declared_iteration_;  // DeclareIteration; sticky
+  uint32_t plan_id_ = 0;                       // BucketPlanId of buckets_ (InstallBuckets)
+  bool fuse_step_tag_ = false;                 // tags ride in bucket 0 (hook CarriesStepTag); fixed at Create
+  std::optional<StepTag> last_agreed_;         // tag of the last backward every rank agreed on
+  // Per backward (reset by ResetIteration):
+  bool step_issued_ = false;                   // this backward carries a check
+  StepTag step_tag_;                           // this rank's tag
+  Tensor step_tensor_;                         // where the reduced tags land: bucket 0's tail, or its own buffer
+  std::shared_ptr<comm::Work> step_work_;      // the check's own allreduce (not fused)
 
   // ---- iteration-scoped (reset by PrepareForBackward)
   std::vector<uint8_t> ready_;             // marked ready in this backward

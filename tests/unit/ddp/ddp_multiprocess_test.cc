@@ -256,9 +256,35 @@ TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
         for (auto piece : absl::StrSplit((*orders)[0], ',')) rank0.push_back(std::stoul(std::string(piece)));
         CHILD_CHECK(rank, PlanString(reducer.bucket_plan()) == PlanString(reducer.PlanFromOrder(rank0)),
                  "plan from rank 0's order");
-        // Gradients survived the rebuild: they are views of the new buckets.
-        for (const auto& p : mlp->parameters()) {
-          if (p.grad().defined()) CHILD_CHECK(rank, p.grad().storage_offset() >= 0, p.name());
+        // Gradients survived the rebuild: each is the view of its slot in the
+        // new buckets and holds the average of every rank's local gradient
+        // (an identical model without DDP gives this rank's; rank 1's has no
+        // layer 1 gradient: it contributed zeros there).
+        auto plain = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+        st = autograd::Backward(nn::MseLoss(plain->Forward(autograd::Variable(x), skip), y));
+        CHILD_CHECK(rank, st.ok(), st.ToString());
+        std::string local;
+        for (const auto& p : plain->parameters()) {
+          const std::vector<float> g =
+              p.grad().defined() ? p.grad().ToVector() : std::vector<float>(static_cast<size_t>(p.data().numel()), 0.0f);
+          local.append(reinterpret_cast<const char*>(g.data()), g.size() * sizeof(float));
+        }
+        auto locals = pg->Allgather(local, milliseconds(20000));
+        CHILD_CHECK(rank, locals.ok(), locals.status().ToString());
+        const auto params = mlp->parameters();
+        size_t at = 0;
+        for (size_t i = 0; i < params.size(); ++i) {
+          const Tensor& grad = params[i].grad();
+          CHILD_CHECK(rank, grad.defined(), params[i].name() + " lost its gradient");
+          CHILD_CHECK(rank, grad.IsSameView(reducer.bucket_view(i)), params[i].name() + " is not its new slot's view");
+          const std::vector<float> got = grad.ToVector();
+          for (size_t j = 0; j < got.size(); ++j, ++at) {
+            double sum = 0;
+            for (const std::string& l : *locals) sum += reinterpret_cast<const float*>(l.data())[at];
+            const double want = sum / 3.0;
+            CHILD_CHECK(rank, std::fabs(got[j] - want) <= 1e-6 + 1e-5 * std::fabs(want),
+                        absl::StrCat(params[i].name(), "[", j, "] = ", got[j], ", average of the ranks' ", want));
+          }
         }
         return 0;
       },
@@ -326,14 +352,119 @@ TEST_P(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
           CHILD_CHECK(rank, !direct.ok(), "backward after a failure must fail");
           CHILD_CHECK(rank, std::string(direct.message()).find("layers.1.weight") != std::string::npos, direct.ToString());
         } else {
-          // The peer fails fast (rank 0 aborted the group), well inside the 30 s timeout.
+          // Rank 1 had every gradient; its bucket collective fails because
+          // rank 0 aborted the group: fast (the timeout is 30 s), naming the
+          // bucket and rank 0, with a code psync-worker maps to exit 4
+          // (peer lost / aborted). shm carries rank 0's reason (its abort
+          // word); Gloo only sees the connection close.
           CHILD_CHECK(rank, elapsed < milliseconds(15000), absl::StrCat("took ", elapsed.count(), " ms: ", msg));
+          CHILD_CHECK(rank, st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kAborted,
+                      st.ToString());
+          CHILD_CHECK(rank, msg.find("DDP: reducing bucket ") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("(rank 1, iteration 1)") != std::string::npos, msg);
+          CHILD_CHECK(rank, msg.find("peer rank 0") != std::string::npos, msg);
+          if (GetParam() == "shm") {
+            CHILD_CHECK(rank, msg.find("layers.1.weight") != std::string::npos, msg);
+            CHILD_CHECK(rank, msg.find("got no gradient on rank 0") != std::string::npos, msg);
+          }
+          // Sticky on this side too.
+          auto again = (*ddp)->Forward(autograd::Variable(x));
+          CHILD_CHECK(rank, !again.ok() && again.status().message() == st.message(), again.status().ToString());
         }
         return 0;
       },
       kDeadline);
   ExpectAllRanksOk(results);
 }
+
+// ---------------------------------------------------------------- a rank out of step
+
+// Ranks train iterations 0..5 declaring each iteration. In iteration 2
+// one rank either skips its backward (`skip`: rank 1 then reduces iteration
+// 3 against rank 0's iteration 2) or runs an extra forward + backward
+// (rank 0: its extra backward pairs with rank 1's iteration 3). The bucket
+// collectives alone would pair up silently; the step check must fail the
+// mismatched backward on every rank within seconds (the collective timeout
+// is 30 s), naming the rank out of step and both iterations, with Aborted
+// (psync-worker: exit 4), and no gradient of it applied. `compression`:
+// none = the tags ride in bucket 0; bf16 = the check's own allreduce.
+void OutOfStep(const std::string& backend, bool skip, const std::string& compression = "none") {
+  TempDir dir;
+  constexpr milliseconds kTimeout(30000);
+  const int odd_rank = skip ? 1 : 0;
+  auto results = RunRanks(
+      2,
+      [&](int rank) -> int {
+        auto pg = MakeGroup(dir.path(), rank, 2, kTimeout, backend);
+        CHILD_CHECK(rank, pg != nullptr, "group");
+        auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+        DdpOptions opts;
+        opts.timeout = kTimeout;
+        opts.bucket_cap_mb = 0.0005;  // several buckets
+        opts.first_bucket_cap_mb = 0.0002;
+        auto hook = CommHookFromFlag(compression);
+        CHILD_CHECK(rank, hook.ok(), hook.status().ToString());
+        opts.comm_hook = *hook;
+        auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
+        CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
+        optim::SGD sgd(mlp->named_parameters(), {});
+        absl::Status failed;
+        int failed_in = -1;
+        std::vector<std::vector<float>> before;
+        Clock::time_point t0;
+        for (int s = 0; s < 6 && failed.ok(); ++s) {
+          (*ddp)->reducer().DeclareIteration(s);
+          auto [x, y] = StepData(s, 4, Device::CPU());
+          const int passes = !skip && rank == odd_rank && s == 2 ? 2 : 1;
+          before.clear();
+          for (const auto& p : mlp->parameters()) before.push_back(p.data().ToVector());
+          for (int pass = 0; pass < passes && failed.ok(); ++pass) {
+            auto out = (*ddp)->Forward(autograd::Variable(x));
+            CHILD_CHECK(rank, out.ok(), out.status().ToString());
+            if (skip && rank == odd_rank && s == 2) break;  // forward, then no backward
+            t0 = Clock::now();
+            failed = autograd::Backward(nn::MseLoss(*out, y));
+            failed_in = s;
+          }
+          if (!failed.ok()) break;
+          CHILD_CHECK(rank, sgd.Step(0.1).ok(), "sgd");
+          sgd.ZeroGrad();
+        }
+        const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+        std::fprintf(stderr, "rank %d, iteration %d, after %lld ms: %s\n", rank, failed_in,
+                     static_cast<long long>(elapsed.count()), failed.ToString().c_str());
+        CHILD_CHECK(rank, !failed.ok(), "a backward must fail");
+        // The mismatched backward is the first one after iteration 2 began.
+        CHILD_CHECK(rank, failed_in == (rank == 1 ? 3 : 2), absl::StrCat("failed in iteration ", failed_in));
+        CHILD_CHECK(rank, failed.code() == absl::StatusCode::kAborted, failed.ToString());
+        const std::string msg(failed.message());
+        const std::string want = absl::StrCat("DDP: rank ", odd_rank,
+                                              " is out of step: rank 0 at iteration 2, rank 1 at iteration 3");
+        CHILD_CHECK(rank, msg.find(want) != std::string::npos, msg);
+        // Skip: iteration 2 never paired; extra: rank 0's first backward of 2 did.
+        const std::string agreed = absl::StrCat("the last iteration every rank reduced together was ", skip ? 1 : 2);
+        CHILD_CHECK(rank, msg.find(agreed) != std::string::npos, msg);
+        CHILD_CHECK(rank, msg.find(absl::StrCat("seen on rank ", rank, " of 2")) != std::string::npos, msg);
+        CHILD_CHECK(rank, elapsed < milliseconds(10000), absl::StrCat("took ", elapsed.count(), " ms"));
+        // Nothing of the mismatched backward reached the weights, and the
+        // reducer stays failed with the same explanation.
+        const auto params = mlp->parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          CHILD_CHECK(rank, params[i].data().ToVector() == before[i], params[i].name());
+        }
+        auto again = (*ddp)->Forward(autograd::Variable(StepData(0, 4, Device::CPU()).first));
+        CHILD_CHECK(rank, !again.ok() && std::string(again.status().message()).find(want) != std::string::npos,
+                    again.status().ToString());
+        return 0;
+      },
+      kDeadline);
+  ExpectAllRanksOk(results);
+}
+
+TEST_P(DdpMultiProcess, RankSkippingABackwardIsNamedOnEveryRank) { OutOfStep(GetParam(), /*skip=*/true); }
+TEST_P(DdpMultiProcess, RankRunningAnExtraBackwardIsNamedOnEveryRank) { OutOfStep(GetParam(), /*skip=*/false); }
+TEST_P(DdpMultiProcess, RankSkippingABackwardIsNamedWithACompressionHook) { OutOfStep(GetParam(), true, "bf16"); }
+TEST_P(DdpMultiProcess, RankRunningAnExtraBackwardIsNamedWithACompressionHook) { OutOfStep(GetParam(), false, "bf16"); }
 
 TEST_P(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
   // World 1 (no peers to wait for): a backward that stops midway (a node

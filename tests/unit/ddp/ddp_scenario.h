@@ -166,6 +166,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   const int64_t n = static_cast<int64_t>(sc.world) * sc.micro * sc.rows;
   const float scale = 1.0f / static_cast<float>(sc.micro);
   for (int s = 0; s < sc.steps; ++s) {
+    ddp->reducer().DeclareIteration(s);  // the step check compares it across ranks
     auto [x, y] = StepData(s, n, sc.device);
     for (int m = 0; m < sc.micro; ++m) {
       std::optional<NoSync> guard;

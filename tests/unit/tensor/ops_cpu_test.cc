@@ -255,13 +255,12 @@ TEST(OpsCpu, InPlace) {
   EXPECT_EQ(flat.ToVector(), (std::vector<float>{1, 4, 4, 1, 1, 1}));
 }
 
-TEST(OpsCpu, MaxAbsDiffAndSynchronize) {
+TEST(OpsCpu, MaxAbsDiff) {
   Tensor a = Tensor::FromVector({1, 2, 3}, {3}), b = Tensor::FromVector({1, 2.5f, 2}, {3});
   EXPECT_EQ(ops::MaxAbsDiff(a, b), 1.0f);
   EXPECT_EQ(ops::MaxAbsDiff(a, a), 0.0f);
   Tensor n = Tensor::FromVector({1, NAN, 3}, {3});
   EXPECT_TRUE(std::isnan(ops::MaxAbsDiff(a, n)));
-  EXPECT_NO_THROW(ops::Synchronize(Device::CPU()));
 }
 
 TEST(OpsCpu, Deterministic) {

@@ -35,7 +35,10 @@ TEST(Device, ToStringAndParse) {
 
 TEST(Device, CudaAvailabilityNeverCrashes) {
   const int n = CudaDeviceCount();
-  EXPECT_GE(n, 0);
+  EXPECT_EQ(CudaDeviceCount(), n);  // the same answer every time
+  if (!BuiltWithCuda()) EXPECT_EQ(n, 0);
+  // Every device below the count is usable; the one past it is not (below).
+  for (int d = 0; d < n; ++d) EXPECT_TRUE(CheckDeviceAvailable(Device::CUDA(d)).ok()) << "cuda:" << d;
   EXPECT_TRUE(CheckDeviceAvailable(Device::CPU()).ok());
   absl::Status st = CheckDeviceAvailable(Device::CUDA(n));  // one past the last
   ASSERT_FALSE(st.ok());
