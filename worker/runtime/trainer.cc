@@ -315,6 +315,9 @@ TrainResult TrainLoop::Run() {
       batches = prefetch.Next();
     }
     if (!batches.ok()) return Fail(WithExitCode(batches.status(), kExitBadInput), step, "reading the data");
+    // The step check (ddp/step_check.h) compares this across the ranks in
+    // the first bucket: a rank that skipped or repeated a backward is named.
+    reducer_.DeclareIteration(step);
     absl::StatusOr<double> loss = ForwardBackward(step, *batches);
     if (!loss.ok()) return Fail(loss.status(), step, "forward/backward");
 
