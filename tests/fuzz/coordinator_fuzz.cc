@@ -259,6 +259,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.max_restarts = h.max_restarts = in.Byte() % 3;
   h.job = std::make_unique<JobState>(cfg, &h.sched);
   h.kv = std::make_unique<KvStore>(&h.sched);
+  h.job->SetGenerationEndHook([kv = h.kv.get()](const std::string& prefix) { kv->ErasePrefix(prefix); });
   h.streams.resize(static_cast<size_t>(h.world));
   const auto t0 = JobState::Clock::now();
 
@@ -266,9 +267,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t op = in.Byte() % 19;
     const int rank = in.Byte() % (h.world + 1) - (op == 0 ? 1 : 0);  // -1 .. world-1 for joins, else 0 .. world
     switch (op) {
-      case 0:  // a valid Join (requested rank or any)
-        h.Join(h.ValidJoin(rank));
+      case 0: {  // a valid Join (requested rank or any), sometimes naming a generation
+        v1::JoinRequest req = h.ValidJoin(rank);
+        const uint8_t g = in.Byte();
+        if (g % 4 == 0) req.set_generation(g / 4 % 4);
+        h.Join(req);
         break;
+      }
       case 1: {  // a JoinRequest from raw bytes
         v1::JoinRequest req;
         (void)req.ParseFromString(in.Bytes(200));
