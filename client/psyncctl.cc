@@ -112,11 +112,16 @@ int Status(v1::Control::Stub* stub, bool json) {
     std::printf("%s\n", ToJson(r).c_str());
     return 0;
   }
-  std::printf("job %s  state %s  world %d/%d  generation %lld  iteration %lld  backend %s\n",
+  std::printf("job %s  state %s  world %d/%d  generation %lld  restarts %d/%d  iteration %lld  backend %s\n",
               r.job_id().c_str(), StateName(r.state()).c_str(), r.joined(), r.world_size(),
-              static_cast<long long>(r.generation()), static_cast<long long>(r.iteration()),
-              r.backend().empty() ? "-" : r.backend().c_str());
+              static_cast<long long>(r.generation()), r.restarts(), r.max_restarts(),
+              static_cast<long long>(r.iteration()), r.backend().empty() ? "-" : r.backend().c_str());
   if (!r.reason().empty()) std::printf("reason: %s\n", r.reason().c_str());
+  if (r.start_iteration() > 0) {
+    std::printf("generation %lld started at iteration %lld\n", static_cast<long long>(r.generation()),
+                static_cast<long long>(r.start_iteration()));
+  }
+  if (!r.last_restart_reason().empty()) std::printf("last restart: %s\n", r.last_restart_reason().c_str());
   if (r.stop_after_iteration() >= 0) {
     std::printf("stopping after iteration %lld\n", static_cast<long long>(r.stop_after_iteration()));
   }

@@ -4,7 +4,9 @@
 #   2. docker-compose config -q of deploy/compose/docker-compose.yml
 #   3. kubectl kustomize of deploy/k8s/base and every overlay, then structural
 #      checks of the rendered objects (probes, ports, ranks, token, policies,
-#      WORLD_SIZE == completions == parallelism, GPU requests, $(VAR) refs)
+#      WORLD_SIZE == completions == parallelism, GPU requests, $(VAR) refs,
+#      restarts: coordinator --max-restarts == Job backoffLimit and the pod
+#      failure policy, checkpoints on a PersistentVolumeClaim)
 #   4. Dockerfiles: COPY sources exist and are not excluded by .dockerignore,
 #      a non-root USER, the tini + entrypoint ENTRYPOINT
 #   With the built binaries (arguments: binaries or directories holding
@@ -284,6 +286,44 @@ for rdir, path in renders:
     if "job-completion-index" not in fp: errs.append("worker RANK is not taken from the job completion index")
     if vals.get("MASTER_ADDR") != svc["metadata"]["name"]: errs.append(f"MASTER_ADDR={vals.get('MASTER_ADDR')} is not the Service {svc['metadata']['name']}")
     if str(vals.get("MASTER_PORT")) != "29500": errs.append(f"MASTER_PORT={vals.get('MASTER_PORT')} is not 29500")
+    # restarts: the coordinator's --max-restarts equals the Job's backoffLimit;
+    # exit 4 (generation aborted by a peer's death) and disruptions are
+    # replaced without counting, exit 2 fails the Job; checkpoints live on a
+    # PersistentVolumeClaim mounted at PSYNC_CHECKPOINT_DIR.
+    _, cvals, _ = env_of(cc)
+    max_restarts = None
+    for a in cc.get("args") or []:
+        if str(a).startswith("--max-restarts="):
+            v = str(a).split("=", 1)[1]
+            m = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", v)
+            max_restarts = cvals.get(m.group(1)) if m else v
+    if max_restarts is None: errs.append("coordinator: no --max-restarts (dead workers would end the job)")
+    elif str(js.get("backoffLimit")) != str(max_restarts):
+        errs.append(f"worker Job backoffLimit={js.get('backoffLimit')} differs from the coordinator's --max-restarts={max_restarts}")
+    rules = (js.get("podFailurePolicy") or {}).get("rules") or []
+    def action_for(code):
+        for r in rules:
+            oe = r.get("onExitCodes") or {}
+            if oe.get("operator") == "In" and code in (oe.get("values") or []): return r.get("action")
+        return "Count"
+    if action_for(4) != "Ignore": errs.append(f"podFailurePolicy: exit 4 (peer lost) is {action_for(4)}, want Ignore (replace the pod)")
+    if action_for(2) != "FailJob": errs.append(f"podFailurePolicy: exit 2 (bad flags) is {action_for(2)}, want FailJob")
+    if not any(r.get("action") == "Ignore" and any(c.get("type") == "DisruptionTarget" for c in r.get("onPodConditions") or [])
+               for r in rules):
+        errs.append("podFailurePolicy: evicted/preempted pods (DisruptionTarget) are not Ignored")
+    if wpod.get("restartPolicy") != "Never": errs.append("worker pods: podFailurePolicy needs restartPolicy: Never")
+    ckdir = vals.get("PSYNC_CHECKPOINT_DIR")
+    mounts = {m["mountPath"]: m["name"] for m in wc.get("volumeMounts") or []}
+    vols = {v["name"]: v for v in wpod.get("volumes") or []}
+    pvcs = {p["metadata"]["name"] for p in by.get("PersistentVolumeClaim", [])}
+    if not ckdir: errs.append("PSYNC_CHECKPOINT_DIR is not set for the workers")
+    elif ckdir not in mounts: errs.append(f"workers mount nothing at PSYNC_CHECKPOINT_DIR={ckdir}")
+    else:
+        claim = (vols.get(mounts[ckdir], {}).get("persistentVolumeClaim") or {}).get("claimName")
+        if claim not in pvcs: errs.append(f"the volume at {ckdir} is not a PersistentVolumeClaim of the render (claim {claim})")
+    for a in wc.get("args") or []:
+        if str(a).startswith("--checkpoint-dir=") and str(a).split("=", 1)[1] not in (ckdir, "$(PSYNC_CHECKPOINT_DIR)"):
+            errs.append(f"worker {a} is not the mounted PSYNC_CHECKPOINT_DIR={ckdir}")
     # device and GPUs
     gpu = "gpu" in os.path.basename(rdir)
     args = wc.get("args") or []
@@ -323,7 +363,7 @@ for rdir, path in renders:
     if errs:
         for e in errs: bad(f"{tag}: {e}")
     else:
-        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings")
+        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), restarts (--max-restarts={max_restarts} = backoffLimit, exit 4 replaced), checkpoints PVC at {ckdir}, token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings")
 
 # ------------------------------------------------ Dockerfiles
 ignores = []

@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
     return absl::InvalidArgumentError(absl::StrCat("world size ", options.job.world_size,
                                                    " is out of range 1..", kMaxWorldSize));
   }
+  if (options.job.max_restarts < 0 || options.job.max_restarts > kMaxRestarts) {
+    return absl::InvalidArgumentError(absl::StrCat("max restarts ", options.job.max_restarts,
+                                                   " is out of range 0..", kMaxRestarts));
+  }
   if (options.job.plan_lookahead < 1 || options.job.plan_lookahead > kMaxPlanLookahead) {
     return absl::InvalidArgumentError(absl::StrCat("plan lookahead ", options.job.plan_lookahead,
                                                    " is out of range 1..", kMaxPlanLookahead));
@@ -54,6 +58,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   s->timers_ = std::make_unique<TimerQueue>();
   s->job_ = std::make_unique<JobState>(options.job, s->timers_.get());
   s->kv_ = std::make_unique<KvStore>(s->timers_.get());
+  // Why: a generation's bootstrap keys are useless once it ended; dropping
+  // them keeps restarts from filling the store (kMaxKeysPerJob).
+  s->job_->SetGenerationEndHook([kv = s->kv_.get()](const std::string& prefix) { kv->ErasePrefix(prefix); });
   s->auth_ = std::make_unique<TokenAuth>(options.token);
   s->coordinator_ = std::make_unique<CoordinatorService>(s->job_.get(), s->kv_.get(), s->auth_.get());
   s->control_ = std::make_unique<ControlService>(s->job_.get(), s->auth_.get());

@@ -16,10 +16,16 @@ void EventLog::Append(v1::EventType type, int rank, int64_t iteration, std::stri
     e.set_rank(rank);
     e.set_iteration(iteration);
     e.set_message(std::move(message));
+    e.set_generation(generation_);
     events_.push_back(std::move(e));
     while (events_.size() > kKeep) events_.pop_front();
   }
   Notify();
+}
+
+void EventLog::SetGeneration(int64_t generation) {
+  std::lock_guard<std::mutex> l(mu_);
+  generation_ = generation;
 }
 
 void EventLog::Notify() {

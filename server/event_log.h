@@ -23,7 +23,10 @@ class EventLog {
  public:
   static constexpr size_t kKeep = 1024;
 
+  // The event is stamped with the generation last given to SetGeneration (1 at first).
   void Append(v1::EventType type, int rank, int64_t iteration, std::string message);
+  // The job generation of the events appended from now on (JobState, on a restart).
+  void SetGeneration(int64_t generation);
   // Events with seq > after_seq that are still kept, oldest first.
   std::vector<v1::Event> After(int64_t after_seq) const;
   int64_t last_seq() const;
@@ -39,12 +42,14 @@ class EventLog {
   mutable std::mutex mu_;
   std::deque<v1::Event> events_;
   int64_t next_seq_ = 1;
+  int64_t generation_ = 1;
   bool closed_ = false;
   std::map<uint64_t, std::shared_ptr<std::function<void()>>> subscribers_;
   uint64_t next_sub_ = 1;
 };
 
-// True for the events after which a job never changes again.
+// True for the events after which a job never changes again (not
+// EVENT_RESTARTING: the job goes on with its next generation).
 inline bool IsFinalEvent(const v1::Event& e) {
   return e.type() == v1::EVENT_FINISHED || e.type() == v1::EVENT_ABORTED;
 }

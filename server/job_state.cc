@@ -17,9 +17,20 @@ int64_t NowUnixMs() {
       .count();
 }
 
+// Unique per job generation (and per coordinator start, so a restarted
+// coordinator's keys never meet an old worker's).
+std::string StorePrefix(const std::string& job_id, int64_t generation) {
+  return absl::StrCat(job_id, "/g", generation, "-",
+                      std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count(),
+                      "/");
+}
+
 JobConfig Resolve(JobConfig c) {
   c.heartbeat_timeout = EffectiveHeartbeatTimeout(c);
   c.plan_lookahead = std::clamp(c.plan_lookahead, 1, kMaxPlanLookahead);
+  c.max_restarts = std::clamp(c.max_restarts, 0, kMaxRestarts);
   return c;
 }
 
@@ -40,14 +51,15 @@ JobState::JobState(JobConfig config, Scheduler* scheduler)
     : cfg_(Resolve(std::move(config))),
       scheduler_(scheduler),
       start_time_(Clock::now()),
-      store_prefix_(absl::StrCat(cfg_.job_id, "/g1-",
-                                 std::chrono::duration_cast<std::chrono::microseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count(),
-                                 "/")),
+      store_prefix_(StorePrefix(cfg_.job_id, 1)),
       rendezvous_(cfg_.world_size),
       plans_(cfg_.world_size, cfg_.plan_lookahead),
       ranks_(static_cast<size_t>(cfg_.world_size)) {}
+
+void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> l(mu_);
+  generation_end_hook_ = std::move(hook);
+}
 
 // ---------------------------------------------------------------- rendezvous
 
@@ -77,13 +89,33 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
           absl::StrCat("job '", cfg_.job_id, "' has finished; start a new coordinator")));
     case v1::JOB_RUNNING:
     case v1::JOB_STOPPING:
+      if (CanRestartLocked()) {
+        // Why: a restarted worker may be faster than the coordinator's
+        // notice of the loss that ends this generation; it waits for the next.
+        if (req.generation() != 0 && req.generation() != generation_ + 1) {
+          return refuse(absl::FailedPreconditionError(GenerationRefusalLocked(req.generation(), generation_ + 1)));
+        }
+        return QueueForNextGenerationLocked(req, std::move(done));
+      }
       return refuse(absl::ResourceExhaustedError(absl::StrCat(
           "world is full: all ", cfg_.world_size, " ranks of job '", cfg_.job_id, "' joined and it is running")));
     default:
       break;
   }
+  if (req.generation() != 0 && req.generation() != generation_) {
+    return refuse(absl::FailedPreconditionError(GenerationRefusalLocked(req.generation(), generation_)));
+  }
+  const uint64_t ticket = next_ticket_++;
+  return JoinWaitingLocked(req, std::move(done), ticket, scheduler_->Now() + cfg_.join_timeout, &out);
+}
+
+uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, uint64_t ticket,
+                                     Clock::time_point deadline, Outbox* out) {
   absl::StatusOr<int> rank = rendezvous_.PickRank(req);
-  if (!rank.ok()) return refuse(rank.status());
+  if (!rank.ok()) {
+    out->calls.push_back([done = std::move(done), st = rank.status()] { done(st); });
+    return 0;
+  }
   const bool first = !rendezvous_.has_reference();
   rendezvous_.Add(*rank, req);
   if (first) {
@@ -92,20 +124,89 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
   ranks_[static_cast<size_t>(*rank)] = RankRuntime{};
   ranks_[static_cast<size_t>(*rank)].state = v1::WORKER_JOINED;
   events_.Append(v1::EVENT_JOINED, *rank, -1,
-                 absl::StrCat(RankName(*rank), " joined (", rendezvous_.joined(), "/", cfg_.world_size, ")"));
+                 absl::StrCat(RankName(*rank), " joined (", rendezvous_.joined(), "/", cfg_.world_size,
+                              generation_ > 1 ? absl::StrCat(", generation ", generation_) : std::string(), ")"));
   // Why: the Join is answered when the world completes; until then it only
   // holds a ticket (and a deadline on the scheduler), never a thread.
-  const uint64_t ticket = next_ticket_++;
   Rendezvous::Waiter w;
   w.rank = *rank;
   w.done = std::move(done);
-  w.timer = scheduler_->RunAt(scheduler_->Now() + cfg_.join_timeout, [this, ticket] { ExpireJoin(ticket); });
+  w.timer = scheduler_->RunAt(deadline, [this, ticket] { ExpireJoin(ticket); });
   rendezvous_.AddWaiter(ticket, std::move(w));
   if (rendezvous_.complete()) {
-    CompleteWorldLocked(&out);
+    CompleteWorldLocked(out);
     return 0;
   }
   return ticket;
+}
+
+std::string JobState::GenerationRefusalLocked(int64_t asked, int64_t joinable) const {
+  const std::string head = absl::StrCat("this worker asks to join generation ", asked, " of job '", cfg_.job_id, "'");
+  if (asked < generation_) {
+    return absl::StrCat(head, ", which has ended (",
+                        last_restart_reason_.empty() ? "restarted" : last_restart_reason_,
+                        "); the job is at generation ", generation_,
+                        ": the worker belongs to an old generation; restart it (JoinRequest.generation 0 joins the "
+                        "one being formed)");
+  }
+  if (asked == generation_) {
+    return absl::StrCat(head, ", which is complete and running; a new worker can only join generation ", joinable);
+  }
+  return absl::StrCat(head, ", but the next one to form is generation ", joinable, " (", restarts_, " of ",
+                      cfg_.max_restarts, " restarts used)");
+}
+
+uint64_t JobState::QueueForNextGenerationLocked(const v1::JoinRequest& req, JoinDone done) {
+  const uint64_t ticket = next_ticket_++;
+  QueuedJoin q;
+  q.req = req;
+  q.done = std::move(done);
+  q.deadline = scheduler_->Now() + cfg_.join_timeout;
+  q.timer = scheduler_->RunAt(q.deadline, [this, ticket] { ExpireQueuedJoin(ticket); });
+  next_generation_joins_.emplace(ticket, std::move(q));
+  return ticket;
+}
+
+void JobState::ExpireQueuedJoin(uint64_t ticket) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = next_generation_joins_.find(ticket);
+  if (it == next_generation_joins_.end()) return;
+  out.calls.push_back(
+      [done = std::move(it->second.done),
+       st = absl::DeadlineExceededError(absl::StrCat(
+           "generation ", generation_, " of job '", cfg_.job_id, "' still runs after ",
+           DurationText(cfg_.join_timeout), ": this Join waited for generation ", generation_ + 1,
+           ", which forms only once a rank of generation ", generation_,
+           " is lost (is this worker extra, or is its rank still running?)"))] { done(st); });
+  next_generation_joins_.erase(it);
+}
+
+void JobState::FailQueuedJoinsLocked(const std::string& why, Outbox* out) {
+  for (auto& [ticket, q] : next_generation_joins_) {
+    scheduler_->Cancel(q.timer);
+    out->calls.push_back([done = std::move(q.done), st = absl::FailedPreconditionError(why)] { done(st); });
+  }
+  next_generation_joins_.clear();
+}
+
+void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
+  // Why: Joins that arrived while the last generation ran join this one, in
+  // arrival order, keeping their original deadline. Once the world is
+  // complete, the rest stay queued (or are refused when no restart is left).
+  while (!next_generation_joins_.empty() && state_ == v1::JOB_WAITING) {
+    auto it = next_generation_joins_.begin();
+    const uint64_t ticket = it->first;
+    QueuedJoin q = std::move(it->second);
+    next_generation_joins_.erase(it);
+    scheduler_->Cancel(q.timer);
+    JoinWaitingLocked(q.req, std::move(q.done), ticket, q.deadline, out);
+  }
+  if (!next_generation_joins_.empty() && !CanRestartLocked()) {
+    FailQueuedJoinsLocked(absl::StrCat("world is full: all ", cfg_.world_size, " ranks of job '", cfg_.job_id,
+                                       "' joined generation ", generation_, " and it is running"),
+                          out);
+  }
 }
 
 std::shared_ptr<const SharedJoinResponse> JobState::MakeSharedJoinResponse() const {
@@ -118,6 +219,7 @@ std::shared_ptr<const SharedJoinResponse> JobState::MakeSharedJoinResponse() con
   resp.set_job_id(cfg_.job_id);
   resp.set_heartbeat_interval_ms(HeartbeatInterval(cfg_).count());
   resp.set_plan_lookahead(cfg_.plan_lookahead);
+  resp.set_start_iteration(rendezvous_.start_iteration());
   rendezvous_.FillHosts(&resp);
   shared->bytes = resp.SerializeAsString();
   return shared;
@@ -126,8 +228,17 @@ std::shared_ptr<const SharedJoinResponse> JobState::MakeSharedJoinResponse() con
 void JobState::CompleteWorldLocked(Outbox* out) {
   // Why: all W ranks joined; training starts and every waiting Join is answered.
   state_ = v1::JOB_RUNNING;
+  reason_.clear();
   world_complete_time_ = Clock::now();
-  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1, absl::StrCat("world complete: ", cfg_.world_size, " ranks"));
+  // Why: every rank agreed on the start iteration (a resumed generation
+  // starts at its checkpoint's step); the plan window opens there.
+  plans_.Start(rendezvous_.start_iteration());
+  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, rendezvous_.start_iteration(),
+                 absl::StrCat("world complete: ", cfg_.world_size, " ranks",
+                              generation_ > 1 || rendezvous_.start_iteration() > 0
+                                  ? absl::StrCat(" (generation ", generation_, ", from iteration ",
+                                                 rendezvous_.start_iteration(), ")")
+                                  : std::string()));
   std::shared_ptr<const SharedJoinResponse> shared = MakeSharedJoinResponse();
   std::vector<Rendezvous::Waiter> waiters = rendezvous_.TakeAllWaiters();
   for (const Rendezvous::Waiter& w : waiters) scheduler_->Cancel(w.timer);
@@ -165,6 +276,15 @@ void JobState::CancelJoin(uint64_t ticket) {
   if (ticket == 0) return;
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
+  if (auto it = next_generation_joins_.find(ticket); it != next_generation_joins_.end()) {
+    scheduler_->Cancel(it->second.timer);
+    out.calls.push_back([done = std::move(it->second.done),
+                         st = absl::CancelledError("join for the next generation cancelled by the worker")] {
+      done(st);
+    });
+    next_generation_joins_.erase(it);
+    return;
+  }
   Rendezvous::Waiter w;
   if (!rendezvous_.TakeWaiter(ticket, &w)) return;
   scheduler_->Cancel(w.timer);
@@ -191,6 +311,9 @@ absl::Status JobState::Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> 
         absl::StrCat("hello.rank ", rank, " is out of range for world size ", cfg_.world_size));
   }
   if (hello.generation() != generation_) {
+    if (hello.generation() > 0 && hello.generation() < generation_) {
+      return CheckStreamGenerationLocked(rank, hello.generation());
+    }
     return absl::FailedPreconditionError(absl::StrCat("hello.generation ", hello.generation(),
                                                       " is not the job's generation ", generation_, ": Join again"));
   }
@@ -215,11 +338,20 @@ absl::Status JobState::Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> 
   return absl::OkStatus();
 }
 
-absl::Status JobState::Report(int rank, const v1::Report& r) {
+absl::Status JobState::CheckStreamGenerationLocked(int rank, int64_t generation) const {
+  if (generation == generation_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank, " belongs to generation ", generation, " of job '", cfg_.job_id, "', which has ended (",
+      last_restart_reason_.empty() ? "restarted" : last_restart_reason_, "); the job is at generation ", generation_,
+      ": this worker must exit, and a new one Join generation ", generation_));
+}
+
+absl::Status JobState::Report(int rank, int64_t generation, const v1::Report& r) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
   if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
   if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError(absl::StrCat("unknown rank ", rank));
+  if (absl::Status st = CheckStreamGenerationLocked(rank, generation); !st.ok()) return st;
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
   if (!m.attached || m.state != v1::WORKER_TRAINING) {
     return absl::FailedPreconditionError(
@@ -304,6 +436,7 @@ void JobState::AbortLocked(const std::string& reason, Outbox* out) {
   // finish the job, so every rank stops now and later Joins are refused.
   state_ = v1::JOB_ABORTED;
   reason_ = reason;
+  FailQueuedJoinsLocked(absl::StrCat("job '", cfg_.job_id, "' was aborted (", reason, ")"), out);
   auto plan = std::make_shared<v1::Plan>();
   plan->set_iteration(plans_.next_plan());
   plan->set_action(v1::ABORT);
@@ -331,25 +464,74 @@ void JobState::MarkLostLocked(int rank, const std::string& why, Outbox* out) {
     PushLocked(rank, plan, out);
     m.sink->Close();
   }
-  events_.Append(v1::EVENT_LOST, rank, plans_.next_plan(), msg);
-  AbortLocked(msg, out);
+  const bool restartable = cfg_.max_restarts > 0;
+  events_.Append(v1::EVENT_LOST, rank, plans_.next_plan(),
+                 restartable ? absl::StrCat(msg, " (generation ", generation_, ")") : msg);
+  if (CanRestartLocked()) {
+    RestartLocked(rank, msg, out);
+    return;
+  }
+  AbortLocked(restartable && state_ == v1::JOB_RUNNING
+                  ? absl::StrCat(msg, " (generation ", generation_, "; all ", cfg_.max_restarts, " restarts used)")
+                  : msg,
+              out);
 }
 
-void JobState::MaybeFinishLocked() {
+void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out) {
+  // Why: restartable mode and restarts left: this generation cannot go on
+  // without the lost rank, but the job can, once the whole world rejoins
+  // (from a checkpoint) as the next generation.
+  const int64_t ended = generation_;
+  ++restarts_;
+  const std::string ask =
+      absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, ": every rank must Join generation ", ended + 1);
+  auto plan = std::make_shared<v1::Plan>();
+  plan->set_iteration(plans_.next_plan());
+  plan->set_action(v1::ABORT);
+  plan->set_reason(absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask));
+  DeliverLocked(plan, out);  // never delayed
+  delayed_.clear();
+  for (int r = 0; r < cfg_.world_size; ++r) CloseSinkLocked(r);
+  events_.Append(v1::EVENT_RESTARTING, lost_rank, plans_.next_plan(),
+                 absl::StrCat("generation ", ended, " aborted (", why, "); ", ask));
+  if (generation_end_hook_) {
+    out->calls.push_back([hook = generation_end_hook_, prefix = store_prefix_] { hook(prefix); });
+  }
+  // The next generation: everything per generation starts afresh.
+  generation_ = ended + 1;
+  events_.SetGeneration(generation_);
+  last_restart_reason_ = absl::StrCat("generation ", ended, ": ", why);
+  reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", generation_, " (restart ",
+                         restarts_, " of ", cfg_.max_restarts, "; generation ", ended, " aborted: ", why, ")");
+  state_ = v1::JOB_WAITING;
+  store_prefix_ = StorePrefix(cfg_.job_id, generation_);
+  rendezvous_ = Rendezvous(cfg_.world_size);
+  plans_ = PlanAggregator(cfg_.world_size, cfg_.plan_lookahead);
+  ranks_.assign(static_cast<size_t>(cfg_.world_size), RankRuntime{});
+  world_complete_time_ = Clock::time_point{};
+  last_plan_time_ = Clock::time_point{};
+  min_done_iteration_ = std::numeric_limits<int64_t>::max();
+  min_done_rank_ = -1;
+  ReplayQueuedJoinsLocked(out);
+}
+
+void JobState::MaybeFinishLocked(Outbox* out) {
   if (!Running()) return;
   for (const auto& m : ranks_) {
     if (m.state != v1::WORKER_DONE) return;
   }
   // Why: every rank is done; nothing more can happen in this job.
   state_ = v1::JOB_FINISHED;
+  FailQueuedJoinsLocked(absl::StrCat("job '", cfg_.job_id, "' has finished; start a new coordinator"), out);
   events_.Append(v1::EVENT_FINISHED, -1, plans_.last_plan(),
                  absl::StrCat("job finished after iteration ", plans_.last_plan()));
 }
 
-absl::Status JobState::Done(int rank, const v1::Done& done) {
+absl::Status JobState::Done(int rank, int64_t generation, const v1::Done& done) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
   if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError("unknown rank");
+  if (absl::Status st = CheckStreamGenerationLocked(rank, generation); !st.ok()) return st;
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
   if (m.state != v1::WORKER_TRAINING) {
     return absl::FailedPreconditionError(
@@ -380,13 +562,14 @@ absl::Status JobState::Done(int rank, const v1::Done& done) {
                 &out);
     return absl::OkStatus();
   }
-  MaybeFinishLocked();
+  MaybeFinishLocked(&out);
   return absl::OkStatus();
 }
 
-absl::Status JobState::Heartbeat(int rank, const v1::Heartbeat& hb, Clock::time_point now) {
+absl::Status JobState::Heartbeat(int rank, int64_t generation, const v1::Heartbeat& hb, Clock::time_point now) {
   std::lock_guard<std::mutex> l(mu_);
   if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError("unknown rank");
+  if (absl::Status st = CheckStreamGenerationLocked(rank, generation); !st.ok()) return st;
   if (hb.rank() != rank) {
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat names rank ", hb.rank(), " on the Train stream of rank ", rank));
@@ -398,10 +581,11 @@ absl::Status JobState::Heartbeat(int rank, const v1::Heartbeat& hb, Clock::time_
   return absl::OkStatus();
 }
 
-void JobState::StreamClosed(int rank, const std::string& cause) {
+void JobState::StreamClosed(int rank, int64_t generation, const std::string& cause) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
   if (rank < 0 || rank >= cfg_.world_size) return;
+  if (generation != generation_) return;  // a stream of an ended generation: its rank is gone already
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
   m.attached = false;
   CloseSinkLocked(rank);
@@ -415,7 +599,7 @@ void JobState::StreamClosed(int rank, const std::string& cause) {
     // Why: the stop plan is out, so this rank had nothing left to do.
     m.state = v1::WORKER_DONE;
     m.exit_reason = absl::StrCat("disconnected after the stop plan: ", cause);
-    MaybeFinishLocked();
+    MaybeFinishLocked(&out);
     return;
   }
   MarkLostLocked(rank, cause, &out);
@@ -462,6 +646,8 @@ v1::ShutdownResponse JobState::Shutdown(const std::string& reason) {
       // Why: stop every rank after the same iteration (plan_aggregator.h).
       state_ = v1::JOB_STOPPING;
       reason_ = why;
+      FailQueuedJoinsLocked(
+          absl::StrCat("job '", cfg_.job_id, "' is stopping (", why, "): no next generation will form"), &out);
       plans_.ScheduleStop(why);
       const int64_t stop = plans_.stop_after();
       resp.set_stop_after_iteration(stop);
@@ -488,6 +674,16 @@ void JobState::Abort(const std::string& reason) {
 v1::JobState JobState::state() const {
   std::lock_guard<std::mutex> l(mu_);
   return state_;
+}
+
+int64_t JobState::generation() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return generation_;
+}
+
+int JobState::restarts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return restarts_;
 }
 
 bool JobState::Ended() const {

@@ -23,6 +23,23 @@
 //   (every other rank gets an ABORT plan naming the lost rank; later Joins
 //   are refused with the reason).
 //
+// Generations (restartable mode, JobConfig::max_restarts > 0): a rank lost
+// while RUNNING with restarts left does not end the job. It ends generation
+// g instead (ABORT plan to every other rank, EVENT_LOST + EVENT_RESTARTING
+// naming the rank and g, the generation-end hook drops g's store keys) and
+// the job goes back to WAITING as generation g+1 with a fresh Rendezvous,
+// PlanAggregator and per-rank state:
+//
+//   RUNNING(g) --(rank lost, restarts < max_restarts)--> WAITING(g+1) --(W ranks)--> RUNNING(g+1)
+//
+// A loss while STOPPING, a loss with no restart left, or ranks that ran
+// different numbers of steps still end the job (ABORTED). A Join that
+// arrives while generation g runs and could restart is queued for g+1
+// (answered when g+1 completes, or at its join deadline). Every call bound to
+// a Train stream carries the generation it attached in; calls of an ended
+// generation are refused (or ignored: StreamClosed), so an old worker can
+// never touch the new generation's ranks.
+//
 // Waiting holds no thread: a Join that arrives before the world is complete
 // is answered (its callback runs) by the Join that completes the world, by
 // the Scheduler at the join deadline, by CancelJoin, or by Shutdown/Abort.
@@ -38,6 +55,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +86,10 @@ struct JobConfig {
   // Test and benchmark only: hold every plan back this long before it goes
   // to the ranks (simulates a slow coordinator). 0 = off.
   std::chrono::milliseconds test_only_plan_delay{0};
+  // Restartable mode: how many times a lost rank may end a generation and let
+  // the world rejoin as the next one (see "Generations" above). 0 = a lost
+  // rank aborts the job (the default).
+  int max_restarts = 0;
 };
 
 // heartbeat_timeout with the default applied (always > 0).
@@ -103,28 +125,40 @@ class JobState {
   const JobConfig& config() const { return cfg_; }
   EventLog& events() { return events_; }
 
+  // Runs (never with the lock held) when a generation ends in a restart,
+  // with that generation's store prefix, so its bootstrap keys can be
+  // dropped. Set before serving.
+  void SetGenerationEndHook(std::function<void(const std::string& store_prefix)> hook);
+
   // Rendezvous. `done` runs exactly once, never with the lock held: from
   // this call (refused, or this Join completed the world), or later (the
   // world completed, join_timeout passed, CancelJoin, Shutdown, Abort).
-  // Returns a ticket for CancelJoin; 0 when `done` has run already.
+  // Returns a ticket for CancelJoin; 0 when `done` has run already. In
+  // restartable mode a Join while the current generation runs is queued for
+  // the next one (see "Generations").
   uint64_t Join(const v1::JoinRequest& req, JoinDone done);
   // The client of a waiting Join went away: its rank is released.
   void CancelJoin(uint64_t ticket);
 
-  // Binds a Train stream to a joined rank; its plans go to `sink`. The caller
-  // must call StreamClosed(rank) exactly once when the stream ends.
+  // Binds a Train stream to a joined rank of generation hello.generation()
+  // (which must be the current one); its plans go to `sink`. The caller must
+  // call StreamClosed(rank, generation) exactly once when the stream ends.
+  // The calls below name the stream by (rank, the generation of its hello);
+  // those of an ended generation get FailedPrecondition naming both
+  // generations, so the caller ends that stream.
   absl::Status Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> sink);
   // One report from an attached rank. An error is a protocol violation by
   // that rank: the caller ends its stream with the status (and calls StreamClosed).
-  absl::Status Report(int rank, const v1::Report& report);
+  absl::Status Report(int rank, int64_t generation, const v1::Report& report);
   // Done from an attached rank.
-  absl::Status Done(int rank, const v1::Done& done);
+  absl::Status Done(int rank, int64_t generation, const v1::Done& done);
   // Heartbeat from an attached rank (`now` is for tests). An error is a
   // protocol violation (wrong rank in the message).
-  absl::Status Heartbeat(int rank, const v1::Heartbeat& hb, Clock::time_point now = Clock::now());
+  absl::Status Heartbeat(int rank, int64_t generation, const v1::Heartbeat& hb, Clock::time_point now = Clock::now());
   // The rank's stream ended (after Done, or not). `cause` is used in the
-  // loss message when the rank had not sent Done ("stream closed", or the status).
-  void StreamClosed(int rank, const std::string& cause);
+  // loss message when the rank had not sent Done ("stream closed", or the
+  // status). Ignored for a stream of an ended generation.
+  void StreamClosed(int rank, int64_t generation, const std::string& cause);
 
   // Declares at most one rank lost (liveness_policy.h). Called periodically.
   void CheckLiveness(Clock::time_point now);
@@ -140,6 +174,8 @@ class JobState {
   void FillBuckets(v1::BucketsResponse* out) const;
   void FillUnused(v1::UnusedResponse* out) const;
   v1::JobState state() const;
+  int64_t generation() const;
+  int restarts() const;
   // True once the job is FINISHED or ABORTED.
   bool Ended() const;
 
@@ -153,12 +189,34 @@ class JobState {
     }
   };
 
+  // A Join waiting for the next generation while the current one runs.
+  struct QueuedJoin {
+    v1::JoinRequest req;
+    JoinDone done;
+    Clock::time_point deadline;  // on the scheduler's clock
+    uint64_t timer = 0;
+  };
+
   bool Running() const { return state_ == v1::JOB_RUNNING || state_ == v1::JOB_STOPPING; }
   std::string RankName(int rank) const { return rendezvous_.RankName(rank); }
   std::shared_ptr<const SharedJoinResponse> MakeSharedJoinResponse() const;
+  // The WAITING part of Join: picks a rank and waits for the world (until
+  // `deadline`); returns `ticket`, or 0 when `done` is queued to run already.
+  uint64_t JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, uint64_t ticket,
+                             Clock::time_point deadline, Outbox* out);
   void CompleteWorldLocked(Outbox* out);
   void FailWaitersLocked(const std::string& why, Outbox* out);
   void ExpireJoin(uint64_t ticket);
+  // Restartable mode.
+  bool CanRestartLocked() const { return state_ == v1::JOB_RUNNING && restarts_ < cfg_.max_restarts; }
+  // Why a Join for generation `asked` is refused; `joinable` is the one it could join.
+  std::string GenerationRefusalLocked(int64_t asked, int64_t joinable) const;
+  absl::Status CheckStreamGenerationLocked(int rank, int64_t generation) const;
+  uint64_t QueueForNextGenerationLocked(const v1::JoinRequest& req, JoinDone done);
+  void ExpireQueuedJoin(uint64_t ticket);
+  void FailQueuedJoinsLocked(const std::string& why, Outbox* out);
+  void RestartLocked(int lost_rank, const std::string& why, Outbox* out);
+  void ReplayQueuedJoinsLocked(Outbox* out);
   void EmitReadyPlansLocked(Outbox* out);
   void BroadcastLocked(PlanPtr plan, Outbox* out);
   void DeliverLocked(const PlanPtr& plan, Outbox* out);
@@ -167,22 +225,28 @@ class JobState {
   void CloseSinkLocked(int rank);
   void AbortLocked(const std::string& reason, Outbox* out);
   void MarkLostLocked(int rank, const std::string& why, Outbox* out);
-  void MaybeFinishLocked();
+  void MaybeFinishLocked(Outbox* out);
 
   const JobConfig cfg_;
   Scheduler* const scheduler_;
   const Clock::time_point start_time_;
-  const std::string store_prefix_;
-  const int64_t generation_ = 1;
   EventLog events_;
 
   mutable std::mutex mu_;
+  // Job-wide (all generations).
   v1::JobState state_ = v1::JOB_WAITING;
   std::string reason_;
+  int64_t generation_ = 1;
+  int restarts_ = 0;
+  std::string last_restart_reason_;
+  std::map<uint64_t, QueuedJoin> next_generation_joins_;  // by ticket (arrival order)
+  std::function<void(const std::string&)> generation_end_hook_;
+  uint64_t next_ticket_ = 1;  // Join tickets, unique across generations
+  // Per generation (replaced by RestartLocked).
+  std::string store_prefix_;
   Rendezvous rendezvous_;
   PlanAggregator plans_;
   std::vector<RankRuntime> ranks_;
-  uint64_t next_ticket_ = 1;
   Clock::time_point world_complete_time_{};
   Clock::time_point last_plan_time_{};
   // DONE ranks: the lowest last reported iteration among them (a report

@@ -57,6 +57,10 @@ void JobState::FillStatus(v1::StatusResponse* out) const {
   out->set_stop_after_iteration(plans_.stop_scheduled() ? plans_.stop_after() : -1);
   out->set_backend(rendezvous_.backend());
   out->set_plan_lookahead(cfg_.plan_lookahead);
+  out->set_restarts(restarts_);
+  out->set_max_restarts(cfg_.max_restarts);
+  out->set_start_iteration(rendezvous_.has_reference() ? rendezvous_.start_iteration() : 0);
+  out->set_last_restart_reason(last_restart_reason_);
   out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
   std::vector<double> step_ms(ranks_.size(), 0.0);
   for (int r = 0; r < cfg_.world_size; ++r) {

@@ -147,6 +147,17 @@ void KvStore::Close() {
   }
 }
 
+size_t KvStore::ErasePrefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  // Keys are ordered, so the ones with this prefix are one contiguous range.
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    it = kv_.erase(it);
+    ++n;
+  }
+  return n;
+}
+
 size_t KvStore::size() const {
   std::lock_guard<std::mutex> l(mu_);
   return kv_.size();

@@ -37,6 +37,10 @@ class KvStore {
   uint64_t Get(const std::string& key, std::chrono::milliseconds timeout, GetDone done);
   // The waiting Get with this ticket ends with Cancelled (the client went away).
   void Cancel(uint64_t ticket);
+  // Drops every stored key that starts with `prefix` (the keys of a job
+  // generation that ended, so restarts do not fill the store); waiting Gets
+  // are left alone. Returns how many keys were dropped.
+  size_t ErasePrefix(const std::string& prefix);
   // Ends every waiting Get with Unavailable and refuses new ones (server shutdown).
   void Close();
   size_t size() const;

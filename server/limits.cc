@@ -42,6 +42,14 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("requested_rank is ", req.requested_rank(), "; use -1 for any rank or 0..W-1"));
   }
+  if (req.start_iteration() < 0 || req.start_iteration() > kMaxIteration) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start_iteration is ", req.start_iteration(), "; expected 0..", kMaxIteration));
+  }
+  if (req.generation() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation is ", req.generation(), "; use 0 for the one being formed, or 1, 2, ..."));
+  }
   if (req.world_size() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("world_size is ", req.world_size(), "; must be >= 0"));
   }

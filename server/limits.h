@@ -24,6 +24,9 @@ inline constexpr int64_t kMaxStoreWaitMs = 3600 * 1000;
 inline constexpr int kMaxHostIdBytes = 256;             // JoinRequest.host_id
 inline constexpr int kDefaultPlanLookahead = 2;         // K (coordinator.proto, "Plan lookahead")
 inline constexpr int kMaxPlanLookahead = 64;
+// JoinRequest.start_iteration: far below INT64_MAX, so iteration + K never overflows.
+inline constexpr int64_t kMaxIteration = int64_t{1} << 62;
+inline constexpr int kMaxRestarts = 1000000;            // --max-restarts
 
 // Bytes of one parameter (product of dims * element size); shape already validated.
 int64_t ParamBytes(const v1::ParamSpec& p);

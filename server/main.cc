@@ -42,6 +42,10 @@ ABSL_FLAG(bool, reflection, false, "enable gRPC server reflection (for grpcurl w
 ABSL_FLAG(int, plan_lookahead, psync::server::kDefaultPlanLookahead,
           "K: workers may run up to K iterations ahead of the coordinator's plans (1..64); a shutdown "
           "stops every rank K-1 iterations after the first unsent plan");
+ABSL_FLAG(int, max_restarts, 0,
+          "restartable mode: a worker lost while the job runs aborts only the current generation, and the "
+          "coordinator waits for every rank to Join again as the next generation (resuming from a checkpoint), "
+          "at most this many times; 0 = a lost worker aborts the job");
 ABSL_FLAG(absl::Duration, test_only_plan_delay, absl::ZeroDuration(),
           "TEST ONLY: hold every plan back this long before sending it (simulates a slow coordinator)");
 
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
   opt.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   opt.reflection = absl::GetFlag(FLAGS_reflection);
   opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
+  opt.job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
   if (opt.token.empty()) {
     if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
@@ -89,6 +94,9 @@ int main(int argc, char** argv) {
   if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
   if (opt.job.plan_lookahead < 1 || opt.job.plan_lookahead > psync::server::kMaxPlanLookahead) {
     return BadFlag("--plan-lookahead must be in 1.." + std::to_string(psync::server::kMaxPlanLookahead));
+  }
+  if (opt.job.max_restarts < 0 || opt.job.max_restarts > psync::server::kMaxRestarts) {
+    return BadFlag("--max-restarts must be in 0.." + std::to_string(psync::server::kMaxRestarts));
   }
   if (opt.job.test_only_plan_delay.count() < 0) return BadFlag("--test-only-plan-delay must be >= 0");
   if (args.given("heartbeat_timeout")) {
@@ -131,6 +139,8 @@ int main(int argc, char** argv) {
                   << (opt.token.empty() ? ", no token" : ", token required")
                   << (cert.empty() ? "" : ", TLS") << (opt.reflection ? ", reflection on" : "")
                   << ", plan lookahead " << opt.job.plan_lookahead
+                  << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts"
+                                               : std::string())
                   << (opt.job.test_only_plan_delay.count() > 0
                           ? ", TEST-ONLY plan delay " + std::to_string(opt.job.test_only_plan_delay.count()) + " ms"
                           : std::string());

@@ -39,6 +39,15 @@ void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t f
       MakeBucketPlan(0, 0, PackBuckets(ReverseManifestOrder(num_params()), param_bytes_, first_cap_, cap_));
 }
 
+void PlanAggregator::Start(int64_t first_iteration) {
+  // Why: every rank said in Join where it starts (a resumed generation
+  // starts at its checkpoint's step), so the window opens there.
+  started_ = true;
+  next_plan_ = first_iteration;
+  for (int64_t j = first_iteration; j < first_iteration + k_; ++j) ResetSlot(j);
+  if (stop_after_ == kStopAtFirst) stop_after_ = next_plan_ + k_ - 1;
+}
+
 void PlanAggregator::ResetSlot(int64_t iteration) {
   Slot& s = SlotFor(iteration);
   s.iteration = iteration;
@@ -63,6 +72,11 @@ absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
   const int64_t last = last_reported_[static_cast<size_t>(rank)];
   if (last >= 0 && i == last) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " already reported iteration ", i));
+  }
+  if (last < 0 && started_ && i != next_plan_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first report from rank ", rank, " is for iteration ", i, " but this generation starts at iteration ",
+        next_plan_, " (JoinRequest.start_iteration, the same on every rank)"));
   }
   if (last >= 0 || started_) {
     const int64_t expected = last >= 0 ? last + 1 : next_plan_;

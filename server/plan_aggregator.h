@@ -13,6 +13,10 @@
 //     step p+K);
 //   - STOP_AFTER once a stop is scheduled: ScheduleStop() picks p+K-1 (no
 //     rank can have started p+K without Plan{p}), announced from Plan{p} on.
+// The first iteration is fixed by Start() (JobState: the generation's agreed
+// JoinRequest.start_iteration, when the world completes), or else by the
+// first report. One PlanAggregator serves one generation; a new generation
+// gets a new one (it is movable for that).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,10 @@ class PlanAggregator {
 
   // The model, from the first Join: P parameters of these sizes, bucket caps.
   void SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap);
+
+  // Fixes the first iteration: the first report of every rank must be for
+  // `first_iteration`. Call before any report.
+  void Start(int64_t first_iteration);
 
   // Everything wrong with `r` as rank `rank`'s next report (no state change).
   absl::Status Validate(int rank, const v1::Report& r) const;
@@ -78,8 +86,8 @@ class PlanAggregator {
   const Slot& SlotFor(int64_t iteration) const { return slots_[static_cast<size_t>(iteration % k_)]; }
   void ResetSlot(int64_t iteration);
 
-  const int world_;
-  const int k_;
+  int world_;  // not const: JobState replaces the aggregator per generation
+  int k_;
   std::vector<int64_t> param_bytes_;
   int64_t first_cap_ = 0, cap_ = 0;
   size_t bitmap_bytes_ = 0;

@@ -44,6 +44,16 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
         " bytes) differ from ", first, " (", bucket_cap_, " / first ", first_bucket_cap_,
         " bytes): pass the same --bucket-cap-mb and --first-bucket-mb to every rank"));
   }
+  if (req.start_iteration() != start_iteration_) {
+    const std::string who =
+        absl::StrCat(req.requested_rank() >= 0 ? absl::StrCat("rank ", req.requested_rank()) : "this worker", " (",
+                     req.hostname().substr(0, 64), ":", req.pid(), ")");
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " starts at iteration ", req.start_iteration(), " but ", first, " starts at iteration ",
+        start_iteration_,
+        ": every rank must resume from the same checkpoint step (is the checkpoint directory shared, and did a "
+        "newer checkpoint appear while the ranks started?)"));
+  }
   const int n = req.manifest_size();
   const int ref = static_cast<int>(manifest_.size());
   for (int i = 0; i < std::min(n, ref); ++i) {
@@ -99,6 +109,7 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
     backend_ = req.backend();
     bucket_cap_ = req.bucket_cap_bytes();
     first_bucket_cap_ = req.first_bucket_cap_bytes();
+    start_iteration_ = req.start_iteration();
   }
   MemberIdentity& m = members_[static_cast<size_t>(rank)];
   m.joined = true;

@@ -84,13 +84,15 @@ class Rendezvous {
   std::string RankName(int rank) const;  // "rank 1 (host:pid)"
   std::vector<int> MissingRanks(size_t at_most) const;
 
-  // The reference model (valid once has_reference()).
+  // The reference model and start iteration (valid once has_reference()).
   bool has_reference() const { return reference_rank_ >= 0; }
   const std::vector<v1::ParamSpec>& manifest() const { return manifest_; }
   const std::vector<int64_t>& param_bytes() const { return param_bytes_; }
   const std::string& backend() const { return backend_; }
   int64_t bucket_cap() const { return bucket_cap_; }
   int64_t first_bucket_cap() const { return first_bucket_cap_; }
+  // The iteration every rank starts at (JoinRequest.start_iteration).
+  int64_t start_iteration() const { return start_iteration_; }
 
   // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
   void FillHosts(v1::JoinResponse* resp) const;
@@ -105,6 +107,7 @@ class Rendezvous {
   std::vector<int64_t> param_bytes_;
   std::string backend_;
   int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
+  int64_t start_iteration_ = 0;
   std::map<uint64_t, Waiter> waiters_;
 };
 

@@ -92,7 +92,7 @@ TrainReactor::TrainReactor(grpc::CallbackServerContext* ctx, JobState* job, cons
 }
 
 void TrainReactor::StopReading(const std::string& cause, grpc::Status status) {
-  if (rank_ >= 0) job_->StreamClosed(rank_, cause);  // closes the sink
+  if (rank_ >= 0) job_->StreamClosed(rank_, generation_, cause);  // closes the sink
   writer_->ReadsDone(std::move(status));
 }
 
@@ -119,6 +119,7 @@ void TrainReactor::OnReadDone(bool ok) {
       return;
     }
     rank_ = up_.hello().rank();
+    generation_ = up_.hello().generation();
     StartRead(&up_);
     return;
   }
@@ -126,14 +127,14 @@ void TrainReactor::OnReadDone(bool ok) {
   bool done = false;
   switch (up_.msg_case()) {
     case v1::TrainUp::kReport:
-      st = job_->Report(rank_, up_.report());
+      st = job_->Report(rank_, generation_, up_.report());
       break;
     case v1::TrainUp::kDone:
-      st = job_->Done(rank_, up_.done());
+      st = job_->Done(rank_, generation_, up_.done());
       done = true;
       break;
     case v1::TrainUp::kHeartbeat:
-      st = job_->Heartbeat(rank_, up_.heartbeat());
+      st = job_->Heartbeat(rank_, generation_, up_.heartbeat());
       break;
     case v1::TrainUp::kHello:
       st = absl::InvalidArgumentError("hello sent twice on one Train stream");

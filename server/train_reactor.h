@@ -45,6 +45,7 @@ class TrainReactor final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>
   std::shared_ptr<Writer> writer_;
   v1::TrainUp up_;  // the message being read (one read at a time)
   int rank_ = -1;   // -1 until hello attached the stream
+  int64_t generation_ = 0;  // the job generation of the hello (every call to JobState names it)
 };
 
 }  // namespace psync::server

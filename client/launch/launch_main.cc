@@ -20,10 +20,19 @@
 // it to every child in the environment; it is also written (mode 0600) to
 // <tmpdir>/token, printed at start, for your own psyncctl calls.
 //
-// Exit status: the worst of the workers' exit codes (0 done/stopped, 1
-// internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5 coordinator lost; a
-// worker killed by a signal counts as 128+signal), or the launcher's own:
-// 2 for bad flags, 3 when the coordinator does not start.
+// Restarts (--max-restarts=N, like torchrun's): when a worker fails (exits
+// non-zero, or is killed), the launcher names it in one line, stops the other
+// workers of that generation (SIGTERM, then SIGKILL) and starts all N again
+// with the same flags (plus --resume when they name a --checkpoint-dir) and
+// PSYNC_RESTART_COUNT set, up to N times. The coordinator keeps running
+// (started with --max-restarts=N) and takes the world back as its next
+// generation. Exit 2 (bad flags or input) is not restarted; nor is anything
+// after a Ctrl-C. Decisions: restart_policy.h; processes: child_process.h.
+//
+// Exit status: the worst of the final generation's exit codes (0
+// done/stopped, 1 internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5
+// coordinator lost; a worker killed by a signal counts as 128+signal), or the
+// launcher's own: 2 for bad flags, 3 when the coordinator does not start.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -34,6 +43,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +60,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/launch/child_process.h"
+#include "client/launch/restart_policy.h"
 #include "common/flags.h"
 
 ABSL_FLAG(int, nproc, 0, "number of local workers (required)");
@@ -67,10 +79,21 @@ ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator,
 ABSL_FLAG(absl::Duration, grace, absl::Seconds(30),
           "after a stop request or a failed worker: how long workers get to exit before SIGTERM");
 ABSL_FLAG(bool, all_output, false, "show every rank's stdout, not only rank 0's");
+ABSL_FLAG(int, max_restarts, 0,
+          "when a worker fails (exit != 0 but 2, or killed), stop the others and start every worker again, at "
+          "most this many times (the coordinator runs with --max-restarts and takes the world back as its next "
+          "generation; workers get --resume when they have a --checkpoint-dir); 0 = a failed worker ends the job");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using psync::launch::Child;
+using psync::launch::DescribeStatus;
+using psync::launch::Reap;
+using psync::launch::RunBounded;
+using psync::launch::SignalAll;
+using psync::launch::Spawn;
+using psync::launch::StopAll;
 
 int g_signal_pipe[2] = {-1, -1};
 
@@ -114,110 +137,6 @@ std::optional<std::string> FindBinary(const std::string& name, const std::vector
   return std::nullopt;
 }
 
-struct Child {
-  std::string what;  // "coordinator", "rank 1"
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  int exit_code = -1;  // decoded: code, or 128+signal
-};
-
-// fork + exec with its own process group; stdout to `stdout_fd` (-1 = inherit).
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    setpgid(0, 0);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
-    for (const std::string& kv : env_add) {
-      size_t eq = kv.find('=');
-      setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
-    }
-    execv(args[0], args.data());
-    std::fprintf(stderr, "psync-launch: cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent, so there is no race with a signal
-  return pid;
-}
-
-int DecodeStatus(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-std::string DescribeStatus(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exit ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
-  return "unknown status";
-}
-
-// Reaps finished children without blocking; returns true if any changed.
-bool Reap(std::vector<Child*>& all) {
-  bool changed = false;
-  for (Child* c : all) {
-    if (!c->running) continue;
-    int st = 0;
-    pid_t r = waitpid(c->pid, &st, WNOHANG);
-    if (r == c->pid) {
-      c->running = false;
-      c->status = st;
-      c->exit_code = DecodeStatus(st);
-      changed = true;
-    }
-  }
-  return changed;
-}
-
-void SignalAll(std::vector<Child*>& children, int sig) {
-  for (Child* c : children) {
-    if (c->running) kill(-c->pid, sig);  // its whole process group
-  }
-}
-
-// Waits until every child in `children` exited or `limit` passed.
-bool WaitAll(std::vector<Child*>& children, std::chrono::milliseconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (true) {
-    Reap(children);
-    bool any = std::any_of(children.begin(), children.end(), [](Child* c) { return c->running; });
-    if (!any) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-// TERM, wait, KILL, wait: bounded.
-void StopAll(std::vector<Child*>& children, std::chrono::milliseconds term_wait) {
-  SignalAll(children, SIGTERM);
-  if (WaitAll(children, term_wait)) return;
-  SignalAll(children, SIGKILL);
-  WaitAll(children, std::chrono::milliseconds(5000));
-}
-
-// Runs a short helper (psyncctl) to completion with a bound; returns its exit code or -1.
-int RunBounded(const std::vector<std::string>& argv, const std::vector<std::string>& env_add,
-               std::chrono::milliseconds limit) {
-  int devnull = open("/dev/null", O_WRONLY);
-  pid_t pid = Spawn(argv, env_add, devnull);
-  if (devnull >= 0) close(devnull);
-  if (pid < 0) return -1;
-  Child c{"psyncctl", pid, true};
-  std::vector<Child*> v = {&c};
-  if (!WaitAll(v, limit)) {
-    StopAll(v, std::chrono::milliseconds(1000));
-    return -1;
-  }
-  return c.exit_code;
-}
-
 // 32 random bytes from the kernel, as hex; empty if /dev/urandom fails.
 std::string RandomToken() {
   unsigned char buf[32];
@@ -253,7 +172,7 @@ std::vector<std::string> SplitSpaces(const std::string& s) {
 int main(int argc, char** argv) {
   static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                                 "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
-                                                "all_output"};
+                                                "all_output", "max_restarts"};
   absl::StatusOr<psync::ParsedArgs> parsed =
       psync::ParseFlagsStrict(argc, argv, kFlags, /*stop_at_dashes=*/true);
   if (!parsed.ok()) {
@@ -274,6 +193,18 @@ int main(int argc, char** argv) {
   if (nproc <= 0) {
     std::cerr << "psync-launch: --nproc: must be a positive number of workers (got " << nproc << ")\n";
     return 2;
+  }
+  const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  if (max_restarts < 0) {
+    std::cerr << "psync-launch: --max-restarts: must be >= 0 (got " << max_restarts << ")\n";
+    return 2;
+  }
+  for (const std::string& a : SplitSpaces(absl::GetFlag(FLAGS_coordinator_args))) {
+    if (a.rfind("--max-restarts", 0) == 0 || a.rfind("--max_restarts", 0) == 0) {
+      std::cerr << "psync-launch: --coordinator-args: pass --max-restarts to psync-launch itself (it sets the "
+                   "coordinator's and restarts the workers)\n";
+      return 2;
+    }
   }
   const int port_flag = absl::GetFlag(FLAGS_port);
   if (port_flag < 0 || port_flag > 65535) {
@@ -371,6 +302,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> cargv = {*coord_bin, absl::StrCat("--host=", host), absl::StrCat("--port=", port_flag),
                                     absl::StrCat("--world-size=", nproc), absl::StrCat("--job-id=", job_id),
                                     absl::StrCat("--port-file=", port_file)};
+  // Restartable: the coordinator takes the world back as its next generation.
+  if (max_restarts > 0) cargv.push_back(absl::StrCat("--max-restarts=", max_restarts));
   for (const std::string& a : SplitSpaces(absl::GetFlag(FLAGS_coordinator_args))) cargv.push_back(a);
   std::vector<std::string> cenv;
   if (!token.empty()) cenv.push_back("PSYNC_TOKEN=" + token);
@@ -414,89 +347,145 @@ int main(int argc, char** argv) {
             << (generated_token ? absl::StrCat("; token in ", token_file) : std::string()) << "), starting " << nproc
             << " worker(s)\n";
 
-  // ---- workers
-  std::vector<Child> workers(static_cast<size_t>(nproc));
-  std::vector<Child*> wptrs;
+  // ---- workers, one generation per pass (a new pass after each restart)
   const bool all_output = absl::GetFlag(FLAGS_all_output);
-  for (int r = 0; r < nproc; ++r) {
-    std::vector<std::string> wargv = {*worker_bin};
-    for (const std::string& f : worker_flags) wargv.push_back(f);
-    wargv.push_back(absl::StrCat("--rank=", r));
-    wargv.push_back(absl::StrCat("--world-size=", nproc));
-    wargv.push_back(absl::StrCat("--local-rank=", r));
-    wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
-    wargv.push_back(absl::StrCat("--job-id=", job_id));
-    if (!tls_ca.empty()) wargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
-    // Every rank on this host: LOCAL_WORLD_SIZE lets --backend=auto use shared memory.
-    std::vector<std::string> wenv = {absl::StrCat("RANK=", r), absl::StrCat("WORLD_SIZE=", nproc),
-                                     absl::StrCat("LOCAL_RANK=", r), absl::StrCat("LOCAL_WORLD_SIZE=", nproc),
-                                     "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
-                                     absl::StrCat("MASTER_PORT=", port)};
-    if (!token.empty()) wenv.push_back("PSYNC_TOKEN=" + token);
-    // Many workers on few cores: one BLAS thread each unless the user chose.
-    if (!std::getenv("OPENBLAS_NUM_THREADS")) wenv.push_back("OPENBLAS_NUM_THREADS=1");
-    workers[r].what = absl::StrCat("rank ", r);
-    workers[r].pid = Spawn(wargv, wenv, (r == 0 || all_output) ? -1 : devnull);
-    workers[r].running = workers[r].pid > 0;
-    if (workers[r].pid < 0) {
-      std::perror("psync-launch: fork");
-      workers[r].exit_code = 1;
+  std::vector<Child> workers;
+  auto start_workers = [&](int restart) {
+    bool added_resume = false;
+    const std::vector<std::string> flags = psync::launch::WorkerFlagsFor(worker_flags, restart, &added_resume);
+    if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
+    workers.assign(static_cast<size_t>(nproc), Child{});
+    for (int r = 0; r < nproc; ++r) {
+      std::vector<std::string> wargv = {*worker_bin};
+      for (const std::string& f : flags) wargv.push_back(f);
+      wargv.push_back(absl::StrCat("--rank=", r));
+      wargv.push_back(absl::StrCat("--world-size=", nproc));
+      wargv.push_back(absl::StrCat("--local-rank=", r));
+      wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
+      wargv.push_back(absl::StrCat("--job-id=", job_id));
+      if (!tls_ca.empty()) wargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
+      // PSYNC_RESTART_COUNT: how many times the workers were restarted (as
+      // torchrun's TORCHELASTIC_RESTART_COUNT).
+      // Every rank on this host: LOCAL_WORLD_SIZE lets --backend=auto use shared memory.
+      std::vector<std::string> wenv = {absl::StrCat("RANK=", r), absl::StrCat("WORLD_SIZE=", nproc),
+                                       absl::StrCat("LOCAL_RANK=", r), absl::StrCat("LOCAL_WORLD_SIZE=", nproc),
+                                       "MASTER_ADDR=" + coord_addr.substr(0, coord_addr.rfind(':')),
+                                       absl::StrCat("MASTER_PORT=", port), absl::StrCat("PSYNC_RESTART_COUNT=", restart)};
+      if (!token.empty()) wenv.push_back("PSYNC_TOKEN=" + token);
+      // Many workers on few cores: one BLAS thread each unless the user chose.
+      if (!std::getenv("OPENBLAS_NUM_THREADS")) wenv.push_back("OPENBLAS_NUM_THREADS=1");
+      workers[r].what = absl::StrCat("rank ", r);
+      workers[r].pid = Spawn(wargv, wenv, (r == 0 || all_output) ? -1 : devnull);
+      workers[r].running = workers[r].pid > 0;
+      if (workers[r].pid < 0) {
+        std::perror("psync-launch: fork");
+        workers[r].exit_code = 1;
+      }
     }
-    wptrs.push_back(&workers[r]);
-  }
-  if (devnull >= 0) close(devnull);
+  };
 
   // ---- supervise
   int interrupts = 0;
-  std::optional<Clock::time_point> kill_at;  // when to SIGTERM the workers still running
+  int restarts_done = 0;
+  bool stopping = false;  // a stop was asked for (or the coordinator is gone): no more restarts
   bool coordinator_reported = false;
+  int64_t round = 0;      // supervision rounds: orders worker failures
+  start_workers(0);
   while (true) {
-    Reap(wptrs);
-    Reap(coord_only);
-    bool any_running = std::any_of(wptrs.begin(), wptrs.end(), [](Child* c) { return c->running; });
-    if (!any_running) break;
-    for (Child* c : wptrs) {
-      if (!c->running && c->exit_code != 0 && !kill_at) {
-        // A failed worker: the coordinator aborts the others; give them `grace` to exit.
-        kill_at = Clock::now() + grace;
+    std::vector<Child*> wptrs;
+    for (Child& w : workers) wptrs.push_back(&w);
+    std::optional<Clock::time_point> kill_at;  // when to SIGTERM the workers still running
+    bool failure_handled = false;
+    bool restart = false;
+    while (true) {
+      ++round;
+      Reap(wptrs, round);
+      Reap(coord_only, round);
+      bool any_running = std::any_of(wptrs.begin(), wptrs.end(), [](Child* c) { return c->running; });
+      if (!coordinator.running && !coordinator_reported) {
+        coordinator_reported = true;
+        stopping = true;
+        std::cerr << "psync-launch: psync-coordinator exited (" << DescribeStatus(coordinator.status)
+                  << "); workers will stop\n";
+        if (!kill_at && any_running) kill_at = Clock::now() + grace;
       }
-    }
-    if (!coordinator.running && !coordinator_reported) {
-      coordinator_reported = true;
-      std::cerr << "psync-launch: psync-coordinator exited (" << DescribeStatus(coordinator.status)
-                << "); workers will stop\n";
-      if (!kill_at) kill_at = Clock::now() + grace;
-    }
-    unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) == 1) {
-      ++interrupts;
-      if (interrupts == 1 && ctl_bin && coordinator.running) {
-        std::cerr << "psync-launch: " << strsignal(sig)
-                  << ": asking the coordinator to stop the job (again to force)\n";
-        std::vector<std::string> ctl = {*ctl_bin, "--coordinator=" + coord_addr};
-        if (!tls_ca.empty()) ctl.push_back("--tls-ca=" + tls_ca);
-        ctl.push_back("shutdown");
-        // The token goes in the environment, never on a command line (ps shows those).
-        int rc = RunBounded(ctl, {"PSYNC_TOKEN=" + token}, std::chrono::milliseconds(10000));
-        if (rc != 0) {
-          std::cerr << "psync-launch: psyncctl shutdown failed (" << rc << "); stopping workers with SIGTERM\n";
-          SignalAll(wptrs, SIGTERM);
+      std::vector<psync::launch::WorkerEnd> ends;
+      for (int r = 0; r < nproc; ++r) {
+        if (!workers[r].running) ends.push_back({r, workers[r].exit_code < 0 ? 1 : workers[r].exit_code,
+                                                 workers[r].reaped_at});
+      }
+      const std::optional<psync::launch::WorkerEnd> failed = psync::launch::FirstFailure(ends);
+      if (failed && !failure_handled) {
+        failure_handled = true;
+        const Child& dead = workers[static_cast<size_t>(failed->rank)];
+        const psync::launch::RestartDecision d =
+            psync::launch::Decide(*failed, restarts_done, max_restarts, stopping || interrupts > 0);
+        if (d == psync::launch::RestartDecision::kRestart) {
+          ++restarts_done;
+          std::cerr << "psync-launch: rank " << failed->rank << " died ("
+                    << (dead.pid > 0 ? DescribeStatus(dead.status) : "not started") << "); restart " << restarts_done
+                    << " of " << max_restarts << ": stopping the other workers and starting all " << nproc
+                    << " again\n";
+          // Why at once: the coordinator has aborted (or is aborting) this
+          // generation, so nothing the others do from here on counts.
+          StopAll(wptrs, std::chrono::milliseconds(5000));
+          restart = true;
+          break;
         }
-        kill_at = Clock::now() + grace;
-      } else {
-        std::cerr << "psync-launch: " << strsignal(sig) << ": stopping workers now\n";
-        SignalAll(wptrs, interrupts >= 3 ? SIGKILL : SIGTERM);
-        kill_at = Clock::now() + std::chrono::seconds(5);
+        if (max_restarts > 0) {
+          if (d == psync::launch::RestartDecision::kNoRestartsLeft) {
+            std::cerr << "psync-launch: rank " << failed->rank << " failed (" << DescribeStatus(dead.status)
+                      << ") and all " << max_restarts << " restarts are used: the job fails\n";
+          } else if (d == psync::launch::RestartDecision::kNotRetriable) {
+            std::cerr << "psync-launch: rank " << failed->rank
+                      << " exited 2 (bad flags or input): not restarted, it would fail the same way\n";
+          }
+        }
+        // A failed worker: the coordinator aborts the others; give them `grace` to exit.
+        if (!kill_at) kill_at = Clock::now() + grace;
       }
+      if (!any_running) break;
+      unsigned char sig = 0;
+      while (read(g_signal_pipe[0], &sig, 1) == 1) {
+        ++interrupts;
+        stopping = true;
+        if (interrupts == 1 && ctl_bin && coordinator.running) {
+          std::cerr << "psync-launch: " << strsignal(sig)
+                    << ": asking the coordinator to stop the job (again to force)\n";
+          std::vector<std::string> ctl = {*ctl_bin, "--coordinator=" + coord_addr};
+          if (!tls_ca.empty()) ctl.push_back("--tls-ca=" + tls_ca);
+          ctl.push_back("shutdown");
+          // The token goes in the environment, never on a command line (ps shows those).
+          int rc = RunBounded(ctl, {"PSYNC_TOKEN=" + token}, std::chrono::milliseconds(10000));
+          if (rc != 0) {
+            std::cerr << "psync-launch: psyncctl shutdown failed (" << rc << "); stopping workers with SIGTERM\n";
+            SignalAll(wptrs, SIGTERM);
+          }
+          kill_at = Clock::now() + grace;
+        } else {
+          std::cerr << "psync-launch: " << strsignal(sig) << ": stopping workers now\n";
+          SignalAll(wptrs, interrupts >= 3 ? SIGKILL : SIGTERM);
+          kill_at = Clock::now() + std::chrono::seconds(5);
+        }
+      }
+      if (kill_at && Clock::now() >= *kill_at) {
+        std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
+        StopAll(wptrs, std::chrono::milliseconds(5000));
+        break;
+      }
+      struct pollfd pfd = {g_signal_pipe[0], POLLIN, 0};
+      poll(&pfd, 1, 50);
     }
-    if (kill_at && Clock::now() >= *kill_at) {
-      std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
-      StopAll(wptrs, std::chrono::milliseconds(5000));
+    if (!restart) break;
+    // A signal that came while the workers were being stopped ends the job here.
+    unsigned char sig = 0;
+    if (read(g_signal_pipe[0], &sig, 1) == 1) {
+      std::cerr << "psync-launch: " << strsignal(sig) << ": not restarting\n";
       break;
     }
-    struct pollfd pfd = {g_signal_pipe[0], POLLIN, 0};
-    poll(&pfd, 1, 50);
+    start_workers(restarts_done);
   }
+  if (devnull >= 0) close(devnull);
 
   // ---- tear down the coordinator (bounded)
   if (coordinator.running) {
@@ -504,12 +493,16 @@ int main(int argc, char** argv) {
   }
   cleanup_tmp();
 
+  // The exit status is the final generation's.
   int worst = 0;
   std::vector<std::string> parts;
   for (const Child& w : workers) {
     worst = std::max(worst, w.exit_code < 0 ? 1 : w.exit_code);
     parts.push_back(absl::StrCat(w.what, ": ", w.pid > 0 ? DescribeStatus(w.status) : "not started"));
   }
-  std::cerr << "psync-launch: " << absl::StrJoin(parts, ", ") << "; exit " << worst << "\n";
+  std::cerr << "psync-launch: " << absl::StrJoin(parts, ", ")
+            << (restarts_done > 0 ? absl::StrCat(" (after ", restarts_done, " restart", restarts_done > 1 ? "s" : "", ")")
+                                  : std::string())
+            << "; exit " << worst << "\n";
   return worst;
 }

@@ -16,7 +16,10 @@
 //     it; every STOP_AFTER names the same iteration, at most K-1 after the
 //     first plan that announces it; no plan comes after the stop iteration;
 //   - the job's state only moves forward (WAITING -> RUNNING -> STOPPING ->
-//     FINISHED, or -> ABORTED), and FINISHED / ABORTED never change;
+//     FINISHED, or -> ABORTED) within a generation, and FINISHED / ABORTED
+//     never change; with --max-restarts (drawn 0..2) the generation only
+//     grows, by one per restart, generation == 1 + restarts <= 1 + max, and a
+//     call on a stream of an ended generation is always refused;
 //   - the views stay consistent (joined <= world, workers are joined ranks,
 //     status iteration = the last plan any rank got).
 #include <cstddef>
@@ -71,6 +74,7 @@ class Input {
 // What the harness knows about one rank's stream.
 struct Stream {
   std::shared_ptr<PlanMailbox> mailbox;
+  int64_t generation = 1;   // of the hello that attached it (the current one before that)
   int64_t next_report = 0;  // for structured reports
   int64_t last_plan = -1;   // last CONTINUE/STOP plan iteration seen
   bool aborted = false;
@@ -83,7 +87,9 @@ struct Harness {
   std::unique_ptr<JobState> job;
   std::unique_ptr<KvStore> kv;
   std::vector<Stream> streams;
-  int64_t generation = 1;
+  int64_t generation = 1;        // the job's generation as last seen by SyncGeneration
+  int64_t stale_generation = 0;  // an ended generation (0 = none yet)
+  int max_restarts = 0;
   // Callbacks: ticket -> how many times it ran (must end at exactly 1).
   std::vector<std::shared_ptr<int>> join_calls, get_calls;
   std::vector<uint64_t> join_tickets, get_tickets;
@@ -125,7 +131,7 @@ struct Harness {
         CHECK_OR_DIE(r->plan_lookahead() == k);
         CHECK_OR_DIE(r->rank_host_index_size() == world);
         for (int idx : r->rank_host_index()) CHECK_OR_DIE(idx >= 0 && idx < r->host_ids_size());
-        generation = r->generation();
+        CHECK_OR_DIE(r->generation() >= 1);
       }
     }));
   }
@@ -143,7 +149,9 @@ struct Harness {
     auto mb = std::make_shared<PlanMailbox>();
     if (job->Attach(hello, mb).ok()) {
       CHECK_OR_DIE(hello.rank() >= 0 && hello.rank() < world);
+      CHECK_OR_DIE(hello.generation() == job->generation());
       streams[static_cast<size_t>(hello.rank())].mailbox = mb;
+      streams[static_cast<size_t>(hello.rank())].generation = hello.generation();
     }
     (void)rank;
   }
@@ -176,6 +184,22 @@ struct Harness {
         }
       }
     }
+  }
+
+  // After the plans of the operation were checked: a restart starts a new
+  // generation, whose ranks, plans and stop point are new.
+  void SyncGeneration() {
+    const int64_t g = job->generation();
+    CHECK_OR_DIE(g == 1 + job->restarts() && job->restarts() <= max_restarts);
+    CHECK_OR_DIE(g == generation || g == generation + 1);
+    if (g == generation) return;
+    stale_generation = generation;
+    generation = g;
+    streams.assign(static_cast<size_t>(world), Stream{});
+    for (Stream& s : streams) s.generation = g;
+    plan_by_iteration.clear();
+    stop_after = -1;
+    last_state = job->state();  // WAITING, or RUNNING when queued Joins completed the world
   }
 
   // `views`: also build and check the Control views (the costly part; every
@@ -232,18 +256,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.report_timeout = std::chrono::milliseconds(2000);
   cfg.plan_lookahead = h.k;
   cfg.test_only_plan_delay = std::chrono::milliseconds(in.Byte() % 2 ? 0 : 30);
+  cfg.max_restarts = h.max_restarts = in.Byte() % 3;
   h.job = std::make_unique<JobState>(cfg, &h.sched);
   h.kv = std::make_unique<KvStore>(&h.sched);
+  h.job->SetGenerationEndHook([kv = h.kv.get()](const std::string& prefix) { kv->ErasePrefix(prefix); });
   h.streams.resize(static_cast<size_t>(h.world));
   const auto t0 = JobState::Clock::now();
 
   for (int ops = 0; !in.done() && ops < 400; ++ops) {
-    const uint8_t op = in.Byte() % 18;
+    const uint8_t op = in.Byte() % 19;
     const int rank = in.Byte() % (h.world + 1) - (op == 0 ? 1 : 0);  // -1 .. world-1 for joins, else 0 .. world
     switch (op) {
-      case 0:  // a valid Join (requested rank or any)
-        h.Join(h.ValidJoin(rank));
+      case 0: {  // a valid Join (requested rank or any), sometimes naming a generation
+        v1::JoinRequest req = h.ValidJoin(rank);
+        const uint8_t g = in.Byte();
+        if (g % 4 == 0) req.set_generation(g / 4 % 4);
+        h.Join(req);
         break;
+      }
       case 1: {  // a JoinRequest from raw bytes
         v1::JoinRequest req;
         (void)req.ParseFromString(in.Bytes(200));
@@ -252,12 +282,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2: {  // hello for a rank (valid or raw)
         v1::Hello hello;
-        if (in.Byte() % 4 == 0) {
+        const uint8_t mode = in.Byte();
+        if (mode % 4 == 0) {
           (void)hello.ParseFromString(in.Bytes(40));
         } else {
           hello.set_job_id("fuzz");
           hello.set_rank(rank);
-          hello.set_generation(h.generation);
+          hello.set_generation(mode % 4 == 1 && h.stale_generation > 0 ? h.stale_generation : h.generation);
         }
         h.Attach(rank, hello);
         break;
@@ -276,33 +307,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (mode % 5 == 0) {
           for (int i = 0; i < h.param_count; ++i) r.add_ready_order((i * 7 + in.Byte()) % (h.param_count + 1));
         }
-        if (h.job->Report(rank, r).ok() && r.iteration() == s.next_report) ++s.next_report;
+        if (h.job->Report(rank, s.generation, r).ok() && r.iteration() == s.next_report) ++s.next_report;
         break;
       }
       case 4: {  // a TrainUp from raw bytes, dispatched as the Train reactor does
         v1::TrainUp up;
         (void)up.ParseFromString(in.Bytes(120));
-        if (up.has_report()) (void)h.job->Report(rank, up.report());
-        if (up.has_heartbeat()) (void)h.job->Heartbeat(rank, up.heartbeat(), t0 + std::chrono::milliseconds(in.U16()));
-        if (up.has_done()) (void)h.job->Done(rank, up.done());
+        const int64_t g = rank < h.world ? h.streams[static_cast<size_t>(rank)].generation : h.generation;
+        if (up.has_report()) (void)h.job->Report(rank, g, up.report());
+        if (up.has_heartbeat()) {
+          (void)h.job->Heartbeat(rank, g, up.heartbeat(), t0 + std::chrono::milliseconds(in.U16()));
+        }
+        if (up.has_done()) (void)h.job->Done(rank, g, up.done());
         if (up.has_hello()) h.Attach(rank, up.hello());
         break;
       }
       case 5: {
         v1::Heartbeat hb;
         hb.set_rank(in.Byte() % 8 == 0 ? rank + 1 : rank);
-        (void)h.job->Heartbeat(rank, hb, t0 + std::chrono::milliseconds(in.U16()));
+        (void)h.job->Heartbeat(rank, h.generation, hb, t0 + std::chrono::milliseconds(in.U16()));
         break;
       }
       case 6: {
         v1::Done d;
         d.set_exit_code(in.Byte() % 4 == 0 ? 1 : 0);
         d.set_exit_reason(in.Bytes(20));
-        (void)h.job->Done(rank, d);
+        (void)h.job->Done(rank, h.generation, d);
         break;
       }
       case 7:
-        h.job->StreamClosed(rank, "stream closed");
+        h.job->StreamClosed(rank, in.Byte() % 4 == 0 && h.stale_generation > 0 ? h.stale_generation : h.generation,
+                            "stream closed");
         break;
       case 8:
         if (!h.join_tickets.empty()) h.job->CancelJoin(h.join_tickets[in.Byte() % h.join_tickets.size()]);
@@ -346,7 +381,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           v1::Report rep;
           rep.set_iteration(s.next_report);
           rep.set_used_bitmap(std::string((h.param_count + 7) / 8, static_cast<char>(in.Byte())));
-          if (h.job->Report(r, rep).ok()) ++s.next_report;
+          if (h.job->Report(r, s.generation, rep).ok()) ++s.next_report;
         }
         break;
       }
@@ -357,8 +392,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.job->FillBuckets(&b);
         break;
       }
+      case 18: {  // a worker of an ended generation goes on: always refused
+        if (h.stale_generation == 0 || rank >= h.world) break;
+        v1::Report rep;
+        rep.set_iteration(h.streams[static_cast<size_t>(rank)].next_report);
+        rep.set_used_bitmap(std::string((h.param_count + 7) / 8, '\xff'));
+        CHECK_OR_DIE(!h.job->Report(rank, h.stale_generation, rep).ok());
+        v1::Heartbeat hb;
+        hb.set_rank(rank);
+        CHECK_OR_DIE(!h.job->Heartbeat(rank, h.stale_generation, hb, t0).ok());
+        break;
+      }
     }
     h.CheckPlans();
+    h.SyncGeneration();
     h.CheckState(/*views=*/ops % 8 == 0 || op == 17);
   }
   // Everything waiting gets answered: the job and the store shut down, the
@@ -367,6 +414,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   h.kv->Close();
   h.sched.Advance(std::chrono::hours(2));
   h.CheckPlans();
+  h.SyncGeneration();
   h.CheckState(/*views=*/true);
   for (const auto& c : h.join_calls) CHECK_OR_DIE(*c == 1);
   for (const auto& c : h.get_calls) CHECK_OR_DIE(*c == 1);

@@ -86,6 +86,36 @@ wait_iteration() {
   done
   fail "the job at $addr did not reach iteration $n within 60 s (last: ${it:-none})"
 }
+# launcher_coordinator LOG: waits for psync-launch's "coordinator ADDR (pid N;
+# token in FILE)" line; sets LADDR and LTOK (the token itself).
+launcher_coordinator() {
+  local log=$1 tokfile
+  for _ in $(seq 600); do grep -q "token in " "$log" && break; sleep 0.1; done
+  LADDR=$(sed -n 's/.*coordinator \([0-9.]*:[0-9]*\) (pid [0-9]*; token in \([^)]*\)).*/\1/p' "$log")
+  tokfile=$(sed -n 's/.*coordinator [0-9.]*:[0-9]* (pid [0-9]*; token in \([^)]*\)).*/\1/p' "$log")
+  [[ -n $LADDR && -s $tokfile ]] || fail "psync-launch printed no coordinator address and token file: $(cat "$log")"
+  LTOK=$(cat "$tokfile")
+}
+# status_field ADDR TOKEN FIELD: one top-level field of psyncctl --json status ("" if unreachable).
+status_field() {
+  PSYNC_TOKEN=$2 "$CTL" --coordinator="$1" --json status 2>/dev/null |
+    /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$3" 2>/dev/null
+}
+# wait_generation ADDR TOKEN G: waits (every 0.1 s, up to 60 s) until the job runs generation G.
+wait_generation() {
+  local g=""
+  for _ in $(seq 600); do
+    g=$(status_field "$1" "$2" generation)
+    [[ $g == "$3" && $(status_field "$1" "$2" state) == JOB_RUNNING ]] && return 0
+    sleep 0.1
+  done
+  fail "the job at $1 did not run generation $3 within 60 s (last: ${g:-none})"
+}
+# rank_pid ADDR TOKEN RANK: the pid the coordinator knows for RANK (psyncctl --json workers).
+rank_pid() {
+  PSYNC_TOKEN=$2 "$CTL" --coordinator="$1" --json workers |
+    /usr/bin/python3 -c 'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w.get("rank", 0) == int(sys.argv[1])][0])' "$3"
+}
 json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
 
 # run_job N OUT [flags]: coordinator + N workers, all must exit 0 within 120 s.
@@ -301,6 +331,56 @@ EOF
     k0=$(json_field "$T/int0.json" steps_completed); k1=$(json_field "$T/int1.json" steps_completed)
     [[ -n $k0 && $k0 == "$k1" ]] || fail "SIGINT: steps_completed differ: $k0 vs $k1"
     note "SIGINT stopped both ranks after $k0 steps" ;;
+
+  launch_restart)
+    # kill -9 of a worker mid-run under --max-restarts=1: the launcher restarts
+    # every worker, the coordinator takes them back as generation 2, the job
+    # finishes (exit 0). Without checkpoints generation 2 starts from step 0,
+    # so its weights are exactly those of an uninterrupted run.
+    "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=3000 --quiet --save="$T/r.st" --summary="$T/rs{rank}.json" \
+      >"$T/rl.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rl.log"
+    wait_iteration "$LADDR" 2 "$LTOK"
+    victim=$(rank_pid "$LADDR" "$LTOK" 1)
+    [[ -n $victim ]] || fail "no pid for rank 1"
+    kill -9 "$victim"
+    wait_generation "$LADDR" "$LTOK" 2
+    st=$(PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status)
+    grep -q "generation 2  restarts 1/1" <<<"$st" || fail "psyncctl status: $st"
+    grep -q "last restart: generation 1: rank 1 (" <<<"$st" || fail "psyncctl status does not name rank 1: $st"
+    note "$(head -1 <<<"$st")"
+    wait_exit "$LP" 120
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc after one restart"
+    [[ $(grep -c "psync-launch: rank .* died" "$T/rl.log") == 1 ]] || fail "want one restart line: $(cat "$T/rl.log")"
+    grep -q "psync-launch: rank 1 died (killed by signal 9 (Killed)); restart 1 of 1" "$T/rl.log" ||
+      fail "restart line does not name rank 1 and SIGKILL: $(grep died "$T/rl.log")"
+    note "$(grep died "$T/rl.log")"
+    grep -q "(after 1 restart); exit 0" "$T/rl.log" || fail "closing line: $(tail -1 "$T/rl.log")"
+    for r in 0 1; do
+      [[ $(json_field "$T/rs$r.json" steps_completed) == 3000 ]] || fail "rank $r: $(cat "$T/rs$r.json")"
+    done
+    "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
+
+  launch_restart_exhausted)
+    # --max-restarts=1 and two deaths: the second ends the job with the
+    # killed worker's code; one restart line only.
+    "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=1000000 --quiet >"$T/rl.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rl.log"
+    wait_iteration "$LADDR" 2 "$LTOK"
+    kill -9 "$(rank_pid "$LADDR" "$LTOK" 1)"
+    wait_generation "$LADDR" "$LTOK" 2
+    wait_iteration "$LADDR" 2 "$LTOK"
+    kill -9 "$(rank_pid "$LADDR" "$LTOK" 0)"
+    wait_exit "$LP" 60
+    [[ $rc == 137 ]] || fail "psync-launch exited $rc, want 137 (the killed worker's 128+9)"
+    [[ $(grep -c "psync-launch: rank .* died" "$T/rl.log") == 1 ]] || fail "want one restart line: $(cat "$T/rl.log")"
+    grep -q "psync-launch: rank [01] failed (.*) and all 1 restarts are used" "$T/rl.log" ||
+      fail "no 'restarts are used' line: $(cat "$T/rl.log")"
+    grep -q "rank 1: exit 4 (after 1 restart); exit 137" "$T/rl.log" || fail "closing line: $(tail -1 "$T/rl.log")"
+    note "$(grep -E "died|restarts are used" "$T/rl.log" | tr '\n' ' ')" ;;
 
   *) echo "unknown case $CASE"; exit 2 ;;
 esac

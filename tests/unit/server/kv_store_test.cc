@@ -55,6 +55,19 @@ TEST(KvStore, GetWaitsUntilSetWithoutAThread) {
   EXPECT_TRUE(c->v.ok());
 }
 
+TEST(KvStore, ErasePrefixDropsOneGenerationsKeysOnly) {
+  ManualScheduler sched;
+  KvStore kv(&sched);
+  for (const char* k : {"job/g1-5/a", "job/g1-5/b", "job/g1-50/a", "job/g2-7/a", "job/g1-4"}) ASSERT_TRUE(kv.Set(k, "v").ok());
+  EXPECT_EQ(kv.ErasePrefix("job/g1-5/"), 2u);
+  EXPECT_EQ(kv.size(), 3u);
+  auto kept = Get(kv, "job/g1-50/a", 0ms);
+  EXPECT_TRUE(kept->v.ok());
+  auto gone = Get(kv, "job/g1-5/a", 0ms);
+  EXPECT_FALSE(gone->v.ok());
+  EXPECT_EQ(kv.ErasePrefix("nothing/"), 0u);
+}
+
 TEST(KvStore, GetTimesOutAtItsDeadlineNamingTheKey) {
   ManualScheduler sched;
   KvStore kv(&sched);

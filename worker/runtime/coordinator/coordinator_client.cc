@@ -243,6 +243,8 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   }
   r.set_bucket_cap_bytes(req.bucket_cap_bytes);
   r.set_first_bucket_cap_bytes(req.first_bucket_cap_bytes);
+  r.set_start_iteration(req.start_iteration);
+  r.set_generation(req.generation);
   impl_->job_id = req.job_id;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -254,6 +256,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.rank = resp.rank();
   out.world_size = resp.world_size();
   out.generation = resp.generation();
+  out.start_iteration = resp.start_iteration();
   out.store_prefix = resp.store_prefix();
   out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
   if (resp.heartbeat_interval_ms() > 0) out.heartbeat_interval = std::chrono::milliseconds(resp.heartbeat_interval_ms());

@@ -26,7 +26,8 @@
 //   client->Close();
 //
 // Error codes (absl::Status):
-//   Join: FailedPrecondition (wrong job / model / caps / backend, job aborted),
+//   Join: FailedPrecondition (wrong job / model / caps / backend / start
+//         iteration, job aborted, a generation that ended),
 //         AlreadyExists (duplicate rank), ResourceExhausted (world full),
 //         DeadlineExceeded (world incomplete), Unauthenticated (token),
 //         Unavailable ("coordinator at HOST:PORT unreachable: ...").
@@ -84,6 +85,15 @@ struct JoinRequest {
   std::vector<ParamSpec> manifest;  // registration order
   int64_t bucket_cap_bytes = 25 << 20;
   int64_t first_bucket_cap_bytes = 1 << 20;
+  // The first iteration this worker will report: 0 for a fresh start, the
+  // step of the checkpoint it resumes from. Every rank must send the same
+  // value (else Join fails with FailedPrecondition naming both ranks); the
+  // coordinator's plans for this generation start there.
+  int64_t start_iteration = 0;
+  // The job generation to join; 0 = whichever the coordinator is forming
+  // (a fresh process: the usual case). A worker that rejoins in-process after
+  // an ABORT would pass its old JoinResult::generation + 1; an older one is refused.
+  int64_t generation = 0;
 };
 
 struct BucketPlan {
@@ -95,7 +105,8 @@ struct BucketPlan {
 struct JoinResult {
   int rank = -1;
   int world_size = 0;
-  int64_t generation = 0;
+  int64_t generation = 0;      // 1, 2, ... (coordinator.proto, "Generations"); pass to OpenTrainStream
+  int64_t start_iteration = 0;  // the iteration every rank starts at (JoinRequest::start_iteration)
   std::string store_prefix;    // prefix for every bootstrap store key
   BucketPlan initial_bucket_plan;
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
