@@ -63,7 +63,8 @@ JobSession::JobSession(std::unique_ptr<State> state) : s_(std::move(state)) {}
 JobSession::~JobSession() { Finish(kExitInternal, "worker ended without a reason"); }
 
 absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
-    const WorkerOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params) {
+    const WorkerOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+    int64_t start_iteration) {
   auto s = std::make_unique<State>();
   absl::StatusOr<std::unique_ptr<coord::CoordinatorClient>> client =
       coord::CoordinatorClient::Connect(opt.coordinator, opt.token, opt.timeout, opt.tls_ca);
@@ -79,6 +80,9 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
   req.world_size = opt.world_size;
   req.device = device.ToString();
   req.backend = opt.backend;  // as requested: every rank must ask for the same
+  // A resumed run starts at its checkpoint's step; the coordinator checks
+  // that every rank agrees and starts this generation's plans there.
+  req.start_iteration = start_iteration;
   for (const auto& [name, p] : params) {
     req.manifest.push_back({name, p.shape(), static_cast<int>(p.data().element_size())});
   }

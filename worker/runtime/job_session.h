@@ -34,7 +34,8 @@ class JobSession {
   // coordinator or the peers cannot be reached or refuse, kExitBadInput for
   // a host layout or backend the flags make impossible.
   static absl::StatusOr<std::unique_ptr<JobSession>> Start(
-      const WorkerOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params);
+      const WorkerOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+      int64_t start_iteration = 0);
   ~JobSession();
   JobSession(const JobSession&) = delete;
   JobSession& operator=(const JobSession&) = delete;

@@ -137,7 +137,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   if (!device->is_cuda()) comm::shm::RemoveStaleSegments();
 
   // ---- join the job: rank, group, plans.
-  absl::StatusOr<std::unique_ptr<JobSession>> session = JobSession::Start(opt, *device, model->named_parameters());
+  absl::StatusOr<std::unique_ptr<JobSession>> session = JobSession::Start(opt, *device, model->named_parameters(), *first_step);
   if (!session.ok()) return Exit(session.status(), kExitRendezvous);
   JobSession& job = **session;
   const int rank = job.rank(), world = job.world_size();

@@ -334,14 +334,14 @@ EOF
 
   launch_restart)
     # kill -9 of a worker mid-run under --max-restarts=1: the launcher restarts
-    # every worker, the coordinator takes them back as generation 2, the job
-    # finishes (exit 0). Without checkpoints generation 2 starts from step 0,
-    # so its weights are exactly those of an uninterrupted run.
+    # every worker with --resume, the coordinator takes them back as
+    # generation 2 from the newest checkpoint's step, the job finishes (exit 0)
+    # with exactly the weights of an uninterrupted run.
     "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=3000 --quiet --save="$T/r.st" --summary="$T/rs{rank}.json" \
-      >"$T/rl.log" 2>&1 &
+      --checkpoint-dir="$T/ck" --checkpoint-every=100 >"$T/rl.log" 2>&1 &
     LP=$!; PIDS+=("$LP")
     launcher_coordinator "$T/rl.log"
-    wait_iteration "$LADDR" 2 "$LTOK"
+    wait_iteration "$LADDR" 250 "$LTOK"
     victim=$(rank_pid "$LADDR" "$LTOK" 1)
     [[ -n $victim ]] || fail "no pid for rank 1"
     kill -9 "$victim"
@@ -360,6 +360,8 @@ EOF
     for r in 0 1; do
       [[ $(json_field "$T/rs$r.json" steps_completed) == 3000 ]] || fail "rank $r: $(cat "$T/rs$r.json")"
     done
+    grep -q "resumed from .*ckpt-0000[0-9]*00.safetensors" "$T/rl.log" || fail "generation 2 did not resume from a checkpoint"
+    note "$(grep -o "resumed from [^ ]* (step [0-9]*" "$T/rl.log" | head -1)"
     "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
