@@ -1,7 +1,8 @@
 // CPU kernels of the neural-network family: softmax and cross-entropy (row
-// sums in double, columns in order, as the CUDA kernels do), and the GPT's
+// sums in double, columns in order, as the CUDA kernels do), the GPT's
 // layers, each layer's forward next to its backward (shapes in the comment
-// above each pair).
+// above each pair), and the CNN's building blocks (im2col/col2im, channel
+// bias and sums, max pooling; ops/nn_conv.cc adds the matrix products).
 //
 // The layer kernels are plain loops over contiguous rows, templated over
 // float and double (the float64 gradient checks run these very loops), with
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -244,6 +246,105 @@ PSYNC_CPU_CLONES void CausalSoftmaxBackwardRows(const T* grad, const T* y, doubl
   }
 }
 
+// ---------------------------------------------------------------- CNN layers
+// Im2Col / Col2Im for one image: x [C, H, W] <-> col [K, L] (ops/nn_kernels.h).
+// Row k = (c, i, j) of col, output row oh, reads input row ih = oh*s - p + i
+// and columns iw = ow*s + (j - p); the output columns whose iw lies inside
+// the image are [lo, hi), the rest are padding.
+void InsideColumns(int64_t off, const Conv2dGeometry& g, int64_t* lo, int64_t* hi) {
+  const int64_t s = g.stride;
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  *hi = g.w - 1 - off < 0 ? 0 : std::min(g.wo, (g.w - 1 - off) / s + 1);
+  if (*hi < *lo) *hi = *lo;
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void Im2ColImage(const T* x, const Conv2dGeometry& g, T* col) {
+  const int64_t s = g.stride, p = g.padding, L = g.ho * g.wo;
+  for (int64_t c = 0; c < g.cin; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * L;
+        int64_t lo, hi;
+        InsideColumns(j - p, g, &lo, &hi);
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          T* out = row + oh * g.wo;
+          const int64_t ih = oh * s - p + i;
+          if (ih < 0 || ih >= g.h) {
+            for (int64_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
+            continue;
+          }
+          const T* xr = x + (c * g.h + ih) * g.w;
+          const int64_t off = j - p;
+          for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
+          if (s == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = xr[ow + off];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = xr[ow * s + off];
+          }
+          for (int64_t ow = hi; ow < g.wo; ++ow) out[ow] = T(0);
+        }
+      }
+    }
+  }
+}
+
+// The adjoint: rows k in increasing order add into dx, so each dx element
+// receives its terms in increasing (i, j) order after an exact 0, the order
+// the CUDA kernel sums them in.
+template <typename T>
+PSYNC_CPU_CLONES void Col2ImImage(const T* col, const Conv2dGeometry& g, T* dx) {
+  const int64_t s = g.stride, p = g.padding, L = g.ho * g.wo;
+  for (int64_t e = 0, n = g.cin * g.h * g.w; e < n; ++e) dx[e] = T(0);
+  for (int64_t c = 0; c < g.cin; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * L;
+        int64_t lo, hi;
+        InsideColumns(j - p, g, &lo, &hi);
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          const int64_t ih = oh * s - p + i;
+          if (ih < 0 || ih >= g.h) continue;
+          const T* in = row + oh * g.wo;
+          T* dr = dx + (c * g.h + ih) * g.w;
+          const int64_t off = j - p;
+          if (s == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) dr[ow + off] += in[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dr[ow * s + off] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Max pooling of one plane x [h, w] -> y, idx [h / k, w / k]: torch's CPU
+// loop (start at -inf with the window's first position; take a value when
+// it is greater or NaN).
+template <typename T>
+PSYNC_CPU_CLONES void MaxPoolPlane(const T* x, int64_t h, int64_t w, int64_t k, T* y, int64_t* idx) {
+  const int64_t ho = h / k, wo = w / k;
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t at = oh * k * w + ow * k;
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t r = (oh * k + i) * w + ow * k;
+        for (int64_t j = 0; j < k; ++j) {
+          const T v = x[r + j];
+          if (v > best || std::isnan(v)) {
+            best = v;
+            at = r + j;
+          }
+        }
+      }
+      y[oh * wo + ow] = best;
+      idx[oh * wo + ow] = at;
+    }
+  }
+}
+
 template <typename T>
 const T* In(const Tensor& t) {
   return static_cast<const T*>(t.raw_data());
@@ -366,6 +467,93 @@ class CpuNn final : public NnKernels {
   void CausalSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale, const Tensor& dx) const override {
     PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "CausalSoftmaxBackward", [&] {
       CausalSoftmaxBackwardRows(In<scalar_t>(grad), In<scalar_t>(y), scale, y.size(0), y.size(1), Out<scalar_t>(dx));
+    });
+  }
+
+  void Im2Col(const Tensor& x, const Conv2dGeometry& g, const Tensor& col) const override {
+    const int64_t image = g.cin * g.h * g.w, cols = g.K() * g.L();
+    PSYNC_DISPATCH_FLOAT_TYPES(col.dtype(), "Im2Col", [&] {
+      for (int64_t n = 0; n < x.size(0); ++n) Im2ColImage(In<scalar_t>(x) + n * image, g, Out<scalar_t>(col) + n * cols);
+    });
+  }
+
+  void Col2Im(const Tensor& col, const Conv2dGeometry& g, const Tensor& dx) const override {
+    const int64_t image = g.cin * g.h * g.w, cols = g.K() * g.L();
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "Col2Im", [&] {
+      for (int64_t n = 0; n < dx.size(0); ++n) Col2ImImage(In<scalar_t>(col) + n * cols, g, Out<scalar_t>(dx) + n * image);
+    });
+  }
+
+  void AddChannelBias(const Tensor& y, const Tensor& bias) const override {
+    const int64_t n = y.size(0), c = y.size(1), l = y.size(2);
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "AddChannelBias", [&] {
+      scalar_t* py = Out<scalar_t>(y);
+      const scalar_t* pb = In<scalar_t>(bias);
+      for (int64_t r = 0; r < n * c; ++r) {
+        const scalar_t b = pb[r % c];
+        scalar_t* row = py + r * l;
+        for (int64_t j = 0; j < l; ++j) row[j] += b;
+      }
+    });
+  }
+
+  void ChannelSums(const Tensor& grad, const Tensor& dbias) const override {
+    const int64_t n = grad.size(0), c = grad.size(1), l = grad.size(2);
+    PSYNC_DISPATCH_FLOAT_TYPES(dbias.dtype(), "ChannelSums", [&] {
+      const scalar_t* pg = In<scalar_t>(grad);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double total = 0.0;
+        for (int64_t b = 0; b < n; ++b) {
+          const scalar_t* row = pg + (b * c + ch) * l;
+          total += SumInOrder(l, [&](int64_t j) { return static_cast<double>(row[j]); });
+        }
+        Out<scalar_t>(dbias)[ch] = static_cast<scalar_t>(total);
+      }
+    });
+  }
+
+  void AccumulateParts(const Tensor& parts, const Tensor& acc) const override {
+    const int64_t n = parts.size(0), m = parts.numel() / n;
+    double* pa = Out<double>(acc);
+    PSYNC_DISPATCH_FLOAT_TYPES(parts.dtype(), "AccumulateParts", [&] {
+      for (int64_t b = 0; b < n; ++b) {
+        const scalar_t* row = In<scalar_t>(parts) + b * m;
+        for (int64_t j = 0; j < m; ++j) pa[j] += static_cast<double>(row[j]);
+      }
+    });
+  }
+
+  void MaxPool2d(const Tensor& x, int64_t k, const Tensor& y, const Tensor& indices) const override {
+    const int64_t planes = x.size(0), h = x.size(1), w = x.size(2), out = y.size(1) * y.size(2);
+    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "MaxPool2d", [&] {
+      for (int64_t p = 0; p < planes; ++p) {
+        MaxPoolPlane(In<scalar_t>(x) + p * h * w, h, w, k, Out<scalar_t>(y) + p * out, Out<int64_t>(indices) + p * out);
+      }
+    });
+  }
+
+  void MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t k, const Tensor& dx) const override {
+    const int64_t planes = dx.size(0), h = dx.size(1), w = dx.size(2), ho = grad.size(1), wo = grad.size(2);
+    const int64_t* pi = In<int64_t>(indices);
+    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "MaxPool2dBackward", [&] {
+      const scalar_t* pg = In<scalar_t>(grad);
+      scalar_t* pd = Out<scalar_t>(dx);
+      for (int64_t e = 0, n = planes * h * w; e < n; ++e) pd[e] = scalar_t(0);
+      for (int64_t p = 0; p < planes; ++p) {
+        for (int64_t oh = 0; oh < ho; ++oh) {
+          for (int64_t ow = 0; ow < wo; ++ow) {
+            const int64_t o = (p * ho + oh) * wo + ow, at = pi[o];
+            const int64_t ih = at >= 0 ? at / w : -1, iw = at >= 0 ? at % w : -1;
+            if (ih < oh * k || ih >= (oh + 1) * k || iw < ow * k || iw >= (ow + 1) * k) {
+              throw TensorError(absl::StrCat("MaxPool2dBackward: indices[plane ", p, ", ", oh, ", ", ow, "] = ", at,
+                                             " is not in its ", k, "x", k, " window (rows ", oh * k, "..",
+                                             (oh + 1) * k - 1, ", columns ", ow * k, "..", (ow + 1) * k - 1,
+                                             " of a ", h, "x", w, " plane)"));
+            }
+            pd[p * h * w + at] = pg[o];
+          }
+        }
+      }
     });
   }
 };

@@ -10,8 +10,15 @@
 // sums with a fixed xor-shuffle tree, so results are reproducible run to run
 // and equal the CPU's to double round-off. LayerNorm's weight/bias gradients
 // are column sums over row chunks in the CPU's exact order (no FMA
-// contraction), hence bitwise equal to the CPU's for the same inputs. No
+// contraction), hence bitwise equal to the CPU's for the same inputs.
+//
+// The CNN's building blocks (ops/nn_conv.cc adds the cuBLAS products): one
+// thread per output element everywhere. Col2Im gathers each input
+// element's terms in the CPU's order, and max pooling's backward writes each
+// element once (windows do not overlap), so both equal the CPU bitwise;
+// per-channel bias sums are one block per channel with a fixed tree. No
 // float atomics anywhere.
+#include <climits>
 #include <cmath>
 
 #include "worker/tensor/cuda/launch.cuh"
@@ -248,6 +255,114 @@ __global__ void CausalSoftmaxBackwardKernel(const float* grad, const float* y, d
   for (int j = n + lane; j < t; j += kWarp) dr[j] = 0.0f;
 }
 
+// ---------------------------------------------------------------- CNN layers
+
+// col [n, K, L] from x [n, C, H, W] (ops/nn_kernels.h Im2Col); one thread
+// per col element, so writes are coalesced along L.
+__global__ void Im2ColKernel(const float* x, Conv2dGeometry g, int64_t total, float* col) {
+  const int64_t L = g.ho * g.wo, K = g.cin * g.kh * g.kw;
+  PSYNC_GRID_STRIDE(e, total) {
+    const int64_t l = e % L, k = (e / L) % K, b = e / (L * K);
+    const int64_t j = k % g.kw, i = (k / g.kw) % g.kh, c = k / (g.kw * g.kh);
+    const int64_t ih = (l / g.wo) * g.stride - g.padding + i, iw = (l % g.wo) * g.stride - g.padding + j;
+    col[e] = (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) ? x[((b * g.cin + c) * g.h + ih) * g.w + iw] : 0.0f;
+  }
+}
+
+// dx [n, C, H, W]: one thread per element sums the col entries Im2Col
+// copied from it, in increasing (i, j) order from an exact 0, as the CPU.
+__global__ void Col2ImKernel(const float* col, Conv2dGeometry g, int64_t total, float* dx) {
+  const int64_t L = g.ho * g.wo, K = g.cin * g.kh * g.kw;
+  PSYNC_GRID_STRIDE(e, total) {
+    const int64_t w = e % g.w, h = (e / g.w) % g.h, c = (e / (g.w * g.h)) % g.cin, b = e / (g.w * g.h * g.cin);
+    const float* cb = col + b * K * L;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t t = h + g.padding - i;  // = oh * stride
+      if (t < 0 || t % g.stride != 0 || t / g.stride >= g.ho) continue;
+      const int64_t oh = t / g.stride;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t u = w + g.padding - j;  // = ow * stride
+        if (u < 0 || u % g.stride != 0 || u / g.stride >= g.wo) continue;
+        acc = __fadd_rn(acc, cb[((c * g.kh + i) * g.kw + j) * L + oh * g.wo + u / g.stride]);
+      }
+    }
+    dx[e] = acc;
+  }
+}
+
+// y [n, C, L] += bias[c].
+__global__ void AddChannelBiasKernel(float* y, const float* bias, int64_t c, int64_t l, int64_t total) {
+  PSYNC_GRID_STRIDE(e, total) y[e] = __fadd_rn(y[e], bias[(e / l) % c]);
+}
+
+// dbias[c] for grad [n, C, L]: block c, each thread a strided double sum,
+// then a fixed shared-memory tree (reproducible; equal to the CPU's order of
+// sums to double round-off).
+__global__ void ChannelSumsKernel(const float* grad, int64_t n, int64_t c, int64_t l, float* dbias) {
+  __shared__ double partial[kThreads];
+  const int64_t ch = blockIdx.x;
+  double acc = 0.0;
+  for (int64_t t = threadIdx.x; t < n * l; t += kThreads) acc += grad[((t / l) * c + ch) * l + t % l];
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dbias[ch] = static_cast<float>(partial[0]);
+}
+
+// acc[j] += parts[b, j] for b in order (the CPU's exact sequence of adds).
+__global__ void AccumulatePartsKernel(const float* parts, int64_t n, int64_t m, double* acc) {
+  PSYNC_GRID_STRIDE(j, m) {
+    double a = acc[j];
+    for (int64_t b = 0; b < n; ++b) a = __dadd_rn(a, static_cast<double>(parts[b * m + j]));
+    acc[j] = a;
+  }
+}
+
+// One thread per output: the CPU's (torch's) window loop.
+__global__ void MaxPoolKernel(const float* x, int64_t h, int64_t w, int64_t k, int64_t total, float* y,
+                              int64_t* indices) {
+  const int64_t ho = h / k, wo = w / k;
+  PSYNC_GRID_STRIDE(o, total) {
+    const int64_t ow = o % wo, oh = (o / wo) % ho, p = o / (wo * ho);
+    const float* xp = x + p * h * w;
+    float best = -INFINITY;
+    int64_t at = oh * k * w + ow * k;
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t r = (oh * k + i) * w + ow * k;
+      for (int64_t j = 0; j < k; ++j) {
+        const float v = xp[r + j];
+        if (v > best || isnan(v)) {
+          best = v;
+          at = r + j;
+        }
+      }
+    }
+    y[o] = best;
+    indices[o] = at;
+  }
+}
+
+// One thread per input element: its window's gradient if the window's index
+// names it, else 0 (an index outside its window names no element: dropped).
+__global__ void MaxPoolBackwardKernel(const float* grad, const int64_t* indices, int64_t h, int64_t w, int64_t k,
+                                      int64_t total, float* dx) {
+  const int64_t ho = h / k, wo = w / k;
+  PSYNC_GRID_STRIDE(e, total) {
+    const int64_t iw = e % w, ih = (e / w) % h, p = e / (w * h);
+    const int64_t oh = ih / k, ow = iw / k;
+    float v = 0.0f;
+    if (oh < ho && ow < wo) {
+      const int64_t o = (p * ho + oh) * wo + ow;
+      if (indices[o] == ih * w + iw) v = grad[o];
+    }
+    dx[e] = v;
+  }
+}
+
 const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data()); }
 float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
 const int64_t* I(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
@@ -362,6 +477,60 @@ class CudaNn final : public NnKernels {
     // The scale the forward used (float), as on the CPU.
     const double s = static_cast<double>(static_cast<float>(scale));
     CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(grad), F(y), s, rows, Cols(y), FW(dx));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void Im2Col(const Tensor& x, const Conv2dGeometry& g, const Tensor& col) const override {
+    Launch l(col.device().index);
+    const int64_t total = col.numel();
+    Im2ColKernel<<<BlocksFor(total), kThreads, 0, l.stream>>>(F(x), g, total, FW(col));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void Col2Im(const Tensor& col, const Conv2dGeometry& g, const Tensor& dx) const override {
+    Launch l(dx.device().index);
+    const int64_t total = dx.numel();
+    Col2ImKernel<<<BlocksFor(total), kThreads, 0, l.stream>>>(F(col), g, total, FW(dx));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void AddChannelBias(const Tensor& y, const Tensor& bias) const override {
+    Launch l(y.device().index);
+    const int64_t total = y.numel();
+    AddChannelBiasKernel<<<BlocksFor(total), kThreads, 0, l.stream>>>(FW(y), F(bias), y.size(1), y.size(2), total);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void ChannelSums(const Tensor& grad, const Tensor& dbias) const override {
+    Launch l(dbias.device().index);
+    const int64_t c = grad.size(1);
+    if (c > INT_MAX) throw TensorError("ChannelSums: more than 2^31 channels are not supported on CUDA");
+    ChannelSumsKernel<<<static_cast<unsigned>(c), kThreads, 0, l.stream>>>(F(grad), grad.size(0), c, grad.size(2),
+                                                                           FW(dbias));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void AccumulateParts(const Tensor& parts, const Tensor& acc) const override {
+    Launch l(acc.device().index);
+    const int64_t n = parts.size(0), m = parts.numel() / n;
+    AccumulatePartsKernel<<<BlocksFor(m), kThreads, 0, l.stream>>>(F(parts), n, m,
+                                                                   static_cast<double*>(acc.raw_data()));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void MaxPool2d(const Tensor& x, int64_t k, const Tensor& y, const Tensor& indices) const override {
+    Launch l(y.device().index);
+    const int64_t total = y.numel();
+    MaxPoolKernel<<<BlocksFor(total), kThreads, 0, l.stream>>>(F(x), x.size(1), x.size(2), k, total, FW(y),
+                                                                static_cast<int64_t*>(indices.raw_data()));
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t k, const Tensor& dx) const override {
+    Launch l(dx.device().index);
+    const int64_t total = dx.numel();
+    MaxPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, l.stream>>>(F(grad), I(indices), dx.size(1), dx.size(2),
+                                                                        k, total, FW(dx));
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 

@@ -74,8 +74,25 @@ DType ComputeFloat(const char* op, Args args) {
   Fail(op, args, absl::StrCat(DTypeName(d), " is a storage type here; convert to float32 (To(kFloat32)) to compute"));
 }
 
+DType FloatOperand(const char* op, Args args, const Arg& a) {
+  const DType dt = a.t->dtype();
+  if (dt == kFloat32 || (dt == kFloat64 && a.t->device().is_cpu())) return dt;
+  if (dt == kFloat64) Fail(op, args, absl::StrCat(a.name, ": float64 is computed on the CPU only; use float32 on CUDA"));
+  Fail(op, args, absl::StrCat(a.name, " must be float32 or float64, got ", DTypeName(dt)));
+}
+
 void Contiguous(const char* op, Args args, const Arg& a) {
   if (!a.t->is_contiguous()) Fail(op, args, absl::StrCat(a.name, " must be contiguous"));
+}
+
+Tensor Destination(const char* op, Args args, const char* name, Tensor out, const Shape& shape, DType dtype,
+                   Device device) {
+  if (!out.defined()) return Tensor::Empty(shape, dtype, device);
+  if (out.device() != device || out.dtype() != dtype || out.shape() != shape || !out.is_contiguous()) {
+    Fail(op, args, absl::StrCat(name, " must be a contiguous ", ShapeToString(shape), " ", DTypeName(dtype),
+                                " tensor on ", device.ToString(), ", got ", Describe(out)));
+  }
+  return out;
 }
 
 }  // namespace psync::ops::check

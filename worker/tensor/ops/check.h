@@ -38,7 +38,15 @@ void DTypeIs(const char* op, Args args, const Arg& a, DType dtype);
 // The arguments share one floating dtype the device computes in: float32
 // anywhere, float64 on the CPU. Returns it.
 DType ComputeFloat(const char* op, Args args);
+// The floating dtype of one operand `a` (float32, or float64 on the CPU)
+// among operands of other dtypes (int64 ids or indices). Returns it.
+DType FloatOperand(const char* op, Args args, const Arg& a);
 // Contiguous (for in-place ops on a destination).
 void Contiguous(const char* op, Args args, const Arg& a);
+// A caller-provided destination `out` (named `name`: a contiguous `shape`
+// tensor of `dtype` on `device`, e.g. a DDP bucket slot), or a new tensor
+// when `out` is undefined.
+Tensor Destination(const char* op, Args args, const char* name, Tensor out, const Shape& shape, DType dtype,
+                   Device device);
 
 }  // namespace psync::ops::check

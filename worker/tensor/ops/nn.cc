@@ -26,26 +26,6 @@ Device CheckCrossEntropyArgs(const char* op, check::Args args, const Tensor& log
   return d;
 }
 
-// A caller-provided destination (`name`), or a new tensor when undefined.
-Tensor Destination(const char* op, check::Args args, const char* name, Tensor out, const Shape& shape, DType dt,
-                   Device d) {
-  if (!out.defined()) return Tensor::Empty(shape, dt, d);
-  if (out.device() != d || out.dtype() != dt || out.shape() != shape || !out.is_contiguous()) {
-    check::Fail(op, args, absl::StrCat(name, " must be a contiguous ", ShapeToString(shape), " ", DTypeName(dt),
-                                       " tensor on ", d.ToString(), ", got ", check::Describe(out)));
-  }
-  return out;
-}
-
-// The floating dtype of one operand (float32, or float64 on the CPU) among
-// others of other dtypes (int64 ids); a failure names every operand.
-DType FloatOperand(const char* op, check::Args args, const check::Arg& a) {
-  const DType dt = a.t->dtype();
-  if (dt == kFloat32 || (dt == kFloat64 && a.t->device().is_cpu())) return dt;
-  if (dt == kFloat64) check::Fail(op, args, absl::StrCat(a.name, ": float64 is computed on the CPU only; use float32 on CUDA"));
-  check::Fail(op, args, absl::StrCat(a.name, " must be float32 or float64, got ", DTypeName(dt)));
-}
-
 Shape LeadingDims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 1); }
 
 // grad [..., C] must be ids' shape + [C]; returns C.
@@ -121,7 +101,7 @@ Tensor Embedding(const Tensor& ids, const Tensor& weight) {
   check::Args args = {{"ids", &ids}, {"weight", &weight}};
   const Device d = check::Defined(op, args);
   check::DTypeIs(op, args, {"ids", &ids}, kInt64);
-  const DType dt = FloatOperand(op, args, {"weight", &weight});
+  const DType dt = check::FloatOperand(op, args, {"weight", &weight});
   check::Dim(op, args, {"weight", &weight}, 2);
   Shape shape = ids.shape();
   shape.push_back(weight.size(1));
@@ -136,10 +116,10 @@ Tensor EmbeddingBackwardInto(Tensor out, const Tensor& grad, const Tensor& ids, 
   check::Args args = {{"grad", &grad}, {"ids", &ids}};
   const Device d = check::Defined(op, args);
   check::DTypeIs(op, args, {"ids", &ids}, kInt64);
-  const DType dt = FloatOperand(op, args, {"grad", &grad});
+  const DType dt = check::FloatOperand(op, args, {"grad", &grad});
   const int64_t c = CheckRowsOf(op, args, grad, "grad", ids.shape(), "ids");
   if (num_rows < 0) check::Fail(op, args, absl::StrCat("num_rows must be >= 0, got ", num_rows));
-  out = Destination(op, args, "out", std::move(out), {num_rows, c}, dt, d);
+  out = check::Destination(op, args, "out", std::move(out), {num_rows, c}, dt, d);
   if (out.numel() == 0) return out;
   if (ids.numel() == 0) {
     Fill(out, 0.0);
@@ -185,8 +165,8 @@ LayerNormGrads LayerNormBackward(const Tensor& grad, const Tensor& x, const Tens
   }
   LayerNormGrads g;
   g.dx = Tensor::Empty(x.shape(), dt, d);
-  g.dweight = Destination(op, args, "dweight", std::move(dweight_out), {c}, dt, d);
-  g.dbias = Destination(op, args, "dbias", std::move(dbias_out), {c}, dt, d);
+  g.dweight = check::Destination(op, args, "dweight", std::move(dweight_out), {c}, dt, d);
+  g.dbias = check::Destination(op, args, "dbias", std::move(dbias_out), {c}, dt, d);
   if (x.numel() == 0) {
     Fill(g.dweight, 0.0);
     Fill(g.dbias, 0.0);

@@ -1,8 +1,11 @@
-// Neural-network ops: softmax, losses and the GPT's layers (embedding,
-// LayerNorm, GELU, causal softmax), each with its backward. float32
+// Neural-network ops: softmax, losses, the GPT's layers (embedding,
+// LayerNorm, GELU, causal softmax) and the CNN's (2-d convolution, max
+// pooling), each with its backward. float32
 // anywhere, float64 on the CPU. Sums are taken in double in a fixed order,
 // so every op returns the same bits on every run.
 #pragma once
+
+#include <array>
 
 #include "worker/tensor/tensor.h"
 
@@ -64,5 +67,43 @@ Tensor GeluBackward(const Tensor& grad, const Tensor& x);
 Tensor CausalSoftmax(const Tensor& scores, double scale);
 // d(scores) from grad and the forward's result probs (both [..., T, T]).
 Tensor CausalSoftmaxBackward(const Tensor& grad, const Tensor& probs, double scale);
+
+// ---- CNN layers (ops/nn_conv.cc)
+
+// 2-d convolution (cross-correlation, as torch.nn.functional.conv2d):
+// x [N, Cin, H, W], weight [Cout, Cin, kh, kw], bias [Cout] or undefined
+// (none) -> y [N, Cout, Ho, Wo], Ho = (H + 2 padding - kh) / stride + 1 (and
+// Wo alike), zero padding. y[n, o] = sum over (c, i, j) of weight[o, c, i, j]
+// * x[n, c, oh*stride - padding + i, ow*stride - padding + j], then + bias[o].
+// Computed as im2col + one matrix product per image (OpenBLAS / cuBLAS in
+// FP32, no TF32): the same bits on every run.
+Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);
+// Gradients of Conv2d from grad [N, Cout, Ho, Wo] and the forward's x and
+// weight; only those asked for in `needed` ({dx, dweight, dbias}) are
+// computed (the others stay undefined). dx: W^T times grad per image, then
+// col2im (each element's contributions added in a fixed order); dweight:
+// grad times im2col(x)^T per image, the per-image products summed in image
+// order in double; dbias: the sums of grad per channel in double. No float
+// atomics: the same bits on every run. dweight_out/dbias_out: contiguous
+// destinations (e.g. DDP bucket slots) or undefined (new tensors).
+struct Conv2dGrads {
+  Tensor dx, dweight, dbias;
+};
+Conv2dGrads Conv2dBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
+                           std::array<bool, 3> needed = {true, true, true}, Tensor dweight_out = Tensor(),
+                           Tensor dbias_out = Tensor());
+
+// Max pooling over k x k windows at stride k (non-overlapping, no padding;
+// torch's max_pool2d(x, k) with its default floor mode): x [N, C, H, W] ->
+// y [N, C, H / k, W / k] and, for the backward, indices (int64, same shape):
+// the position h * W + w of each window's max within its [H, W] plane (the
+// first max in row-major order; NaN propagates), as torch returns them.
+struct MaxPool2dResult {
+  Tensor y, indices;
+};
+MaxPool2dResult MaxPool2d(const Tensor& x, int64_t kernel);
+// dx [input_shape] = grad at the forward's indices, 0 elsewhere (windows do
+// not overlap: each element gets at most one gradient, nothing is summed).
+Tensor MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t kernel, const Shape& input_shape);
 
 }  // namespace psync::ops

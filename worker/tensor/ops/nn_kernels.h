@@ -10,6 +10,17 @@
 
 namespace psync::ops {
 
+// Shapes of one 2-d convolution (ops/nn.h Conv2d): x [n, cin, h, w],
+// weight [cout, cin, kh, kw], y [n, cout, ho, wo].
+struct Conv2dGeometry {
+  int64_t n = 0, cin = 0, h = 0, w = 0;
+  int64_t cout = 0, kh = 0, kw = 0;
+  int64_t stride = 1, padding = 0;
+  int64_t ho = 0, wo = 0;
+  int64_t K() const { return cin * kh * kw; }  // rows of the column matrix
+  int64_t L() const { return ho * wo; }         // its columns (output positions)
+};
+
 class NnKernels {
  public:
   virtual ~NnKernels() = default;
@@ -47,6 +58,36 @@ class NnKernels {
   virtual void CausalSoftmax(const Tensor& x, double scale, const Tensor& y) const = 0;
   // dx[r, j] = scale * y[r, j] * (grad[r, j] - sum_k<=i grad[r, k] y[r, k]) for j <= i, 0 for j > i.
   virtual void CausalSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale, const Tensor& dx) const = 0;
+
+  // ---- CNN layers. ops/nn_conv.cc builds Conv2d from these and BlasKernels'
+  // Gemm (im2col + matrix products); the shapes are in Conv2dGeometry.
+  // Each kernel gets a chunk of n images (n = x.size(0), at most g.n).
+  // x [n, C, H, W] -> col [n, K, L], K = C*kh*kw rows ordered
+  // (c, i, j) like the weight's [Cout, C, kh, kw], L = Ho*Wo columns:
+  // col[k = (c, i, j), l = (oh, ow)] = x[c, oh*stride - padding + i,
+  // ow*stride - padding + j], 0 where that is outside the image (padding).
+  virtual void Im2Col(const Tensor& x, const Conv2dGeometry& g, const Tensor& col) const = 0;
+  // The adjoint of Im2Col: dx [n, C, H, W], each element the sum of the col
+  // entries Im2Col copied from it, added in increasing (i, j) order starting
+  // from the first (an exact 0 where none is): the same bits on every device.
+  virtual void Col2Im(const Tensor& col, const Conv2dGeometry& g, const Tensor& dx) const = 0;
+  // y [n, C, L] += bias[c].
+  virtual void AddChannelBias(const Tensor& y, const Tensor& bias) const = 0;
+  // dbias [C] = sum over images n (in order) of the double sum over l of
+  // grad [n, C, L].
+  virtual void ChannelSums(const Tensor& grad, const Tensor& dbias) const = 0;
+  // acc [m] (float64) += parts [n, m] summed over n in order, in double.
+  virtual void AccumulateParts(const Tensor& parts, const Tensor& acc) const = 0;
+  // x [planes, H, W] -> y, indices [planes, Ho, Wo], Ho = H / k, Wo = W / k
+  // (windows k x k at stride k; rows/columns past Ho*k, Wo*k are dropped):
+  // the max of each window and its position h*W + w in the plane (the first
+  // max in row-major window order; a NaN wins and propagates, as in torch).
+  virtual void MaxPool2d(const Tensor& x, int64_t k, const Tensor& y, const Tensor& indices) const = 0;
+  // dx [planes, H, W] = grad [planes, Ho, Wo] at each window's index, 0
+  // elsewhere. Windows never overlap, so every dx element gets at most one
+  // value: nothing is summed. An index outside its window: the CPU throws
+  // TensorError naming it; CUDA drops that gradient (a kernel cannot throw).
+  virtual void MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t k, const Tensor& dx) const = 0;
 };
 
 // Rows per chunk of LayerNorm's weight/bias gradient sums (see above).
