@@ -1,5 +1,6 @@
 #include "worker/autograd/nn_functions.h"
 
+#include <array>
 #include <utility>
 
 #include "worker/autograd/function_node.h"
@@ -65,6 +66,51 @@ class CausalSoftmaxBackward : public SingleOutputNode {
   const double scale_;
 };
 
+class Conv2dBackward : public SingleOutputNode {
+ public:
+  Conv2dBackward(Tensor x, Tensor weight, int64_t stride, int64_t padding)
+      : SingleOutputNode("Conv2dBackward", true),
+        x_(std::move(x)),
+        weight_(std::move(weight)),
+        stride_(stride),
+        padding_(padding) {}
+
+ private:
+  TensorList Backward(const Tensor& g) override {
+    const std::array<bool, 3> needed = {needs_grad(0), needs_grad(1), needs_grad(2)};  // no bias: never needed
+    // Only the gradients some input needs are computed (the first layer's
+    // dx, the image batch's, never is); weight and bias gradients are
+    // computed from scratch, so straight into their bucket slots.
+    ops::Conv2dGrads r =
+        ops::Conv2dBackward(g, x_, weight_, stride_, padding_, needed,
+                            needed[1] ? OutputBuffer(1, weight_.shape(), g.device()) : Tensor(),
+                            needed[2] ? OutputBuffer(2, {weight_.size(0)}, g.device()) : Tensor());
+    return {r.dx, r.dweight, r.dbias};
+  }
+  void ReleaseSaved() override { x_ = weight_ = Tensor(); }
+  // Both always: the backward reads x for dweight and weight for dx, and in
+  // training neither costs memory (weight is a parameter; x is kept for
+  // dweight whenever the weight trains).
+  Tensor x_, weight_;
+  const int64_t stride_, padding_;
+};
+
+class MaxPool2dBackward : public SingleOutputNode {
+ public:
+  MaxPool2dBackward(Tensor indices, int64_t kernel, Shape x_shape)
+      : SingleOutputNode("MaxPool2dBackward", true),
+        indices_(std::move(indices)),
+        kernel_(kernel),
+        x_shape_(std::move(x_shape)) {}
+
+ private:
+  TensorList Backward(const Tensor& g) override { return {ops::MaxPool2dBackward(g, indices_, kernel_, x_shape_)}; }
+  void ReleaseSaved() override { indices_ = Tensor(); }
+  Tensor indices_;
+  const int64_t kernel_;
+  const Shape x_shape_;
+};
+
 }  // namespace
 
 Variable Embedding(const Tensor& ids, const Variable& weight) {
@@ -96,6 +142,20 @@ Variable CausalSoftmax(const Variable& scores, double scale) {
   CheckDefined("CausalSoftmax", {&scores});
   Tensor out = ops::CausalSoftmax(scores.data(), scale);
   return Wrap(out, MakeNode<CausalSoftmaxBackward>({&scores}, out, scale));
+}
+
+Variable Conv2d(const Variable& x, const Variable& weight, const Variable& bias, int64_t stride, int64_t padding) {
+  CheckDefined("Conv2d", {&x, &weight});
+  Tensor out = ops::Conv2d(x.data(), weight.data(), bias.defined() ? bias.data() : Tensor(), stride, padding);
+  auto node = MakeNode<Conv2dBackward>({&x, &weight, bias.defined() ? &bias : nullptr}, x.data(), weight.data(), stride,
+                                       padding);
+  return Wrap(std::move(out), node);
+}
+
+Variable MaxPool2d(const Variable& x, int64_t kernel) {
+  CheckDefined("MaxPool2d", {&x});
+  ops::MaxPool2dResult r = ops::MaxPool2d(x.data(), kernel);
+  return Wrap(std::move(r.y), MakeNode<MaxPool2dBackward>({&x}, std::move(r.indices), kernel, x.shape()));
 }
 
 }  // namespace psync::autograd

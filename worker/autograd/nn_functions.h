@@ -1,7 +1,8 @@
 // Differentiable neural-network functions of the GPT (llm.c's layers):
-// token embedding, LayerNorm, GELU (tanh form), causal softmax. Each has a
-// forward and backward kernel on CPU and CUDA (ops/nn.h) and a float64
-// finite-difference check (tests/unit/autograd).
+// token embedding, LayerNorm, GELU (tanh form), causal softmax; and of the
+// CNN: 2-d convolution and max pooling. Each has a forward and backward
+// kernel on CPU and CUDA (ops/nn.h) and a float64 finite-difference check
+// (tests/unit/autograd).
 #pragma once
 
 #include "worker/autograd/variable.h"
@@ -21,5 +22,17 @@ Variable Gelu(const Variable& x);
 // position j > i (the future) masked out (probability 0), as in causal
 // self-attention.
 Variable CausalSoftmax(const Variable& scores, double scale);
+
+// x [N, Cin, H, W], weight [Cout, Cin, kh, kw], bias [Cout] (or an undefined
+// Variable: no bias) -> [N, Cout, Ho, Wo], as torch.nn.functional.conv2d
+// with zero padding. Saves x only when weight needs a gradient and weight
+// only when x does; weight and bias gradients go into their leaves'
+// gradient destinations.
+Variable Conv2d(const Variable& x, const Variable& weight, const Variable& bias, int64_t stride = 1,
+                int64_t padding = 0);
+// x [N, C, H, W] -> [N, C, H / k, W / k]: the max of each k x k window at
+// stride k (torch's max_pool2d(x, k)). Saves the argmax indices (int64)
+// only; the backward routes each gradient to its window's max.
+Variable MaxPool2d(const Variable& x, int64_t kernel);
 
 }  // namespace psync::autograd

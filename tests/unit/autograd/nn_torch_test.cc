@@ -1,4 +1,4 @@
-// The GPT's layers against PyTorch 1.13 in float64: psync computes each
+// The GPT's and the CNN's layers against PyTorch 1.13 in float64: psync computes each
 // layer's output and the gradients of sum(out * g) through the autograd
 // engine; a python script (Debian's /usr/bin/python3 with python3-torch)
 // computes the same with torch.nn.functional on the same inputs, read from
@@ -21,6 +21,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/autograd/nn_functions.h"
+#include "worker/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {
@@ -149,6 +150,94 @@ TEST(NnFunctionsTorch, LayersMatchPyTorchInFloat64) {
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(have[i] - want[i]) / (1 + std::fabs(want[i])));
     std::printf("%-8s max |psync - torch| / (1 + |torch|) = %.3g over %zu values\n", name.c_str(), worst, want.size());
     EXPECT_LE(worst, 1e-13) << name << " differs from PyTorch";
+  }
+}
+
+// Reads the CNN inputs (float64), computes conv2d (3x3 "same" with bias;
+// 3x2 at stride 2 without padding or bias) and max_pool2d (2x2, with its
+// indices) and the gradients of sum(out * g) with torch.
+constexpr char kCnnScript[] = R"PY(
+import sys, numpy as np, torch
+import torch.nn.functional as F
+torch.set_default_dtype(torch.float64)
+d = sys.argv[1]
+def load(name, shape, grad=False):
+    t = torch.from_numpy(np.fromfile(f"{d}/{name}.bin", dtype=np.float64).reshape(shape)).clone()
+    return t.requires_grad_(grad)
+def save(name, t):
+    t.detach().numpy().astype(np.float64).tofile(f"{d}/{name}.out.bin")
+x = load("c1_x", (3, 2, 7, 6), True); w = load("c1_w", (4, 2, 3, 3), True); b = load("c1_b", (4,), True)
+y = F.conv2d(x, w, b, stride=1, padding=1); (y * load("g_c1", (3, 4, 7, 6))).sum().backward()
+for n, t in [("c1_y", y), ("c1_dx", x.grad), ("c1_dw", w.grad), ("c1_db", b.grad)]: save(n, t)
+x = load("c2_x", (2, 3, 9, 8), True); w = load("c2_w", (5, 3, 3, 2), True)
+y = F.conv2d(x, w, None, stride=2, padding=0); (y * load("g_c2", (2, 5, 4, 4))).sum().backward()
+for n, t in [("c2_y", y), ("c2_dx", x.grad), ("c2_dw", w.grad)]: save(n, t)
+x = load("mp_x", (2, 3, 7, 8), True)
+y, idx = F.max_pool2d(x, 2, return_indices=True); (y * load("g_mp", (2, 3, 3, 4))).sum().backward()
+save("mp_y", y); save("mp_idx", idx.double()); save("mp_dx", x.grad)
+print("ok")
+)PY";
+
+TEST(NnFunctionsTorch, CnnLayersMatchPyTorchInFloat64) {
+  if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (apt-get install python3-torch)";
+  test_support::TempDir dir("psync_cnn_torch");
+  std::map<std::string, Tensor> in = {
+      {"c1_x", RandomDouble({3, 2, 7, 6}, 20)}, {"c1_w", RandomDouble({4, 2, 3, 3}, 21)},
+      {"c1_b", RandomDouble({4}, 22)},          {"g_c1", RandomDouble({3, 4, 7, 6}, 23)},
+      {"c2_x", RandomDouble({2, 3, 9, 8}, 24)}, {"c2_w", RandomDouble({5, 3, 3, 2}, 25)},
+      {"g_c2", RandomDouble({2, 5, 4, 4}, 26)}, {"mp_x", RandomDouble({2, 3, 7, 8}, 27)},
+      {"g_mp", RandomDouble({2, 3, 3, 4}, 28)},
+  };
+  for (const auto& [name, t] : in) WriteDoubles(dir.File(name + ".bin"), t);
+  const std::string script = dir.File("cnn.py");
+  {
+    std::ofstream f(script);
+    f << kCnnScript;
+  }
+  test_support::SpawnResult r =
+      test_support::SpawnAndCapture({"/usr/bin/python3", script, dir.path()}, std::chrono::seconds(120));
+  ASSERT_EQ(r.code, 0) << r.output;
+
+  std::map<std::string, Tensor> got;
+  auto grads_of = [](const Variable& out, const Tensor& g, const std::vector<Variable>& leaves) {
+    EXPECT_TRUE(Backward(Sum(Mul(out, Variable(g)))).ok());
+    std::vector<Tensor> grads;
+    for (const Variable& v : leaves) grads.push_back(v.grad());
+    return grads;
+  };
+  {
+    Variable x(in["c1_x"], true, "x"), w(in["c1_w"], true, "w"), b(in["c1_b"], true, "b");
+    Variable y = Conv2d(x, w, b, 1, 1);
+    got["c1_y"] = y.data();
+    std::vector<Tensor> g = grads_of(y, in["g_c1"], {x, w, b});
+    got["c1_dx"] = g[0];
+    got["c1_dw"] = g[1];
+    got["c1_db"] = g[2];
+  }
+  {
+    Variable x(in["c2_x"], true, "x"), w(in["c2_w"], true, "w");
+    Variable y = Conv2d(x, w, Variable(), 2, 0);
+    got["c2_y"] = y.data();
+    std::vector<Tensor> g = grads_of(y, in["g_c2"], {x, w});
+    got["c2_dx"] = g[0];
+    got["c2_dw"] = g[1];
+  }
+  {
+    Variable x(in["mp_x"], true, "x");
+    got["mp_idx"] = ops::MaxPool2d(x.data(), 2).indices;
+    Variable y = MaxPool2d(x, 2);
+    got["mp_y"] = y.data();
+    got["mp_dx"] = grads_of(y, in["g_mp"], {x})[0];
+  }
+  for (const auto& [name, t] : got) {
+    const std::vector<double> want = ReadDoubles(dir.File(name + ".out.bin"));
+    const std::vector<double> have = t.To(kFloat64).ToVector<double>();
+    ASSERT_EQ(have.size(), want.size()) << name;
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(have[i] - want[i]) / (1 + std::fabs(want[i])));
+    std::printf("%-8s max |psync - torch| / (1 + |torch|) = %.3g over %zu values\n", name.c_str(), worst, want.size());
+    // Pooling selects and routes values: exact. Convolutions sum in another order than torch's.
+    EXPECT_LE(worst, name.rfind("mp_", 0) == 0 ? 0.0 : 1e-13) << name << " differs from PyTorch";
   }
 }
 

@@ -1,6 +1,7 @@
 // Every op on CUDA against the same op on CPU. Skips without a GPU (the
 // build machine has none); it must still compile and link everywhere.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -249,6 +250,72 @@ TEST_F(OpsCuda, GptLayersAreDeterministic) {
     std::vector<std::vector<float>> out;
     for (const Tensor& t : {r.y, r.rstd, d.dx, d.dweight, d.dbias, ops::Gelu(x), ops::GeluBackward(x, x), p,
                             ops::CausalSoftmaxBackward(s, p, 0.2)}) {
+      out.push_back(t.ToVector());
+    }
+    return out;
+  };
+  EXPECT_TRUE(run() == run());
+}
+
+TEST_F(OpsCuda, Conv2dMatchesCpu) {
+  struct C {
+    Shape x, w;
+    int64_t stride, padding;
+  };
+  // The CNN's two layers; stride 2 with a non-square kernel; 1x1 (no
+  // im2col); a batch of 300 28x28x16 images, more than one 64 MiB chunk of
+  // column matrices.
+  for (const C& c : {C{{64, 1, 28, 28}, {16, 1, 3, 3}, 1, 1}, C{{64, 16, 14, 14}, {32, 16, 3, 3}, 1, 1},
+                     C{{3, 5, 11, 9}, {7, 5, 3, 2}, 2, 0}, C{{4, 8, 6, 6}, {3, 8, 1, 1}, 1, 0},
+                     C{{300, 16, 28, 28}, {8, 16, 3, 3}, 1, 1}}) {
+    const std::string what = ShapeToString(c.x) + " * " + ShapeToString(c.w);
+    const Tensor x = RandomTensor(c.x, 110), w = RandomTensor(c.w, 111), b = RandomTensor({c.w[0]}, 112);
+    const Tensor y = ops::Conv2d(x, w, b, c.stride, c.padding);
+    const Tensor g = RandomTensor(y.shape(), 113);
+    ExpectClose(ops::Conv2d(x.To(gpu_), w.To(gpu_), b.To(gpu_), c.stride, c.padding), y, 1e-5f, what + " y");
+    const ops::Conv2dGrads dc = ops::Conv2dBackward(g, x, w, c.stride, c.padding);
+    const ops::Conv2dGrads dg = ops::Conv2dBackward(g.To(gpu_), x.To(gpu_), w.To(gpu_), c.stride, c.padding);
+    ExpectClose(dg.dx, dc.dx, 1e-5f, what + " dx");
+    ExpectClose(dg.dweight, dc.dweight, 1e-5f, what + " dweight");
+    ExpectClose(dg.dbias, dc.dbias, 1e-6f, what + " dbias");
+    // Only dx (the engine's first layer never asks for it; a frozen layer asks for nothing else).
+    const ops::Conv2dGrads only = ops::Conv2dBackward(g.To(gpu_), x.To(gpu_), w.To(gpu_), c.stride, c.padding,
+                                                      {true, false, false});
+    EXPECT_FALSE(only.dweight.defined());
+    EXPECT_EQ(only.dx.ToVector(), dg.dx.ToVector()) << what;
+  }
+}
+
+TEST_F(OpsCuda, MaxPool2dMatchesCpuBitwise) {
+  for (const Shape& shape : {Shape{64, 16, 28, 28}, Shape{3, 2, 7, 9}, Shape{1, 1, 2, 2}}) {
+    for (int64_t k : {1, 2, 3}) {
+      if (shape[2] < k || shape[3] < k) continue;
+      const std::string what = ShapeToString(shape) + " k " + std::to_string(k);
+      const Tensor x = RandomTensor(shape, 120);
+      const ops::MaxPool2dResult c = ops::MaxPool2d(x, k), g = ops::MaxPool2d(x.To(gpu_), k);
+      EXPECT_EQ(g.y.ToVector(), c.y.ToVector()) << what;
+      EXPECT_EQ(g.indices.ToVector<int64_t>(), c.indices.ToVector<int64_t>()) << what;
+      const Tensor gy = RandomTensor(c.y.shape(), 121);
+      EXPECT_EQ(ops::MaxPool2dBackward(gy.To(gpu_), g.indices, k, shape).ToVector(),
+                ops::MaxPool2dBackward(gy, c.indices, k, shape).ToVector())
+          << what;
+    }
+  }
+  // NaN and ties as on the CPU.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor t = Tensor::FromVector(std::vector<float>{3, 1, nan, 5, 3, 2, 9, nan}, {1, 1, 2, 4});
+  EXPECT_EQ(ops::MaxPool2d(t.To(gpu_), 2).indices.ToVector<int64_t>(), (std::vector<int64_t>{0, 7}));
+}
+
+TEST_F(OpsCuda, CnnLayersAreDeterministic) {
+  const Tensor x = RandomTensor({64, 16, 14, 14}, 130, gpu_), w = RandomTensor({32, 16, 3, 3}, 131, gpu_);
+  const Tensor b = RandomTensor({32}, 132, gpu_), g = RandomTensor({64, 32, 14, 14}, 133, gpu_);
+  auto run = [&] {
+    const Tensor y = ops::Conv2d(x, w, b, 1, 1);
+    const ops::Conv2dGrads d = ops::Conv2dBackward(g, x, w, 1, 1);
+    const ops::MaxPool2dResult p = ops::MaxPool2d(y, 2);
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : {y, d.dx, d.dweight, d.dbias, p.y, ops::MaxPool2dBackward(p.y, p.indices, 2, y.shape())}) {
       out.push_back(t.ToVector());
     }
     return out;
