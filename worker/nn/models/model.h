@@ -31,6 +31,8 @@ struct ModelOptions {
   // cnn (and mlp on images): one example's shape [C, H, W] and the class count
   Shape input_shape;
   int64_t num_classes = 0;
+  // cnn: output channels of its two convolutions (--cnn-channels)
+  std::vector<int64_t> cnn_channels = {16, 32};
 };
 
 class Model : public Module {

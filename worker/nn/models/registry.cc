@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/nn/models/cnn.h"
 #include "worker/nn/models/mlp.h"
 
 namespace psync::nn {
@@ -18,12 +19,35 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(const ModelOptions& o) {
   return std::unique_ptr<Model>(std::make_unique<MLP>(o.widths, o.device, o.seed));
 }
 
+absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ModelOptions& o) {
+  const Shape& s = o.input_shape;
+  if (s.size() != 3 || s[0] <= 0 || s[1] < 4 || s[2] < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=cnn needs images [C, H, W] with H, W >= 4 (two 2x2 poolings) from the data, got examples of shape ",
+        ShapeToString(s)));
+  }
+  if (o.num_classes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model=cnn needs classification data (a class count >= 1), got ", o.num_classes, " classes"));
+  }
+  if (o.cnn_channels.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--cnn-channels: want two channel counts (c1,c2), got ",
+                                                   o.cnn_channels.size(), " (", absl::StrJoin(o.cnn_channels, ","), ")"));
+  }
+  for (int64_t c : o.cnn_channels) {
+    if (c <= 0) return absl::InvalidArgumentError(absl::StrCat("--cnn-channels: channel count ", c, " must be positive"));
+  }
+  return std::unique_ptr<Model>(std::make_unique<CNN>(s, o.num_classes, o.cnn_channels, o.device, o.seed));
+}
+
 }  // namespace
 
 const Registry<Model, ModelOptions>& Models() {
   static const Registry<Model, ModelOptions>* registry = [] {
     auto* r = new Registry<Model, ModelOptions>("model");
     r->Add("mlp", "Linear layers with ReLU between them (--widths)", MakeMlp);
+    r->Add("cnn", "conv3x3+ReLU+maxpool2 twice, then Linear, on images [C, H, W] (--cnn-channels, default 16,32)",
+           MakeCnn);
     return r;
   }();
   return *registry;
