@@ -1,19 +1,24 @@
 #!/usr/bin/python3
-"""Twin of psync-nn-ops-bench: the GPT layer ops in PyTorch 1.13, forward and
-backward (the aten backward functions autograd calls), one thread. The causal
-softmax is nanoGPT's: att * scale, masked_fill(mask == 0, -inf), softmax; its
-backward is softmax's, masked_fill's and mul's."""
+"""Twin of psync-nn-ops-bench: the GPT and CNN layer ops in PyTorch 1.13,
+forward and backward (the aten backward functions autograd calls), one
+thread. The causal softmax is nanoGPT's: att * scale, masked_fill(mask == 0,
+-inf), softmax; its backward is softmax's, masked_fill's and mul's. The
+convolutions are F.conv2d and aten.convolution_backward with the output mask
+training uses (conv1, the first layer: weight and bias only); the pooling is
+max_pool2d with indices (what autograd saves) and its backward."""
 import argparse, math, time
 import torch
 import torch.nn.functional as F
 
 p = argparse.ArgumentParser()
-for name, default in [("batch", 16), ("block", 64), ("embd", 128), ("heads", 4), ("vocab", 256), ("reps", 200)]:
+for name, default in [("batch", 16), ("block", 64), ("embd", 128), ("heads", 4), ("vocab", 256), ("images", 64),
+                      ("reps", 200)]:
     p.add_argument(f"--{name}", type=int, default=default)
 a = p.parse_args()
 torch.set_num_threads(1)
-B, T, C, H, V = a.batch, a.block, a.embd, a.heads, a.vocab
-print(f"nn_ops_torch.py: B={B} T={T} C={C} H={H} V={V}, float32, cpu, 1 thread, torch {torch.__version__}")
+B, T, C, H, V, N = a.batch, a.block, a.embd, a.heads, a.vocab, a.images
+print(f"nn_ops_torch.py: B={B} T={T} C={C} H={H} V={V} images={N}, float32, cpu, 1 thread, torch {torch.__version__}, "
+      f"mkldnn {torch.backends.mkldnn.is_available()}")
 
 def time_op(op, fn):
     for _ in range(5):
@@ -49,3 +54,18 @@ def sm_bwd():
     return g.masked_fill(mask == 0, 0.0) * scale
 time_op("causal_softmax_fwd", sm_fwd)
 time_op("causal_softmax_bwd", sm_bwd)
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return torch.rand(*shape) * (hi - lo) + lo
+def conv_bwd(g, x, w, mask):
+    return torch.ops.aten.convolution_backward(g, x, w, [w.shape[0]], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+x1 = rand(N, 1, 28, 28, lo=0.0); w1 = rand(16, 1, 3, 3); b1 = rand(16); g1 = rand(N, 16, 28, 28)
+time_op("conv1_fwd", lambda: F.conv2d(x1, w1, b1, padding=1))
+time_op("conv1_bwd", lambda: conv_bwd(g1, x1, w1, [False, True, True]))
+x2 = rand(N, 16, 14, 14); w2 = rand(32, 16, 3, 3); b2 = rand(32); g2 = rand(N, 32, 14, 14)
+time_op("conv2_fwd", lambda: F.conv2d(x2, w2, b2, padding=1))
+time_op("conv2_bwd", lambda: conv_bwd(g2, x2, w2, [True, True, True]))
+xa = rand(N, 16, 28, 28); ga = rand(N, 16, 14, 14)
+_, idx = F.max_pool2d(xa, 2, return_indices=True)
+time_op("maxpool_fwd", lambda: F.max_pool2d(xa, 2, return_indices=True))
+time_op("maxpool_bwd", lambda: torch.ops.aten.max_pool2d_with_indices_backward(ga, xa, [2, 2], [2, 2], [0, 0], [1, 1], False, idx))

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Side-by-side per-op benchmark of the GPT layers: psync-nn-ops-bench vs
+# Side-by-side per-op benchmark of the GPT and CNN layers: psync-nn-ops-bench vs
 # bench/nn_ops_torch.py, one thread each, ROUNDS alternating rounds; the
 # table shows each side's best min and median per op and the psync/torch
 # ratio of the medians (< 1: psync faster).
 #
-#   bench/run_nn_ops_bench.sh                 # B=16 T=64 C=128 H=4 V=256
+#   bench/run_nn_ops_bench.sh                 # B=16 T=64 C=128 H=4 V=256, 64 images
 #   ROUNDS=5 bench/run_nn_ops_bench.sh --batch=8 --embd=256
 set -euo pipefail
 

@@ -319,28 +319,51 @@ PSYNC_CPU_CLONES void Col2ImImage(const T* col, const Conv2dGeometry& g, T* dx) 
   }
 }
 
-// Max pooling of one plane x [h, w] -> y, idx [h / k, w / k]: torch's CPU
-// loop (start at -inf with the window's first position; take a value when
-// it is greater or NaN).
+// Max pooling of one plane x [h, w] -> y, idx [h / k, w / k], as torch's
+// CPU loop: per window, start at -inf with the window's first position and
+// take each value, in row-major window order, that is greater or NaN.
+// Starting from the first value instead is the same (it is taken unless it
+// is -inf, and then nothing changes). Written with selects (a branch on
+// random data mispredicts half the time), as a loop over a whole output row
+// per window position, which vectorizes; the 2x2 case in one pass.
+template <typename T>
+PSYNC_CPU_INLINE void TakeIfGreater(T v, int64_t at, T* best, int64_t* best_at) {
+  const bool take = (v > *best) | (v != v);  // v != v: NaN
+  *best = take ? v : *best;
+  *best_at = take ? at : *best_at;
+}
+
 template <typename T>
 PSYNC_CPU_CLONES void MaxPoolPlane(const T* x, int64_t h, int64_t w, int64_t k, T* y, int64_t* idx) {
   const int64_t ho = h / k, wo = w / k;
   for (int64_t oh = 0; oh < ho; ++oh) {
-    for (int64_t ow = 0; ow < wo; ++ow) {
-      T best = -std::numeric_limits<T>::infinity();
-      int64_t at = oh * k * w + ow * k;
-      for (int64_t i = 0; i < k; ++i) {
-        const int64_t r = (oh * k + i) * w + ow * k;
-        for (int64_t j = 0; j < k; ++j) {
-          const T v = x[r + j];
-          if (v > best || std::isnan(v)) {
-            best = v;
-            at = r + j;
-          }
-        }
+    T* yr = y + oh * wo;
+    int64_t* ir = idx + oh * wo;
+    const int64_t base = oh * k * w;  // the windows' first row
+    if (k == 2) {
+      const T* r0 = x + base;
+      const T* r1 = r0 + w;
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int64_t c = 2 * ow;
+        T best = r0[c];
+        int64_t at = base + c;
+        TakeIfGreater(r0[c + 1], base + c + 1, &best, &at);
+        TakeIfGreater(r1[c], base + w + c, &best, &at);
+        TakeIfGreater(r1[c + 1], base + w + c + 1, &best, &at);
+        yr[ow] = best;
+        ir[ow] = at;
       }
-      y[oh * wo + ow] = best;
-      idx[oh * wo + ow] = at;
+      continue;
+    }
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      yr[ow] = x[base + ow * k];
+      ir[ow] = base + ow * k;
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t j = i == 0 ? 1 : 0; j < k; ++j) {
+        const int64_t off = base + i * w + j;  // window ow's element (i, j) is x[off + ow * k]
+        for (int64_t ow = 0; ow < wo; ++ow) TakeIfGreater(x[off + ow * k], off + ow * k, &yr[ow], &ir[ow]);
+      }
     }
   }
 }
@@ -543,8 +566,11 @@ class CpuNn final : public NnKernels {
         for (int64_t oh = 0; oh < ho; ++oh) {
           for (int64_t ow = 0; ow < wo; ++ow) {
             const int64_t o = (p * ho + oh) * wo + ow, at = pi[o];
-            const int64_t ih = at >= 0 ? at / w : -1, iw = at >= 0 ? at % w : -1;
-            if (ih < oh * k || ih >= (oh + 1) * k || iw < ow * k || iw >= (ow + 1) * k) {
+            // In the window iff at - (its first position) is i * w + j for some i, j < k (no division).
+            const int64_t rel = at - (oh * k * w + ow * k);
+            bool inside = false;
+            for (int64_t i = 0; i < k; ++i) inside |= rel - i * w >= 0 && rel - i * w < k;
+            if (!inside) {
               throw TensorError(absl::StrCat("MaxPool2dBackward: indices[plane ", p, ", ", oh, ", ", ow, "] = ", at,
                                              " is not in its ", k, "x", k, " window (rows ", oh * k, "..",
                                              (oh + 1) * k - 1, ", columns ", ow * k, "..", (ow + 1) * k - 1,
