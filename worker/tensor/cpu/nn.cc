@@ -368,6 +368,62 @@ PSYNC_CPU_CLONES void MaxPoolPlane(const T* x, int64_t h, int64_t w, int64_t k, 
   }
 }
 
+// y [n, C, L] += bias[c].
+template <typename T>
+PSYNC_CPU_CLONES void AddChannelBiasRows(T* y, const T* bias, int64_t n, int64_t c, int64_t l) {
+  for (int64_t r = 0; r < n * c; ++r) {
+    const T b = bias[r % c];
+    T* row = y + r * l;
+    for (int64_t j = 0; j < l; ++j) row[j] += b;
+  }
+}
+
+// dbias[c] = sum over images (in order) of SumInOrder over the row grad[b, c].
+template <typename T>
+PSYNC_CPU_CLONES void ChannelSumRows(const T* grad, int64_t n, int64_t c, int64_t l, T* dbias) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double total = 0.0;
+    for (int64_t b = 0; b < n; ++b) {
+      const T* row = grad + (b * c + ch) * l;
+      total += SumInOrder(l, [&](int64_t j) { return static_cast<double>(row[j]); });
+    }
+    dbias[ch] = static_cast<T>(total);
+  }
+}
+
+// acc[j] += parts[b, j], b in order.
+template <typename T>
+PSYNC_CPU_CLONES void AccumulatePartRows(const T* parts, int64_t n, int64_t m, double* acc) {
+  for (int64_t b = 0; b < n; ++b) {
+    const T* row = parts + b * m;
+    for (int64_t j = 0; j < m; ++j) acc[j] += static_cast<double>(row[j]);
+  }
+}
+
+// dx [planes, h, w] = grad [planes, h/k, w/k] at the indices, 0 elsewhere.
+// Returns the flat position of the first index outside its window (the
+// rest of dx is then unspecified), or -1.
+template <typename T>
+PSYNC_CPU_CLONES int64_t MaxPoolBackwardPlanes(const T* grad, const int64_t* indices, int64_t planes, int64_t h,
+                                               int64_t w, int64_t k, T* dx) {
+  const int64_t ho = h / k, wo = w / k;
+  for (int64_t e = 0, n = planes * h * w; e < n; ++e) dx[e] = T(0);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oh = 0; oh < ho; ++oh) {
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int64_t o = (p * ho + oh) * wo + ow, at = indices[o];
+        // In the window iff at - (its first position) is i * w + j for some i, j < k (no division).
+        const int64_t rel = at - (oh * k * w + ow * k);
+        bool inside = false;
+        for (int64_t i = 0; i < k; ++i) inside |= rel - i * w >= 0 && rel - i * w < k;
+        if (!inside) return o;
+        dx[p * h * w + at] = grad[o];
+      }
+    }
+  }
+  return -1;
+}
+
 template <typename T>
 const T* In(const Tensor& t) {
   return static_cast<const T*>(t.raw_data());
@@ -508,42 +564,21 @@ class CpuNn final : public NnKernels {
   }
 
   void AddChannelBias(const Tensor& y, const Tensor& bias) const override {
-    const int64_t n = y.size(0), c = y.size(1), l = y.size(2);
     PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "AddChannelBias", [&] {
-      scalar_t* py = Out<scalar_t>(y);
-      const scalar_t* pb = In<scalar_t>(bias);
-      for (int64_t r = 0; r < n * c; ++r) {
-        const scalar_t b = pb[r % c];
-        scalar_t* row = py + r * l;
-        for (int64_t j = 0; j < l; ++j) row[j] += b;
-      }
+      AddChannelBiasRows(Out<scalar_t>(y), In<scalar_t>(bias), y.size(0), y.size(1), y.size(2));
     });
   }
 
   void ChannelSums(const Tensor& grad, const Tensor& dbias) const override {
-    const int64_t n = grad.size(0), c = grad.size(1), l = grad.size(2);
     PSYNC_DISPATCH_FLOAT_TYPES(dbias.dtype(), "ChannelSums", [&] {
-      const scalar_t* pg = In<scalar_t>(grad);
-      for (int64_t ch = 0; ch < c; ++ch) {
-        double total = 0.0;
-        for (int64_t b = 0; b < n; ++b) {
-          const scalar_t* row = pg + (b * c + ch) * l;
-          total += SumInOrder(l, [&](int64_t j) { return static_cast<double>(row[j]); });
-        }
-        Out<scalar_t>(dbias)[ch] = static_cast<scalar_t>(total);
-      }
+      ChannelSumRows(In<scalar_t>(grad), grad.size(0), grad.size(1), grad.size(2), Out<scalar_t>(dbias));
     });
   }
 
   void AccumulateParts(const Tensor& parts, const Tensor& acc) const override {
     const int64_t n = parts.size(0), m = parts.numel() / n;
-    double* pa = Out<double>(acc);
-    PSYNC_DISPATCH_FLOAT_TYPES(parts.dtype(), "AccumulateParts", [&] {
-      for (int64_t b = 0; b < n; ++b) {
-        const scalar_t* row = In<scalar_t>(parts) + b * m;
-        for (int64_t j = 0; j < m; ++j) pa[j] += static_cast<double>(row[j]);
-      }
-    });
+    PSYNC_DISPATCH_FLOAT_TYPES(parts.dtype(), "AccumulateParts",
+                               [&] { AccumulatePartRows(In<scalar_t>(parts), n, m, Out<double>(acc)); });
   }
 
   void MaxPool2d(const Tensor& x, int64_t k, const Tensor& y, const Tensor& indices) const override {
@@ -557,31 +592,19 @@ class CpuNn final : public NnKernels {
 
   void MaxPool2dBackward(const Tensor& grad, const Tensor& indices, int64_t k, const Tensor& dx) const override {
     const int64_t planes = dx.size(0), h = dx.size(1), w = dx.size(2), ho = grad.size(1), wo = grad.size(2);
-    const int64_t* pi = In<int64_t>(indices);
+    int64_t bad = -1;
     PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "MaxPool2dBackward", [&] {
-      const scalar_t* pg = In<scalar_t>(grad);
-      scalar_t* pd = Out<scalar_t>(dx);
-      for (int64_t e = 0, n = planes * h * w; e < n; ++e) pd[e] = scalar_t(0);
-      for (int64_t p = 0; p < planes; ++p) {
-        for (int64_t oh = 0; oh < ho; ++oh) {
-          for (int64_t ow = 0; ow < wo; ++ow) {
-            const int64_t o = (p * ho + oh) * wo + ow, at = pi[o];
-            // In the window iff at - (its first position) is i * w + j for some i, j < k (no division).
-            const int64_t rel = at - (oh * k * w + ow * k);
-            bool inside = false;
-            for (int64_t i = 0; i < k; ++i) inside |= rel - i * w >= 0 && rel - i * w < k;
-            if (!inside) {
-              throw TensorError(absl::StrCat("MaxPool2dBackward: indices[plane ", p, ", ", oh, ", ", ow, "] = ", at,
-                                             " is not in its ", k, "x", k, " window (rows ", oh * k, "..",
-                                             (oh + 1) * k - 1, ", columns ", ow * k, "..", (ow + 1) * k - 1,
-                                             " of a ", h, "x", w, " plane)"));
-            }
-            pd[p * h * w + at] = pg[o];
-          }
-        }
-      }
+      bad = MaxPoolBackwardPlanes(In<scalar_t>(grad), In<int64_t>(indices), planes, h, w, k, Out<scalar_t>(dx));
     });
+    if (bad >= 0) {
+      const int64_t p = bad / (ho * wo), oh = bad / wo % ho, ow = bad % wo;
+      throw TensorError(absl::StrCat("MaxPool2dBackward: indices[plane ", p, ", ", oh, ", ", ow, "] = ",
+                                     In<int64_t>(indices)[bad], " is not in its ", k, "x", k, " window (rows ", oh * k,
+                                     "..", (oh + 1) * k - 1, ", columns ", ow * k, "..", (ow + 1) * k - 1, " of a ", h,
+                                     "x", w, " plane)"));
+    }
   }
+
 };
 
 }  // namespace

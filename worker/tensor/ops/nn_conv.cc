@@ -119,7 +119,7 @@ Tensor Conv2dImpl(const char* op, check::Args args, const Tensor& x, const Tenso
   Tensor y = Tensor::Empty({g.n, g.cout, g.ho, g.wo}, dt, d);
   if (g.n == 0) return y;
   const NnKernels& kern = NnKernelsFor(d);
-  const Tensor xc = x.Contiguous(), wc = weight.Contiguous();
+  const Tensor xc = x.Contiguous(), wc = weight.Contiguous(), bc = bias.defined() ? bias.Contiguous() : Tensor();
   const int64_t K = g.K(), L = g.L();
   const bool direct = ColumnsAreTheImage(g);
   const int64_t chunk = ImagesPerChunk(d, dt, direct ? 0 : K * L, g.n);
@@ -130,9 +130,11 @@ Tensor Conv2dImpl(const char* op, check::Args args, const Tensor& x, const Tenso
     const Tensor cols = direct ? xs : col.Narrow(0, 0, nb);
     if (!direct) kern.Im2Col(xs, g, cols);
     // y[n] [Cout, L] = weight [Cout, K] @ cols[n] [K, L]
-    ProductPerImage(d, dt, nb, g.cout, L, K, {wc, false, K, 0}, {cols, false, L, K * L}, y.Narrow(0, n0, nb));
+    const Tensor ys = y.Narrow(0, n0, nb);
+    ProductPerImage(d, dt, nb, g.cout, L, K, {wc, false, K, 0}, {cols, false, L, K * L}, ys);
+    // Per chunk, while the CPU's one image is still in cache.
+    if (bias.defined()) kern.AddChannelBias(ys.Reshape({nb, g.cout, L}), bc);
   }
-  if (bias.defined()) kern.AddChannelBias(y.Reshape({g.n, g.cout, L}), bias.Contiguous());
   return y;
 }
 
