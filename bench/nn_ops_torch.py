@@ -4,8 +4,10 @@ forward and backward (the aten backward functions autograd calls), one
 thread. The causal softmax is nanoGPT's: att * scale, masked_fill(mask == 0,
 -inf), softmax; its backward is softmax's, masked_fill's and mul's. The
 convolutions are F.conv2d and aten.convolution_backward with the output mask
-training uses (conv1, the first layer: weight and bias only); the pooling is
-max_pool2d with indices (what autograd saves) and its backward."""
+training uses (conv1, the first layer: weight and bias only), once as torch
+runs them (oneDNN, where the build has it) and once with oneDNN off
+(*_im2col rows: torch's im2col + BLAS path, psync's algorithm); the pooling
+is max_pool2d with indices (what autograd saves) and its backward."""
 import argparse, math, time
 import torch
 import torch.nn.functional as F
@@ -67,5 +69,11 @@ time_op("conv2_fwd", lambda: F.conv2d(x2, w2, b2, padding=1))
 time_op("conv2_bwd", lambda: conv_bwd(g2, x2, w2, [True, True, True]))
 xa = rand(N, 16, 28, 28); ga = rand(N, 16, 14, 14)
 _, idx = F.max_pool2d(xa, 2, return_indices=True)
+# torch's own im2col + BLAS path (oneDNN off), the algorithm psync uses.
+with torch.backends.mkldnn.flags(enabled=False):
+    time_op("conv1_fwd_im2col", lambda: F.conv2d(x1, w1, b1, padding=1))
+    time_op("conv1_bwd_im2col", lambda: conv_bwd(g1, x1, w1, [False, True, True]))
+    time_op("conv2_fwd_im2col", lambda: F.conv2d(x2, w2, b2, padding=1))
+    time_op("conv2_bwd_im2col", lambda: conv_bwd(g2, x2, w2, [True, True, True]))
 time_op("maxpool_fwd", lambda: F.max_pool2d(xa, 2, return_indices=True))
 time_op("maxpool_bwd", lambda: torch.ops.aten.max_pool2d_with_indices_backward(ga, xa, [2, 2], [2, 2], [0, 0], [1, 1], False, idx))

@@ -2,7 +2,8 @@
 # Side-by-side per-op benchmark of the GPT and CNN layers: psync-nn-ops-bench vs
 # bench/nn_ops_torch.py, one thread each, ROUNDS alternating rounds; the
 # table shows each side's best min and median per op and the psync/torch
-# ratio of the medians (< 1: psync faster).
+# ratio of the medians (< 1: psync faster). Rows only torch has (the
+# convolutions with oneDNN off, *_im2col) show "-" for psync.
 #
 #   bench/run_nn_ops_bench.sh                 # B=16 T=64 C=128 H=4 V=256, 64 images
 #   ROUNDS=5 bench/run_nn_ops_bench.sh --batch=8 --embd=256
@@ -40,8 +41,8 @@ printf '%s\n' "${results[@]}" | awk '
     printf "\n%-20s %12s %12s %12s %12s %8s\n", "op", "psync_min", "psync_med", "torch_min", "torch_med", "ratio"
     for (i = 1; i <= n; ++i) {
       o = order[i]; p = "psync" SUBSEP o; t = "torch" SUBSEP o
-      ratio = (t in md && md[t] > 0) ? sprintf("%.2f", md[p] / md[t]) : "-"
-      printf "%-20s %12.1f %12.1f %12s %12s %8s\n", o, mn[p], md[p], (t in mn) ? sprintf("%.1f", mn[t]) : "-", (t in md) ? sprintf("%.1f", md[t]) : "-", ratio
+      ratio = (p in md && t in md && md[t] > 0) ? sprintf("%.2f", md[p] / md[t]) : "-"
+      printf "%-20s %12s %12s %12s %12s %8s\n", o, (p in mn) ? sprintf("%.1f", mn[p]) : "-", (p in md) ? sprintf("%.1f", md[p]) : "-", (t in mn) ? sprintf("%.1f", mn[t]) : "-", (t in md) ? sprintf("%.1f", md[t]) : "-", ratio
     }
     print "(microseconds per call, best of the rounds; ratio = psync median / torch median)"
   }'
