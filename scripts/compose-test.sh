@@ -1,0 +1,522 @@
+#!/usr/bin/env bash
+# The docker-compose integration test (ctest compose_integration): builds the
+# CPU image from deploy/docker/Dockerfile and runs deploy/compose/docker-compose.yml
+# for real, three times:
+#   shutdown            the runner (check-job.sh) checks status with psyncctl and
+#                       shuts the job down: every worker exits 0 after the same
+#                       iteration, the coordinator reports FINISHED, rank 0's
+#                       weights and both summaries are on the psync-data volume
+#   worker-killed       `docker kill` of worker-1 mid-run: worker-0 exits 4 naming
+#                       rank 1, the coordinator reports ABORTED with rank 1 LOST,
+#                       no weights are saved
+#   coordinator-killed  `docker kill` of the coordinator mid-run: both workers exit 5
+# Every scenario ends with `docker-compose down -v` and a check that none of its
+# containers, networks or volumes is left.
+#
+# Usage (as root, or as a user of a running dockerd once the base images exist):
+#   scripts/compose-test.sh [shutdown|worker-killed|coordinator-killed ...]   (default: all three)
+# Exit: 0 passed, 1 failed, 77 skipped (Docker cannot run here: the reason is printed).
+#
+# What it sets up, and undoes:
+#   * dockerd: used if it answers; otherwise, as root, started here and stopped at the end.
+#   * Base images debian:bookworm and debian:bookworm-slim (the Dockerfile's FROM):
+#     used if present; otherwise made without a registry by
+#     `debootstrap --variant=minbase bookworm` + `docker import`. The root
+#     filesystem tarballs are kept in $PSYNC_DOCKER_CACHE (default
+#     /var/cache/psync/docker) so a pruned image is re-imported in seconds.
+#     Delete them and the two images to refresh the base.
+#   * The image ${PSYNC_IMAGE:-psync:cpu} (classic builder, DOCKER_BUILDKIT=0), and
+#     its build stage as ${PSYNC_IMAGE}-build so the dependency and compile
+#     layers stay cached; superseded psync layers are pruned (label io.psync.stage).
+#     Images stay; containers, networks and volumes do not.
+# Network: builds use Docker's default bridge (apt-get inside reaches the
+# Debian mirror through the host's DNS); http(s)_proxy/no_proxy are passed on as
+# build args; if apt cannot reach the mirror from the bridge, the build is
+# retried with --network=host, and if that fails too the test skips.
+# Environment: PSYNC_IMAGE, PSYNC_DOCKER_CACHE, PSYNC_DEBIAN_MIRROR
+# (default http://deb.debian.org/debian), PSYNC_DEBIAN_SECURITY_MIRROR
+# (default http://deb.debian.org/debian-security), PSYNC_BUILD_JOBS (the
+# Dockerfile's PSYNC_JOBS; default: Ninja's).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+SKIP=77
+image=${PSYNC_IMAGE:-psync:cpu}
+cache=${PSYNC_DOCKER_CACHE:-/var/cache/psync/docker}
+mirror=${PSYNC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security_mirror=${PSYNC_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+compose_file=deploy/compose/docker-compose.yml
+py=/usr/bin/python3
+t_start=$SECONDS
+
+# Every slow step is bounded so that the whole run ends within the budget
+# (ctest's TIMEOUT for compose_integration is a little more); 300 s are kept
+# for the scenarios and the teardown.
+budget=${PSYNC_COMPOSE_TEST_BUDGET_S:-1700}
+bound() {  # bound N: N seconds, or what the budget has left for this step (fails when nothing)
+  local left=$((budget - (SECONDS - t_start) - 300))
+  ((left > 0)) || return 1
+  echo $((left < $1 ? left : $1))
+}
+out_of_time() { die "out of time: the ${budget} s budget (PSYNC_COMPOSE_TEST_BUDGET_S) is spent"; }
+
+# Removes a debootstrap target: first whatever an interrupted debootstrap left
+# mounted below it (proc, sys, a bind-mounted /dev), then the files, never
+# crossing into another file system.
+remove_rootfs() {
+  local m
+  for m in $(awk -v r="$1/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r); do umount -l "$m"; done
+  rm -rf --one-file-system "$1"
+}
+
+log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
+skip() { log "SKIP: $*"; exit "$SKIP"; }
+die()  { log "FAIL: $*"; exit 1; }
+
+all_scenarios=(shutdown worker-killed coordinator-killed)
+scenarios=()
+for a in "$@"; do
+  case "$a" in
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    shutdown|worker-killed|coordinator-killed) scenarios+=("$a") ;;
+    *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
+  esac
+done
+((${#scenarios[@]})) || scenarios=("${all_scenarios[@]}")
+
+work=$(mktemp -d /tmp/psync-compose-test.XXXXXX)
+dockerd_pid=""        # set when this script started dockerd (then it stops it)
+c_coord="" c_w0="" c_w1=""   # container ids of the running scenario (up_job)
+project=""            # the compose project of the running scenario
+projects_up=()        # projects not torn down yet (the EXIT trap tears these down)
+
+# ---------------------------------------------------------------- teardown
+# compose SECONDS ARGS...: docker-compose on the current project, bounded.
+compose() { timeout "$1" "${compose_cmd[@]}" -f "$compose_file" -p "$project" "${@:2}"; }
+
+# Everything a compose project left (containers, networks, volumes), one per line.
+leftovers() {
+  local f="label=com.docker.compose.project=$1"
+  { docker ps -aq --filter "$f" | sed 's/^/container /'
+    docker network ls -q --filter "$f" | sed 's/^/network /'
+    docker volume ls -q --filter "$f" | sed 's/^/volume /'; } 2>/dev/null
+}
+
+teardown_project() {  # down -v, then remove by label whatever down missed
+  local p=$1
+  project=$p compose 120 down -v --remove-orphans -t 5 >>"$work/teardown.log" 2>&1
+  local f="label=com.docker.compose.project=$p" ids
+  ids=$(docker ps -aq --filter "$f" 2>/dev/null); [[ -z "$ids" ]] || docker rm -f $ids >/dev/null 2>&1
+  ids=$(docker network ls -q --filter "$f" 2>/dev/null); [[ -z "$ids" ]] || docker network rm $ids >/dev/null 2>&1
+  ids=$(docker volume ls -q --filter "$f" 2>/dev/null); [[ -z "$ids" ]] || docker volume rm -f $ids >/dev/null 2>&1
+}
+
+stop_dockerd() {
+  [[ -n "$dockerd_pid" ]] || return 0
+  log "stopping the dockerd this test started (pid $dockerd_pid)"
+  kill -TERM "$dockerd_pid" 2>/dev/null
+  local i
+  for ((i = 0; i < 60; i++)); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$dockerd_pid" 2>/dev/null; then
+    log "dockerd did not stop within 30 s: SIGKILL"; kill -KILL "$dockerd_pid" 2>/dev/null
+  fi
+  wait "$dockerd_pid" 2>/dev/null
+  dockerd_pid=""
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((${#projects_up[@]})) && docker info >/dev/null 2>&1; then
+    local p; for p in "${projects_up[@]}"; do teardown_project "$p"; done
+  fi
+  stop_dockerd
+  if ((rc == 0 || rc == SKIP)); then rm -rf "$work"; else echo "compose-test: logs kept in $work" >&2; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- docker
+command -v docker >/dev/null || skip "no docker CLI (Debian: apt-get install docker.io)"
+if command -v docker-compose >/dev/null; then compose_cmd=(docker-compose)
+elif docker compose version >/dev/null 2>&1; then compose_cmd=(docker compose)
+else skip "neither docker-compose nor the docker compose plugin is installed (Debian: apt-get install docker-compose)"; fi
+[[ -x "$py" ]] || skip "$py is needed to read the job's JSON and safetensors output"
+
+if ! timeout 20 docker info >/dev/null 2>&1; then
+  [[ $(id -u) -eq 0 ]] || skip "no Docker daemon answers and starting one needs root"
+  command -v dockerd >/dev/null || skip "no Docker daemon answers and dockerd is not installed (apt-get install docker.io)"
+  log "starting dockerd (log: $work/dockerd.log)"
+  setsid dockerd >"$work/dockerd.log" 2>&1 &
+  dockerd_pid=$!
+  for ((i = 0; i < 120; i++)); do
+    timeout 5 docker info >/dev/null 2>&1 && break
+    kill -0 "$dockerd_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if ! timeout 5 docker info >/dev/null 2>&1; then
+    tail -n 15 "$work/dockerd.log" | sed 's/^/  dockerd: /'
+    stop_dockerd
+    skip "dockerd did not start here (see its log above)"
+  fi
+fi
+log "docker $(docker version --format '{{.Server.Version}}' 2>/dev/null), ${compose_cmd[*]} $("${compose_cmd[@]}" version --short 2>/dev/null)"
+
+# ---------------------------------------------------------------- base images
+# Writes the files the official Debian images carry for apt (no translations,
+# compressed indexes, no package cache kept) and the full Debian sources.
+configure_rootfs() {
+  local r=$1
+  rm -f "$r/etc/apt/sources.list"
+  cat >"$r/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: $security_mirror
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  echo 'Acquire::Languages "none";' >"$r/etc/apt/apt.conf.d/docker-no-languages"
+  echo 'Acquire::GzipIndexes "true";' >"$r/etc/apt/apt.conf.d/docker-gzip-indexes"
+  cat >"$r/etc/apt/apt.conf.d/docker-clean" <<'EOF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+  rm -rf "$r"/var/lib/apt/lists/* "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/log/*.log
+  : >"$r/etc/resolv.conf"; : >"$r/etc/hostname"   # Docker mounts its own
+}
+
+# The -slim flavour: documentation, man pages and locales left out, now and
+# for packages installed later (dpkg path excludes), as in debian:*-slim.
+slim_rootfs() {
+  local r=$1
+  cat >"$r/etc/dpkg/dpkg.cfg.d/docker-slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/lintian/*
+EOF
+  find "$r/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete 2>/dev/null
+  find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete 2>/dev/null
+  rm -rf "$r"/usr/share/info/* "$r"/usr/share/locale/* "$r"/usr/share/man/* "$r"/usr/share/groff/* "$r"/usr/share/lintian/*
+}
+
+make_base_tarballs() {
+  [[ $(id -u) -eq 0 ]] || skip "base images debian:bookworm(-slim) are missing and debootstrap needs root"
+  command -v debootstrap >/dev/null || skip "base images are missing and debootstrap is not installed (apt-get install debootstrap)"
+  mkdir -p "$cache" || skip "cannot create the cache directory $cache"
+  local r="$cache/rootfs.$$" limit t0=$SECONDS
+  remove_rootfs "$r"
+  limit=$(bound 1200) || out_of_time
+  log "debootstrap --variant=minbase bookworm from $mirror (log: $work/debootstrap.log)"
+  if ! timeout "$limit" debootstrap --variant=minbase bookworm "$r" "$mirror" >"$work/debootstrap.log" 2>&1; then
+    tail -n 15 "$work/debootstrap.log" | sed 's/^/  debootstrap: /'
+    remove_rootfs "$r"
+    skip "debootstrap of Debian bookworm from $mirror failed (see above): no base image can be made here"
+  fi
+  log "debootstrap done in $((SECONDS - t0)) s"
+  configure_rootfs "$r"
+  tar -C "$r" --numeric-owner -cf "$cache/bookworm.tar.tmp" . && mv "$cache/bookworm.tar.tmp" "$cache/bookworm.tar" \
+    || { remove_rootfs "$r"; die "cannot write $cache/bookworm.tar"; }
+  slim_rootfs "$r"
+  tar -C "$r" --numeric-owner -cf "$cache/bookworm-slim.tar.tmp" . && mv "$cache/bookworm-slim.tar.tmp" "$cache/bookworm-slim.tar" \
+    || { remove_rootfs "$r"; die "cannot write $cache/bookworm-slim.tar"; }
+  remove_rootfs "$r"
+}
+
+ensure_base_images() {
+  local tag file missing=0
+  for tag in debian:bookworm debian:bookworm-slim; do docker image inspect "$tag" >/dev/null 2>&1 || missing=1; done
+  if ((missing == 0)); then log "base images debian:bookworm, debian:bookworm-slim present"; return; fi
+  [[ -s "$cache/bookworm.tar" && -s "$cache/bookworm-slim.tar" ]] || make_base_tarballs
+  for tag in bookworm bookworm-slim; do
+    docker image inspect "debian:$tag" >/dev/null 2>&1 && continue
+    file="$cache/$tag.tar"
+    docker import --change 'CMD ["bash"]' --change 'LABEL io.psync.base=debootstrap-minbase' \
+      "$file" "debian:$tag" >/dev/null || die "docker import $file failed"
+    log "imported debian:$tag from $file ($(docker image inspect -f '{{.Size}}' "debian:$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
+  done
+}
+
+# ---------------------------------------------------------------- image build
+# One `docker build`; its output (with seconds since the start) goes to $2.
+docker_build() {
+  local out=$1; shift
+  local t0=$SECONDS limit
+  limit=$(bound 1500) || out_of_time
+  DOCKER_BUILDKIT=0 timeout "$limit" docker build "$@" . 2>&1 \
+    | while IFS= read -r line; do printf '[%4ds] %s\n' $((SECONDS - t0)) "$line"; done >>"$out"
+  return "${PIPESTATUS[0]}"
+}
+
+# Prints the Dockerfile steps of build log $1 that took 2 s or more.
+step_times() {
+  awk -v what="$2" '
+    match($0, /^\[ *[0-9]+s\]/) { t = substr($0, 2, RLENGTH - 3) + 0
+      if ($0 ~ /^\[ *[0-9]+s\] Step [0-9]+\/[0-9]+ :/) { flush(); step = substr($0, RLENGTH + 2); t0 = t } }
+    function flush() { if (step != "" && t - t0 >= 2) printf "  %s: %4d s  %s\n", what, t - t0, substr(step, 1, 90) }
+    END { flush() }' "$1"
+}
+
+network_failure() {
+  grep -Eq 'Temporary failure resolving|Could not resolve|Failed to fetch|Unable to connect|Could not connect|Connection timed out|Network is unreachable|Unable to locate package' "$1"
+}
+
+build_image() {
+  local args=(-f deploy/docker/Dockerfile) v
+  for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [[ -n "${!v:-}" ]] && args+=(--build-arg "$v=${!v}")
+  done
+  [[ -n "${PSYNC_BUILD_JOBS:-}" ]] && args+=(--build-arg "PSYNC_JOBS=$PSYNC_BUILD_JOBS")
+  local before net t0=$SECONDS blog="$work/build.log" slog="$work/build-stage.log" ilog="$work/image.log"
+  before=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)
+  for net in bridge host; do
+    : >"$slog"; : >"$ilog"
+    log "docker build -f deploy/docker/Dockerfile -t $image (network $net; logs: $slog, $ilog)"
+    # The build stage gets its own tag so that its cached layers (dependencies,
+    # compiled binaries) survive the prune below; the second build reuses them.
+    docker_build "$slog" "${args[@]}" --network="$net" --target build -t "$image-build" \
+      && docker_build "$ilog" "${args[@]}" --network="$net" -t "$image"
+    local brc=$?
+    cat "$slog" "$ilog" >"$blog"
+    if ((brc == 0)); then break; fi
+    if network_failure "$blog" && [[ $net == bridge ]]; then
+      log "apt in the build container could not reach the mirror over Docker's bridge; retrying with --network=host"
+      continue
+    fi
+    grep -E '^\[ *[0-9]+s\] Step ' "$blog" | tail -n 3 | sed 's/^/  /'
+    tail -n 40 "$blog" | sed 's/^/  build: /'
+    if network_failure "$blog"; then skip "apt-get inside the image build cannot reach the Debian mirror (bridge and host network)"; fi
+    die "docker build of deploy/docker/Dockerfile failed (see above)"
+  done
+  local secs=$((SECONDS - t0)) after
+  after=$(docker image inspect -f '{{.Id}}' "$image")
+  step_times "$slog" "build stage"; step_times "$ilog" "image"
+  log "image $image built in ${secs} s ($([[ "$before" == "$after" ]] && echo 'unchanged: every layer cached' || echo 'new'))," \
+      "$(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
+  # Superseded psync layers (the previous image and build stage) are dangling now.
+  docker image prune -f --filter label=io.psync.stage >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------- job helpers
+# Container id of service $1 in the current project (docker ps: much faster
+# than docker-compose ps on a loaded machine).
+cid() {
+  docker ps -aq --filter "label=com.docker.compose.project=$project" \
+    --filter "label=com.docker.compose.service=$1" | head -n1
+}
+
+# psyncctl inside the coordinator container (its PSYNC_TOKEN), JSON out.
+ctl_json() { timeout 20 docker exec "$c_coord" psync-entrypoint psyncctl --coordinator=127.0.0.1:29500 --json "$@"; }
+
+# Seconds from container $1's start of death ($2: a date) to container $3's exit.
+secs_between() {
+  local end
+  end=$(docker inspect -f '{{.State.FinishedAt}}' "$2")
+  "$py" -c 'import sys; from datetime import datetime as D
+f = lambda s: D.fromisoformat(s.rstrip("Z")[:26])
+print(f"{(f(sys.argv[2]) - f(sys.argv[1])).total_seconds():.1f}")' "$1" "$end"
+}
+
+# jq-like: prints the Python expression $1 evaluated on the JSON on stdin (as d).
+json() { "$py" -c 'import json,sys; d=json.load(sys.stdin); v=eval(sys.argv[1]); print(v if not isinstance(v,(dict,list)) else json.dumps(v))' "$1"; }
+
+up_job() {
+  log "$project: up coordinator worker-0 worker-1"
+  compose 240 up -d --no-build coordinator worker-0 worker-1 >"$work/$project.up.log" 2>&1 \
+    || { sed 's/^/  up: /' "$work/$project.up.log"; return 1; }
+  c_coord=$(cid coordinator); c_w0=$(cid worker-0); c_w1=$(cid worker-1)
+  [[ -n "$c_coord" && -n "$c_w0" && -n "$c_w1" ]] || { log "$project: up left no coordinator/worker containers"; return 1; }
+}
+
+# Waits until the job is RUNNING, both ranks joined, at iteration >= $1.
+wait_running() {
+  local min=$1 deadline=$((SECONDS + 180)) s state iter joined
+  while :; do
+    if s=$(ctl_json status 2>/dev/null); then
+      state=$(json 'd.get("state","")' <<<"$s"); iter=$(json 'int(d.get("iteration",-1))' <<<"$s")
+      joined=$(json 'd.get("joined",0) == d.get("world_size",-1)' <<<"$s")
+      if [[ $state == *RUNNING && $joined == True ]] && ((iter >= min)); then
+        log "$project: job running: $state, iteration $iter, every rank joined"; return 0
+      fi
+    fi
+    ((SECONDS < deadline)) || { log "$project: job not RUNNING past iteration $min within 180 s: ${s:-no status}"; return 1; }
+    sleep 0.5
+  done
+}
+
+# Exit code of container $1 once it exits, or "timeout" after $2 s.
+wait_exit() {
+  local rc
+  rc=$(timeout "$2" docker wait "$1" 2>/dev/null) || rc=timeout
+  echo "${rc:-timeout}"
+}
+
+# The psync-data volume's files, copied to $1 (through a throw-away container).
+fetch_volume() {
+  local vol
+  vol=$(docker volume ls -q --filter "label=com.docker.compose.project=$project" \
+        --filter label=com.docker.compose.volume=psync-data | head -n1)
+  [[ -n "$vol" ]] || { log "$project: no psync-data volume"; return 1; }
+  mkdir -p "$1"
+  timeout 60 docker run --rm --network=none -v "$vol":/data:ro "$image" tar -C /data -cf - . | tar -C "$1" -xf - \
+    || { log "$project: cannot read volume $vol"; return 1; }
+  log "$project: volume $vol holds: $(cd "$1" && ls | tr '\n' ' ')"
+}
+
+# Checks the per-rank summaries in $1: every rank's exit_code is $2; for exit 0
+# also the same steps_completed everywhere. Prints steps_completed (rank 0).
+check_summaries() {
+  "$py" - "$1" "$2" <<'EOF'
+import json, os, sys
+d, want = sys.argv[1], int(sys.argv[2])
+s = {r: json.load(open(os.path.join(d, f"summary-rank{r}.json"))) for r in (0, 1)}
+for r, j in s.items():
+    assert j["rank"] == r and j["world_size"] == 2, f"summary-rank{r}.json: rank/world {j['rank']}/{j['world_size']}"
+    assert j["exit_code"] == want, f"rank {r}: summary exit_code {j['exit_code']} ({j['exit_reason']}), want {want}"
+steps = {r: j["steps_completed"] for r, j in s.items()}
+if want == 0:
+    assert len(set(steps.values())) == 1, f"ranks stopped after different iterations: {steps}"
+print(steps[0])
+EOF
+}
+
+# Checks that $1 is a complete safetensors file (header, F32 tensors covering
+# the data exactly) whose metadata says steps_completed=$2.
+check_safetensors() {
+  "$py" - "$1" "$2" <<'EOF'
+import json, struct, sys
+path, steps = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+head = json.loads(data[8:8 + n])
+meta = head.pop("__metadata__", {})
+assert meta.get("steps_completed") == steps, f"{path}: metadata steps_completed={meta.get('steps_completed')}, want {steps}"
+assert head, f"{path}: no tensors"
+end = 0
+for name, t in head.items():
+    assert t["dtype"] == "F32", f"{path}: {name} is {t['dtype']}"
+    b, e = t["data_offsets"]
+    count = 1
+    for x in t["shape"]: count *= x
+    assert e - b == 4 * count, f"{path}: {name} size {e - b} != 4*{count}"
+    end = max(end, e)
+assert 8 + n + end == len(data), f"{path}: {len(data)} bytes, header covers {8 + n + end}"
+print(f"{len(head)} tensors, {len(data)} bytes")
+EOF
+}
+
+# ---------------------------------------------------------------- scenarios
+# Each returns 0 when every check held; it logs the first that did not.
+
+# Last line of container $1's output that is not a progress line.
+last_line() { docker logs "$1" 2>&1 | grep -v '^step ' | tail -n1; }
+
+scenario_shutdown() {
+  up_job || return 1
+  local out rc rc0 rc1 s state steps
+  log "$project: runner: check-job.sh (psyncctl status/workers, shutdown --wait)"
+  out=$(compose 300 run --rm -T runner 2>&1); rc=$?
+  grep -v '^Creating\|^Starting' <<<"$out" | sed 's/^/  runner: /'
+  ((rc == 0)) || { log "$project: runner exited $rc, want 0"; return 1; }
+  rc0=$(wait_exit "$c_w0" 60); rc1=$(wait_exit "$c_w1" 60)
+  [[ $rc0 == 0 && $rc1 == 0 ]] || { log "$project: worker exit codes rank0=$rc0 rank1=$rc1, want 0 0"; return 1; }
+  log "$project: worker-0 exit 0, worker-1 exit 0"
+  s=$(ctl_json status) || { log "$project: psyncctl status after the job failed"; return 1; }
+  state=$(json 'd.get("state","")' <<<"$s")
+  [[ $state == *FINISHED ]] || { log "$project: coordinator state $state, want FINISHED: $s"; return 1; }
+  log "$project: coordinator reports $state ($(json 'd.get("reason","")' <<<"$s"))"
+  fetch_volume "$work/$project.data" || return 1
+  steps=$(check_summaries "$work/$project.data" 0) || { log "$project: summaries do not match"; return 1; }
+  ((steps >= 20)) || { log "$project: only $steps steps completed, want >= 20 (the runner's minimum)"; return 1; }
+  log "$project: both ranks completed $steps steps (summary-rank0.json, summary-rank1.json)"
+  out=$(check_safetensors "$work/$project.data/weights.safetensors" "$steps") \
+    || { log "$project: weights.safetensors is not rank 0's final weights"; return 1; }
+  log "$project: weights.safetensors: $out, steps_completed=$steps"
+  # Once workers write checkpoints (issue 9), one more line here, e.g.:
+  #   check_safetensors "$work/$project.data/<checkpoint file>" "$steps" || return 1
+}
+
+scenario_worker_killed() {
+  up_job || return 1
+  wait_running 20 || return 1
+  local rc0 s line
+  log "$project: docker kill worker-1"
+  docker kill "$c_w1" >/dev/null || { log "$project: docker kill failed"; return 1; }
+  rc0=$(wait_exit "$c_w0" 60)
+  line=$(last_line "$c_w0")
+  [[ $rc0 == 4 ]] || { log "$project: worker-0 exit $rc0, want 4 (peer lost): $line"; return 1; }
+  grep -q 'rank 1\b' <<<"$line" || { log "$project: worker-0's last line does not name rank 1: $line"; return 1; }
+  log "$project: worker-0 exit 4, $(secs_between "$(docker inspect -f '{{.State.FinishedAt}}' "$c_w1")" "$c_w0") s after worker-1 died: $line"
+  s=$(ctl_json status) || { log "$project: psyncctl status failed"; return 1; }
+  [[ $(json 'd.get("state","")' <<<"$s") == *ABORTED ]] || { log "$project: coordinator state is not ABORTED: $s"; return 1; }
+  [[ $(json '[w.get("state","") for w in d.get("workers",[]) if w.get("rank",0) == 1]' <<<"$s") == *LOST* ]] \
+    || { log "$project: coordinator does not report rank 1 LOST: $s"; return 1; }
+  log "$project: coordinator: ABORTED, rank 1 LOST ($(json 'd.get("reason","")' <<<"$s"))"
+  fetch_volume "$work/$project.data" || return 1
+  "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["exit_code"]==4, j' \
+    "$work/$project.data/summary-rank0.json" || { log "$project: summary-rank0.json does not record exit 4"; return 1; }
+  [[ ! -e "$work/$project.data/weights.safetensors" ]] || { log "$project: weights were saved by an aborted job"; return 1; }
+  log "$project: summary-rank0.json records exit 4; no weights saved"
+  # Once restarts exist (issue 9): start worker-1 again (compose up -d worker-1)
+  # and check that the job resumes from its checkpoint and finishes.
+}
+
+scenario_coordinator_killed() {
+  up_job || return 1
+  wait_running 20 || return 1
+  local rc0 rc1 died
+  log "$project: docker kill coordinator"
+  docker kill "$c_coord" >/dev/null || { log "$project: docker kill failed"; return 1; }
+  rc0=$(wait_exit "$c_w0" 60); rc1=$(wait_exit "$c_w1" 60)
+  [[ $rc0 == 5 && $rc1 == 5 ]] || {
+    log "$project: worker exit codes rank0=$rc0 rank1=$rc1, want 5 5 (coordinator lost)"
+    log "$project: worker-0: $(last_line "$c_w0")"; log "$project: worker-1: $(last_line "$c_w1")"
+    return 1; }
+  died=$(docker inspect -f '{{.State.FinishedAt}}' "$c_coord")
+  log "$project: worker-0 exit 5, $(secs_between "$died" "$c_w0") s after the coordinator died: $(last_line "$c_w0")"
+  log "$project: worker-1 exit 5, $(secs_between "$died" "$c_w1") s after the coordinator died: $(last_line "$c_w1")"
+  fetch_volume "$work/$project.data" || return 1
+  check_summaries "$work/$project.data" 5 >/dev/null || { log "$project: summaries do not record exit 5"; return 1; }
+  log "$project: both summaries record exit 5"
+}
+
+# ---------------------------------------------------------------- main
+ensure_base_images
+build_image
+export PSYNC_IMAGE=$image
+PSYNC_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+export PSYNC_TOKEN
+
+passed=0 failed=0
+for sc in "${scenarios[@]}"; do
+  project="psyncct$$-$sc"
+  projects_up=("$project")
+  log "---- scenario $sc (compose project $project)"
+  t0=$SECONDS
+  if "scenario_${sc//-/_}"; then ok=1; else ok=0; fi
+  if ((ok == 0)); then
+    compose 30 logs --no-color --tail=15 2>&1 | sed 's/^/  log: /'
+  fi
+  teardown_project "$project"
+  projects_up=()
+  left=$(leftovers "$project")
+  if [[ -n "$left" ]]; then log "$project: left behind after down -v: $(tr '\n' ' ' <<<"$left")"; ok=0; fi
+  if ((ok)); then passed=$((passed + 1)); log "PASS: $sc ($((SECONDS - t0)) s, torn down)"
+  else failed=$((failed + 1)); log "FAIL: $sc ($((SECONDS - t0)) s)"; fi
+done
+log "compose-test: $passed passed, $failed failed ($((SECONDS - t_start)) s)"
+((failed == 0))
