@@ -272,7 +272,7 @@ step_times() {
 }
 
 network_failure() {
-  grep -Eq 'Temporary failure resolving|Could not resolve|Failed to fetch|Unable to connect|Could not connect|Connection timed out|Network is unreachable|Unable to locate package' "$1"
+  grep -Eq 'Temporary failure resolving|Could not resolve|Failed to fetch|Unable to connect|Could not connect|Connection timed out|Network is unreachable' "$1"
 }
 
 build_image() {
@@ -305,7 +305,7 @@ build_image() {
   local secs=$((SECONDS - t0)) after
   after=$(docker image inspect -f '{{.Id}}' "$image")
   step_times "$slog" "build stage"; step_times "$ilog" "image"
-  log "image $image built in ${secs} s ($([[ "$before" == "$after" ]] && echo 'unchanged: every layer cached' || echo 'new'))," \
+  log "image $image built in ${secs} s ($([[ "$before" == "$after" ]] && echo 'same image id as before' || echo 'new image id'))," \
       "$(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
   # Superseded psync layers (the previous image and build stage) are dangling now.
   docker image prune -f --filter label=io.psync.stage >/dev/null 2>&1
