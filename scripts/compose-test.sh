@@ -121,7 +121,6 @@ stop_dockerd() {
   if kill -0 "$dockerd_pid" 2>/dev/null; then
     log "dockerd did not stop within 30 s: SIGKILL"; kill -KILL "$dockerd_pid" 2>/dev/null
   fi
-  wait "$dockerd_pid" 2>/dev/null
   dockerd_pid=""
 }
 
@@ -150,15 +149,21 @@ if ! timeout 20 docker info >/dev/null 2>&1; then
   [[ $(id -u) -eq 0 ]] || skip "no Docker daemon answers and starting one needs root"
   command -v dockerd >/dev/null || skip "no Docker daemon answers and dockerd is not installed (apt-get install docker.io)"
   log "starting dockerd (log: $work/dockerd.log)"
-  setsid dockerd >"$work/dockerd.log" 2>&1 &
-  dockerd_pid=$!
+  # Its own session, so a Ctrl-C meant for this script does not stop it
+  # before the teardown has run. setsid forks when it leads a process group,
+  # so the daemon's pid comes from its pid file, not from $!.
+  setsid dockerd --pidfile "$work/dockerd.pid" >"$work/dockerd.log" 2>&1 &
+  launcher=$!
   for ((i = 0; i < 120; i++)); do
+    [[ -z "$dockerd_pid" && -s "$work/dockerd.pid" ]] && dockerd_pid=$(cat "$work/dockerd.pid")
     timeout 5 docker info >/dev/null 2>&1 && break
-    kill -0 "$dockerd_pid" 2>/dev/null || break
+    if [[ -n "$dockerd_pid" ]]; then kill -0 "$dockerd_pid" 2>/dev/null || break; fi
     sleep 0.5
   done
+  [[ -z "$dockerd_pid" && -s "$work/dockerd.pid" ]] && dockerd_pid=$(cat "$work/dockerd.pid")
   if ! timeout 5 docker info >/dev/null 2>&1; then
     tail -n 15 "$work/dockerd.log" | sed 's/^/  dockerd: /'
+    [[ -n "$dockerd_pid" ]] || dockerd_pid=$launcher
     stop_dockerd
     skip "dockerd did not start here (see its log above)"
   fi
