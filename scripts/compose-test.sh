@@ -53,7 +53,7 @@ t_start=$SECONDS
 # Every slow step is bounded so that the whole run ends within the budget
 # (ctest's TIMEOUT for compose_integration is a little more); 300 s are kept
 # for the scenarios and the teardown.
-budget=${PSYNC_COMPOSE_TEST_BUDGET_S:-1700}
+budget=${PSYNC_COMPOSE_TEST_BUDGET_S:-2700}
 bound() {  # bound N: N seconds, or what the budget has left for this step (fails when nothing)
   local left=$((budget - (SECONDS - t_start) - 300))
   ((left > 0)) || return 1
@@ -219,11 +219,21 @@ EOF
   rm -rf "$r"/usr/share/info/* "$r"/usr/share/locale/* "$r"/usr/share/man/* "$r"/usr/share/groff/* "$r"/usr/share/lintian/*
 }
 
-make_base_tarballs() {
+# import_base TAG SOURCE: docker import of a root filesystem tarball (a file,
+# or - for stdin) as debian:TAG, unless that image exists already.
+import_base() {
+  docker image inspect "debian:$1" >/dev/null 2>&1 && { [[ "$2" != - ]] || cat >/dev/null; return 0; }
+  docker import --change 'CMD ["bash"]' --change 'LABEL io.psync.base=debootstrap-minbase' \
+    "$2" "debian:$1" >/dev/null || return 1
+  log "imported debian:$1 ($(docker image inspect -f '{{.Size}}' "debian:$1" | awk '{printf "%.0f MB", $1/1e6}'))"
+}
+
+# debootstrap, then both images imported while their tarballs are written.
+make_base_images() {
   [[ $(id -u) -eq 0 ]] || skip "base images debian:bookworm(-slim) are missing and debootstrap needs root"
   command -v debootstrap >/dev/null || skip "base images are missing and debootstrap is not installed (apt-get install debootstrap)"
   mkdir -p "$cache" || skip "cannot create the cache directory $cache"
-  local r="$cache/rootfs.$$" limit t0=$SECONDS
+  local r="$cache/rootfs.$$" limit t0=$SECONDS tag
   remove_rootfs "$r"
   limit=$(bound 1200) || out_of_time
   log "debootstrap --variant=minbase bookworm from $mirror (log: $work/debootstrap.log)"
@@ -234,27 +244,29 @@ make_base_tarballs() {
   fi
   log "debootstrap done in $((SECONDS - t0)) s"
   configure_rootfs "$r"
-  tar -C "$r" --numeric-owner -cf "$cache/bookworm.tar.tmp" . && mv "$cache/bookworm.tar.tmp" "$cache/bookworm.tar" \
-    || { remove_rootfs "$r"; die "cannot write $cache/bookworm.tar"; }
-  slim_rootfs "$r"
-  tar -C "$r" --numeric-owner -cf "$cache/bookworm-slim.tar.tmp" . && mv "$cache/bookworm-slim.tar.tmp" "$cache/bookworm-slim.tar" \
-    || { remove_rootfs "$r"; die "cannot write $cache/bookworm-slim.tar"; }
+  for tag in bookworm bookworm-slim; do
+    [[ $tag == bookworm-slim ]] && slim_rootfs "$r"
+    tar -C "$r" --numeric-owner -cf - . | tee "$cache/$tag.tar.tmp" | import_base "$tag" - \
+      && mv "$cache/$tag.tar.tmp" "$cache/$tag.tar" \
+      || { remove_rootfs "$r"; rm -f "$cache/$tag.tar.tmp"; die "cannot import or keep debian:$tag"; }
+  done
   remove_rootfs "$r"
+  log "base images and their tarballs in $cache made in $((SECONDS - t0)) s"
 }
 
 ensure_base_images() {
-  local tag file missing=0
+  local tag missing=0
   for tag in debian:bookworm debian:bookworm-slim; do docker image inspect "$tag" >/dev/null 2>&1 || missing=1; done
   if ((missing == 0)); then log "base images debian:bookworm, debian:bookworm-slim present"; return; fi
-  [[ -s "$cache/bookworm.tar" && -s "$cache/bookworm-slim.tar" ]] || make_base_tarballs
-  for tag in bookworm bookworm-slim; do
-    docker image inspect "debian:$tag" >/dev/null 2>&1 && continue
-    file="$cache/$tag.tar"
-    docker import --change 'CMD ["bash"]' --change 'LABEL io.psync.base=debootstrap-minbase' \
-      "$file" "debian:$tag" >/dev/null || die "docker import $file failed"
-    log "imported debian:$tag from $file ($(docker image inspect -f '{{.Size}}' "debian:$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
-  done
+  if [[ -s "$cache/bookworm.tar" && -s "$cache/bookworm-slim.tar" ]]; then
+    for tag in bookworm bookworm-slim; do
+      import_base "$tag" "$cache/$tag.tar" || die "docker import $cache/$tag.tar failed"
+    done
+  else
+    make_base_images
+  fi
 }
+
 
 # ---------------------------------------------------------------- image build
 # One `docker build`; its output (with seconds since the start) goes to $2.
