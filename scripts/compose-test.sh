@@ -29,10 +29,11 @@
 #     its build stage as ${PSYNC_IMAGE}-build so the dependency and compile
 #     layers stay cached; superseded psync layers are pruned (label io.psync.stage).
 #     Images stay; containers, networks and volumes do not.
-# Network: builds use Docker's default bridge (apt-get inside reaches the
-# Debian mirror through the host's DNS); http(s)_proxy/no_proxy are passed on as
-# build args; if apt cannot reach the mirror from the bridge, the build is
-# retried with --network=host, and if that fails too the test skips.
+# Network: a container first tries a TCP connection to the mirror (or to
+# $http_proxy): over Docker's default bridge (apt-get inside then reaches the
+# mirror through the host's DNS), else with --network=host, which the build
+# then uses; http(s)_proxy/no_proxy are passed on as build args. Where neither
+# reaches it and the build needs apt, the test skips.
 # Environment: PSYNC_IMAGE, PSYNC_DOCKER_CACHE, PSYNC_DEBIAN_MIRROR
 # (default http://deb.debian.org/debian), PSYNC_DEBIAN_SECURITY_MIRROR
 # (default http://deb.debian.org/debian-security), PSYNC_BUILD_JOBS (the
@@ -292,33 +293,58 @@ network_failure() {
   grep -Eq 'Temporary failure resolving|Could not resolve|Failed to fetch|Unable to connect|Could not connect|Connection timed out|Network is unreachable' "$1"
 }
 
+# Where apt in a build container must connect: the proxy if one is set, else
+# the mirror. Prints "HOST PORT".
+apt_endpoint() {
+  local u=${http_proxy:-${HTTP_PROXY:-$mirror}} port=80
+  [[ $u == https://* ]] && port=443
+  u=${u#*://}; u=${u#*@}; u=${u%%/*}
+  [[ $u == *:* ]] && port=${u##*:} && u=${u%:*}
+  echo "$u $port"
+}
+
+# Picks the network for the build: Docker's bridge if a container there
+# reaches the apt endpoint (a TCP connect, a few seconds), else the host's
+# network if that does; else the bridge, and the build can only succeed if
+# its apt layers are cached. Sets build_net and net_ok.
+choose_build_network() {
+  local host port net
+  read -r host port < <(apt_endpoint)
+  for net in bridge host; do
+    if timeout 30 docker run --rm --network="$net" debian:bookworm \
+        timeout 15 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" >/dev/null 2>&1; then
+      build_net=$net net_ok=1
+      [[ $net == bridge ]] || log "a container on Docker's bridge cannot reach $host:$port (DNS or NAT); building with --network=host"
+      return
+    fi
+  done
+  build_net=bridge net_ok=0
+  log "no container reaches $host:$port (bridge or host network): the build works only where its apt steps are cached"
+}
+
 build_image() {
   local args=(-f deploy/docker/Dockerfile) v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [[ -n "${!v:-}" ]] && args+=(--build-arg "$v=${!v}")
   done
   [[ -n "${PSYNC_BUILD_JOBS:-}" ]] && args+=(--build-arg "PSYNC_JOBS=$PSYNC_BUILD_JOBS")
-  local before net t0=$SECONDS blog="$work/build.log" slog="$work/build-stage.log" ilog="$work/image.log"
+  local before build_net net_ok t0=$SECONDS blog="$work/build.log" slog="$work/build-stage.log" ilog="$work/image.log"
+  choose_build_network
+  args+=(--network="$build_net")
   before=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)
-  for net in bridge host; do
-    : >"$slog"; : >"$ilog"
-    log "docker build -f deploy/docker/Dockerfile -t $image (network $net; logs: $slog, $ilog)"
-    # The build stage gets its own tag so that its cached layers (dependencies,
-    # compiled binaries) survive the prune below; the second build reuses them.
-    docker_build "$slog" "${args[@]}" --network="$net" --target build -t "$image-build" \
-      && docker_build "$ilog" "${args[@]}" --network="$net" -t "$image"
-    local brc=$?
+  log "docker build -f deploy/docker/Dockerfile -t $image (network $build_net; logs: $slog, $ilog)"
+  # The build stage gets its own tag so that its cached layers (dependencies,
+  # compiled binaries) survive the prune below; the second build reuses them.
+  if ! { docker_build "$slog" "${args[@]}" --target build -t "$image-build" \
+         && docker_build "$ilog" "${args[@]}" -t "$image"; }; then
     cat "$slog" "$ilog" >"$blog"
-    if ((brc == 0)); then break; fi
-    if network_failure "$blog" && [[ $net == bridge ]]; then
-      log "apt in the build container could not reach the mirror over Docker's bridge; retrying with --network=host"
-      continue
-    fi
     grep -E '^\[ *[0-9]+s\] Step ' "$blog" | tail -n 3 | sed 's/^/  /'
     tail -n 40 "$blog" | sed 's/^/  build: /'
-    if network_failure "$blog"; then skip "apt-get inside the image build cannot reach the Debian mirror (bridge and host network)"; fi
+    if ((net_ok == 0)) && network_failure "$blog"; then
+      skip "apt-get inside the image build cannot reach the Debian mirror (neither over Docker's bridge nor the host network)"
+    fi
     die "docker build of deploy/docker/Dockerfile failed (see above)"
-  done
+  fi
   local secs=$((SECONDS - t0)) after
   after=$(docker image inspect -f '{{.Id}}' "$image")
   step_times "$slog" "build stage"; step_times "$ilog" "image"
