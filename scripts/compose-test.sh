@@ -75,7 +75,7 @@ bound() {  # bound N: N seconds, or what the budget has left for this step (fail
   echo $((left < $1 ? left : $1))
 }
 out_of_time() {  # out_of_time WHAT
-  skip "$1 did not finish within the ${budget} s budget (PSYNC_COMPOSE_TEST_BUDGET_S, ${reserve} s of it kept for the scenarios): a cold run (no images) or a recompile of psync needs more time on this host. The steps finished so far are cached (the cut-off one starts over); run scripts/compose-test.sh by itself to finish (default budget 2700 s)"
+  skip "$1 did not finish within the ${budget} s budget (PSYNC_COMPOSE_TEST_BUDGET_S, ${reserve} s of it kept for the scenarios): a cold run (no images) or a recompile of psync needs more time on this host. The steps finished so far are cached (the cut-off one starts over); to finish, run scripts/compose-test.sh by itself (default budget 2700 s) or with a larger PSYNC_COMPOSE_TEST_BUDGET_S"
 }
 
 # Removes a debootstrap target: first whatever an interrupted debootstrap left
@@ -358,7 +358,8 @@ ensure_base_images() {
 docker_build() {
   local out=$1; shift
   local t0=$SECONDS limit
-  limit=$(bound 1500) || return 124
+  # No cap of its own: a compile on a loaded host may take most of the budget.
+  limit=$(bound "$budget") || return 124
   # --force-rm: a failed or cut-off step leaves no intermediate container.
   DOCKER_BUILDKIT=0 timeout "$limit" docker build --force-rm "$@" . 2>&1 \
     | while IFS= read -r line; do printf '[%4ds] %s\n' $((SECONDS - t0)) "$line"; done >>"$out"
