@@ -2,7 +2,8 @@
 # Installs psync's build and run dependencies from Debian packages.
 # As root: installs whatever is missing with apt. Otherwise: prints the
 # command to run and exits non-zero if something is missing.
-#   PSYNC_WITH_TORCH=1  also install python3-torch (for bench/ side-by-side runs)
+#   PSYNC_WITH_TORCH=1         also install python3-torch (for bench/ side-by-side runs)
+#   PSYNC_WITH_DEPLOY_TOOLS=1  also docker-compose, docker.io, debootstrap (deploy tests)
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config
@@ -11,7 +12,9 @@ pkgs=(cmake ninja-build g++ pkg-config
       dataset-fashion-mnist
       python3 iproute2)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
-if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose); fi
+# Deploy tools (scripts/test.sh sets this): docker-compose for deploy_validate;
+# the Docker engine and debootstrap for compose_integration (scripts/compose-test.sh).
+if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose docker.io debootstrap); fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -49,6 +49,9 @@ PORT=29500
 TOKEN="netns-test-token-$ID"
 WORK=""
 PIDS=()
+# Debian's interpreter: the python3 first on PATH may be a slow wrapper (pyenv shim).
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
 
 log() { printf '[netns %(%H:%M:%S)T] %s\n' -1 "$*"; }
 skip() { echo "SKIP: $*"; exit "$SKIP"; }
@@ -110,30 +113,57 @@ setup_topology() {
 }
 
 # reach LISTEN_NS LISTEN_IP FROM_NS...: a TCP listener in LISTEN_NS accepts one
-# connection from each FROM_NS (python3; 10 s bound).
+# connection from each FROM_NS. The listener says when it listens; each client
+# is bash's /dev/tcp (no interpreter start-up), retried until a 20 s deadline.
+# The bounds are generous because a loaded 2-core host (a docker build, other
+# test processes) can take seconds just to start a process: a 2 s bound on a
+# python3 client (a pyenv shim on PATH takes ~2 s to start there) once made
+# this check fail with every link up.
 reach() {
   local lns=$1 lip=$2; shift 2
-  local n=$#
-  timeout 10 ip netns exec "$lns" python3 -c '
+  local ready="$WORK/reach-$lns.ready"
+  rm -f "$ready"
+  timeout 40 ip netns exec "$lns" "$PY" -c '
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 29999)); s.listen(8); s.settimeout(9)
+s.bind((sys.argv[1], 29999)); s.listen(8); s.settimeout(35)
+open(sys.argv[3], "w").close()
 for _ in range(int(sys.argv[2])): s.accept()[0].close()
-' "$lip" "$n" &
-  local lpid=$! ns ok
+' "$lip" "$#" "$ready" 2>"$WORK/reach-$lns.err" &
+  local lpid=$! ns ok until=$((SECONDS + 20))
+  while [[ ! -e "$ready" ]]; do
+    kill -0 "$lpid" 2>/dev/null && ((SECONDS < until)) || {
+      kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null
+      echo "reach: no listener on $lip in $lns: $(head -c 300 "$WORK/reach-$lns.err")" >&2; return 1; }
+    sleep 0.05
+  done
   for ns in "$@"; do
-    ok=0
-    local until=$((SECONDS + 8))
+    ok=0 until=$((SECONDS + 20))
     while ((SECONDS < until)); do
-      if timeout 2 ip netns exec "$ns" python3 -c '
-import socket, sys; socket.create_connection((sys.argv[1], 29999), timeout=1).close()' "$lip" 2>/dev/null; then
+      if timeout 5 ip netns exec "$ns" bash -c 'exec 3<>"/dev/tcp/$0/29999"' "$lip" 2>/dev/null; then
         ok=1; break
       fi
       sleep 0.1
     done
-    ((ok)) || { kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; return 1; }
+    ((ok)) || {
+      kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null
+      echo "reach: $ns cannot connect to $lip:29999 within 20 s" >&2; net_state >&2; return 1; }
   done
   wait "$lpid"
+}
+
+# The bridge's state for a failed reach: links, neighbours, and the hub's own
+# FORWARD chain (bridged packets go through the hub namespace's iptables when
+# br_netfilter is on; the host's FORWARD policy, e.g. Docker's DROP, is not
+# involved: the bridge is not in the host's namespace).
+net_state() {
+  local ns
+  echo "--- hub $NS_HUB: links"; ip -n "$NS_HUB" -br link 2>&1
+  echo "--- hub FORWARD: $(ip netns exec "$NS_HUB" iptables -S FORWARD 2>&1 | tr '\n' ' ')"
+  echo "--- hub bridge-nf-call-iptables: $(ip netns exec "$NS_HUB" cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>&1)"
+  for ns in "$NS_C" "$NS_W0" "$NS_W1"; do
+    echo "--- $ns: $(ip -n "$ns" -br addr show dev eth0 2>&1); neigh: $(ip -n "$ns" neigh 2>&1 | tr '\n' ' ')"
+  done
 }
 
 # start NAME LIMIT_S NS CMD...: start CMD in NS in the background under
@@ -200,7 +230,7 @@ stop_coordinator() {  # NAME
 }
 
 # json_field JSON_TEXT KEY: first value of "KEY": in JSON_TEXT (numbers/strings).
-json_field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], ""))' "$1" "$2"; }
+json_field() { "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], ""))' "$1" "$2"; }
 
 # ---------------------------------------------------------------- phases
 phase_complete() {
@@ -271,7 +301,7 @@ phase_partition() {
   # The coordinator (still reachable on C's loopback) names the lost rank.
   local wk
   wk=$(ctl "$NS_C" --json workers) || fail "phase 3: psyncctl workers failed after the partition"
-  python3 - "$wk" <<'EOF' || fail "phase 3: coordinator does not report rank 1 as lost: $wk"
+  "$PY" - "$wk" <<'EOF' || fail "phase 3: coordinator does not report rank 1 as lost: $wk"
 import json, sys
 d = json.loads(sys.argv[1])
 ws = d.get("workers", d if isinstance(d, list) else [])
