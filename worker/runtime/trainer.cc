@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -130,8 +131,10 @@ TrainResult TrainLoop::Fail(const absl::Status& st, int64_t iteration, const cha
   } else if (st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded ||
              st.code() == absl::StatusCode::kAborted) {
     result_.exit_code = kExitPeerLost;
-    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where, " (a peer was lost?): ",
-                                  std::string(st.message()));
+    // The step check's Aborted names the ranks out of step: no guessing then.
+    const bool out_of_step = absl::StrContains(st.message(), "out of step");
+    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where,
+                                  out_of_step ? ": " : " (a peer was lost?): ", std::string(st.message()));
   } else {
     result_.exit_code = ExitCodeOf(st, kExitInternal);
     result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where, ": ", std::string(st.message()));
