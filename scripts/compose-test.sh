@@ -408,6 +408,26 @@ choose_build_network() {
   log "no container reaches $host:$port (bridge or host network): the build works only where its apt steps are cached"
 }
 
+# After a cut-off build: waits (60 s at most) until the daemon has removed the
+# container of the cancelled step, then removes what is left. A build step's
+# container is one created since the build began (not in $1, the ids before)
+# that runs `/bin/sh -c` (how the classic builder runs RUN). Stopping dockerd
+# at once would leave it behind, Dead.
+reap_build_containers() {
+  local before=$1 id i left=()
+  for ((i = 0; i < 60; i++)); do
+    left=()
+    for id in $(docker ps -aq --no-trunc 2>/dev/null); do
+      grep -qx "$id" <<<"$before" && continue
+      [[ $(docker inspect -f '{{.Path}} {{index .Args 0}}' "$id" 2>/dev/null) == "/bin/sh -c" ]] && left+=("$id")
+    done
+    ((${#left[@]})) || return 0
+    sleep 1
+  done
+  docker rm -f "${left[@]}" >/dev/null 2>&1
+  log "removed ${#left[@]} container(s) of the cut-off build step"
+}
+
 build_image() {
   local args=(-f deploy/docker/Dockerfile) v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
@@ -416,6 +436,7 @@ build_image() {
   [[ -n "${PSYNC_BUILD_JOBS:-}" ]] && args+=(--build-arg "PSYNC_JOBS=$PSYNC_BUILD_JOBS")
   local before build_net net_ok t0=$SECONDS blog="$work/build.log" slog="$work/build-stage.log" ilog="$work/image.log"
   : >"$slog"; : >"$ilog"
+  local containers_before; containers_before=$(docker ps -aq --no-trunc 2>/dev/null)
   choose_build_network
   args+=(--network="$build_net")
   before=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)
@@ -429,6 +450,7 @@ build_image() {
     cat "$slog" "$ilog" >"$blog"
     grep -E '^\[ *[0-9]+s\] Step ' "$blog" | tail -n 3 | sed 's/^/  /'
     if ((brc == 124)); then
+      reap_build_containers "$containers_before"
       step_times "$slog" "build stage"; step_times "$ilog" "image"
       out_of_time "the image build (at $(grep -E '^\[ *[0-9]+s\] Step ' "$blog" | tail -n 1 | sed 's/^\[ *[0-9]*s\] //' | cut -c1-80))"
     fi
