@@ -138,7 +138,7 @@ equal_to_single() {
   local n=$1; shift
   run_job 1 "$T/w1.st" "$@"
   run_job "$n" "$T/wn.st" "$@"
-  same_weights "$T/w1.st" "$T/wn.st"
+  same_weights "$T/w1.st" "$T/wn.st" "${EQUAL_TOL:-1e-5}"
 }
 
 case $CASE in
@@ -149,8 +149,11 @@ case $CASE in
     equal_to_single 4 --steps=30 --skip-layer=1 --skip-pattern=odd --accumulate=2 --find-unused-parameters \
       --momentum=0.9 --weight-decay=0.001 ;;
   equal_4_gpt)  # a GPT with odd-step block skipping: 4 ranks == 1 process
-    head -c 20000 /dev/urandom >"$T/tokens.bin"
-    equal_to_single 4 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
+    # Seeded bytes (the same data every run); AdamW amplifies the different
+    # summation order of 4 ranks to a few 1e-6 after 12 steps: bound 3e-5.
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    EQUAL_TOL=3e-5 equal_to_single 4 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8 \
       --skip-block=0 --skip-pattern=odd --find-unused-parameters ;;
   equal_2_cnn)  # the CNN on Fashion-MNIST: 2 ranks == 1 process
