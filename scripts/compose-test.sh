@@ -586,7 +586,10 @@ EOF
 # volume (check_checkpoint). Until then it logs that the check is off.
 ckpt_dir=/var/lib/psync/checkpoints
 detect_checkpoints() {
-  if ! timeout 60 docker run --rm --network=none "$image" psync-worker --help 2>&1 | grep -q -- '--checkpoint-dir='; then
+  # Captured first: `... | grep -q` under pipefail fails when grep stops reading early.
+  local help
+  help=$(timeout 60 docker run --rm --network=none "$image" psync-worker --help 2>&1)
+  if ! grep -q -- '--checkpoint-dir=' <<<"$help"; then
     log "checkpoints: the image's psync-worker has no --checkpoint-dir: the shutdown scenario checks no checkpoint"
     return 0
   fi
