@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -340,6 +341,12 @@ absl::Status ShmContext::PeerFailure(int local, const Op& op, const char* phase,
   const ControlBlock* b = block(local);
   const std::string peer = absl::StrCat("local peer rank ", global_rank(local), " (pid ", b->pid, ")");
   const std::string me = absl::StrCat("rank ", global_rank(me_));
+  // State 1 means the peer is writing its reason right now (a snprintf into
+  // its control block): wait briefly for it rather than report an abort
+  // without its cause. Bounded, in case the peer died mid-write.
+  for (int i = 0; i < 1000 && b->abort_state.load(std::memory_order_acquire) == 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   if (b->abort_state.load(std::memory_order_acquire) == 2) {
     const std::string reason(b->abort_reason, strnlen(b->abort_reason, sizeof(b->abort_reason)));
     return absl::AbortedError(absl::StrCat(op.desc, " failed: ", peer, " stopped while ", me, " waited for its ",
