@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/json.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/format.h"
 
 namespace psync::checkpoint {
@@ -20,13 +21,13 @@ namespace {
 constexpr char kFormat[] = "format";
 constexpr char kFormatVersionKey[] = "format_version";
 constexpr char kStep[] = "step";
-constexpr char kModel[] = "model";
+constexpr const char* kModel = kModelKindKey;
 constexpr char kOptimizer[] = "optimizer";
 constexpr char kWorldSize[] = "world_size";
 constexpr char kBucketPlan[] = "bucket_plan";
 constexpr char kPsyncVersion[] = "psync_version";
 // Prefixes of the map-valued fields.
-constexpr absl::string_view kModelPrefix = "model.";
+constexpr absl::string_view kModelPrefix = kModelConfigPrefix;
 constexpr absl::string_view kDataPrefix = "data.";
 constexpr absl::string_view kRngPrefix = "rng.";
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -87,6 +88,23 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
     }
   }
   return out;
+}
+
+std::map<std::string, std::string> ModelMetadata(const std::string& kind, const nn::ModelOptions& options) {
+  std::map<std::string, std::string> md;
+  md[kModelKindKey] = kind;
+  for (const auto& [k, v] : EncodeModelConfig(options)) md[absl::StrCat(kModelConfigPrefix, k)] = v;
+  return md;
+}
+
+ModelRecord ModelFromMetadata(const std::map<std::string, std::string>& metadata) {
+  ModelRecord r;
+  const absl::string_view prefix = kModelConfigPrefix;
+  for (const auto& [k, v] : metadata) {
+    if (k == kModelKindKey) r.kind = v;
+    else if (absl::StartsWith(k, prefix)) r.config[k.substr(prefix.size())] = v;
+  }
+  return r;
 }
 
 }  // namespace psync::checkpoint

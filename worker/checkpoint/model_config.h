@@ -24,4 +24,20 @@ std::map<std::string, std::string> EncodeModelConfig(const nn::ModelOptions& opt
 absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, std::string>& config,
                                                   const std::string& source);
 
+// How a model is recorded in a safetensors file's metadata, the same in a
+// checkpoint's manifest and in psync-worker's --save file: "model" = the kind,
+// "model.<key>" = EncodeModelConfig's entries.
+inline constexpr char kModelKindKey[] = "model";
+inline constexpr char kModelConfigPrefix[] = "model.";
+
+// kind + EncodeModelConfig(options) as metadata entries.
+std::map<std::string, std::string> ModelMetadata(const std::string& kind, const nn::ModelOptions& options);
+
+struct ModelRecord {
+  std::string kind;                           // "" when the metadata names none
+  std::map<std::string, std::string> config;  // for DecodeModelConfig
+};
+// The model entries of `metadata` (other keys are ignored).
+ModelRecord ModelFromMetadata(const std::map<std::string, std::string>& metadata);
+
 }  // namespace psync::checkpoint

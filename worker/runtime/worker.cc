@@ -219,9 +219,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   // ---- save
   if (tr.exit_code == kExitOk && rank == 0 && !opt.save_path.empty()) {
     // The model's flags ride along, so psync-sample can rebuild it from this file alone.
-    std::map<std::string, std::string> metadata;
-    for (const auto& [k, v] : checkpoint::EncodeModelConfig(built->options)) metadata["model." + k] = v;
-    metadata["model"] = opt.model;
+    std::map<std::string, std::string> metadata = checkpoint::ModelMetadata(opt.model, built->options);
     metadata["steps_completed"] = std::to_string(tr.steps_completed);
     absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model), metadata);
     if (!st.ok()) {

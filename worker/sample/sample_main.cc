@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "worker/checkpoint/model_config.h"
@@ -64,10 +63,9 @@ int main(int argc, char** argv) {
     config = c->manifest.model_config;
     tensors = c->params;
   } else {
-    for (const auto& [k, v] : meta) {
-      if (k.rfind("model.", 0) == 0) config[k.substr(6)] = v;
-    }
-    if (auto m = meta.find("model"); m != meta.end()) kind = m->second;
+    checkpoint::ModelRecord record = checkpoint::ModelFromMetadata(meta);
+    kind = record.kind;
+    config = std::move(record.config);
     tensors = contents->tensors;
   }
   if (kind != "gpt") {
