@@ -38,11 +38,6 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
                                                      data.max_token_id, " (use --vocab-size=", data.max_token_id + 1,
                                                      " or more)"));
     }
-  } else if (opt.model == "cnn") {
-    if (data.task != data::Task::kClassification || data.example_shape.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat("--model=cnn trains on labelled images (e.g. --data=fashion-mnist), but --data holds ",
-                                                     task, " data of shape ", ShapeToString(data.example_shape)));
-    }
   } else if (opt.model == "mlp") {
     if (data.task == data::Task::kLanguageModel) {
       return absl::InvalidArgumentError("--model=mlp trains on rows or images; for token data use --model=gpt");
