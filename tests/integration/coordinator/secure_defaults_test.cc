@@ -137,13 +137,17 @@ TEST(SecureDefaults, NonLoopbackWithoutTokenIsRefused) {
   const int p1 = StartCoordinator(&with_token, dir, "token", {"--host=0.0.0.0"}, {"PSYNC_TOKEN=t0ken"});
   std::unique_ptr<BackgroundProcess> a(with_token);
   EXPECT_GT(p1, 0);
-  EXPECT_NE(a->Output().find("token required"), std::string::npos) << a->Output();
+  // The job line is logged after the port file is written: wait for it.
+  EXPECT_TRUE(a->WaitForOutput([](const std::string& o) { return o.find("token required") != std::string::npos; },
+                               10s))
+      << a->Output();
 
   BackgroundProcess* open = nullptr;
   const int p2 = StartCoordinator(&open, dir, "open", {"--host=0.0.0.0", "--allow-unauthenticated"});
   std::unique_ptr<BackgroundProcess> b(open);
   EXPECT_GT(p2, 0);
-  EXPECT_NE(b->Output().find("no token"), std::string::npos) << b->Output();
+  EXPECT_TRUE(b->WaitForOutput([](const std::string& o) { return o.find("no token") != std::string::npos; }, 10s))
+      << b->Output();
   EXPECT_EQ(a->Stop(), 0);
   EXPECT_EQ(b->Stop(), 0);
 }
