@@ -12,9 +12,9 @@ pkgs=(cmake ninja-build g++ pkg-config
       dataset-fashion-mnist
       python3 iproute2)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
-# Deploy tools (scripts/test.sh sets this): docker-compose for deploy_validate;
+# Deploy tools (scripts/test.sh sets this): docker-compose and PyYAML for deploy_validate;
 # the Docker engine and debootstrap for compose_integration (scripts/compose-test.sh).
-if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose docker.io debootstrap); fi
+if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose python3-yaml docker.io debootstrap); fi
 
 missing=()
 for p in "${pkgs[@]}"; do

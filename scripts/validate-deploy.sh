@@ -16,7 +16,10 @@
 #      --help lists
 #   6. the entrypoint dispatches to the binaries; the runtime package list of
 #      the images covers the binaries' shared libraries (ldd + dpkg -S)
-# Prints "validate-deploy: N passed, N failed, N skipped"; exits 1 on any failure.
+# Prints "validate-deploy: N passed, N failed, N skipped"; exits 1 on any
+# failure, 77 when nothing failed but a check was skipped (a tool or the
+# binaries missing: ctest reports the test as skipped, never as passed), 0 when
+# every check ran and passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,6 +28,10 @@ passed=0 failed=0 skipped=0
 ok()   { echo "PASS: $*"; passed=$((passed + 1)); }
 bad()  { echo "FAIL: $*"; failed=$((failed + 1)); }
 skip() { echo "SKIP: $*"; skipped=$((skipped + 1)); }
+finish() {
+  echo "validate-deploy: $passed passed, $failed failed, $skipped skipped"
+  if ((failed)); then exit 1; elif ((skipped)); then exit 77; else exit 0; fi
+}
 
 work=$(mktemp -d /tmp/psync-validate.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -82,9 +89,8 @@ else
 fi
 
 if [[ -z "$py" ]]; then
-  skip "no python3 with PyYAML: manifest, Dockerfile and flag checks skipped"
-  echo "validate-deploy: $passed passed, $failed failed, $skipped skipped"
-  ((failed == 0)); exit
+  skip "no python3 with PyYAML (apt-get install python3-yaml): manifest, Dockerfile and flag checks skipped"
+  finish
 fi
 
 # ---------------------------------------------------------------- 4-5. python checks
@@ -507,5 +513,4 @@ if ((have_bins)); then
   fi
 fi
 
-echo "validate-deploy: $passed passed, $failed failed, $skipped skipped"
-((failed == 0))
+finish
