@@ -2,13 +2,14 @@
 # One-shot check of psync's GPU path, for a machine with an NVIDIA GPU.
 #
 #   scripts/gpu-check.sh                 # build dir: <repo>/build-gpu
-#   BUILD_DIR=/tmp/b STEPS=200 scripts/gpu-check.sh
+#   BUILD_DIR=/tmp/b STEPS=200 GPT_STEPS=50 scripts/gpu-check.sh
 #
 # 1. builds with CUDA (fails if nvcc is missing: there is nothing to check);
 # 2. runs every CUDA/NCCL test (ctest -R "Cuda|Nccl"), listing skipped ones
 #    (a skip on a GPU machine means a test could not see the device);
 # 3. psync-launch end to end, --device=cuda, world 1 (and world 2 when there
-#    are >= 2 GPUs), each compared with the same job on CPU (weights_diff);
+#    are >= 2 GPUs): the MLP (SGD) and the GPT (AdamW, clipping), each
+#    compared with the same job on CPU (weights_diff);
 # 4. psync-step-bench --device=cuda next to bench/torch_step.py on CUDA (when
 #    /usr/bin/python3 has torch with CUDA);
 # 5. prints a short report. Exit 0 when every check passed, 1 otherwise.
@@ -68,31 +69,42 @@ skipped=$(grep -cE '\(Skipped\)|\*\*\*Skipped' "$OUT/ctest.log" || true)
 # ---- 3. end to end: psync-launch, cuda vs cpu with the same job
 LAUNCH="$BIN/client/launch/psync-launch"
 WDIFF="$BIN/tests/integration/worker/weights_diff"
-job=(--widths=32,64,64,16 --global-batch=64 --steps="$STEPS" --progress-every=0)
-run_job() {  # name nproc device
-  local name=$1 n=$2 dev=$3
-  timeout 300 "$LAUNCH" --nproc="$n" -- "${job[@]}" --device="$dev" --save="$OUT/$name.safetensors" \
+# The MLP with SGD, and the GPT with AdamW on random bytes (the same file for
+# both devices). AdamW normalises each update, so a rounding difference can
+# move a weight by up to lr per step: a small lr keeps the bound meaningful.
+head -c 100000 /dev/urandom > "$OUT/tokens.bin"
+mlp_job=(--widths=32,64,64,16 --global-batch=64 --steps="$STEPS" --progress-every=0)
+gpt_job=(--model=gpt --data="$OUT/tokens.bin" --data-format=bytes --block-size=32 --n-layer=2 --n-head=2
+         --n-embd=64 --global-batch=8 --steps="${GPT_STEPS:-20}" --optimizer=adamw --lr=1e-4
+         --weight-decay=0.1 --clip-grad-norm=1 --progress-every=0)
+run_job() {  # name nproc device job-flags...
+  local name=$1 n=$2 dev=$3; shift 3
+  timeout 300 "$LAUNCH" --nproc="$n" -- "$@" --device="$dev" --save="$OUT/$name.safetensors" \
     --summary="$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1
+}
+check_job() {  # model nproc job-flags...: the job on cuda, then on cpu, weights compared
+  local model=$1 n=$2; shift 2
+  local c="$model-cuda-w$n" p="$model-cpu-w$n"
+  if ! run_job "$c" "$n" cuda "$@"; then
+    bad "$model: psync-launch --nproc=$n --device=cuda failed: $(tail -2 "$OUT/$c.log" | tr '\n' ' ')"; return
+  fi
+  local loss
+  loss=$(grep -ho '"final_loss": *[0-9.eE+-]*' "$OUT/$c.rank0.json" 2>/dev/null | head -1)
+  ok "$model: psync-launch --nproc=$n --device=cuda ($loss)"
+  if ! run_job "$p" "$n" cpu "$@"; then bad "$model: psync-launch --nproc=$n --device=cpu failed (see $OUT/$p.log)"; return; fi
+  # Same contract on both devices: cuBLAS FP32 and OpenBLAS round
+  # differently, so allow a small drift after the job's steps.
+  local d
+  if d=$("$WDIFF" "$OUT/$c.safetensors" "$OUT/$p.safetensors" 1e-3 2>&1); then
+    ok "$model world $n: cuda weights == cpu weights within 1e-3 ($(tail -1 <<<"$d"))"
+  else
+    bad "$model world $n: cuda and cpu weights differ: $(tail -1 <<<"$d")"
+  fi
 }
 for n in 1 2; do
   if [[ $n -eq 2 && $NGPU -lt 2 ]]; then info "world 2 on CUDA skipped: $NGPU GPU"; continue; fi
-  if run_job "cuda-w$n" "$n" cuda; then
-    loss=$(grep -ho '"final_loss": *[0-9.eE+-]*' "$OUT/cuda-w$n.rank0.json" 2>/dev/null | head -1)
-    ok "psync-launch --nproc=$n --device=cuda, $STEPS steps ($loss)"
-    if run_job "cpu-w$n" "$n" cpu; then
-      # Same contract on both devices: cuBLAS FP32 vs OpenBLAS round
-      # differently, so allow a small drift after $STEPS SGD steps.
-      if d=$("$WDIFF" "$OUT/cuda-w$n.safetensors" "$OUT/cpu-w$n.safetensors" 1e-3 2>&1); then
-        ok "world $n: cuda weights == cpu weights within 1e-3 ($(tail -1 <<<"$d"))"
-      else
-        bad "world $n: cuda and cpu weights differ: $(tail -1 <<<"$d")"
-      fi
-    else
-      bad "psync-launch --nproc=$n --device=cpu failed (see $OUT/cpu-w$n.log)"
-    fi
-  else
-    bad "psync-launch --nproc=$n --device=cuda failed: $(tail -2 "$OUT/cuda-w$n.log" | tr '\n' ' ')"
-  fi
+  check_job mlp "$n" "${mlp_job[@]}"
+  check_job gpt "$n" "${gpt_job[@]}"
 done
 
 # ---- 4. step bench next to PyTorch
