@@ -6,7 +6,7 @@
 # progress line (step, loss, val loss, tokens/s, ETA), a text sample from the
 # trained weights (psync-sample) and a closing summary.
 #
-#   scripts/run-job.sh [worker flags]        e.g. --steps=2000 --n-layer=6
+#   scripts/run-job.sh [worker flags]        e.g. --steps=4000 --n-layer=6
 #   scripts/run-job.sh --model=cnn           the CNN on Fashion-MNIST
 #   scripts/run-job.sh --model=mlp           the MLP on Fashion-MNIST
 #
@@ -48,24 +48,28 @@ fortunes_corpus() {
       exit 1
     fi
   fi
-  # Every fortune file as text (not the .dat indexes or the .u8 links); the
-  # "%" lines between fortunes become blank lines.
+  # Every fortune file as text (not the .dat indexes or the .u8 links), one
+  # fortune per record, shuffled in a fixed order (the same file every run):
+  # in file order the held-out tail (--val-fraction) would be all of "zippy",
+  # a style the model never trained on. Fortunes are separated by blank lines.
   local f
   for f in "$dir"/*; do
     case $f in *.dat | *.u8) continue ;; esac
-    [[ -f $f && ! -L $f ]] && cat "$f"
-  done | sed 's/^%$//' >"$out/fortunes.txt"
+    [[ -f $f && ! -L $f ]] && { cat "$f"; echo "%"; }
+  done | awk '$0 == "%" { if (r != "") print r; r = ""; next } { r = r (r == "" ? "" : "\001") $0 }' |
+    shuf --random-source=<(yes psync) | awk '{ gsub(/\001/, "\n"); print; print "" }' >"$out/fortunes.txt"
 }
 
 defaults=()
 case $model in
   gpt)
     fortunes_corpus
-    # About 4 minutes of training on a 2-core machine (2 workers, one core each).
+    # About 2.5 minutes of training on an idle 2-core machine (2 workers, one
+    # core each, 4 under load); validation loss about 1.8 nats per character.
     defaults=(--model=gpt --data="$out/fortunes.txt" --data-format=bytes --val-fraction=0.02
               --block-size=64 --n-layer=4 --n-head=4 --n-embd=128
-              --global-batch=32 --steps=1000 --optimizer=adamw --lr=3e-3 --lr-schedule=cosine --warmup-steps=50
-              --weight-decay=0.1 --clip-grad-norm=1 --eval-every=250 --eval-examples=512 --progress-every=50) ;;
+              --global-batch=32 --steps=1500 --optimizer=adamw --lr=3e-3 --lr-schedule=cosine --warmup-steps=50
+              --weight-decay=0.1 --clip-grad-norm=1 --eval-every=500 --eval-examples=512 --progress-every=100) ;;
   cnn)
     defaults=(--model=cnn --data=fashion-mnist --shuffle --global-batch=64 --steps=2000 --optimizer=adamw --lr=2e-3
               --lr-schedule=cosine --warmup-steps=50 --eval-every=500 --progress-every=100) ;;
@@ -81,7 +85,7 @@ start=$(date +%s.%N)
 set +e
 "$launch" --nproc="$nproc_workers" --port=0 -- \
   "${defaults[@]}" --save="$out/final.safetensors" --summary="$out/summary-{rank}.json" \
-  --checkpoint-dir="$out/checkpoints" --checkpoint-every=250 \
+  --checkpoint-dir="$out/checkpoints" --checkpoint-every=500 \
   --metrics="$out/metrics-{rank}.jsonl" --trace="$out/trace-{rank}.json" "$@"
 rc=$?
 set -e
@@ -94,15 +98,17 @@ if [[ $rc == 0 && $model == gpt && -f $out/final.safetensors ]]; then
 fi
 
 field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
+# A summary number with D decimals, or "-" when the run has none (null).
+num() { [[ -z $1 || $1 == null ]] && echo - || awk -v v="$1" -v d="$2" 'BEGIN { printf "%.*f", d, v }'; }
 echo
 echo "==================== psync job summary ===================="
 printf "%-6s %-8s %-12s %-10s %-10s %-12s %s\n" rank steps final_loss val_loss val_acc median_ms exit
 for ((r = 0; r < nproc_workers; r++)); do
   f=$out/summary-$r.json
   if [[ -f $f ]]; then
-    printf "%-6s %-8s %-12.4f %-10s %-10s %-12.1f %s\n" "$r" "$(field "$f" steps_completed)" \
-      "$(field "$f" final_loss | sed 's/null/nan/')" "$(field "$f" val_loss)" "$(field "$f" val_accuracy)" \
-      "$(field "$f" median_step_ms | sed 's/null/nan/')" "$(field "$f" exit_reason)"
+    printf "%-6s %-8s %-12s %-10s %-10s %-12s %s\n" "$r" "$(field "$f" steps_completed)" \
+      "$(num "$(field "$f" final_loss)" 4)" "$(num "$(field "$f" val_loss)" 4)" "$(num "$(field "$f" val_accuracy)" 4)" \
+      "$(num "$(field "$f" median_step_ms)" 1)" "$(field "$f" exit_reason)"
   else
     printf "%-6s (no summary written)\n" "$r"
   fi
