@@ -18,6 +18,8 @@
 
 namespace psync::checkpoint {
 
+// The manifest key that marks a checkpoint, and its value.
+inline constexpr char kFormatKey[] = "format";
 inline constexpr char kFormatName[] = "psync-checkpoint";
 // Bump when a reader of the previous version would misread a new file.
 inline constexpr int64_t kFormatVersion = 1;

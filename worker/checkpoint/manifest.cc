@@ -18,7 +18,6 @@
 namespace psync::checkpoint {
 namespace {
 
-constexpr char kFormat[] = "format";
 constexpr char kFormatVersionKey[] = "format_version";
 constexpr char kStep[] = "step";
 constexpr const char* kModel = kModelKindKey;
@@ -100,7 +99,7 @@ absl::StatusOr<Metadata> EncodeManifest(const CheckpointManifest& m) {
     return bad(absl::StrCat("bucket_plan is not JSON: ", st.message()));
   }
   Metadata md;
-  md[kFormat] = kFormatName;
+  md[kFormatKey] = kFormatName;
   md[kFormatVersionKey] = absl::StrCat(kFormatVersion);
   md[kStep] = absl::StrCat(m.step);
   md[kModel] = m.model;
@@ -125,9 +124,9 @@ absl::StatusOr<Metadata> EncodeManifest(const CheckpointManifest& m) {
 
 absl::StatusOr<CheckpointManifest> DecodeManifest(const Metadata& md, const std::string& source) {
   MetadataReader r(md, source);
-  PSYNC_ASSIGN_OR_RETURN(std::string format, r.String(kFormat));
+  PSYNC_ASSIGN_OR_RETURN(std::string format, r.String(kFormatKey));
   if (format != kFormatName) {
-    return r.Error(kFormat, absl::StrCat("is ", json::Quote(format), ", expected \"", kFormatName, "\""));
+    return r.Error(kFormatKey, absl::StrCat("is ", json::Quote(format), ", expected \"", kFormatName, "\""));
   }
   PSYNC_ASSIGN_OR_RETURN(int64_t version, r.Integer<int64_t>(kFormatVersionKey, 1));
   if (version != kFormatVersion) {
@@ -154,7 +153,7 @@ absl::StatusOr<CheckpointManifest> DecodeManifest(const Metadata& md, const std:
     return std::string(key.substr(prefix.size()));
   };
   for (const auto& [key, value] : md) {
-    if (key == kFormat || key == kFormatVersionKey || key == kStep || key == kModel || key == kOptimizer ||
+    if (key == kFormatKey || key == kFormatVersionKey || key == kStep || key == kModel || key == kOptimizer ||
         key == kWorldSize || key == kBucketPlan || key == kPsyncVersion || key == kChecksumKey) {
       continue;
     }

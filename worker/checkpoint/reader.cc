@@ -11,25 +11,33 @@
 
 namespace psync::checkpoint {
 
+bool IsCheckpoint(const std::map<std::string, std::string>& metadata) {
+  auto f = metadata.find(kFormatKey);
+  return f != metadata.end() && f->second == kFormatName;
+}
+
 absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path) {
   auto file = ReadSafetensorsWithMetadata(path);  // its errors name the file
   if (!file.ok()) return Annotate(file.status(), "cannot load checkpoint");
+  return DecodeCheckpoint(std::move(*file), path);
+}
 
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path) {
   CheckpointContents out;
-  PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file->metadata, path));
-  auto stored = file->metadata.find(kChecksumKey);
-  if (stored == file->metadata.end()) {
+  PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file.metadata, path));
+  auto stored = file.metadata.find(kChecksumKey);
+  if (stored == file.metadata.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", path, ": metadata \"", kChecksumKey, "\" is missing (not a complete psync checkpoint)"));
   }
-  PSYNC_ASSIGN_OR_RETURN(std::string actual, ContentChecksum(file->metadata, file->tensors));
+  PSYNC_ASSIGN_OR_RETURN(std::string actual, ContentChecksum(file.metadata, file.tensors));
   if (actual != stored->second) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": metadata \"", kChecksumKey, "\" is ",
                                             stored->second, " but the contents give ", actual,
                                             "; the file is corrupt"));
   }
 
-  for (auto& [name, t] : file->tensors) {
+  for (auto& [name, t] : file.tensors) {
     absl::string_view key = name;
     if (absl::ConsumePrefix(&key, kOptimizerPrefix)) {
       out.optimizer_state.emplace_back(std::string(key), std::move(t));

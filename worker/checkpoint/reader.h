@@ -9,12 +9,14 @@
 // a vanished file is skipped like a torn one).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/contents.h"
+#include "worker/runtime/checkpoint/safetensors.h"
 
 namespace psync::checkpoint {
 
@@ -23,6 +25,14 @@ namespace psync::checkpoint {
 // truncated file, DataLoss for a checksum mismatch, FailedPrecondition for
 // another format version, NotFound / PermissionDenied / Internal for I/O.
 absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path);
+
+// The same checks on a file already read (e.g. by a tool that accepts both
+// checkpoints and --save files); `path` names it in errors.
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path);
+
+// Whether safetensors metadata says "this is a psync checkpoint" (its
+// "format" key); a --save file or another tool's file is not.
+bool IsCheckpoint(const std::map<std::string, std::string>& metadata);
 
 // A checkpoint file FindLatestCheckpoint passed over, and why.
 struct SkippedCheckpoint {

@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
   std::string kind;
   NamedTensors tensors;
   const auto& meta = contents->metadata;
-  if (auto f = meta.find("format"); f != meta.end() && f->second == "psync-checkpoint") {
-    absl::StatusOr<checkpoint::CheckpointContents> c = checkpoint::ReadCheckpoint(file);
+  if (checkpoint::IsCheckpoint(meta)) {
+    absl::StatusOr<checkpoint::CheckpointContents> c = checkpoint::DecodeCheckpoint(std::move(*contents), file);
     if (!c.ok()) Fail(absl::StrCat("--checkpoint: ", c.status().message()));
     kind = c->manifest.model;
     config = c->manifest.model_config;

@@ -207,7 +207,13 @@ TEST(Checkpoint, ModelRebuildsFromTheManifestAlone) {
   auto written = WriteCheckpoint(dir.path(), CaptureTrainingState(t.model->named_parameters(), t.optimizer.get(), m));
   ASSERT_TRUE(written.ok()) << written.status();
 
-  auto loaded = ReadCheckpoint(written->path);
+  // As psync-sample reads: the file once, then told apart from a --save file.
+  auto file = ReadSafetensorsWithMetadata(written->path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(IsCheckpoint(file->metadata));
+  EXPECT_FALSE(IsCheckpoint({{"model.kind", "mlp"}}));
+  EXPECT_FALSE(IsCheckpoint({{kFormatKey, "something-else"}}));
+  auto loaded = DecodeCheckpoint(std::move(*file), written->path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto options = DecodeModelConfig(loaded->manifest.model_config, written->path);
   ASSERT_TRUE(options.ok()) << options.status();
