@@ -17,6 +17,11 @@
 namespace psync::comm::shm {
 
 absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale) {
+  return ShardedSteps(ctx, op, data, count, type, scale, /*gather=*/true);
+}
+
+absl::Status ShardedSteps(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale,
+                          bool gather) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   const size_t es = ElementSize(type);
   const ShardLayout lay(count, n, es, ctx.slot_bytes());
@@ -39,14 +44,18 @@ absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, s
       in[static_cast<size_t>(q)] = q == me ? static_cast<const void*>(base + own.begin * es)
                                            : static_cast<const void*>(ctx.Slot(q, s) + me * piece_bytes);
     }
-    SumInto(type, base + own.begin * es, mine + me * piece_bytes, in.data(), n, own.size(), scale);
-    ctx.Publish(kReduced, s);
-    // Gather each peer's piece as soon as that peer is done (no barrier).
-    for (int j = 0; j < n; ++j) {
-      if (j == me) continue;
-      PSYNC_RETURN_IF_ERROR(ctx.WaitPeer(j, kReduced, s, op, "reduced shard"));
-      const Range p = lay.piece(j, r);
-      std::memcpy(base + p.begin * es, ctx.Slot(j, s) + j * piece_bytes, p.size() * es);
+    // The allreduce also leaves the sum in its slot for the peers to gather.
+    SumInto(type, base + own.begin * es, gather ? mine + me * piece_bytes : nullptr, in.data(), n, own.size(),
+            scale);
+    if (gather) {
+      ctx.Publish(kReduced, s);
+      // Gather each peer's piece as soon as that peer is done (no barrier).
+      for (int j = 0; j < n; ++j) {
+        if (j == me) continue;
+        PSYNC_RETURN_IF_ERROR(ctx.WaitPeer(j, kReduced, s, op, "reduced shard"));
+        const Range p = lay.piece(j, r);
+        std::memcpy(base + p.begin * es, ctx.Slot(j, s) + j * piece_bytes, p.size() * es);
+      }
     }
     ctx.Publish(kConsumed, s);
   }

@@ -31,6 +31,11 @@ absl::Status Allreduce(ShmContext& ctx, const std::string& desc, const std::stri
 absl::Status AllreduceSymmetric(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type,
                                 float scale);
 absl::Status AllreduceSharded(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale);
+// The piecewise reduce-scatter both of the above share (allreduce_sharded.cc):
+// with `gather`, each step also publishes the reduced piece and copies every
+// peer's back (the allreduce); without, only this rank's shard is reduced.
+absl::Status ShardedSteps(ShmContext& ctx, ShmContext::Op& op, void* data, size_t count, DType type, float scale,
+                          bool gather);
 
 // After it, this rank's shard (ShardLayout(count, local_size, ...).shard(
 // local_rank)) of `data` holds the sum; the rest of `data` is unchanged.
