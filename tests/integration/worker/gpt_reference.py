@@ -23,49 +23,17 @@ each compute (the contract in docs/cli-contract.md):
     learning rate of step s is the schedule's (constant, or cosine with
     linear warmup down to 0.1*lr over --steps).
 The GPT: wte + wpe, pre-LayerNorm blocks (causal self-attention, GELU-tanh
-MLP), ln_f, head tied to wte. Safetensors are read and written without the
-safetensors package.
+MLP), ln_f, head tied to wte. Safetensors go through tests/common/safetensors_io.py.
 """
 import argparse
-import json
 import math
-import struct
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    import numpy as np
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", (name, e["dtype"])
-        b, end = e["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[b:end], dtype=np.float32).copy()).reshape(e["shape"])
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
 
 
 def read_tokens(path, fmt):

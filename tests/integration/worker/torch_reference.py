@@ -12,47 +12,16 @@ bias, ReLU after every layer but the last; step s uses global rows
 [m*B/(W*M), (m+1)*B/(W*M)); a micro-batch's loss is mse/M; gradients are
 averaged over ranks (sum over ranks and micro-batches / W); a parameter
 that got no gradient in a step (skipped layer) keeps grad None and is not
-updated; plain torch.optim.SGD. Safetensors are read and written here
-without the safetensors package (the format is an 8-byte length, a JSON
-header and raw little-endian data).
+updated; plain torch.optim.SGD. Safetensors go through
+tests/common/safetensors_io.py (no safetensors package needed).
 """
 import argparse
-import json
-import struct
+import os
 import sys
 
 import torch
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    import numpy as np
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[b:end], dtype=np.float32).copy()).reshape(e["shape"])
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
 
 
 class MLP(torch.nn.Module):

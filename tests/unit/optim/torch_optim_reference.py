@@ -15,45 +15,12 @@ final "param.<name>", the optimizer state "state.<name>.<buffer>" and
 """
 import json
 import math
-import struct
+import os
 import sys
 
-import numpy as np
 import torch
-
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
-
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        arr = np.frombuffer(data[b:end], dtype=DTYPES[e["dtype"]]).copy().reshape(e["shape"])
-        out[name] = torch.from_numpy(arr)
-    return out, meta
-
-
-def write_safetensors(path, tensors):
-    names = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        a = t.detach().contiguous().numpy()
-        data = a.tobytes()
-        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
 
 
 def schedule_lr(cfg, s):
@@ -68,7 +35,7 @@ def schedule_lr(cfg, s):
 
 
 def run(inp, out_path):
-    tensors, meta = read_safetensors(inp)
+    tensors, meta = read_safetensors(inp, with_metadata=True)
     cfg = json.loads(meta["config"])
     names = cfg["params"]
     params = [torch.nn.Parameter(tensors["param." + n].clone()) for n in names]
