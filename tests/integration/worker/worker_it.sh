@@ -178,7 +178,7 @@ case $CASE in
       same_weights "$T/torch.st" "$T/psync.st" 1e-5
     done ;;
 
-  gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch)
+  gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch), 20 AdamW steps
     if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
     R=$HERE/gpt_reference.py
     MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
@@ -192,10 +192,10 @@ case $CASE in
       IFS='|' read -r n common extra <<<"$cfg"
       # shellcheck disable=SC2086
       /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
-        --world-size="$n" --steps=15 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
+        --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
       # shellcheck disable=SC2086
       run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
-        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=15 $common $extra
+        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 $common $extra
       same_weights "$T/torch.st" "$T/psync.st" 1e-4
     done ;;
 
