@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "common/flags.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
+#include "worker/autograd/node.h"
 #include "worker/autograd/view_functions.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
@@ -61,6 +63,8 @@ ABSL_FLAG(double, bucket_cap_mb, 25.0, "ddp: bucket cap (MiB)");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
+ABSL_FLAG(bool, profile, false,
+          "single: also time every backward node (engine node observer) and print the total per node kind");
 ABSL_FLAG(int, timeout_s, 600, "ddp: whole-run deadline; ranks still running are killed");
 
 namespace {
@@ -204,8 +208,48 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   std::fflush(stdout);
 }
 
+// --profile: wall time per backward node kind (node name), summed over
+// every backward of the run, from the engine's node observer (called on the
+// training thread only: the bench runs backward on one thread).
+class BackwardProfile {
+ public:
+  BackwardProfile() {
+    psync::autograd::Engine::Get().SetNodeObserver([this](const psync::autograd::Node& node, bool begin) {
+      if (begin) {
+        start_ = Clock::now();
+        return;
+      }
+      Entry& e = by_name_[node.name()];
+      e.ms += Ms(Clock::now() - start_);
+      ++e.calls;
+    });
+  }
+  ~BackwardProfile() { psync::autograd::Engine::Get().SetNodeObserver(nullptr); }
+  void Print(int backwards) const {
+    std::vector<std::pair<std::string, Entry>> rows(by_name_.begin(), by_name_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::printf("  backward nodes, ms per backward (%d backwards, warmup included):\n", backwards);
+    for (const auto& [name, e] : rows) {
+      std::printf("    %-28s %8.3f ms %6.1f%% %6lld calls/backward\n", name.c_str(), e.ms / backwards,
+                  100 * e.ms / total, static_cast<long long>(e.calls / backwards));
+    }
+  }
+
+ private:
+  struct Entry {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  Clock::time_point start_;
+  std::map<std::string, Entry> by_name_;
+};
+
 int RunSingle(const Config& c) {
   openblas_set_num_threads(c.threads);
+  std::unique_ptr<BackwardProfile> profile;
+  if (absl::GetFlag(FLAGS_profile)) profile = std::make_unique<BackwardProfile>();
   std::vector<ModeResult> results;
   try {
     for (int round = 0; round < c.rounds; ++round) {
@@ -220,6 +264,7 @@ int RunSingle(const Config& c) {
     return 1;
   }
   Print(c, results, c.batch);
+  if (profile) profile->Print(c.rounds * (c.warmup + c.steps));
   return 0;
 }
 
