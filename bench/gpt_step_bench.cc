@@ -208,7 +208,7 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   std::fflush(stdout);
 }
 
-// --profile: wall time per backward node kind (node name), summed over
+// --profile: wall time per backward node kind (node name up to "("), summed over
 // every backward of the run, from the engine's node observer (called on the
 // training thread only: the bench runs backward on one thread).
 class BackwardProfile {
@@ -219,7 +219,9 @@ class BackwardProfile {
         start_ = Clock::now();
         return;
       }
-      Entry& e = by_name_[node.name()];
+      std::string name = node.name();  // AccumulateGrad(<param>) -> AccumulateGrad: one row per kind
+      name = name.substr(0, name.find('('));
+      Entry& e = by_name_[name];
       e.ms += Ms(Clock::now() - start_);
       ++e.calls;
     });
