@@ -18,7 +18,14 @@
 #
 # Environment: BATCH (16, global), STEPS (20), WARMUP (3), ROUNDS (3),
 # THREADS_LIST (1,2), WORLD (2), DDP_THREADS (1), BACKENDS (gloo,shm),
-# BUILD_DIR (<repo>/build).
+# OMP_WAIT_POLICY (PASSIVE), BUILD_DIR (<repo>/build).
+#
+# OMP_WAIT_POLICY=PASSIVE is PyTorch's best case on a shared host: with
+# libgomp's default (spinning) policy its 2-thread step was 6-10x slower
+# whenever other processes held the cores (718 ms against 125 ms at load
+# average 4 on 2 cores). psync uses no OpenMP (OpenBLAS's pthread build), so
+# the setting only helps the PyTorch side; OMP_WAIT_POLICY=ACTIVE measures
+# torch's default.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +39,7 @@ WORLD="${WORLD:-2}"
 DDP_THREADS="${DDP_THREADS:-1}"
 BACKENDS="${BACKENDS:-gloo,shm}"
 PY=/usr/bin/python3
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-gpt-step-bench)
@@ -55,7 +63,7 @@ run() {
   echo "$out"
   results+=$'\n'"$out"
 }
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores), OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 for ((round = 1; round <= ROUNDS; round++)); do
   echo "==== round $round/$ROUNDS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   for t in ${THREADS_LIST//,/ }; do
