@@ -25,20 +25,13 @@
 // Machine-readable lines: "RESULT impl=psync mode=... median_ms=... cpu_ms=...".
 //
 //   psync-overlap-bench --widths=512,2048,2048,2048,512 --batch=64 --steps=20 --threads=1
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cblas.h>
@@ -49,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "worker/autograd/engine.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
@@ -74,31 +68,16 @@ ABSL_FLAG(std::string, backends, "gloo", "process groups to run the communicatin
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using psync::Tensor;
 using psync::autograd::Variable;
+using psync::bench::Clock;
+using psync::bench::CpuMs;
+using psync::bench::Median;
+using psync::bench::Ms;
 
 [[noreturn]] void BadFlag(const std::string& flag, const std::string& why) {
   std::fprintf(stderr, "psync-overlap-bench: --%s: %s\n", flag.c_str(), why.c_str());
   std::exit(2);
-}
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// CPU time of this process (all threads: training, communication, Gloo's
-// loop), in ms: on a host whose cores are all busy, what a step costs.
-double CpuMs() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct Config {
@@ -374,57 +353,8 @@ int main(int argc, char** argv) {
   if (c.threads <= 0) BadFlag("threads", "must be positive");
   if (c.world < 1) BadFlag("world", "must be positive");
 
-  char tmpl[] = "/tmp/psync_overlap_XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  const std::string dir = tmpl;
-  std::fflush(stdout);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < c.world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      const int rc = RunRank(c, r, dir);
-      std::fflush(stdout);
-      std::fflush(stderr);
-      _exit(rc);
-    }
-    if (pid < 0) {
-      std::perror("fork");
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  // Bounded wait: kill ranks still running at the deadline.
-  const auto deadline = Clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
-  int failed = 0;
-  size_t left = pids.size();
-  while (left > 0) {
-    for (pid_t& p : pids) {
-      if (p <= 0) continue;
-      int status = 0;
-      if (waitpid(p, &status, WNOHANG) == p) {
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-        p = -1;
-        --left;
-      }
-    }
-    if (left == 0) break;
-    if (Clock::now() > deadline) {
-      std::fprintf(stderr, "psync-overlap-bench: deadline passed, killing %zu rank(s)\n", left);
-      for (pid_t p : pids) {
-        if (p > 0) {
-          kill(p, SIGKILL);
-          waitpid(p, nullptr, 0);
-        }
-      }
-      failed += static_cast<int>(left);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  const int failed =
+      psync::bench::ForkRanks("psync-overlap-bench", c.world, std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)),
+                              [&](int rank, const std::string& dir) { return RunRank(c, rank, dir); });
   return failed == 0 ? 0 : 1;
 }

@@ -30,14 +30,15 @@ using cpu::MaxOf;
 using cpu::SumInOrder;
 using cpu::SumInOrder2;
 
-// log(sum_j exp(x_j - max)) + max for one row.
+// log(sum_j exp(x_j - max)) + max for one row (cols >= 1): exp in the
+// row's dtype (vec_math.h Exp, as torch's vectorized log_softmax computes it
+// in float), the sum in double in a fixed order (SumInOrder), so it
+// vectorizes inside the PSYNC_CPU_CLONES kernels below.
 template <typename T>
-double RowLogSumExp(const T* x, int64_t cols) {
-  T mx = x[0];
-  for (int64_t j = 1; j < cols; ++j) mx = std::max(mx, x[j]);
-  double s = 0.0;
-  for (int64_t j = 0; j < cols; ++j) s += std::exp(static_cast<double>(x[j]) - mx);
-  return std::log(s) + mx;
+PSYNC_CPU_INLINE double RowLogSumExp(const T* x, int64_t cols) {
+  const T mx = MaxOf<T>(cols, [&](int64_t j) { return x[j]; });
+  return std::log(SumInOrder(cols, [&](int64_t j) { return static_cast<double>(Exp(x[j] - mx)); })) +
+         static_cast<double>(mx);
 }
 
 int64_t Target(const int64_t* targets, int64_t row, int64_t cols, const char* op) {
@@ -46,6 +47,54 @@ int64_t Target(const int64_t* targets, int64_t row, int64_t cols, const char* op
     throw TensorError(absl::StrCat(op, ": target ", c, " at row ", row, " is not a class index in [0, ", cols, ")"));
   }
   return c;
+}
+
+// ---------------------------------------------------------------- softmax, cross-entropy
+// x, y [rows, cols]. LogSoftmax: y = x - logsumexp(row). CrossEntropy: the
+// sum over rows of logsumexp(row) - x[target] (the caller divides by rows).
+// Backward: dx = g * (softmax(row) - onehot(target)), g already divided by
+// rows. A target outside [0, cols) throws (naming the op).
+template <typename T>
+PSYNC_CPU_CLONES void LogSoftmaxRows(const T* x, int64_t rows, int64_t cols, T* y) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xr = x + i * cols;
+    T* yr = y + i * cols;
+    const double lse = RowLogSumExp(xr, cols);
+    for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(xr[j] - lse);
+  }
+}
+
+template <typename T>
+PSYNC_CPU_CLONES double CrossEntropySum(const T* x, const int64_t* targets, int64_t rows, int64_t cols) {
+  double total = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xr = x + i * cols;
+    const int64_t c = Target(targets, i, cols, "CrossEntropy");
+    total += RowLogSumExp(xr, cols) - static_cast<double>(xr[c]);
+  }
+  return total;
+}
+
+template <typename T>
+PSYNC_CPU_CLONES void CrossEntropyBackwardRows(const T* x, const int64_t* targets, double g, int64_t rows,
+                                               int64_t cols, T* dx) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xr = x + i * cols;
+    T* yr = dx + i * cols;
+    const int64_t c = Target(targets, i, cols, "CrossEntropyBackward");
+    // One exp per element: e_j = exp(x_j - max) is kept in dx until the sum
+    // is known, then dx_j = g * e_j / sum (minus g at the target).
+    const T mx = MaxOf<T>(cols, [&](int64_t j) { return xr[j]; });
+    const double sum = SumInOrder(cols, [&](int64_t j) {
+      const T e = Exp(xr[j] - mx);
+      yr[j] = e;
+      return static_cast<double>(e);
+    });
+    const double inv = 1.0 / sum;
+    const double pc = static_cast<double>(yr[c]) * inv;
+    for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(g * (static_cast<double>(yr[j]) * inv));
+    yr[c] = static_cast<T>(g * (pc - 1.0));
+  }
 }
 
 // ---------------------------------------------------------------- Embedding
@@ -436,51 +485,26 @@ T* Out(const Tensor& t) {
 class CpuNn final : public NnKernels {
  public:
   void LogSoftmax(const Tensor& x, const Tensor& y) const override {
+    if (x.size(1) == 0) return;  // rows without columns: nothing to read
     PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "LogSoftmax", [&] {
-      const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
-      scalar_t* py = static_cast<scalar_t*>(y.raw_data());
-      const int64_t rows = x.size(0), cols = x.size(1);
-      for (int64_t i = 0; i < rows; ++i) {
-        const scalar_t* xr = px + i * cols;
-        scalar_t* yr = py + i * cols;
-        const double lse = RowLogSumExp(xr, cols);
-        for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<scalar_t>(xr[j] - lse);
-      }
+      LogSoftmaxRows(In<scalar_t>(x), x.size(0), x.size(1), Out<scalar_t>(y));
     });
   }
 
   void CrossEntropy(const Tensor& logits, const Tensor& targets, const Tensor& loss) const override {
     PSYNC_DISPATCH_FLOAT_TYPES(logits.dtype(), "CrossEntropy", [&] {
-      const scalar_t* px = static_cast<const scalar_t*>(logits.raw_data());
-      const int64_t* pt = targets.data<int64_t>();
       const int64_t rows = logits.size(0), cols = logits.size(1);
-      double total = 0.0;
-      for (int64_t i = 0; i < rows; ++i) {
-        const scalar_t* xr = px + i * cols;
-        total += RowLogSumExp(xr, cols) - static_cast<double>(xr[Target(pt, i, cols, "CrossEntropy")]);
-      }
-      static_cast<scalar_t*>(loss.raw_data())[0] = static_cast<scalar_t>(total / static_cast<double>(rows));
+      const double total = CrossEntropySum(In<scalar_t>(logits), targets.data<int64_t>(), rows, cols);
+      Out<scalar_t>(loss)[0] = static_cast<scalar_t>(total / static_cast<double>(rows));
     });
   }
 
   void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
                             const Tensor& dlogits) const override {
     PSYNC_DISPATCH_FLOAT_TYPES(logits.dtype(), "CrossEntropyBackward", [&] {
-      const scalar_t* px = static_cast<const scalar_t*>(logits.raw_data());
-      const int64_t* pt = targets.data<int64_t>();
-      scalar_t* py = static_cast<scalar_t*>(dlogits.raw_data());
       const int64_t rows = logits.size(0), cols = logits.size(1);
-      const double g = static_cast<double>(static_cast<const scalar_t*>(grad.raw_data())[0]) / static_cast<double>(rows);
-      for (int64_t i = 0; i < rows; ++i) {
-        const scalar_t* xr = px + i * cols;
-        scalar_t* yr = py + i * cols;
-        const int64_t c = Target(pt, i, cols, "CrossEntropyBackward");
-        const double lse = RowLogSumExp(xr, cols);
-        for (int64_t j = 0; j < cols; ++j) {
-          const double p = std::exp(static_cast<double>(xr[j]) - lse) - (j == c ? 1.0 : 0.0);
-          yr[j] = static_cast<scalar_t>(g * p);
-        }
-      }
+      const double g = static_cast<double>(In<scalar_t>(grad)[0]) / static_cast<double>(rows);
+      CrossEntropyBackwardRows(In<scalar_t>(logits), targets.data<int64_t>(), g, rows, cols, Out<scalar_t>(dlogits));
     });
   }
 

@@ -1,0 +1,372 @@
+// psync-gpt-step-bench: training-step time of psync's GPT (worker/nn/models/
+// gpt.h, the model --model=gpt trains): forward + mean cross-entropy over
+// all B*T positions + backward + AdamW (lr 3e-4, weight decay 0.1 on >= 2-D
+// parameters, betas 0.9/0.95), to compare with bench/gpt_torch.py (the same
+// model, data shape, optimizer and thread budget in PyTorch). See
+// bench/run_gpt_bench.sh.
+//
+//   single   one process, the whole --batch, --threads BLAS threads
+//   ddp      --world ranks forked on this machine, each on --batch/world
+//            sequences (the global batch is split, as psync-launch does;
+//            each rank gets --threads BLAS threads), run as:
+//              compute       the same per-rank step without communication
+//              ddp           DistributedDataParallel over each of --backends
+//                            (gloo: TCP on 127.0.0.1; shm: /dev/shm)
+//
+// Per mode: median step time, and the medians of its phases (forward incl.
+// the loss, backward incl. the reducer's end-of-backward wait, optimizer),
+// process CPU ms per step (all threads). With --rounds > 1 each mode keeps
+// its round with the lowest median. Machine-readable lines:
+//   RESULT impl=psync mode=single threads=1 median_ms=... fwd_ms=... bwd_ms=... opt_ms=... cpu_ms=...
+//   RESULT impl=psync mode=ddp backend=shm world=2 per_rank_batch=8 median_ms=... exposed_ms=...
+//
+//   psync-gpt-step-bench --mode=single --threads=2
+//   psync-gpt-step-bench --mode=ddp --world=2 --backends=gloo,shm
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "common/flags.h"
+#include "worker/autograd/engine.h"
+#include "worker/autograd/functions.h"
+#include "worker/autograd/node.h"
+#include "worker/autograd/view_functions.h"
+#include "worker/comm/file_store.h"
+#include "worker/comm/process_group_factory.h"
+#include "worker/ddp/ddp.h"
+#include "worker/nn/init.h"
+#include "worker/nn/models/gpt.h"
+#include "worker/optim/registry.h"
+
+ABSL_FLAG(int, vocab_size, 256, "V");
+ABSL_FLAG(int, block_size, 64, "T (every sequence is this long)");
+ABSL_FLAG(int, n_layer, 4, "L");
+ABSL_FLAG(int, n_head, 4, "H");
+ABSL_FLAG(int, n_embd, 128, "C");
+ABSL_FLAG(int, batch, 16, "global batch (sequences per step); ddp splits it over --world ranks");
+ABSL_FLAG(std::string, mode, "single", "single | ddp");
+ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
+ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
+ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
+ABSL_FLAG(double, bucket_cap_mb, 25.0, "ddp: bucket cap (MiB)");
+ABSL_FLAG(int, steps, 20, "timed steps per mode");
+ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
+ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
+ABSL_FLAG(bool, profile, false,
+          "single: also time every backward node (engine node observer) and print the total per node kind");
+ABSL_FLAG(int, timeout_s, 600, "ddp: whole-run deadline; ranks still running are killed");
+
+namespace {
+
+constexpr const char* kName = "psync-gpt-step-bench";
+using psync::Tensor;
+using psync::autograd::Variable;
+using psync::bench::Clock;
+using psync::bench::Median;
+using psync::bench::Ms;
+
+struct Config {
+  psync::nn::GptConfig gpt;
+  int batch = 16;  // global
+  std::string mode;
+  int threads = 1, world = 2;
+  std::vector<std::string> backends;
+  double bucket_cap_mb = 25;
+  int steps = 20, warmup = 3, rounds = 1;
+};
+
+struct ModeResult {
+  std::string mode;     // single, compute, ddp
+  std::string backend;  // ddp only
+  std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
+  double cpu_ms = 0;
+  double loss = 0;  // after the last step (a sanity check, not a result)
+  std::string key() const { return backend.empty() ? mode : mode + "@" + backend; }
+};
+
+// Random tokens in [0, V): inputs and targets [b, T] int64, a stream per rank.
+std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank) {
+  psync::nn::SplitMix64 rng(1000 + static_cast<uint64_t>(rank));
+  const int64_t n = b * c.gpt.block_size;
+  std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (auto* v : {&x, &y}) {
+    for (int64_t& t : *v) t = static_cast<int64_t>(rng.Next() % static_cast<uint64_t>(c.gpt.vocab_size));
+  }
+  return {Tensor::FromVector(x, {b, c.gpt.block_size}), Tensor::FromVector(y, {b, c.gpt.block_size})};
+}
+
+std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) {
+  psync::optim::OptimizerOptions o;
+  o.weight_decay = 0.1;
+  o.beta1 = 0.9;
+  o.beta2 = 0.95;
+  auto opt = psync::optim::Optimizers().Create("adamw", {model.named_parameters(), o});
+  if (!opt.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*opt);
+}
+
+// Runs warmup + steps training steps of `model` on b sequences; with `ddp`,
+// through its reducer. Returns false (after printing why) on an error.
+bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::ddp::DistributedDataParallel* ddp, int64_t b,
+               ModeResult* r) {
+  auto opt = MakeAdamW(model);
+  auto [x, y] = Tokens(c, b, rank);
+  const Tensor flat_y = y.Reshape({-1});
+  double cpu0 = 0;
+  for (int i = 0; i < c.warmup + c.steps; ++i) {
+    if (i == c.warmup) cpu0 = psync::bench::CpuMs();
+    const auto t0 = Clock::now();
+    opt->ZeroGrad();
+    Variable logits;
+    if (ddp != nullptr) {
+      ddp->reducer().DeclareIteration(i);
+      auto out = ddp->Forward(Variable(x));
+      if (!out.ok()) {
+        std::fprintf(stderr, "rank %d: forward: %s\n", rank, out.status().ToString().c_str());
+        return false;
+      }
+      logits = *out;
+    } else {
+      logits = model.Forward(Variable(x));
+    }
+    Variable loss = psync::autograd::CrossEntropyLoss(psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size}), flat_y);
+    const auto t1 = Clock::now();
+    absl::Status st = psync::autograd::Backward(loss);
+    const auto t2 = Clock::now();
+    if (st.ok()) st = opt->Step(3e-4);
+    const auto t3 = Clock::now();
+    if (!st.ok()) {
+      std::fprintf(stderr, "rank %d: step %d: %s\n", rank, i, st.ToString().c_str());
+      return false;
+    }
+    if (i >= c.warmup) {
+      r->step_ms.push_back(Ms(t3 - t0));
+      r->fwd_ms.push_back(Ms(t1 - t0));
+      r->bwd_ms.push_back(Ms(t2 - t1));
+      r->opt_ms.push_back(Ms(t3 - t2));
+    }
+    if (i + 1 == c.warmup + c.steps) r->loss = loss.data().Item();
+  }
+  r->cpu_ms = (psync::bench::CpuMs() - cpu0) / c.steps;
+  return true;
+}
+
+// Keeps, per mode, the round with the lowest median.
+void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
+  auto it = std::find_if(results.begin(), results.end(), [&](const ModeResult& o) { return o.key() == r.key(); });
+  if (it == results.end()) {
+    results.push_back(std::move(r));
+  } else if (Median(r.step_ms) < Median(it->step_ms)) {
+    *it = std::move(r);
+  }
+}
+
+void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_rank_batch) {
+  const psync::nn::GPT probe(c.gpt);
+  std::printf("%s: %s, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, AdamW, %d steps (+%d "
+              "warmup) x %d round(s)\n",
+              kName, probe.Describe().c_str(), c.batch, static_cast<long long>(per_rank_batch),
+              static_cast<long long>(c.gpt.block_size),
+              c.mode == "ddp" ? absl::StrCat("world ", c.world).c_str() : "one process", c.threads,
+              c.mode == "ddp" ? "/rank" : "", c.steps, c.warmup, c.rounds);
+  double compute = -1;
+  for (const auto& r : results) {
+    if (r.mode == "compute") compute = Median(r.step_ms);
+  }
+  std::printf("  %-12s %10s %9s %9s %9s %11s %11s %8s\n", "mode", "median ms", "fwd ms", "bwd ms", "opt ms",
+              "exposed ms", "cpu ms/step", "loss");
+  for (const auto& r : results) {
+    const double med = Median(r.step_ms);
+    char exposed[32] = "-";
+    if (r.mode == "ddp" && compute >= 0) std::snprintf(exposed, sizeof(exposed), "%.2f", med - compute);
+    std::printf("  %-12s %10.2f %9.2f %9.2f %9.2f %11s %11.2f %8.4f\n", r.key().c_str(), med, Median(r.fwd_ms),
+                Median(r.bwd_ms), Median(r.opt_ms), exposed, r.cpu_ms, r.loss);
+  }
+  for (const auto& r : results) {
+    const double med = Median(r.step_ms);
+    std::printf("RESULT impl=psync mode=%s%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f fwd_ms=%.3f "
+                "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
+                r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(), c.threads,
+                c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
+                Median(r.bwd_ms), Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0,
+                r.cpu_ms);
+  }
+  std::fflush(stdout);
+}
+
+// --profile: wall time per backward node kind (node name up to "("), summed over
+// every backward of the run, from the engine's node observer (called on the
+// training thread only: the bench runs backward on one thread).
+class BackwardProfile {
+ public:
+  BackwardProfile() {
+    psync::autograd::Engine::Get().SetNodeObserver([this](const psync::autograd::Node& node, bool begin) {
+      if (begin) {
+        start_ = Clock::now();
+        return;
+      }
+      std::string name = node.name();  // AccumulateGrad(<param>) -> AccumulateGrad: one row per kind
+      name = name.substr(0, name.find('('));
+      Entry& e = by_name_[name];
+      e.ms += Ms(Clock::now() - start_);
+      ++e.calls;
+    });
+  }
+  ~BackwardProfile() { psync::autograd::Engine::Get().SetNodeObserver(nullptr); }
+  void Print(int backwards) const {
+    std::vector<std::pair<std::string, Entry>> rows(by_name_.begin(), by_name_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::printf("  backward nodes, ms per backward (%d backwards, warmup included):\n", backwards);
+    for (const auto& [name, e] : rows) {
+      std::printf("    %-28s %8.3f ms %6.1f%% %6lld calls/backward\n", name.c_str(), e.ms / backwards,
+                  100 * e.ms / total, static_cast<long long>(e.calls / backwards));
+    }
+  }
+
+ private:
+  struct Entry {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  Clock::time_point start_;
+  std::map<std::string, Entry> by_name_;
+};
+
+int RunSingle(const Config& c) {
+  openblas_set_num_threads(c.threads);
+  std::unique_ptr<BackwardProfile> profile;
+  if (absl::GetFlag(FLAGS_profile)) profile = std::make_unique<BackwardProfile>();
+  std::vector<ModeResult> results;
+  try {
+    for (int round = 0; round < c.rounds; ++round) {
+      psync::nn::GPT model(c.gpt, psync::Device::CPU(), /*seed=*/7);
+      ModeResult r;
+      r.mode = "single";
+      if (!TimeSteps(c, 0, model, nullptr, c.batch, &r)) return 1;
+      KeepBest(results, std::move(r));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kName, e.what());
+    return 1;
+  }
+  Print(c, results, c.batch);
+  if (profile) profile->Print(c.rounds * (c.warmup + c.steps));
+  return 0;
+}
+
+int RunRank(const Config& c, int rank, const std::string& dir) {
+  openblas_set_num_threads(c.threads);
+  const int64_t b = c.batch / c.world;
+  auto store = std::make_shared<psync::comm::FileStore>(dir);
+  std::vector<std::shared_ptr<psync::comm::ProcessGroup>> groups;  // one per backend, made in order on every rank
+  for (const std::string& backend : c.backends) {
+    psync::comm::GroupOptions go;
+    go.timeout = std::chrono::seconds(60);
+    go.prefix = "gpt-bench-" + backend;
+    go.job_tag = "gpt-bench";
+    auto pg = psync::comm::CreateProcessGroup(backend, store, rank, c.world, go);
+    if (!pg.ok()) {
+      std::fprintf(stderr, "rank %d: %s: %s\n", rank, backend.c_str(), pg.status().ToString().c_str());
+      return 1;
+    }
+    groups.emplace_back(std::move(*pg));
+  }
+  std::vector<ModeResult> results;
+  try {
+    for (int round = 0; round < c.rounds; ++round) {
+      // compute: the per-rank step with no communication (the floor).
+      if (!groups.front()->Barrier(std::chrono::seconds(60)).ok()) return 1;
+      {
+        psync::nn::GPT model(c.gpt, psync::Device::CPU(), /*seed=*/7);
+        ModeResult r;
+        r.mode = "compute";
+        if (!TimeSteps(c, rank, model, nullptr, b, &r)) return 1;
+        KeepBest(results, std::move(r));
+      }
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (!groups.front()->Barrier(std::chrono::seconds(60)).ok()) return 1;
+        auto model = std::make_shared<psync::nn::GPT>(c.gpt, psync::Device::CPU(), /*seed=*/7);
+        psync::ddp::DdpOptions opts;
+        opts.bucket_cap_mb = c.bucket_cap_mb;
+        auto ddp = psync::ddp::DistributedDataParallel::Create(model, groups[g], opts);
+        if (!ddp.ok()) {
+          std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp.status().ToString().c_str());
+          return 1;
+        }
+        ModeResult r;
+        r.mode = "ddp";
+        r.backend = c.backends[g];
+        if (!TimeSteps(c, rank, *model, ddp->get(), b, &r)) return 1;
+        KeepBest(results, std::move(r));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return 1;
+  }
+  if (rank == 0) Print(c, results, b);
+  return 0;
+}
+
+int PositiveFlag(const char* flag, int v) {
+  if (v <= 0) psync::ExitBadFlag(kName, absl::StrCat("--", flag, "=", v, ": must be positive"));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const psync::ParsedArgs args = psync::ParseFlagsOrExit(
+      kName, "psync-gpt-step-bench [flags]  (GPT forward + cross-entropy + backward + AdamW step time)", argc, argv,
+      psync::FlagsDefinedIn(__FILE__));
+  if (!args.positional.empty()) psync::ExitBadFlag(kName, "unexpected argument '" + args.positional.front() + "'");
+  Config c;
+  c.gpt.vocab_size = PositiveFlag("vocab-size", absl::GetFlag(FLAGS_vocab_size));
+  c.gpt.block_size = PositiveFlag("block-size", absl::GetFlag(FLAGS_block_size));
+  c.gpt.n_layer = PositiveFlag("n-layer", absl::GetFlag(FLAGS_n_layer));
+  c.gpt.n_head = PositiveFlag("n-head", absl::GetFlag(FLAGS_n_head));
+  c.gpt.n_embd = PositiveFlag("n-embd", absl::GetFlag(FLAGS_n_embd));
+  if (absl::Status st = psync::nn::ValidateGptConfig(c.gpt); !st.ok()) {
+    psync::ExitBadFlag(kName, std::string(st.message()));
+  }
+  c.batch = PositiveFlag("batch", absl::GetFlag(FLAGS_batch));
+  c.mode = absl::GetFlag(FLAGS_mode);
+  c.threads = PositiveFlag("threads", absl::GetFlag(FLAGS_threads));
+  c.world = PositiveFlag("world", absl::GetFlag(FLAGS_world));
+  c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  c.steps = PositiveFlag("steps", absl::GetFlag(FLAGS_steps));
+  c.warmup = PositiveFlag("warmup", absl::GetFlag(FLAGS_warmup));
+  c.rounds = PositiveFlag("rounds", absl::GetFlag(FLAGS_rounds));
+  if (c.bucket_cap_mb <= 0) psync::ExitBadFlag(kName, "--bucket-cap-mb must be positive");
+  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_backends), ',')) {
+    if (b != "gloo" && b != "shm") {
+      psync::ExitBadFlag(kName, absl::StrCat("--backends: unknown backend \"", b, "\" (gloo, shm)"));
+    }
+    c.backends.emplace_back(b);
+  }
+  if (c.mode == "single") return RunSingle(c);
+  if (c.mode != "ddp") psync::ExitBadFlag(kName, "--mode=" + c.mode + ": expected single or ddp");
+  if (c.batch % c.world != 0) {
+    psync::ExitBadFlag(kName, absl::StrCat("--batch=", c.batch, " must be divisible by --world=", c.world,
+                                           " (each rank takes batch/world sequences)"));
+  }
+  const int failed = psync::bench::ForkRanks(kName, c.world, std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)),
+                                             [&](int rank, const std::string& dir) { return RunRank(c, rank, dir); });
+  return failed == 0 ? 0 : 1;
+}
