@@ -7,9 +7,20 @@
 //
 // Per size N it reports
 //   - report-to-plan round trip, p50 / p99 / max: from a worker writing its
-//     Report{i} to it receiving Plan{i}. Every worker of a client process
-//     writes its report when that process got Plan{i-1} on all its streams,
-//     so a sample includes waiting for the last of the N reports;
+//     Report{i} to that worker receiving Plan{i} (one sample per worker and
+//     iteration). Every worker of a client process writes its report when
+//     that process got Plan{i-1} on all its streams, so a sample includes
+//     waiting for the last of the N reports (as a real worker would);
+//   - the same from the LAST of the N reports of iteration i being written
+//     (any process; one machine, so one steady clock) to each Plan{i}
+//     arriving: the coordinator's aggregation and fan-out alone, without
+//     the wait for the slowest report (LAST_P50 / LAST_P99);
+//   - CPU per iteration (user + system, /proc/PID/stat) of the coordinator
+//     (also per report: COORD_US_RPT) and of all client processes together,
+//     over the measured iterations. On a machine with fewer cores than
+//     processes the clients and the coordinator compete, so the latencies
+//     include queueing for a core; the coordinator's CPU per iteration is
+//     the part of them that is the coordinator's own work;
 //   - rendezvous: from telling every client process to Join (they are
 //     connected already) until the last of the N Joins returned;
 //   - the coordinator's threads (most seen, sampled every 10 ms) and its RSS
@@ -86,7 +97,10 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::TrainUp, v1::Plan> {
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& s) override;
-  std::vector<double> samples;  // written only by this worker's reactions, read after OnDone
+  // Per iteration: when this worker's report was written and its plan
+  // arrived (ms on the steady clock). Written by this worker's write
+  // start (under mu_) and its reactions; read after OnDone.
+  std::vector<double> sent_at, got_at;
 
  private:
   void WriteLocked();  // starts the next queued write
@@ -99,7 +113,6 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::TrainUp, v1::Plan> {
   v1::TrainUp current_;
   bool writing_ = false;
   bool closed_ = false;
-  Clock::time_point sent_{};
   std::string bitmap_;
 };
 
@@ -146,7 +159,7 @@ void SimWorker::WriteLocked() {
   current_ = std::move(queue_.front());
   queue_.erase(queue_.begin());
   writing_ = true;
-  if (current_.has_report()) sent_ = Clock::now();
+  if (current_.has_report()) sent_at.push_back(Ms(Clock::now().time_since_epoch()));
   if (current_.has_done()) {
     StartWriteLast(&current_, grpc::WriteOptions());
   } else {
@@ -181,7 +194,7 @@ void SimWorker::OnWriteDone(bool ok) {
 
 void SimWorker::OnReadDone(bool ok) {
   if (!ok) return;  // the stream ended; OnDone follows
-  samples.push_back(Ms(Clock::now() - sent_));
+  got_at.push_back(Ms(Clock::now().time_since_epoch()));
   StartRead(&plan_);
   proc_->PlanArrived();
 }
@@ -302,10 +315,18 @@ int ClientProcess::Run() {
       return 1;
     }
   }
+  // Per worker: ITERS send times, then ITERS arrival times.
   std::ofstream out(cfg_.samples_file, std::ios::binary);
   for (auto& w : workers_) {
-    out.write(reinterpret_cast<const char*>(w->samples.data()),
-              static_cast<std::streamsize>(w->samples.size() * sizeof(double)));
+    if (w->sent_at.size() != static_cast<size_t>(cfg_.iters) || w->got_at.size() != static_cast<size_t>(cfg_.iters)) {
+      std::fprintf(stderr, "client: a worker has %zu reports and %zu plans, not %d\n", w->sent_at.size(),
+                   w->got_at.size(), cfg_.iters);
+      return 1;
+    }
+    out.write(reinterpret_cast<const char*>(w->sent_at.data()),
+              static_cast<std::streamsize>(w->sent_at.size() * sizeof(double)));
+    out.write(reinterpret_cast<const char*>(w->got_at.data()),
+              static_cast<std::streamsize>(w->got_at.size() * sizeof(double)));
   }
   out.close();
   std::printf("done\n");
@@ -475,10 +496,13 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
   long threads_after_join = 0, hwm_after_join = 0;
   ProcStats(coord.pid, &threads_after_join, &hwm_after_join);
   const double cpu1 = CpuSeconds(coord.pid);
+  double client_cpu1 = 0, client_cpu2 = 0;
+  for (auto& c : clients) client_cpu1 += CpuSeconds(c.pid);
   const auto t1 = Clock::now();
   for (auto& c : clients) Send(c, "train");
   for (auto& c : clients) ok = ReadLine(c, "done") && ok;
   const double cpu2 = CpuSeconds(coord.pid);
+  for (auto& c : clients) client_cpu2 += CpuSeconds(c.pid);  // not reaped yet, so /proc still has it
   const double train_s = std::chrono::duration<double>(Clock::now() - t1).count();
   long threads_end = 0, hwm_kb = 0;
   ProcStats(coord.pid, &threads_end, &hwm_kb);
@@ -491,11 +515,27 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
   }
   stop.store(true);
   sampler.join();
-  std::vector<double> all;
+  // sent[w][i], got[w][i] for every worker w (all processes) and iteration i.
+  std::vector<std::vector<double>> sent, got;
   for (int p = 0; p < procs; ++p) {
     std::ifstream f(dir + "/samples" + std::to_string(p), std::ios::binary);
-    double v;
-    while (f.read(reinterpret_cast<char*>(&v), sizeof(v))) all.push_back(v);
+    std::vector<double> s(static_cast<size_t>(iters)), g(static_cast<size_t>(iters));
+    const auto bytes = static_cast<std::streamsize>(static_cast<size_t>(iters) * sizeof(double));
+    while (f.read(reinterpret_cast<char*>(s.data()), bytes) && f.read(reinterpret_cast<char*>(g.data()), bytes)) {
+      sent.push_back(s);
+      got.push_back(g);
+    }
+  }
+  std::vector<double> last_sent(static_cast<size_t>(iters), 0);
+  for (const auto& s : sent) {
+    for (size_t i = 0; i < s.size(); ++i) last_sent[i] = std::max(last_sent[i], s[i]);
+  }
+  std::vector<double> all, after_last;
+  for (size_t w = 0; w < sent.size(); ++w) {
+    for (size_t i = 0; i < sent[w].size(); ++i) {
+      all.push_back(got[w][i] - sent[w][i]);
+      after_last.push_back(got[w][i] - last_sent[i]);
+    }
   }
   for (auto& c : clients) {
     fclose(c.in);
@@ -510,12 +550,19 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
     std::fprintf(stderr, "size %d failed (%zu samples; coordinator log in %s)\n", n, all.size(), dir.c_str());
     return 1;
   }
-  std::printf("%-8d %-6d %-6d %-8d %-10.3f %-10.3f %-10.3f %-14.1f %-12ld %-10.1f\n", n, procs, procs * channels,
-              iters, Pct(all, 50), Pct(all, 99), Pct(all, 100), rendezvous_ms, std::max(max_threads.load(), threads_end),
+  const double coord_ms_it = (cpu2 - cpu1) * 1000.0 / iters;
+  const double coord_us_rpt = coord_ms_it * 1000.0 / n;
+  const double client_ms_it = (client_cpu2 - client_cpu1) * 1000.0 / iters;
+  const long threads = std::max(max_threads.load(), threads_end);
+  std::printf("%-8d %-6d %-6d %-6d %-9.3f %-9.3f %-9.3f %-9.3f %-9.3f %-10.1f %-12.3f %-12.1f %-12.3f %-9ld %-8.1f\n", n,
+              procs, procs * channels, iters, Pct(all, 50), Pct(all, 99), Pct(all, 100), Pct(after_last, 50),
+              Pct(after_last, 99), rendezvous_ms, coord_ms_it, coord_us_rpt, client_ms_it, threads,
               static_cast<double>(hwm_kb) / 1024.0);
-  std::printf("RESULT impl=coordinator workers=%d p50_ms=%.3f p99_ms=%.3f rendezvous_ms=%.1f threads=%ld rss_mb=%.1f\n",
-              n, Pct(all, 50), Pct(all, 99), rendezvous_ms, std::max(max_threads.load(), threads_end),
-              static_cast<double>(hwm_kb) / 1024.0);
+  std::printf("RESULT impl=coordinator workers=%d p50_ms=%.3f p99_ms=%.3f last_p50_ms=%.3f last_p99_ms=%.3f "
+              "rendezvous_ms=%.1f coord_cpu_ms_per_iter=%.3f coord_cpu_us_per_report=%.1f "
+              "client_cpu_ms_per_iter=%.3f threads=%ld rss_mb=%.1f\n",
+              n, Pct(all, 50), Pct(all, 99), Pct(after_last, 50), Pct(after_last, 99), rendezvous_ms, coord_ms_it,
+              coord_us_rpt, client_ms_it, threads, static_cast<double>(hwm_kb) / 1024.0);
   std::fflush(stdout);
   for (int p = 0; p < procs; ++p) unlink((dir + "/samples" + std::to_string(p)).c_str());
   unlink((dir + "/port").c_str());
@@ -542,8 +589,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "psync-coordinator-bench: --coordinator-bin: cannot run %s\n", coord_bin.c_str());
     return 2;
   }
-  std::printf("%-8s %-6s %-6s %-8s %-10s %-10s %-10s %-14s %-12s %-10s\n", "WORKERS", "PROCS", "CHANS", "ITERS",
-              "P50_MS", "P99_MS", "MAX_MS", "RENDEZVOUS_MS", "COORD_THR", "COORD_MB");
+  {
+    std::ifstream la("/proc/loadavg");
+    std::string l1, l5, l15;
+    la >> l1 >> l5 >> l15;
+    std::printf("# %u cores, load average %s %s %s (before the run)\n", std::thread::hardware_concurrency(),
+                l1.c_str(), l5.c_str(), l15.c_str());
+  }
+  std::printf("%-8s %-6s %-6s %-6s %-9s %-9s %-9s %-9s %-9s %-10s %-12s %-12s %-12s %-9s %-8s\n", "WORKERS", "PROCS",
+              "CHANS", "ITERS", "P50_MS", "P99_MS", "MAX_MS", "LAST_P50", "LAST_P99", "RENDEZ_MS", "COORD_MS_IT",
+              "COORD_US_RPT", "CLIENT_MS_IT", "COORD_THR", "COORD_MB");
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(s, &n) || n < 1) {

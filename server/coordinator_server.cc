@@ -16,10 +16,19 @@
 #include "server/limits.h"
 #include "server/listen_policy.h"
 #include "server/liveness.h"
+#include "server/plan_fanout.h"
 #include "server/timer_queue.h"
 
 namespace psync::server {
 namespace {
+
+// Plan fan-out (plan_fanout.h): one helper thread next to the thread that
+// completed the iteration, for broadcasts to 32 ranks or more. Measured on
+// the 2-core VM (bench/README.md): 1, 2 and 3 helpers were within noise of
+// each other, all better than none at 512 workers; below 32 ranks the
+// fan-out is short and stays on one thread.
+constexpr int kPlanFanOutHelpers = 1;
+constexpr size_t kPlanFanOutMinSinks = 32;
 
 // Linking grpc++_reflection registers its plugin for every server (a static
 // initializer); this option takes it out again unless reflection was asked for.
@@ -56,7 +65,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->options_ = options;
   s->timers_ = std::make_unique<TimerQueue>();
-  s->job_ = std::make_unique<JobState>(options.job, s->timers_.get());
+  s->fanout_ = std::make_unique<PlanFanOut>(kPlanFanOutHelpers, kPlanFanOutMinSinks);
+  s->job_ = std::make_unique<JobState>(options.job, s->timers_.get(), s->fanout_.get());
   s->kv_ = std::make_unique<KvStore>(s->timers_.get());
   // Why: a generation's bootstrap keys are useless once it ended; dropping
   // them keeps restarts from filling the store (kMaxKeysPerJob).
@@ -121,6 +131,7 @@ void CoordinatorServer::Shutdown() {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
   timers_->Stop();  // after the last RPC: nothing can schedule any more
+  fanout_->Stop();  // likewise, nothing can broadcast any more
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -6,7 +6,7 @@
 //
 // Threads: gRPC's callback threads (a small pool that does not grow with
 // the number of workers) run every RPC; this object owns the one TimerQueue
-// thread. Shutdown() may be called from any thread, once.
+// thread and PlanFanOut's helper thread(s) (plan_fanout.h). Shutdown() may be called from any thread, once.
 #pragma once
 
 #include <chrono>
@@ -28,6 +28,7 @@ class CoordinatorService;
 class ControlService;
 class LivenessTicker;
 class TimerQueue;
+class PlanFanOut;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -61,6 +62,7 @@ class CoordinatorServer {
   ServerOptions options_;
   int port_ = 0;
   std::unique_ptr<TimerQueue> timers_;
+  std::unique_ptr<PlanFanOut> fanout_;  // before job_: JobState uses it
   std::unique_ptr<JobState> job_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<TokenAuth> auth_;

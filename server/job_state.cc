@@ -47,9 +47,10 @@ std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg) {
   return std::clamp(quarter, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
-JobState::JobState(JobConfig config, Scheduler* scheduler)
+JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
     : cfg_(Resolve(std::move(config))),
       scheduler_(scheduler),
+      flush_runner_(flushes),
       start_time_(Clock::now()),
       store_prefix_(StorePrefix(cfg_.job_id, 1)),
       rendezvous_(cfg_.world_size),
@@ -422,7 +423,10 @@ void JobState::DeliverDuePlans() {
 
 void JobState::PushLocked(int rank, const PlanPtr& plan, Outbox* out) {
   const std::shared_ptr<PlanSink>& sink = ranks_[static_cast<size_t>(rank)].sink;
-  if (sink && sink->Push(plan)) out->calls.push_back([sink] { sink->Flush(); });
+  if (sink && sink->Push(plan)) {
+    out->flushes.push_back(sink);
+    out->runner = flush_runner_;
+  }
 }
 
 void JobState::CloseSinkLocked(int rank) {

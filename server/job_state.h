@@ -117,7 +117,9 @@ class JobState {
   using JoinDone = Rendezvous::JoinDone;
 
   // `scheduler` runs join deadlines and delayed plans; it must outlive this.
-  JobState(JobConfig config, Scheduler* scheduler);
+  // `flushes` (optional, must outlive this) starts the sinks' writes of a
+  // plan broadcast; without it they run in order on the calling thread.
+  JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes = nullptr);
   JobState(const JobState&) = delete;
   JobState& operator=(const JobState&) = delete;
 
@@ -184,7 +186,17 @@ class JobState {
   // Declared before the lock in each public method, so it runs after it.
   struct Outbox {
     std::vector<std::function<void()>> calls;
+    // Sinks with new plans to send (PushLocked), flushed by `runner` (or in order).
+    std::vector<std::shared_ptr<PlanSink>> flushes;
+    FlushRunner* runner = nullptr;
+    // Plans first, as before this split: every path that has both pushes
+    // its plans before it queues calls (Abort, Restart).
     ~Outbox() {
+      if (runner != nullptr && !flushes.empty()) {
+        runner->FlushAll(std::move(flushes));
+      } else {
+        for (auto& s : flushes) s->Flush();
+      }
       for (auto& f : calls) f();
     }
   };
@@ -229,6 +241,7 @@ class JobState {
 
   const JobConfig cfg_;
   Scheduler* const scheduler_;
+  FlushRunner* const flush_runner_;  // may be null
   const Clock::time_point start_time_;
   EventLog events_;
 

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "psync/v1/coordinator.pb.h"
 
@@ -29,6 +30,15 @@ class PlanSink {
   // No more plans will be pushed; what is queued still goes out.
   virtual void Close() = 0;
   virtual void Flush() {}
+};
+
+// Runs the Flush() of many sinks (one plan broadcast, after JobState has
+// released its lock). Without one, JobState flushes them in order on the
+// calling thread; PlanFanOut (plan_fanout.h) spreads them over a few threads.
+class FlushRunner {
+ public:
+  virtual ~FlushRunner() = default;
+  virtual void FlushAll(std::vector<std::shared_ptr<PlanSink>> sinks) = 0;
 };
 
 // A queue with a blocking Pop. Thread-safe.
