@@ -170,6 +170,12 @@ std::vector<std::string> SplitSpaces(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The coordinator and the workers write to this same stderr. std::cerr is
+  // unbuffered, so "a << b << c" would be several write(2)s and a child's log
+  // line could land inside one of ours (seen: the address line torn by the
+  // coordinator's first line). Line-buffered, each line is one write.
+  std::setvbuf(stderr, nullptr, _IOLBF, 1 << 16);
+  std::cerr << std::nounitbuf;
   static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                                 "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
                                                 "all_output", "max_restarts"};
