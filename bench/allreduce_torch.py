@@ -8,13 +8,13 @@ per size on rank 0, optional busy gap between iterations on every rank.
 Prints "RESULT impl=torch bytes=... p50_us=... p90_us=... p99_us=..." lines.
 """
 import argparse
-import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from torch_dist import free_port, init_gloo
 
 
 def spin(us):
@@ -31,11 +31,7 @@ def pct(v, p):
 
 
 def run(rank, args, port):
-    torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    init_gloo(rank, args.world, port, 1)
     if rank == 0:
         print(f"{'impl':6} {'bytes':10} {'iters':6} {'p50_us':>10} {'p90_us':>10} {'p99_us':>10}", flush=True)
     nbytes = 4
@@ -66,10 +62,7 @@ def main():
     ap.add_argument("--gap-us", type=int, default=0)
     ap.add_argument("--max-bytes", type=int, default=4 << 20)
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(run, args=(args, port), nprocs=args.world, start_method="fork")
+    mp.start_processes(run, args=(args, free_port()), nprocs=args.world, start_method="fork")
 
 
 if __name__ == "__main__":

@@ -12,17 +12,11 @@ Rank 0 prints the table and "RESULT impl=torch mode=... median_ms=...".
   /usr/bin/python3 bench/ddp_torch.py --widths=512,2048,2048,2048,512 --batch=64 --threads=1
 """
 import argparse
-import os
-import socket
 import statistics
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from torch_dist import free_port, init_gloo
 
 
 def make_model(torch, widths):
@@ -54,12 +48,7 @@ def time_steps(torch, model, opt, x, y, steps, warmup):
 
 def worker(rank, a, port):
     import torch
-    import torch.distributed as dist
-    torch.set_num_threads(a.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", rank=rank, world_size=a.world)
+    dist = init_gloo(rank, a.world, port, a.threads)
     widths = [int(w) for w in a.widths.split(",")]
     g = torch.Generator().manual_seed(100 + rank)
     x = torch.rand(a.batch, widths[0], generator=g) * 2 - 1

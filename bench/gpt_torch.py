@@ -21,18 +21,13 @@ same keys as psync-gpt-step-bench).
 import argparse
 import math
 import os
-import socket
 import statistics
 import sys
 import time
 
+from torch_dist import free_port, init_gloo
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration", "worker"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_model(torch, a):
@@ -139,12 +134,7 @@ def run_single(a):
 
 def ddp_worker(rank, a, port):
     import torch
-    import torch.distributed as dist
-    torch.set_num_threads(a.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", rank=rank, world_size=a.world)
+    dist = init_gloo(rank, a.world, port, a.threads)
     per_rank = a.batch // a.world
     x, y = tokens(torch, a, per_rank, rank)
     results = {}
