@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,10 +23,18 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
+    // Why: children sit in their own process group (so a terminal's ^C
+    // reaches only the launcher, which stops them in order), so nothing
+    // else would stop them if the launcher is killed outright (SIGKILL, a
+    // test's timeout): they get SIGTERM when it dies. Spawn runs on the
+    // launcher's main thread, which lives as long as the launcher.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(127);  // it died before prctl took effect
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);

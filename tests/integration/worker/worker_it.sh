@@ -333,7 +333,21 @@ EOF
     [[ $rc == 0 ]] || fail "psync-launch after SIGINT: exit $rc"
     k0=$(json_field "$T/int0.json" steps_completed); k1=$(json_field "$T/int1.json" steps_completed)
     [[ -n $k0 && $k0 == "$k1" ]] || fail "SIGINT: steps_completed differ: $k0 vs $k1"
-    note "SIGINT stopped both ranks after $k0 steps" ;;
+    note "SIGINT stopped both ranks after $k0 steps"
+    # kill -9 of the launcher: its coordinator and workers do not outlive it.
+    "$LAUNCH" --nproc=2 -- --steps=1000000 --quiet >"$T/k9.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/k9.log"
+    wait_iteration "$LADDR" 2 "$LTOK"
+    kids=("$(sed -n 's/.*coordinator [0-9.]*:[0-9]* (pid \([0-9]*\);.*/\1/p' "$T/k9.log")"
+          "$(rank_pid "$LADDR" "$LTOK" 0)" "$(rank_pid "$LADDR" "$LTOK" 1)")
+    kill -9 "$LP"
+    for p in "${kids[@]}"; do
+      [[ -n $p ]] || fail "no pid for a child of psync-launch: ${kids[*]}"
+      for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$p" 2>/dev/null && { kill -9 "$p"; fail "child $p outlived the killed psync-launch by 30 s"; }
+    done
+    note "kill -9 of psync-launch: coordinator and both workers (${kids[*]}) exited" ;;
 
   launch_restart)
     # kill -9 of a worker mid-run under --max-restarts=1: the launcher restarts
