@@ -77,6 +77,11 @@ void PlanPump::Run() {
     }
     if (plan.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
     mailbox_->Close(plan.status());
+    if (plan.status().code() == absl::StatusCode::kAborted) {
+      // The coordinator is up and aborted the job: a peer's fault, not its own.
+      Fatal(kExitPeerLost, absl::StrCat("job aborted: ", std::string(plan.status().message())));
+      return;
+    }
     Fatal(kExitCoordinatorLost, absl::StrCat("coordinator lost: ", std::string(plan.status().message())));
     return;
   }

@@ -359,16 +359,21 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
   Server s(2);
   auto ws = StartWorld(s, 2);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
+  // Plan 0 on both: both streams are attached before the job aborts (a
+  // stream opened after the abort is refused instead: next test).
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
   ASSERT_TRUE(ws[0].client->SendReport({1, AllUsed(), 0, 0, {0, 1, 1}}).ok());  // 1 twice
   auto p = ws[0].client->WaitPlan(1, 5000ms);
-  if (p.ok() && p->iteration == 0) p = ws[0].client->WaitPlan(1, 5000ms);
   ASSERT_FALSE(p.ok());
   const std::string msg(p.status().message());
   EXPECT_NE(msg.find("INVALID_ARGUMENT"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ready_order"), std::string::npos) << msg;
+  // Rank 1 reports after the abort (as a heartbeat may): the coordinator
+  // ends its stream, and the ABORT plan queued first still arrives.
+  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
+  (void)ws[1].client->SendReport({1, AllUsed(), 0, 0, {}});
   // Rank 1 hears that rank 0 was lost for it.
   auto q = ws[1].client->WaitPlan(1, 5000ms);
-  if (q.ok() && q->iteration == 0) q = ws[1].client->WaitPlan(1, 5000ms);
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->action, Action::kAbort);
   EXPECT_NE(q->reason.find("rank 0 ("), std::string::npos) << q->reason;
@@ -376,6 +381,42 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
   EXPECT_NE(q->reason.find("ready_order"), std::string::npos) << q->reason;
   s.Status();
   EXPECT_TRUE(s.last.ok());
+}
+
+// A rank whose Train stream opens after the job aborted (it joined, then a
+// peer died before its hello was read) hears why as Aborted: a peer's fault
+// (exit 4), not a lost coordinator (exit 3).
+TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
+  Server s(2);
+  std::vector<std::unique_ptr<CoordinatorClient>> cs;
+  for (int r = 0; r < 2; ++r) cs.push_back(Connect(s));
+  std::vector<std::future<absl::StatusOr<coordinator::JoinResult>>> joins;
+  for (int r = 0; r < 2; ++r) {
+    joins.push_back(std::async(std::launch::async, [&, r] { return cs[static_cast<size_t>(r)]->Join(Req(r), 10000ms); }));
+  }
+  int64_t generation = 0;
+  for (auto& f : joins) {
+    auto j = f.get();
+    ASSERT_TRUE(j.ok()) << j.status();
+    generation = j->generation;
+  }
+  ASSERT_TRUE(cs[1]->OpenTrainStream(1, generation).ok());
+  ASSERT_TRUE(Server::WaitFor([&] {
+    v1::StatusResponse st;
+    s.srv->job().FillStatus(&st);
+    for (const auto& w : st.workers()) {
+      if (w.rank() == 1 && w.state() == v1::WORKER_TRAINING) return true;
+    }
+    return false;
+  }));
+  cs[1]->Close();  // rank 1 dies without Done: the job aborts
+  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
+  (void)cs[0]->OpenTrainStream(0, generation);  // may fail at once, or end the stream just after
+  auto p = cs[0]->WaitPlan(0, 5000ms);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kAborted) << p.status();
+  EXPECT_NE(p.status().message().find("job aborted: rank 1 ("), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("stream closed"), std::string::npos) << p.status();
 }
 
 TEST(Coordinator, BadTokenOnTrainStreamAndShutdown) {

@@ -98,6 +98,9 @@ struct CoordinatorClient::Impl {
   std::deque<Plan> plans;
   bool ended = false;        // reader saw the end of the stream
   std::string end_message;   // why (if not a clean end after Done)
+  // Aborted when the coordinator ended the stream because the job was
+  // aborted (a peer's fault: exit 4), Unavailable otherwise (exit 3).
+  absl::StatusCode end_code = absl::StatusCode::kUnavailable;
   bool done_sent = false;
 
   // Heartbeats (see the header). writes_closed (under write_mu): Done was
@@ -158,10 +161,16 @@ struct CoordinatorClient::Impl {
     {
       std::lock_guard<std::mutex> l(mu);
       ended = true;
-      end_message = absl::StrCat("coordinator at ", target, " lost: ",
-                                 st.ok() ? std::string("Train stream ended by the coordinator")
-                                         : absl::StrCat(CodeName(st.error_code()),
-                                                        ": ", st.error_message()));
+      if (st.error_code() == grpc::StatusCode::ABORTED) {
+        // Why: the coordinator is alive and says the job was aborted (its
+        // ABORT plan, which names the rank at fault, normally comes first).
+        end_code = absl::StatusCode::kAborted;
+        end_message = absl::StrCat("coordinator at ", target, " ended the Train stream: ", st.error_message());
+      } else {
+        end_message = absl::StrCat("coordinator at ", target, " lost: ",
+                                   st.ok() ? std::string("Train stream ended by the coordinator")
+                                           : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message()));
+      }
     }
     cv.notify_all();
   }
@@ -368,7 +377,7 @@ absl::StatusOr<Plan> CoordinatorClient::WaitPlan(int64_t iteration, std::chrono:
       }
       impl_->plans.pop_front();  // an older iteration nobody waited for
     }
-    if (impl_->ended) return absl::UnavailableError(impl_->end_message);
+    if (impl_->ended) return absl::Status(impl_->end_code, impl_->end_message);
     if (impl_->cv.wait_until(l, deadline) == std::cv_status::timeout && impl_->plans.empty() &&
         !impl_->ended) {
       return absl::DeadlineExceededError(absl::StrCat("no plan for iteration ", iteration,

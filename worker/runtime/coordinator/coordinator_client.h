@@ -33,8 +33,9 @@
 //         Unavailable ("coordinator at HOST:PORT unreachable: ...").
 //   SendReport / WaitPlan: Unavailable "coordinator at HOST:PORT lost: ..." when
 //         the stream breaks (the server's status message is included, e.g.
-//         an INVALID_ARGUMENT about the bitmap length); DeadlineExceeded when
-//         no plan for the iteration arrived within the timeout.
+//         an INVALID_ARGUMENT about the bitmap length); WaitPlan: Aborted
+//         when the coordinator ended the stream because the job was aborted;
+//         DeadlineExceeded when no plan for the iteration arrived in time.
 //
 // Liveness: OpenTrainStream also starts a heartbeat thread that sends
 // Heartbeat{rank, last reported iteration} every JoinResult.heartbeat_interval
