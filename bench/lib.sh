@@ -29,6 +29,17 @@ bench_have_torch() {
   return 1
 }
 
+# bench_side LABEL CMD...: one side of an alternating round: runs CMD,
+# shows its output under "== LABEL: CMD", and appends its RESULT lines to
+# the caller's RESULTS array (the table is made from them at the end).
+bench_side() {
+  local label=$1 out; shift
+  echo "== $label: $*"
+  out=$("$@")
+  echo "$out"
+  RESULTS+=("$(grep '^RESULT' <<<"$out")")
+}
+
 # bench_same_threads N: the same thread budget for both sides: OpenBLAS
 # (psync's matmuls, and torch's BLAS on Debian) and OpenMP (torch's intra-op
 # pool); the binaries also get --threads.

@@ -20,16 +20,13 @@ have_torch=1
 bench_have_torch || have_torch=0
 bench_same_threads 1
 
-results=()
+RESULTS=()
 for ((r = 1; r <= ROUNDS; r++)); do
-  echo "== round $r/$ROUNDS"
-  out=$("$BENCH" "$@"); echo "$out"; results+=("$(grep '^RESULT' <<<"$out")")
-  if [[ $have_torch -eq 1 ]]; then
-    out=$("$PY" "$ROOT/bench/nn_ops_torch.py" "$@"); echo "$out"; results+=("$(grep '^RESULT' <<<"$out")")
-  fi
+  bench_side "round $r/$ROUNDS" "$BENCH" "$@"
+  if [[ $have_torch -eq 1 ]]; then bench_side "round $r/$ROUNDS" "$PY" "$ROOT/bench/nn_ops_torch.py" "$@"; fi
 done
 
-printf '%s\n' "${results[@]}" | awk '
+printf '%s\n' "${RESULTS[@]}" | awk '
   /^RESULT/ {
     for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
     k = f["impl"] SUBSEP f["op"]

@@ -29,21 +29,17 @@ bench_same_threads "$THREADS"
 
 read -r -a gpt <<<"$GPT"
 common=("${gpt[@]}" --steps="$STEPS" --warmup="$WARMUP" "$@")
-results=()
+RESULTS=()
 for ((r = 1; r <= ROUNDS; r++)); do
-  echo "== round $r/$ROUNDS: $BENCH ${common[*]}"
-  out=$("$BENCH" "${common[@]}"); echo "$out"
-  results+=("$(grep '^RESULT' <<<"$out")")
+  bench_side "round $r/$ROUNDS" "$BENCH" "${common[@]}"
   if [[ $have_torch -eq 1 ]]; then
-    echo "== round $r/$ROUNDS: $PY $ROOT/bench/torch_optim.py ${common[*]} --threads=$THREADS"
-    out=$("$PY" "$ROOT/bench/torch_optim.py" "${common[@]}" --threads="$THREADS"); echo "$out"
-    results+=("$(grep '^RESULT' <<<"$out")")
+    bench_side "round $r/$ROUNDS" "$PY" "$ROOT/bench/torch_optim.py" "${common[@]}" --threads="$THREADS"
   fi
 done
 
 echo
 echo "optimizer step, GPT $GPT, torch threads $THREADS, $STEPS steps x $ROUNDS round(s), best median ms"
-printf '%s\n' "${results[@]}" | awk '
+printf '%s\n' "${RESULTS[@]}" | awk '
   {
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     key = v["impl"] " " v["op"]

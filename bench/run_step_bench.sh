@@ -30,21 +30,17 @@ bench_have_torch || have_torch=0
 bench_same_threads "$THREADS"
 
 common=(--widths="$WIDTHS" --batch="$BATCH" --steps="$STEPS" --warmup="$WARMUP" --threads="$THREADS" --device="$DEVICE" "$@")
-results=()
+RESULTS=()
 for ((r = 1; r <= ROUNDS; r++)); do
-  echo "== round $r/$ROUNDS: $BENCH ${common[*]}"
-  out=$("$BENCH" "${common[@]}"); echo "$out"
-  results+=("$(grep '^RESULT' <<<"$out")")
+  bench_side "round $r/$ROUNDS" "$BENCH" "${common[@]}"
   if [[ $have_torch -eq 1 ]]; then
-    echo "== round $r/$ROUNDS: $PY $ROOT/bench/torch_step.py ${common[*]}"
-    out=$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}"); echo "$out"
-    results+=("$(grep '^RESULT' <<<"$out")")
+    bench_side "round $r/$ROUNDS" "$PY" "$ROOT/bench/torch_step.py" "${common[@]}"
   fi
 done
 
 echo
 echo "MLP $WIDTHS, batch $BATCH, $THREADS threads, device $DEVICE, $STEPS steps x $ROUNDS round(s)"
-printf '%s\n' "${results[@]}" | awk '
+printf '%s\n' "${RESULTS[@]}" | awk '
   {
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     impl = v["impl"]

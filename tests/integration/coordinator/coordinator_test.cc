@@ -385,7 +385,7 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
 
 // A rank whose Train stream opens after the job aborted (it joined, then a
 // peer died before its hello was read) hears why as Aborted: a peer's fault
-// (exit 4), not a lost coordinator (exit 3).
+// (exit 4), not a lost coordinator (exit 5).
 TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
   Server s(2);
   std::vector<std::unique_ptr<CoordinatorClient>> cs;

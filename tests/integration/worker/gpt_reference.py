@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
+from worker_contract import skip_active  # noqa: E402  (tests/common)
 
 
 def read_tokens(path, fmt):
@@ -98,18 +99,6 @@ def config_from(state):
     T = state["wpe.weight"].shape[0]
     L = len({k.split(".")[1] for k in state if k.startswith("h.")})
     return V, T, L, C
-
-
-def skip_active(pattern, block, step, micro, accumulate):
-    if block < 0:
-        return False
-    if pattern == "always":
-        return True
-    if pattern == "odd":
-        return step % 2 == 1
-    if pattern == "lastmicro":
-        return micro == accumulate - 1
-    raise ValueError(pattern)
 
 
 def lr_at(args, s):

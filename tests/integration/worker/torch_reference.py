@@ -22,6 +22,7 @@ import sys
 import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
+from worker_contract import skip_active  # noqa: E402  (tests/common)
 
 
 class MLP(torch.nn.Module):
@@ -39,18 +40,6 @@ class MLP(torch.nn.Module):
             if i + 1 < n:
                 x = torch.relu(x)
         return x
-
-
-def skip_active(pattern, layer, step, micro, accumulate):
-    if layer < 0:
-        return False
-    if pattern == "always":
-        return True
-    if pattern == "odd":
-        return step % 2 == 1
-    if pattern == "lastmicro":
-        return micro == accumulate - 1
-    raise ValueError(pattern)
 
 
 def main():
