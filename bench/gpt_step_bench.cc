@@ -48,6 +48,7 @@
 #include "worker/nn/init.h"
 #include "worker/nn/models/gpt.h"
 #include "worker/optim/registry.h"
+#include "worker/tensor/cpu/blas_core.h"
 
 ABSL_FLAG(int, vocab_size, 256, "V");
 ABSL_FLAG(int, block_size, 64, "T (every sequence is this long)");
@@ -332,6 +333,7 @@ int PositiveFlag(const char* flag, int v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  psync::ops::ReexecForBetterOpenBlasCore(argv);  // the kernels psync-worker runs with
   const psync::ParsedArgs args = psync::ParseFlagsOrExit(
       kName, "psync-gpt-step-bench [flags]  (GPT forward + cross-entropy + backward + AdamW step time)", argc, argv,
       psync::FlagsDefinedIn(__FILE__));

@@ -27,6 +27,7 @@
 #include "absl/flags/flag.h"
 #include "common/flags.h"
 #include "worker/tensor/ops.h"
+#include "worker/tensor/cpu/blas_core.h"
 
 ABSL_FLAG(int, batch, 16, "sequences per batch (B)");
 ABSL_FLAG(int, block, 64, "sequence length (T)");
@@ -66,6 +67,7 @@ void Time(const std::string& op, int reps, const std::function<void()>& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  psync::ops::ReexecForBetterOpenBlasCore(argv);  // the kernels psync-worker runs with
   psync::ParseFlagsOrExit("psync-nn-ops-bench", "psync-nn-ops-bench [flags]  (GPT layer ops, forward and backward)",
                           argc, argv, psync::FlagsDefinedIn(__FILE__));
   const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_block), C = absl::GetFlag(FLAGS_embd);

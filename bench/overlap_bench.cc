@@ -52,6 +52,7 @@
 #include "worker/nn/loss.h"
 #include "worker/optim/sgd.h"
 #include "worker/tensor/ops.h"
+#include "worker/tensor/cpu/blas_core.h"
 
 ABSL_FLAG(std::string, widths, "512,2048,2048,2048,512", "MLP layer widths, input first");
 ABSL_FLAG(int, batch, 64, "batch size per rank");
@@ -320,6 +321,7 @@ std::vector<int64_t> ParseWidths(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  psync::ops::ReexecForBetterOpenBlasCore(argv);  // the kernels psync-worker runs with
   // gradient communication overlap: psync reducer vs serial allreduce vs no priorities
   const psync::ParsedArgs args =
       psync::ParseFlagsOrExit("psync-overlap-bench", "psync-overlap-bench [flags]  (gradient communication overlap: psync reducer vs serial allreduce vs no priorities)", argc, argv, psync::FlagsDefinedIn(__FILE__));

@@ -29,6 +29,7 @@
 #include "worker/tensor/device.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/tensor/ops.h"
+#include "worker/tensor/cpu/blas_core.h"
 
 ABSL_FLAG(std::string, widths, "1024,4096,4096,1024", "MLP layer widths, input first");
 ABSL_FLAG(int, batch, 256, "batch size");
@@ -70,6 +71,7 @@ psync::Tensor RandomTensor(const psync::Shape& shape, std::mt19937& rng, psync::
 }  // namespace
 
 int main(int argc, char** argv) {
+  psync::ops::ReexecForBetterOpenBlasCore(argv);  // the kernels psync-worker runs with
   // MLP forward+backward+SGD step time (compare with bench/torch_step.py)
   const psync::ParsedArgs args =
       psync::ParseFlagsOrExit("psync-step-bench", "psync-step-bench [flags]  (MLP forward+backward+SGD step time (compare with bench/torch_step.py))", argc, argv, psync::FlagsDefinedIn(__FILE__));

@@ -5,10 +5,14 @@
 #include <string>
 
 #include "worker/runtime/trainer.h"
+#include "worker/tensor/cpu/blas_core.h"
 #include "worker/runtime/worker.h"
 #include "worker/runtime/worker_flags.h"
 
 int main(int argc, char** argv) {
+  // Why first: OpenBLAS's kernels are fixed when it loads; on a VM that hides
+  // the CPU model they are its slowest, so re-run once with better ones.
+  psync::ops::ReexecForBetterOpenBlasCore(argv);
   std::string help;
   absl::StatusOr<psync::runtime::WorkerOptions> opt =
       psync::runtime::ParseWorkerOptions(argc, argv, psync::runtime::ProcessEnv(), &help);

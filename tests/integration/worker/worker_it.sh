@@ -289,6 +289,18 @@ case $CASE in
     out=$("$WORKER" --init="$T/trunc.st" --coordinator=127.0.0.1:1 2>&1); rc=$?
     [[ $rc == 2 && $out == *trunc.st* ]] || fail "truncated --init: rc=$rc out=$out"
     "$WORKER" --help >/dev/null 2>&1 || fail "--help"
+    # OpenBLAS kernels (worker/tensor/cpu/blas_core.h): where OpenBLAS did not recognise the CPU
+    # and fell back to old kernels, psync-worker re-runs itself once with OPENBLAS_CORETYPE set
+    # from the CPU's features (OPENBLAS_VERBOSE=2 prints the core at each load); a value the
+    # user set is kept.
+    cores=$(OPENBLAS_VERBOSE=2 "$WORKER" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | tr '\n' ' ')
+    [[ -n $cores ]] || fail "OPENBLAS_VERBOSE=2 printed no core"
+    if grep -qw avx2 /proc/cpuinfo && [[ $cores == Prescott* || $cores == Core2* || $cores == Nehalem* ]]; then
+      [[ $cores == *" Haswell " || $cores == *" SkylakeX " ]] || fail "old OpenBLAS kernels on an AVX2 CPU: $cores"
+    fi
+    forced=$(OPENBLAS_CORETYPE=Prescott OPENBLAS_VERBOSE=2 "$WORKER" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | tr '\n' ' ')
+    [[ $forced == "Prescott " ]] || fail "the user's OPENBLAS_CORETYPE=Prescott was not kept: $forced"
+    note "OpenBLAS kernels: $cores(loads)"
     # widths mismatch with --data: x [4,8], y [4,4] (F32 zeros) against the default widths 32,64,64,16
     python_bin=$(command -v /usr/bin/python3 || command -v python3)
     "$python_bin" - "$T/data8.st" <<'EOF' || fail "writing data8.st"
