@@ -40,6 +40,18 @@ bench_side() {
   RESULTS+=("$(grep '^RESULT' <<<"$out")")
 }
 
+# bench_same_kernels BENCH: the same OpenBLAS kernels for both sides. Where
+# OpenBLAS does not recognise the CPU, psync's binaries re-run themselves with
+# OPENBLAS_CORETYPE set (worker/tensor/cpu/blas_core.h); torch loads the same
+# libopenblas (Debian's torch uses the system BLAS), so it gets the core the
+# psync binary ends up with. Kept when OPENBLAS_CORETYPE is set already.
+bench_same_kernels() {
+  [[ -n ${OPENBLAS_CORETYPE:-} ]] && return 0
+  local core
+  core=$(OPENBLAS_VERBOSE=2 "$1" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -1 || true)
+  if [[ -n $core ]]; then export OPENBLAS_CORETYPE=$core; echo "OpenBLAS kernels for both sides: $core" >&2; fi
+}
+
 # bench_same_threads N: the same thread budget for both sides: OpenBLAS
 # (psync's matmuls, and torch's BLAS on Debian) and OpenMP (torch's intra-op
 # pool); the binaries also get --threads.

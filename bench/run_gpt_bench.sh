@@ -43,6 +43,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-gpt-step-bench)
+bench_same_kernels "$BENCH"
 have_torch=0
 bench_have_torch 'import torch.distributed as d; assert d.is_gloo_available()' && have_torch=1
 

@@ -35,6 +35,7 @@ PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-overlap-bench)
+bench_same_kernels "$BENCH"
 bench_same_threads "$THREADS"
 
 common=(--widths="$WIDTHS" --batch="$BATCH" --steps="$STEPS" --warmup="$WARMUP" --threads="$THREADS"

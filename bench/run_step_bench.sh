@@ -25,6 +25,7 @@ PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-step-bench)
+bench_same_kernels "$BENCH"
 have_torch=1
 bench_have_torch || have_torch=0
 bench_same_threads "$THREADS"
