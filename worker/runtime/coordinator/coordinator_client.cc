@@ -97,10 +97,10 @@ struct CoordinatorClient::Impl {
   std::condition_variable cv;
   std::deque<Plan> plans;
   bool ended = false;        // reader saw the end of the stream
-  std::string end_message;   // why (if not a clean end after Done)
-  // Aborted when the coordinator ended the stream because the job was
-  // aborted (a peer's fault: exit 4), Unavailable otherwise (exit 3).
-  absl::StatusCode end_code = absl::StatusCode::kUnavailable;
+  // Why (if not a clean end after Done): Aborted when the coordinator ended
+  // the stream because the job was aborted (a peer's fault: exit 4),
+  // Unavailable otherwise (the coordinator is lost: exit 5).
+  absl::Status end_status;
   bool done_sent = false;
 
   // Heartbeats (see the header). writes_closed (under write_mu): Done was
@@ -164,12 +164,13 @@ struct CoordinatorClient::Impl {
       if (st.error_code() == grpc::StatusCode::ABORTED) {
         // Why: the coordinator is alive and says the job was aborted (its
         // ABORT plan, which names the rank at fault, normally comes first).
-        end_code = absl::StatusCode::kAborted;
-        end_message = absl::StrCat("coordinator at ", target, " ended the Train stream: ", st.error_message());
+        end_status = absl::AbortedError(
+            absl::StrCat("coordinator at ", target, " ended the Train stream: ", st.error_message()));
       } else {
-        end_message = absl::StrCat("coordinator at ", target, " lost: ",
-                                   st.ok() ? std::string("Train stream ended by the coordinator")
-                                           : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message()));
+        end_status = absl::UnavailableError(
+            absl::StrCat("coordinator at ", target, " lost: ",
+                         st.ok() ? std::string("Train stream ended by the coordinator")
+                                 : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message())));
       }
     }
     cv.notify_all();
@@ -331,7 +332,7 @@ absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
   if (!ok) {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
-    return absl::UnavailableError(impl_->ended ? impl_->end_message
+    return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
                                                : absl::StrCat("coordinator at ", impl_->target,
                                                               " lost: cannot send hello"));
   }
@@ -356,7 +357,7 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
   if (!ok) {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
-    return absl::UnavailableError(impl_->ended ? impl_->end_message
+    return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
                                                : absl::StrCat("coordinator at ", impl_->target,
                                                               " lost: report write failed"));
   }
@@ -377,7 +378,7 @@ absl::StatusOr<Plan> CoordinatorClient::WaitPlan(int64_t iteration, std::chrono:
       }
       impl_->plans.pop_front();  // an older iteration nobody waited for
     }
-    if (impl_->ended) return absl::Status(impl_->end_code, impl_->end_message);
+    if (impl_->ended) return impl_->end_status;
     if (impl_->cv.wait_until(l, deadline) == std::cv_status::timeout && impl_->plans.empty() &&
         !impl_->ended) {
       return absl::DeadlineExceededError(absl::StrCat("no plan for iteration ", iteration,
