@@ -1,9 +1,15 @@
 # Shared by the bench/run_*.sh scripts: source it after setting ROOT and
-# BUILD_DIR.
+# BUILD_DIR. PSYNC_PYTHON names the interpreter that has PyTorch (default
+# /usr/bin/python3, where Debian's python3-torch lives).
+PY="${PSYNC_PYTHON:-/usr/bin/python3}"
 
 # bench_build TARGET: configures BUILD_DIR if needed, builds only TARGET and
-# prints the path of the binary.
+# prints the path of the binary. A BUILD_DIR without build files that holds
+# the binary already (a prebuilt tree copied to a GPU host) is used as is.
 bench_build() {
+  if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" && -x "$BUILD_DIR/bench/$1" ]]; then
+    echo "$BUILD_DIR/bench/$1"; return 0
+  fi
   if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
     local gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
     cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" >&2
@@ -12,20 +18,20 @@ bench_build() {
   echo "$BUILD_DIR/bench/$1"
 }
 
-# bench_have_torch [PYTHON-CHECK]: succeeds when /usr/bin/python3 can run
-# the check (default: import torch). As root it installs Debian's
-# python3-torch first when missing; otherwise it says how and fails, and the
-# caller runs psync alone.
+# bench_have_torch [PYTHON-CHECK]: succeeds when $PY can run the check
+# (default: import torch). As root, with the default interpreter, it installs
+# Debian's python3-torch first when missing; otherwise it says how and fails,
+# and the caller runs psync alone.
 bench_have_torch() {
   local check=${1:-import torch}
-  /usr/bin/python3 -c "$check" 2>/dev/null && return 0
-  if [[ $(id -u) -eq 0 ]]; then
+  "$PY" -c "$check" 2>/dev/null && return 0
+  if [[ $(id -u) -eq 0 && $PY == /usr/bin/python3 ]]; then
     echo "python3-torch missing: installing it with apt" >&2
     apt-get update -q -o DPkg::Lock::Timeout=900 >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=900 python3-torch >&2
-    /usr/bin/python3 -c "$check" 2>/dev/null && return 0
+    "$PY" -c "$check" 2>/dev/null && return 0
   fi
-  echo "PyTorch is not usable by /usr/bin/python3 (sudo apt-get install -y python3-torch); running psync alone" >&2
+  echo "PyTorch is not usable by $PY (sudo apt-get install -y python3-torch, or PSYNC_PYTHON=<python with torch>); running psync alone" >&2
   return 1
 }
 

@@ -38,7 +38,6 @@ THREADS_LIST="${THREADS_LIST:-1,2}"
 WORLD="${WORLD:-2}"
 DDP_THREADS="${DDP_THREADS:-1}"
 BACKENDS="${BACKENDS:-gloo,shm}"
-PY=/usr/bin/python3
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 source "$ROOT/bench/lib.sh"

@@ -12,7 +12,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 ROUNDS="${ROUNDS:-3}"
-PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-nn-ops-bench)

@@ -19,7 +19,6 @@ STEPS="${STEPS:-50}"
 WARMUP="${WARMUP:-5}"
 THREADS="${THREADS:-$(nproc)}"
 ROUNDS="${ROUNDS:-3}"
-PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-optim-bench)

@@ -31,7 +31,6 @@ ROUNDS="${ROUNDS:-3}"
 BACKENDS="${BACKENDS:-gloo,shm}"
 MODES="${MODES:-compute,overlap,serial,noprio}"
 ALTERNATE="${ALTERNATE:-1}"
-PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-overlap-bench)

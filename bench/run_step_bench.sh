@@ -21,7 +21,6 @@ WARMUP="${WARMUP:-3}"
 THREADS="${THREADS:-$(nproc)}"
 DEVICE="${DEVICE:-cpu}"
 ROUNDS="${ROUNDS:-1}"
-PY=/usr/bin/python3
 
 source "$ROOT/bench/lib.sh"
 BENCH=$(bench_build psync-step-bench)

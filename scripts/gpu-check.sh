@@ -2,24 +2,29 @@
 # One-shot check of psync's GPU path, for a machine with an NVIDIA GPU.
 #
 #   scripts/gpu-check.sh                 # build dir: <repo>/build-gpu
-#   BUILD_DIR=/tmp/b STEPS=200 GPT_STEPS=50 scripts/gpu-check.sh
+#   BUILD_DIR=/tmp/b STEPS=200 GPT_STEPS=50 GPU_CHECK_LOGS=/tmp/logs scripts/gpu-check.sh
+#   PREBUILT=1 BUILD_DIR=<tree> PSYNC_PYTHON=python3 scripts/gpu-check.sh
+#        # binaries built elsewhere with CUDA (a GPU host without psync's
+#        # build dependencies); PSYNC_PYTHON: the interpreter with torch
 #
-# 1. builds with CUDA (fails if nvcc is missing: there is nothing to check);
+# 1. builds with CUDA (fails if nvcc is missing: there is nothing to check),
+#    unless PREBUILT=1;
 # 2. runs every CUDA/NCCL test (ctest -R "Cuda|Nccl"), listing skipped ones
 #    (a skip on a GPU machine means a test could not see the device);
 # 3. psync-launch end to end, --device=cuda, world 1 (and world 2 when there
 #    are >= 2 GPUs): the MLP (SGD) and the GPT (AdamW, clipping), each
 #    compared with the same job on CPU (weights_diff);
-# 4. psync-step-bench --device=cuda next to bench/torch_step.py on CUDA (when
-#    /usr/bin/python3 has torch with CUDA);
+# 4. psync-step-bench and psync-optim-bench --device=cuda next to
+#    bench/torch_step.py and bench/torch_optim.py on CUDA (when $PSYNC_PYTHON,
+#    default /usr/bin/python3, has torch with CUDA);
 # 5. prints a short report. Exit 0 when every check passed, 1 otherwise.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 STEPS="${STEPS:-100}"
-OUT="$(mktemp -d /tmp/psync-gpu-check.XXXXXX)"
-PY=/usr/bin/python3
+OUT="${GPU_CHECK_LOGS:-$(mktemp -d /tmp/psync-gpu-check.XXXXXX)}"; mkdir -p "$OUT"
+PY="${PSYNC_PYTHON:-/usr/bin/python3}"
 declare -a REPORT=()
 FAILED=0
 ok()   { REPORT+=("PASS  $*"); }
@@ -34,7 +39,7 @@ report() {
 }
 
 command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
-if ! command -v nvcc >/dev/null; then bad "nvcc not found (install the CUDA toolkit)"; report; fi
+if [[ ${PREBUILT:-0} != 1 ]] && ! command -v nvcc >/dev/null; then bad "nvcc not found (install the CUDA toolkit)"; report; fi
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader > "$OUT/gpus.txt" 2>&1
   NGPU=$(grep -c . "$OUT/gpus.txt" || true)
@@ -46,7 +51,10 @@ if [[ "$NGPU" -lt 1 ]]; then bad "no GPU visible (nvidia-smi)"; report; fi
 
 # ---- 1. build
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-if cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" > "$OUT/cmake.log" 2>&1 &&
+if [[ ${PREBUILT:-0} == 1 ]]; then
+  if [[ -x "$BUILD_DIR/worker/runtime/psync-worker" ]]; then info "prebuilt binaries in $BUILD_DIR"
+  else bad "PREBUILT=1 but $BUILD_DIR/worker/runtime/psync-worker is missing"; report; fi
+elif cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" > "$OUT/cmake.log" 2>&1 &&
    cmake --build "$BUILD_DIR" -j "$(nproc)" > "$OUT/build.log" 2>&1; then
   if grep -q "psync: CUDA" "$OUT/cmake.log"; then ok "build with CUDA ($(grep -o 'psync: CUDA.*' "$OUT/cmake.log"))"
   else bad "configured WITHOUT CUDA (see $OUT/cmake.log)"; report; fi
@@ -62,7 +70,7 @@ else
   bad "ctest -R 'Cuda|Nccl': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log"); see $OUT/ctest.log"
   grep -E '\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception' "$OUT/ctest.log" | sed 's/^/      /' | head -20
 fi
-skipped=$(grep -cE '\(Skipped\)|\*\*\*Skipped' "$OUT/ctest.log" || true)
+skipped=$(grep -cE '\*\*\*Skipped' "$OUT/ctest.log" || true)
 [[ "$skipped" -gt 0 ]] && info "$skipped CUDA/NCCL test(s) skipped (expected only for '2 CUDA devices' / 8 GiB tests on small GPUs):" &&
   grep -E '\(Skipped\)' "$OUT/ctest.log" | sed 's/^[[:space:]]*/      /' | head -20 | while read -r l; do info "$l"; done
 
@@ -107,14 +115,21 @@ for n in 1 2; do
   check_job gpt "$n" "${gpt_job[@]}"
 done
 
-# ---- 4. step bench next to PyTorch
-if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  if BUILD_DIR="$BUILD_DIR" DEVICE=cuda THREADS=1 "$ROOT/bench/run_step_bench.sh" > "$OUT/step_bench.log" 2>&1; then
-    ok "step bench (cuda) vs PyTorch:"
-    grep -E '^(impl|psync|torch|ratio)' "$OUT/step_bench.log" | while read -r l; do info "  $l"; done
+# ---- 4. benches next to PyTorch: an MLP training step, and AdamW over a
+# GPT-2 small's parameters (124M)
+bench_gpu() {  # name command...
+  local name=$1; shift
+  if BUILD_DIR="$BUILD_DIR" "$@" > "$OUT/$name.log" 2>&1; then
+    ok "$name (cuda) vs PyTorch:"
+    sed -n '/^\(MLP\|optimizer step\)/,$p' "$OUT/$name.log" | while read -r l; do info "  $l"; done
   else
-    bad "step bench failed (see $OUT/step_bench.log)"
+    bad "$name failed (see $OUT/$name.log)"; tail -5 "$OUT/$name.log"
   fi
+}
+if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  bench_gpu step_bench env DEVICE=cuda THREADS=1 ROUNDS=3 "$ROOT/bench/run_step_bench.sh"
+  bench_gpu optim_bench env THREADS=1 ROUNDS=3 \
+    GPT="--vocab-size=50257 --block-size=1024 --n-layer=12 --n-embd=768" "$ROOT/bench/run_optim_bench.sh" --device=cuda
 else
   if "$BIN/bench/psync-step-bench" --device=cuda > "$OUT/step_bench.log" 2>&1; then
     ok "psync-step-bench --device=cuda: $(grep '^RESULT' "$OUT/step_bench.log")"
