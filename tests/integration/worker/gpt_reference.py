@@ -67,7 +67,7 @@ class Block(torch.nn.Module):
         q, k, v = self.attn.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, hs).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.attn.c_proj(y)
@@ -87,7 +87,7 @@ class GPT(torch.nn.Module):
 
     def forward(self, idx, skip=()):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for i, block in enumerate(self.h):
             if i not in skip:
                 x = block(x)

@@ -95,12 +95,15 @@ TEST_F(NcclWorld1, PollingAPendingWorkLeavesNoStaleCudaError) {
   // IsCompleted/Wait poll cudaEventQuery, which may leave cudaErrorNotReady
   // as the thread's last error; kernel launches check cudaGetLastError(), so
   // an op after a "not ready" poll used to be able to throw NotReady.
-  BlockComputeStream(300);
+  // Tensors first: a fresh cudaMalloc may wait for the device, which would
+  // run the blocking host function out before the collective is issued.
   Tensor t = Tensor::Full({1 << 16}, 1.0f, Device::CUDA(0));
+  Tensor a = Tensor::Full({1024}, 2.0f, Device::CUDA(0));
+  ops::Synchronize(Device::CUDA(0));
+  BlockComputeStream(300);
   auto w = pg_->AllreduceSum(t, "pending");
   EXPECT_FALSE(w->IsCompleted());
   EXPECT_FALSE(w->IsCompleted());
-  Tensor a = Tensor::Full({1024}, 2.0f, Device::CUDA(0));
   // A kernel launch right after the polls (it used to throw NotReady).
   EXPECT_EQ(ops::Add(a, a).ToVector().back(), 4.0f);
   ASSERT_TRUE(w->Wait(milliseconds(30000)).ok());
@@ -112,8 +115,9 @@ TEST_F(NcclWorld1, AbortedPendingWorkFailsEvenAfterItsEventFires) {
   // Abort from another thread while a collective is pending. ncclCommAbort
   // lets the queued kernel finish early, so the completion event fires
   // later; Wait must still report the abort, not success.
-  BlockComputeStream(300);
   Tensor t = Tensor::Full({1 << 16}, 1.0f, Device::CUDA(0));
+  ops::Synchronize(Device::CUDA(0));
+  BlockComputeStream(300);
   auto w = pg_->AllreduceSum(t, "pending");
   std::thread aborter([&] { pg_->Abort(absl::AbortedError("test abort from another thread")); });
   aborter.join();

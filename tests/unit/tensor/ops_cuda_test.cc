@@ -133,8 +133,12 @@ TEST_F(OpsCuda, ElementwiseAndBias) {
 TEST_F(OpsCuda, Reductions) {
   Tensor x = RandomTensor({513, 21}, 40, Device::CPU(), -2.0f, 3.0f);
   Tensor dx = x.To(gpu_);
-  // SumRows walks rows in the CPU's order with a double accumulator.
+  // SumRows sums in the order reduce_kernels.h fixes for every device.
   EXPECT_EQ(ops::SumRows(dx).ToVector(), ops::SumRows(x).ToVector());
+  // A GPT-2 bias gradient's shape: many chunks, columns over several blocks.
+  Tensor wide = RandomTensor({8192 + 7, 768}, 42);
+  EXPECT_EQ(ops::SumRows(wide.To(gpu_)).ToVector(), ops::SumRows(wide).ToVector());
+  EXPECT_EQ(ops::SumRows(Tensor::Zeros({0, 3}, gpu_)).ToVector(), std::vector<float>(3, 0.0f));
   Tensor ds = ops::Sum(dx), dm = ops::Mean(dx);
   EXPECT_EQ(ds.device(), gpu_);
   EXPECT_EQ(ds.dim(), 0);
@@ -159,8 +163,27 @@ TEST_F(OpsCuda, SoftmaxAndCrossEntropy) {
   ExpectClose(ops::CrossEntropyBackward(g, dl, dlab), ops::CrossEntropyBackward(g, logits, labels),
               1e-6f, "ce backward, host grad");
   // A bad label cannot throw on the device: the loss becomes NaN.
-  Tensor bad = Tensor::FromVector(std::vector<float>(rows, 10.0f), {rows}, gpu_);
+  Tensor bad = Tensor::FromVector(std::vector<int64_t>(rows, cols), {rows}, gpu_);  // class 10 of 10
   EXPECT_TRUE(std::isnan(ops::CrossEntropy(dl, bad).Item()));
+}
+
+// Rows of a GPT's vocabulary take the warp-per-row kernels: equal to the CPU
+// to double round-off, then rounded to float.
+TEST_F(OpsCuda, WideCrossEntropyMatchesCpu) {
+  const int64_t rows = 37, cols = 5003;
+  Tensor logits = RandomTensor({rows, cols}, 52, Device::CPU(), -8.0f, 8.0f);
+  Tensor labels = RandomLabels(rows, cols, 53);
+  Tensor dl = logits.To(gpu_), dlab = labels.To(gpu_);
+  ExpectClose(ops::CrossEntropy(dl, dlab), ops::CrossEntropy(logits, labels), 1e-6f, "wide ce");
+  Tensor g = Tensor::Scalar(0.5f);
+  ExpectClose(ops::CrossEntropyBackward(g.To(gpu_), dl, dlab), ops::CrossEntropyBackward(g, logits, labels), 1e-6f,
+              "wide ce backward");
+  // The same bits on a second run (no atomics).
+  EXPECT_EQ(ops::CrossEntropyBackward(g.To(gpu_), dl, dlab).ToVector(),
+            ops::CrossEntropyBackward(g.To(gpu_), dl, dlab).ToVector());
+  Tensor bad = Tensor::FromVector(std::vector<int64_t>(rows, -1), {rows}, gpu_);
+  EXPECT_TRUE(std::isnan(ops::CrossEntropy(dl, bad).Item()));
+  EXPECT_TRUE(std::isnan(ops::CrossEntropyBackward(g.To(gpu_), dl, bad).ToVector().front()));
 }
 
 // The GPT's layers. Copies and the embedding's scatter-add (the same double
