@@ -1,4 +1,5 @@
 // CPU reductions: sequential, fixed order, double accumulators (see reduce.h).
+#include <algorithm>
 #include <vector>
 
 #include "worker/tensor/ops/reduce_kernels.h"
@@ -22,14 +23,19 @@ class CpuReduce final : public ReduceKernels {
       const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
       scalar_t* py = static_cast<scalar_t*>(y.raw_data());
       const int64_t cols = y.numel(), rows = x.numel() / cols;
-      // Per column, rows in order: walking row by row keeps memory access
-      // contiguous without changing any column's summation order.
-      std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-      for (int64_t i = 0; i < rows; ++i) {
-        const scalar_t* xr = px + i * cols;
-        for (int64_t j = 0; j < cols; ++j) acc[j] += xr[j];
+      // The order of reduce_kernels.h: per chunk of rows, each column's rows
+      // in order; then the chunk sums in order. Walking row by row keeps
+      // memory access contiguous without changing any column's order.
+      std::vector<double> total(static_cast<size_t>(cols), 0.0), part(static_cast<size_t>(cols));
+      for (int64_t r0 = 0; r0 < rows; r0 += kSumRowsChunk) {
+        std::fill(part.begin(), part.end(), 0.0);
+        for (int64_t i = r0; i < std::min(rows, r0 + kSumRowsChunk); ++i) {
+          const scalar_t* xr = px + i * cols;
+          for (int64_t j = 0; j < cols; ++j) part[j] += static_cast<double>(xr[j]);
+        }
+        for (int64_t j = 0; j < cols; ++j) total[j] += part[j];
       }
-      for (int64_t j = 0; j < cols; ++j) py[j] = static_cast<scalar_t>(acc[j]);
+      for (int64_t j = 0; j < cols; ++j) py[j] = static_cast<scalar_t>(total[j]);
     });
   }
 

@@ -1,9 +1,10 @@
 // CUDA kernels of the copy, elementwise and reduction families.
 //
-// Determinism: reductions never use atomics. SumRows gives each column to
-// one thread that walks the rows in the CPU's order (double accumulator),
-// and the full Sum is a single fixed-shape block tree, so results are
-// bitwise reproducible run to run.
+// Determinism: reductions never use atomics. SumRows sums chunks of rows per
+// column, then the chunks, in the order reduce_kernels.h fixes for every
+// device (double accumulators), and the full Sum is a single fixed-shape
+// block tree, so results are bitwise reproducible run to run.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -229,12 +230,26 @@ __global__ void ReduceSumKernel(const float* x, int64_t n, double divisor, float
   if (threadIdx.x == 0) y[0] = static_cast<float>(partial[0] / divisor);
 }
 
-__global__ void SumRowsKernel(const float* x, float* y, int64_t rows, int64_t cols) {
-  // One thread per column, rows in order, double accumulator: exactly the
-  // CPU order. Adjacent threads read adjacent columns, so loads coalesce.
+// SumRows in the order of reduce_kernels.h. Stage 1: thread (chunk, j) sums
+// column j over the chunk's rows in order; adjacent threads read adjacent
+// columns, so loads coalesce.
+// Columns on grid x, chunks on grid y (striding past its 65,535 limit).
+__global__ void SumRowsChunksKernel(const float* x, double* part, int64_t rows, int64_t chunks, int64_t cols) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int64_t r0 = chunk * kSumRowsChunk, r1 = min(rows, r0 + kSumRowsChunk);
+    double acc = 0.0;
+    for (int64_t i = r0; i < r1; ++i) acc = __dadd_rn(acc, static_cast<double>(x[i * cols + j]));
+    part[chunk * cols + j] = acc;
+  }
+}
+
+// Stage 2: column j's chunk sums in chunk order.
+__global__ void SumRowsTotalKernel(const double* part, int64_t chunks, int64_t cols, float* y) {
   PSYNC_GRID_STRIDE(j, cols) {
     double acc = 0.0;
-    for (int64_t i = 0; i < rows; ++i) acc += x[i * cols + j];
+    for (int64_t k = 0; k < chunks; ++k) acc = __dadd_rn(acc, part[k * cols + j]);
     y[j] = static_cast<float>(acc);
   }
 }
@@ -280,8 +295,16 @@ class CudaReduce final : public ReduceKernels {
   }
   void SumRows(const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
-    const int64_t cols = y.numel();
-    SumRowsKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(F(x), FW(y), x.numel() / cols, cols);
+    const int64_t cols = y.numel(), rows = x.numel() / cols;
+    const int64_t chunks = std::max<int64_t>(1, (rows + kSumRowsChunk - 1) / kSumRowsChunk);
+    // Stream-ordered scratch: freed after the second kernel is queued.
+    Tensor part = Tensor::Empty({chunks, cols}, kFloat64, y.device());
+    double* pp = static_cast<double*>(part.raw_data());
+    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+    SumRowsChunksKernel<<<grid, kThreads, 0, l.stream>>>(F(x), pp, rows, chunks, cols);
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+    SumRowsTotalKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(pp, chunks, cols, FW(y));
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void SumOfSquares(const Tensor& x, const Tensor& out) const override {
