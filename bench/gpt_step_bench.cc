@@ -5,7 +5,8 @@
 // model, data shape, optimizer and thread budget in PyTorch). See
 // bench/run_gpt_bench.sh.
 //
-//   single   one process, the whole --batch, --threads BLAS threads
+//   single   one process, the whole --batch, --threads BLAS threads, on
+//            --device (cpu, or cuda[:N]: timed after waiting for the GPU)
 //   ddp      --world ranks forked on this machine, each on --batch/world
 //            sequences (the global batch is split, as psync-launch does;
 //            each rank gets --threads BLAS threads), run as:
@@ -21,6 +22,8 @@
 //   RESULT impl=psync mode=ddp backend=shm world=2 per_rank_batch=8 median_ms=... exposed_ms=...
 //
 //   psync-gpt-step-bench --mode=single --threads=2
+//   psync-gpt-step-bench --device=cuda --vocab-size=50257 --block-size=1024 --n-layer=12 --n-head=12 --n-embd=768 --batch=8
+//            (GPT-2 small on a GPU)
 //   psync-gpt-step-bench --mode=ddp --world=2 --backends=gloo,shm
 #include <algorithm>
 #include <chrono>
@@ -49,6 +52,9 @@
 #include "worker/nn/models/gpt.h"
 #include "worker/optim/registry.h"
 #include "worker/tensor/cpu/blas_core.h"
+#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
+#include "worker/tensor/device.h"
+#include "worker/tensor/ops/copy.h"            // Synchronize
 
 ABSL_FLAG(int, vocab_size, 256, "V");
 ABSL_FLAG(int, block_size, 64, "T (every sequence is this long)");
@@ -57,6 +63,7 @@ ABSL_FLAG(int, n_head, 4, "H");
 ABSL_FLAG(int, n_embd, 128, "C");
 ABSL_FLAG(int, batch, 16, "global batch (sequences per step); ddp splits it over --world ranks");
 ABSL_FLAG(std::string, mode, "single", "single | ddp");
+ABSL_FLAG(std::string, device, "cpu", "single: cpu | cuda | cuda:N (ddp runs on the CPU)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
@@ -79,6 +86,7 @@ using psync::bench::Ms;
 
 struct Config {
   psync::nn::GptConfig gpt;
+  psync::Device device = psync::Device::CPU();  // single mode only
   int batch = 16;  // global
   std::string mode;
   int threads = 1, world = 2;
@@ -96,15 +104,16 @@ struct ModeResult {
   std::string key() const { return backend.empty() ? mode : mode + "@" + backend; }
 };
 
-// Random tokens in [0, V): inputs and targets [b, T] int64, a stream per rank.
-std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank) {
+// Random tokens in [0, V): inputs and targets [b, T] int64 on `device`, a
+// stream per rank.
+std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::Device device) {
   psync::nn::SplitMix64 rng(1000 + static_cast<uint64_t>(rank));
   const int64_t n = b * c.gpt.block_size;
   std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   for (auto* v : {&x, &y}) {
     for (int64_t& t : *v) t = static_cast<int64_t>(rng.Next() % static_cast<uint64_t>(c.gpt.vocab_size));
   }
-  return {Tensor::FromVector(x, {b, c.gpt.block_size}), Tensor::FromVector(y, {b, c.gpt.block_size})};
+  return {Tensor::FromVector(x, {b, c.gpt.block_size}, device), Tensor::FromVector(y, {b, c.gpt.block_size}, device)};
 }
 
 std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) {
@@ -120,12 +129,18 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) 
   return std::move(*opt);
 }
 
-// Runs warmup + steps training steps of `model` on b sequences; with `ddp`,
-// through its reducer. Returns false (after printing why) on an error.
-bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::ddp::DistributedDataParallel* ddp, int64_t b,
-               ModeResult* r) {
+// Runs warmup + steps training steps of `model` (on `device`) on b sequences;
+// with `ddp`, through its reducer. Returns false (after printing why) on an
+// error.
+bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device device,
+               psync::ddp::DistributedDataParallel* ddp, int64_t b, ModeResult* r) {
   auto opt = MakeAdamW(model);
-  auto [x, y] = Tokens(c, b, rank);
+  auto [x, y] = Tokens(c, b, rank, device);
+  // CUDA work is asynchronous: each phase's time ends when the GPU is done.
+  auto done = [&] {
+    psync::ops::Synchronize(device);
+    return Clock::now();
+  };
   const Tensor flat_y = y.Reshape({-1});
   double cpu0 = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
@@ -145,11 +160,11 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::ddp::Dis
       logits = model.Forward(Variable(x));
     }
     Variable loss = psync::autograd::CrossEntropyLoss(psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size}), flat_y);
-    const auto t1 = Clock::now();
+    const auto t1 = done();
     absl::Status st = psync::autograd::Backward(loss);
-    const auto t2 = Clock::now();
+    const auto t2 = done();
     if (st.ok()) st = opt->Step(3e-4);
-    const auto t3 = Clock::now();
+    const auto t3 = done();
     if (!st.ok()) {
       std::fprintf(stderr, "rank %d: step %d: %s\n", rank, i, st.ToString().c_str());
       return false;
@@ -251,15 +266,17 @@ class BackwardProfile {
 
 int RunSingle(const Config& c) {
   openblas_set_num_threads(c.threads);
+  // cuda:N current for this thread, so no op's device guard touches cuda:0.
+  if (c.device.is_cuda()) psync::cuda_device::SetCurrentDevice(c.device.index);
   std::unique_ptr<BackwardProfile> profile;
   if (absl::GetFlag(FLAGS_profile)) profile = std::make_unique<BackwardProfile>();
   std::vector<ModeResult> results;
   try {
     for (int round = 0; round < c.rounds; ++round) {
-      psync::nn::GPT model(c.gpt, psync::Device::CPU(), /*seed=*/7);
+      psync::nn::GPT model(c.gpt, c.device, /*seed=*/7);
       ModeResult r;
       r.mode = "single";
-      if (!TimeSteps(c, 0, model, nullptr, c.batch, &r)) return 1;
+      if (!TimeSteps(c, 0, model, c.device, nullptr, c.batch, &r)) return 1;
       KeepBest(results, std::move(r));
     }
   } catch (const std::exception& e) {
@@ -297,7 +314,7 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
         psync::nn::GPT model(c.gpt, psync::Device::CPU(), /*seed=*/7);
         ModeResult r;
         r.mode = "compute";
-        if (!TimeSteps(c, rank, model, nullptr, b, &r)) return 1;
+        if (!TimeSteps(c, rank, model, psync::Device::CPU(), nullptr, b, &r)) return 1;
         KeepBest(results, std::move(r));
       }
       for (size_t g = 0; g < groups.size(); ++g) {
@@ -313,7 +330,7 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
         ModeResult r;
         r.mode = "ddp";
         r.backend = c.backends[g];
-        if (!TimeSteps(c, rank, *model, ddp->get(), b, &r)) return 1;
+        if (!TimeSteps(c, rank, *model, psync::Device::CPU(), ddp->get(), b, &r)) return 1;
         KeepBest(results, std::move(r));
       }
     }
@@ -349,6 +366,13 @@ int main(int argc, char** argv) {
   }
   c.batch = PositiveFlag("batch", absl::GetFlag(FLAGS_batch));
   c.mode = absl::GetFlag(FLAGS_mode);
+  auto device = psync::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) psync::ExitBadFlag(kName, absl::StrCat("--device: ", device.status().message()));
+  if (absl::Status st = psync::CheckDeviceAvailable(*device); !st.ok()) {
+    psync::ExitBadFlag(kName, absl::StrCat("--device: ", st.message()));
+  }
+  if (device->is_cuda() && c.mode != "single") psync::ExitBadFlag(kName, "--device=cuda: only with --mode=single");
+  c.device = *device;
   c.threads = PositiveFlag("threads", absl::GetFlag(FLAGS_threads));
   c.world = PositiveFlag("world", absl::GetFlag(FLAGS_world));
   c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);

@@ -6,7 +6,9 @@ cross-entropy over all B*T positions + backward + AdamW (lr 3e-4, weight
 decay 0.1 on >= 2-D parameters, betas 0.9/0.95, foreach=False: the
 single-tensor path psync's AdamW matches bit for bit), random int64 tokens.
 
-  single   one process, the whole --batch, torch.set_num_threads(--threads)
+  single   one process, the whole --batch, torch.set_num_threads(--threads),
+           on --device (cpu, or cuda[:N]: each phase timed after
+           torch.cuda.synchronize())
   ddp      --world processes (torch.multiprocessing, Gloo on 127.0.0.1, a
            free port), each on --batch/world sequences, --threads each:
              compute   the same per-rank step without DDP
@@ -70,6 +72,11 @@ def time_steps(torch, a, model, x, y):
     step, fwd, bwd, optm = [], [], [], []
     cpu0 = 0.0
     loss = None
+    def done():
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)
+        return time.perf_counter()
+
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             cpu0 = time.process_time()
@@ -77,11 +84,11 @@ def time_steps(torch, a, model, x, y):
         opt.zero_grad(set_to_none=True)
         logits = model(x)
         loss = F.cross_entropy(logits.view(-1, a.vocab_size), y.view(-1))
-        t1 = time.perf_counter()
+        t1 = done()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = done()
         opt.step()
-        t3 = time.perf_counter()
+        t3 = done()
         if i >= a.warmup:
             step.append((t3 - t0) * 1e3)
             fwd.append((t1 - t0) * 1e3)
@@ -125,10 +132,11 @@ def report(torch, a, results, per_rank, world):
 def run_single(a):
     import torch
     torch.set_num_threads(a.threads)
-    x, y = tokens(torch, a, a.batch, 0)
+    dev = torch.device(a.device)
+    x, y = (t.to(dev) for t in tokens(torch, a, a.batch, 0))
     results = {}
     for _ in range(a.rounds):
-        keep_best(results, "single", time_steps(torch, a, make_model(torch, a), x, y))
+        keep_best(results, "single", time_steps(torch, a, make_model(torch, a).to(dev), x, y))
     report(torch, a, results, a.batch, 1)
 
 
@@ -160,6 +168,7 @@ def main():
     ap.add_argument("--n-embd", "--n_embd", type=int, default=128)
     ap.add_argument("--batch", type=int, default=16, help="global batch; ddp splits it over --world")
     ap.add_argument("--mode", choices=["single", "ddp"], default="single")
+    ap.add_argument("--device", default="cpu", help="single: cpu | cuda | cuda:N (ddp runs on the CPU)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--bucket-cap-mb", "--bucket_cap_mb", type=float, default=25.0)
@@ -167,6 +176,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     a, _unknown = ap.parse_known_args()  # psync-only flags (--backends, --timeout-s) are ignored
+    if a.device != "cpu" and a.mode != "single":
+        ap.error("--device=cuda: only with --mode=single")
     if a.mode == "single":
         run_single(a)
         return 0
