@@ -541,23 +541,22 @@ void Group::RunReader() {
   v1::Plan p;
   while (stream_->Read(&p)) {
     auto plan = std::make_shared<const v1::Plan>(p);
-    int64_t out = 0;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto& [rank, m] : members_) {
-        if (!m.w) continue;
-        if (plan->ranks_size() > 0 && std::find(plan->ranks().begin(), plan->ranks().end(), rank) == plan->ranks().end()) {
-          continue;
-        }
-        m.w->Push(plan);
-        ++out;
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<LocalWriter*> to;
+    for (auto& [rank, m] : members_) {
+      if (!m.w) continue;
+      if (plan->ranks_size() > 0 && std::find(plan->ranks().begin(), plan->ranks().end(), rank) == plan->ranks().end()) {
+        continue;
       }
-      if (plan->action() == v1::ABORT && plan->ranks_size() == 0) all_aborted_ = true;
+      to.push_back(m.w.get());
     }
-    relay_->Count([out](RelayStats& s) {
+    // Counted before the writes start, so a worker holding the plan sees it counted.
+    relay_->Count([n = static_cast<int64_t>(to.size())](RelayStats& s) {
       ++s.plans_in;
-      s.plans_out += out;
+      s.plans_out += n;
     });
+    for (LocalWriter* w : to) w->Push(plan);
+    if (plan->action() == v1::ABORT && plan->ranks_size() == 0) all_aborted_ = true;
   }
   {
     std::unique_lock<std::mutex> l(mu_);
