@@ -40,6 +40,13 @@
 // generation are refused (or ignored: StreamClosed), so an old worker can
 // never touch the new generation's ranks.
 //
+// Host streams (coordinator.proto "Host streams"): a Train stream may carry
+// several ranks of one host. Their RankRuntimes share one sink (each plan is
+// pushed to it once; it closes when its last rank lets go) and remember the
+// stream (RankRuntime::stream), so a host stream can only speak for its own
+// ranks. Everything else (states, liveness, blame) stays per rank; a host
+// stream that ends loses its training ranks together, in one loss naming all.
+//
 // Waiting holds no thread: a Join that arrives before the world is complete
 // is answered (its callback runs) by the Join that completes the world, by
 // the Scheduler at the join deadline, by CancelJoin, or by Shutdown/Abort.

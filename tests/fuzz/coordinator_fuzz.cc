@@ -162,10 +162,14 @@ struct Harness {
       std::set<int> distinct(hello.ranks().begin(), hello.ranks().end());
       CHECK_OR_DIE(distinct.size() == static_cast<size_t>(hello.ranks_size()));  // duplicates refused
       HostStream hs{mb, hello.generation(), {}};
+      v1::WorkersResponse ws;  // every rank of the stream is on one host
+      job->FillWorkers(&ws);
+      std::map<int, std::string> host_of;
+      for (const auto& w : ws.workers()) host_of[w.rank()] = w.host_id();
       for (int r : hello.ranks()) {
         CHECK_OR_DIE(r >= 0 && r < world);
         CHECK_OR_DIE(!streams[static_cast<size_t>(r)].mailbox);  // a rank attaches once
-        CHECK_OR_DIE(r % 2 == hello.ranks(0) % 2);               // one host (ValidJoin's host ids)
+        CHECK_OR_DIE(host_of.count(r) && host_of[r] == host_of[hello.ranks(0)]);
         streams[static_cast<size_t>(r)].mailbox = mb;
         streams[static_cast<size_t>(r)].generation = hello.generation();
         hs.ranks.push_back(r);
