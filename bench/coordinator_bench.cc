@@ -2,8 +2,16 @@
 // workers in P client processes (so their CPU use does not hide the
 // server's), talking the real protocol over 127.0.0.1.
 //
-//   psync-coordinator-bench [--workers=8,64,512,4096] [--client-procs=4] [--channels=2]
-//                           [--iterations=0 (auto)] [--params=1000] [--coordinator-bin=PATH]
+//   psync-coordinator-bench [--workers=8,64,512,4096] [--ranks-per-stream=1] [--client-procs=4]
+//                           [--channels=2] [--iterations=0 (auto)] [--params=1000] [--coordinator-bin=PATH]
+//
+// --ranks-per-stream=N (or a list, e.g. 1,8: each size in each mode, side by
+// side): N > 1 simulates host streams (coordinator.proto "Host streams", as
+// psync-launch's relay opens them): ranks are grouped N to a host (host_id),
+// each host has one Train stream carrying its ranks, one ReportBatch of all
+// of them per iteration up and one Plan per iteration down. A rank's sample
+// is its host's batch write to its host's plan arrival (the relay's own hop
+// on the host is not simulated; see bench/README.md).
 //
 // Per size N it reports
 //   - report-to-plan round trip, p50 / p99 / max: from a worker writing its
@@ -61,13 +69,15 @@
 #include "psync/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, workers, "8,64,512,4096", "comma-separated worker counts");
+ABSL_FLAG(std::string, ranks_per_stream, "1", "ranks per Train stream (1 = one stream per rank; N > 1 = host "
+          "streams of N ranks); a comma-separated list runs each size in each mode");
 ABSL_FLAG(int, client_procs, 4, "client processes the simulated workers are spread over");
 ABSL_FLAG(int, channels, 2, "gRPC channels (TCP connections) per client process");
 ABSL_FLAG(int, iterations, 0, "iterations per size (0 = auto: 300 / 200 / 100 / 40 / 20)");
 ABSL_FLAG(int, params, 1000, "parameters in the manifest");
 ABSL_FLAG(std::string, coordinator_bin, "", "psync-coordinator to run (default: next to this binary's build dir)");
 ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator, space separated");
-// Internal: client mode "TARGET,FIRST,COUNT,ITERS,PARAMS,CHANNELS,SAMPLES_FILE".
+// Internal: client mode "TARGET,FIRST,COUNT,ITERS,PARAMS,CHANNELS,SAMPLES_FILE,RANKS_PER_STREAM".
 ABSL_FLAG(std::string, client, "", "internal: run as a client process");
 
 namespace {
@@ -82,16 +92,20 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 struct ClientConfig {
   std::string target;
   int first = 0, count = 0, iters = 0, params = 0, channels = 1;
+  int ranks_per_stream = 1;
   std::string samples_file;
 };
 
 class ClientProcess;
 
-// One simulated worker: its Train stream as a callback reactor.
+// One simulated Train stream as a callback reactor: one worker's, or (host
+// streams) one host's carrying `ranks`.
 class SimWorker final : public grpc::ClientBidiReactor<v1::TrainUp, v1::Plan> {
  public:
   SimWorker(ClientProcess* p, int index) : proc_(p), index_(index) {}
-  void Open(v1::Coordinator::Stub* stub, const v1::JoinResponse& joined);
+  // ranks: the stream's ranks (one = a single-rank stream, as a worker's).
+  void Open(v1::Coordinator::Stub* stub, const std::vector<int>& ranks, int64_t generation);
+  size_t rank_count() const { return ranks_.size(); }
   void SendReport(int64_t iteration);
   void SendDone();
   void OnWriteDone(bool ok) override;
@@ -109,8 +123,10 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::TrainUp, v1::Plan> {
   grpc::ClientContext ctx_;
   v1::Plan plan_;
   std::mutex mu_;
-  std::vector<v1::TrainUp> queue_;  // front is being written while writing_
+  std::vector<std::pair<v1::TrainUp, bool>> queue_;  // (message, last); front is being written while writing_
   v1::TrainUp current_;
+  std::vector<int> ranks_;
+  bool host_ = false;
   bool writing_ = false;
   bool closed_ = false;
   std::string bitmap_;
@@ -138,16 +154,22 @@ class ClientProcess {
   std::string failure_;
 };
 
-void SimWorker::Open(v1::Coordinator::Stub* stub, const v1::JoinResponse& joined) {
+void SimWorker::Open(v1::Coordinator::Stub* stub, const std::vector<int>& ranks, int64_t generation) {
   bitmap_.assign(static_cast<size_t>((proc_->cfg().params + 7) / 8), '\xff');
+  ranks_ = ranks;
+  host_ = proc_->cfg().ranks_per_stream > 1;
   stub->async()->Train(&ctx_, this);
   v1::TrainUp hello;
   hello.mutable_hello()->set_job_id("psync");
-  hello.mutable_hello()->set_rank(joined.rank());
-  hello.mutable_hello()->set_generation(joined.generation());
+  if (host_) {
+    for (int r : ranks) hello.mutable_hello()->add_ranks(r);
+  } else {
+    hello.mutable_hello()->set_rank(ranks[0]);
+  }
+  hello.mutable_hello()->set_generation(generation);
   {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(std::move(hello));
+    queue_.emplace_back(std::move(hello), false);
     WriteLocked();
   }
   StartRead(&plan_);
@@ -156,11 +178,12 @@ void SimWorker::Open(v1::Coordinator::Stub* stub, const v1::JoinResponse& joined
 
 void SimWorker::WriteLocked() {
   if (writing_ || queue_.empty()) return;
-  current_ = std::move(queue_.front());
+  current_ = std::move(queue_.front().first);
+  const bool last = queue_.front().second;
   queue_.erase(queue_.begin());
   writing_ = true;
-  if (current_.has_report()) sent_at.push_back(Ms(Clock::now().time_since_epoch()));
-  if (current_.has_done()) {
+  if (current_.has_report() || current_.has_report_batch()) sent_at.push_back(Ms(Clock::now().time_since_epoch()));
+  if (last) {
     StartWriteLast(&current_, grpc::WriteOptions());
   } else {
     StartWrite(&current_);
@@ -169,19 +192,30 @@ void SimWorker::WriteLocked() {
 
 void SimWorker::SendReport(int64_t iteration) {
   v1::TrainUp up;
-  up.mutable_report()->set_iteration(iteration);
-  up.mutable_report()->set_used_bitmap(bitmap_);
-  up.mutable_report()->set_last_step_ms(1.0);
+  auto fill = [&](v1::Report* r, int rank) {
+    r->set_iteration(iteration);
+    r->set_used_bitmap(bitmap_);
+    r->set_last_step_ms(1.0);
+    if (host_) r->set_rank(rank);
+  };
+  if (host_) {
+    for (int r : ranks_) fill(up.mutable_report_batch()->add_reports(), r);
+  } else {
+    fill(up.mutable_report(), ranks_[0]);
+  }
   std::lock_guard<std::mutex> l(mu_);
-  queue_.push_back(std::move(up));
+  queue_.emplace_back(std::move(up), false);
   WriteLocked();
 }
 
 void SimWorker::SendDone() {
-  v1::TrainUp up;
-  up.mutable_done()->set_exit_reason("bench done");
   std::lock_guard<std::mutex> l(mu_);
-  queue_.push_back(std::move(up));
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    v1::TrainUp up;
+    up.mutable_done()->set_exit_reason("bench done");
+    if (host_) up.mutable_done()->set_rank(ranks_[i]);
+    queue_.emplace_back(std::move(up), i + 1 == ranks_.size());
+  }
   WriteLocked();
 }
 
@@ -204,7 +238,7 @@ void SimWorker::OnDone(const grpc::Status& s) {
 }
 
 void ClientProcess::PlanArrived() {
-  if (plans_.fetch_add(1) + 1 < cfg_.count) return;
+  if (plans_.fetch_add(1) + 1 < static_cast<int>(workers_.size())) return;
   // Every local worker has Plan{i}: start iteration i+1 (or finish).
   plans_.store(0);
   const int next = iteration_.fetch_add(1) + 1;
@@ -274,7 +308,9 @@ int ClientProcess::Run() {
     auto j = std::make_unique<JoinCall>();
     j->req = jr;
     j->req.set_pid(cfg_.first + w);
-    j->req.set_host_id("bench-host-" + std::to_string((cfg_.first + w) / 8));  // 8 ranks per "host"
+    // 8 ranks per "host", or the host streams' grouping.
+    j->req.set_host_id("bench-host-" +
+                       std::to_string((cfg_.first + w) / (cfg_.ranks_per_stream > 1 ? cfg_.ranks_per_stream : 8)));
     j->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
     JoinCall* raw = j.get();
     stubs_[static_cast<size_t>(w % cfg_.channels)]->async()->Join(&raw->ctx, &raw->req, &raw->resp,
@@ -301,23 +337,34 @@ int ClientProcess::Run() {
   if (!std::fgets(cmd, sizeof(cmd), stdin)) return 1;  // "train"
 
   // ---- training: streams, then lockstep iterations.
-  for (int w = 0; w < cfg_.count; ++w) workers_.push_back(std::make_unique<SimWorker>(this, w));
-  for (int w = 0; w < cfg_.count; ++w) {
-    workers_[static_cast<size_t>(w)]->Open(stubs_[static_cast<size_t>(w % cfg_.channels)].get(),
-                                           joins[static_cast<size_t>(w)]->resp);
+  // Streams: one per worker, or one per host group (workers with the same
+  // (first + w) / ranks_per_stream, consecutive).
+  const int rps = std::max(1, cfg_.ranks_per_stream);
+  for (int w = 0; w < cfg_.count;) {
+    std::vector<int> ranks;
+    const int group = (cfg_.first + w) / rps;
+    for (; w < cfg_.count && (cfg_.first + w) / rps == group; ++w) {
+      ranks.push_back(joins[static_cast<size_t>(w)]->resp.rank());
+    }
+    const size_t s = workers_.size();
+    workers_.push_back(std::make_unique<SimWorker>(this, static_cast<int>(s)));
+    workers_.back()->Open(stubs_[s % static_cast<size_t>(cfg_.channels)].get(), ranks,
+                          joins[0]->resp.generation());
   }
   for (auto& w : workers_) w->SendReport(0);
   {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return done_ == cfg_.count; });
+    cv_.wait(l, [&] { return done_ == static_cast<int>(workers_.size()); });
     if (failed_) {
       std::fprintf(stderr, "client: a stream failed: %s\n", failure_.c_str());
       return 1;
     }
   }
-  // Per worker: ITERS send times, then ITERS arrival times.
+  // Per worker (rank): ITERS send times, then ITERS arrival times (a host
+  // stream's ranks share its times).
   std::ofstream out(cfg_.samples_file, std::ios::binary);
   for (auto& w : workers_) {
+   for (size_t k = 0; k < w->rank_count(); ++k) {
     if (w->sent_at.size() != static_cast<size_t>(cfg_.iters) || w->got_at.size() != static_cast<size_t>(cfg_.iters)) {
       std::fprintf(stderr, "client: a worker has %zu reports and %zu plans, not %d\n", w->sent_at.size(),
                    w->got_at.size(), cfg_.iters);
@@ -327,6 +374,7 @@ int ClientProcess::Run() {
               static_cast<std::streamsize>(w->sent_at.size() * sizeof(double)));
     out.write(reinterpret_cast<const char*>(w->got_at.data()),
               static_cast<std::streamsize>(w->got_at.size() * sizeof(double)));
+   }
   }
   out.close();
   std::printf("done\n");
@@ -337,7 +385,7 @@ int ClientProcess::Run() {
 int RunClient(const std::string& spec) {
   std::vector<std::string> f = absl::StrSplit(spec, ',');
   ClientConfig c;
-  if (f.size() != 7 || !absl::SimpleAtoi(f[1], &c.first) || !absl::SimpleAtoi(f[2], &c.count) ||
+  if (f.size() != 8 || !absl::SimpleAtoi(f[7], &c.ranks_per_stream) || !absl::SimpleAtoi(f[1], &c.first) || !absl::SimpleAtoi(f[2], &c.count) ||
       !absl::SimpleAtoi(f[3], &c.iters) || !absl::SimpleAtoi(f[4], &c.params) ||
       !absl::SimpleAtoi(f[5], &c.channels)) {
     std::fprintf(stderr, "bad --client spec\n");
@@ -440,7 +488,7 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-int RunSize(int n, int iters, int params, int procs, int channels, const std::string& coord_bin,
+int RunSize(int n, int rps, int iters, int params, int procs, int channels, const std::string& coord_bin,
             const std::string& coord_args) {
   char tmpl[] = "/tmp/psync-coord-bench-XXXXXX";
   if (!mkdtemp(tmpl)) return 1;
@@ -461,13 +509,16 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
     return 1;
   }
   const std::string target = "127.0.0.1:" + std::to_string(port);
-  procs = std::max(1, std::min(procs, n));
+  // Processes split the streams (a host's ranks stay in one process).
+  const int streams = (n + rps - 1) / rps;
+  procs = std::max(1, std::min(procs, streams));
   std::vector<Child> clients;
   const std::string self = SelfPath();
   for (int p = 0; p < procs; ++p) {
-    const int first = n * p / procs, count = n * (p + 1) / procs - first;
+    const int first = std::min(n, streams * p / procs * rps);
+    const int count = std::min(n, streams * (p + 1) / procs * rps) - first;
     clients.push_back(Spawn({self, absl::StrCat("--client=", target, ",", first, ",", count, ",", iters, ",", params,
-                                                ",", channels, ",", dir, "/samples", p)},
+                                                ",", channels, ",", dir, "/samples", p, ",", rps)},
                             true, ""));
   }
   for (auto& c : clients) {
@@ -554,14 +605,14 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
   const double coord_us_rpt = coord_ms_it * 1000.0 / n;
   const double client_ms_it = (client_cpu2 - client_cpu1) * 1000.0 / iters;
   const long threads = std::max(max_threads.load(), threads_end);
-  std::printf("%-8d %-6d %-6d %-6d %-9.3f %-9.3f %-9.3f %-9.3f %-9.3f %-10.1f %-12.3f %-12.1f %-12.3f %-9ld %-8.1f\n", n,
-              procs, procs * channels, iters, Pct(all, 50), Pct(all, 99), Pct(all, 100), Pct(after_last, 50),
+  std::printf("%-8d %-5d %-6d %-6d %-6d %-9.3f %-9.3f %-9.3f %-9.3f %-9.3f %-10.1f %-12.3f %-12.1f %-12.3f %-9ld %-8.1f\n", n,
+              rps, procs, procs * channels, iters, Pct(all, 50), Pct(all, 99), Pct(all, 100), Pct(after_last, 50),
               Pct(after_last, 99), rendezvous_ms, coord_ms_it, coord_us_rpt, client_ms_it, threads,
               static_cast<double>(hwm_kb) / 1024.0);
-  std::printf("RESULT impl=coordinator workers=%d p50_ms=%.3f p99_ms=%.3f last_p50_ms=%.3f last_p99_ms=%.3f "
+  std::printf("RESULT impl=coordinator workers=%d ranks_per_stream=%d p50_ms=%.3f p99_ms=%.3f last_p50_ms=%.3f last_p99_ms=%.3f "
               "rendezvous_ms=%.1f coord_cpu_ms_per_iter=%.3f coord_cpu_us_per_report=%.1f "
               "client_cpu_ms_per_iter=%.3f threads=%ld rss_mb=%.1f\n",
-              n, Pct(all, 50), Pct(all, 99), Pct(after_last, 50), Pct(after_last, 99), rendezvous_ms, coord_ms_it,
+              n, rps, Pct(all, 50), Pct(all, 99), Pct(after_last, 50), Pct(after_last, 99), rendezvous_ms, coord_ms_it,
               coord_us_rpt, client_ms_it, threads, static_cast<double>(hwm_kb) / 1024.0);
   std::fflush(stdout);
   for (int p = 0; p < procs; ++p) unlink((dir + "/samples" + std::to_string(p)).c_str());
@@ -575,7 +626,7 @@ int RunSize(int n, int iters, int params, int procs, int channels, const std::st
 
 int main(int argc, char** argv) {
   psync::ParseFlagsOrExit("psync-coordinator-bench",
-                          "psync-coordinator-bench [--workers=8,64,512,4096] [--client-procs=4] [--channels=2] "
+                          "psync-coordinator-bench [--workers=8,64,512,4096] [--ranks-per-stream=1] [--client-procs=4] [--channels=2] "
                           "[--iterations=0] [--params=1000] [--coordinator-bin=PATH]",
                           argc, argv, psync::FlagsDefinedIn(__FILE__));
   if (!absl::GetFlag(FLAGS_client).empty()) return RunClient(absl::GetFlag(FLAGS_client));
@@ -596,7 +647,7 @@ int main(int argc, char** argv) {
     std::printf("# %u cores, load average %s %s %s (before the run)\n", std::thread::hardware_concurrency(),
                 l1.c_str(), l5.c_str(), l15.c_str());
   }
-  std::printf("%-8s %-6s %-6s %-6s %-9s %-9s %-9s %-9s %-9s %-10s %-12s %-12s %-12s %-9s %-8s\n", "WORKERS", "PROCS",
+  std::printf("%-8s %-5s %-6s %-6s %-6s %-9s %-9s %-9s %-9s %-9s %-10s %-12s %-12s %-12s %-9s %-8s\n", "WORKERS", "RPS", "PROCS",
               "CHANS", "ITERS", "P50_MS", "P99_MS", "MAX_MS", "LAST_P50", "LAST_P99", "RENDEZ_MS", "COORD_MS_IT",
               "COORD_US_RPT", "CLIENT_MS_IT", "COORD_THR", "COORD_MB");
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
@@ -607,9 +658,16 @@ int main(int argc, char** argv) {
     }
     int iters = absl::GetFlag(FLAGS_iterations);
     if (iters <= 0) iters = n <= 1 ? 300 : n <= 8 ? 200 : n <= 64 ? 100 : n <= 512 ? 40 : 20;
-    if (RunSize(n, iters, absl::GetFlag(FLAGS_params), absl::GetFlag(FLAGS_client_procs),
-                absl::GetFlag(FLAGS_channels), coord_bin, absl::GetFlag(FLAGS_coordinator_args)) != 0) {
-      return 1;
+    for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_ranks_per_stream), ',')) {
+      int rps = 0;
+      if (!absl::SimpleAtoi(r, &rps) || rps < 1) {
+        std::fprintf(stderr, "psync-coordinator-bench: --ranks-per-stream: bad count '%s'\n", std::string(r).c_str());
+        return 2;
+      }
+      if (RunSize(n, rps, iters, absl::GetFlag(FLAGS_params), absl::GetFlag(FLAGS_client_procs),
+                  absl::GetFlag(FLAGS_channels), coord_bin, absl::GetFlag(FLAGS_coordinator_args)) != 0) {
+        return 1;
+      }
     }
   }
   return 0;

@@ -6,13 +6,12 @@
 #include <grpcpp/server_context.h>
 
 #include "absl/strings/string_view.h"
+#include "common/token.h"
 
 namespace psync::server {
 
-// True when `given` equals `secret`. The time taken depends only on the
-// length of `given` (what the caller sent), never on where the first
-// difference is or on the secret's length, so timing reveals neither.
-bool TokenEquals(absl::string_view given, absl::string_view secret);
+// common/token.h (shared with psync-relay).
+using ::psync::TokenEquals;
 
 class TokenAuth {
  public:

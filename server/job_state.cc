@@ -306,6 +306,7 @@ absl::Status JobState::Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> 
     return absl::FailedPreconditionError(absl::StrCat("job id '", hello.job_id().substr(0, 128),
                                                       "' does not match this coordinator's job '", cfg_.job_id, "'"));
   }
+  if (hello.ranks_size() > 0) return AttachHostLocked(hello, std::move(sink));
   const int rank = hello.rank();
   if (rank < 0 || rank >= cfg_.world_size) {
     return absl::InvalidArgumentError(
@@ -335,7 +336,84 @@ absl::Status JobState::Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> 
   m.state = v1::WORKER_TRAINING;
   m.last_activity = Clock::now();
   m.last_heard = m.last_activity;
+  m.stream = sink.get();
   m.sink = std::move(sink);
+  m.sink->job_ranks = 1;
+  return absl::OkStatus();
+}
+
+absl::Status JobState::AttachHostLocked(const v1::Hello& hello, std::shared_ptr<PlanSink> sink) {
+  const int n = hello.ranks_size();
+  if (n > cfg_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.ranks lists ", n, " ranks but the world has ", cfg_.world_size));
+  }
+  std::vector<bool> seen(static_cast<size_t>(cfg_.world_size), false);
+  for (int rank : hello.ranks()) {
+    if (rank < 0 || rank >= cfg_.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hello.ranks names rank ", rank, ", out of range for world size ", cfg_.world_size));
+    }
+    if (seen[static_cast<size_t>(rank)]) {
+      return absl::InvalidArgumentError(absl::StrCat("hello.ranks names rank ", rank, " twice"));
+    }
+    seen[static_cast<size_t>(rank)] = true;
+  }
+  if (hello.generation() != generation_) {
+    if (hello.generation() > 0 && hello.generation() < generation_) {
+      return CheckStreamGenerationLocked(hello.ranks(0), hello.generation());
+    }
+    return absl::FailedPreconditionError(absl::StrCat("hello.generation ", hello.generation(),
+                                                      " is not the job's generation ", generation_, ": Join again"));
+  }
+  if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
+  if (state_ == v1::JOB_FINISHED) return absl::FailedPreconditionError("job has finished");
+  const int first = hello.ranks(0);
+  for (int rank : hello.ranks()) {
+    const RankRuntime& m = ranks_[static_cast<size_t>(rank)];
+    if (state_ == v1::JOB_WAITING || !rendezvous_.member(rank).joined) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " (in hello.ranks) has not completed Join: open the Train stream after Join returns"));
+    }
+    if (m.attached) return absl::AlreadyExistsError(absl::StrCat(RankName(rank), " already has a Train stream"));
+    if (m.state != v1::WORKER_JOINED) {
+      return absl::FailedPreconditionError(absl::StrCat(RankName(rank), " is ", v1::WorkerState_Name(m.state),
+                                                        "; a rank gets one Train stream per job"));
+    }
+    if (rendezvous_.member(rank).host_id != rendezvous_.member(first).host_id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.ranks mixes hosts: ", RankName(first), " is on host '", rendezvous_.member(first).host_id, "' but ",
+          RankName(rank), " on host '", rendezvous_.member(rank).host_id,
+          "'; a host stream carries the ranks of one host"));
+    }
+  }
+  // Why: every listed rank's plans now go to this one stream (each plan
+  // once), and each rank must still be heard on it, as on its own stream.
+  const auto now = Clock::now();
+  for (int rank : hello.ranks()) {
+    RankRuntime& m = ranks_[static_cast<size_t>(rank)];
+    m.attached = true;
+    m.state = v1::WORKER_TRAINING;
+    m.last_activity = now;
+    m.last_heard = now;
+    m.stream = sink.get();
+    m.sink = sink;
+  }
+  sink->job_ranks = n;
+  return absl::OkStatus();
+}
+
+absl::Status JobState::CheckOnStreamLocked(const PlanSink* stream, int64_t generation, int rank,
+                                           const char* what) const {
+  if (rank < 0 || rank >= cfg_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " names rank ", rank, ", out of range for world size ",
+                                                   cfg_.world_size));
+  }
+  if (generation != generation_) return CheckStreamGenerationLocked(rank, generation);
+  if (ranks_[static_cast<size_t>(rank)].stream != stream) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " names rank ", rank,
+                                                   ", which is not one of this Train stream's ranks (hello.ranks)"));
+  }
   return absl::OkStatus();
 }
 
@@ -350,6 +428,47 @@ absl::Status JobState::CheckStreamGenerationLocked(int rank, int64_t generation)
 absl::Status JobState::Report(int rank, int64_t generation, const v1::Report& r) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
+  absl::Status st = ReportLocked(rank, generation, r, &out);
+  if (st.ok() && state_ != v1::JOB_ABORTED) EmitReadyPlansLocked(&out);
+  return st;
+}
+
+absl::Status JobState::HostReport(const PlanSink* stream, int64_t generation, const v1::Report& r) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
+  if (absl::Status st = CheckOnStreamLocked(stream, generation, r.rank(), "report"); !st.ok()) return st;
+  absl::Status st = ReportLocked(r.rank(), generation, r, &out);
+  if (st.ok() && state_ != v1::JOB_ABORTED) EmitReadyPlansLocked(&out);
+  return st;
+}
+
+absl::Status JobState::ReportBatch(const PlanSink* stream, int64_t generation, const v1::ReportBatch& batch) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
+  if (batch.reports_size() == 0) return absl::InvalidArgumentError("report_batch holds no report");
+  if (batch.reports_size() > cfg_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("report_batch holds ", batch.reports_size(),
+                                                   " reports but the world has ", cfg_.world_size, " ranks"));
+  }
+  // Why one lock for the batch: the point of a host stream is that the
+  // coordinator handles a host's reports of an iteration as one message,
+  // and the plans they complete go out once, after the last of them.
+  for (const v1::Report& r : batch.reports()) {  // first: a batch naming a stranger changes nothing
+    if (absl::Status st = CheckOnStreamLocked(stream, generation, r.rank(), "report_batch report"); !st.ok()) {
+      return st;
+    }
+  }
+  for (const v1::Report& r : batch.reports()) {
+    if (absl::Status st = ReportLocked(r.rank(), generation, r, &out); !st.ok()) return st;
+    if (state_ == v1::JOB_ABORTED) return absl::OkStatus();  // the report ended the job; the rest are moot
+  }
+  EmitReadyPlansLocked(&out);
+  return absl::OkStatus();
+}
+
+absl::Status JobState::ReportLocked(int rank, int64_t generation, const v1::Report& r, Outbox* out) {
   if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
   if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError(absl::StrCat("unknown rank ", rank));
   if (absl::Status st = CheckStreamGenerationLocked(rank, generation); !st.ok()) return st;
@@ -372,10 +491,9 @@ absl::Status JobState::Report(int rank, int64_t generation, const v1::Report& r)
     AbortLocked(absl::StrCat(RankName(min_done_rank_), " finished after iteration ", min_done_iteration_, " but ",
                              RankName(rank), " reported iteration ", r.iteration(),
                              ": ranks ran different numbers of steps"),
-                &out);
+                out);
     return absl::OkStatus();
   }
-  EmitReadyPlansLocked(&out);
   return absl::OkStatus();
 }
 
@@ -406,8 +524,14 @@ void JobState::BroadcastLocked(PlanPtr plan, Outbox* out) {
 }
 
 void JobState::DeliverLocked(const PlanPtr& plan, Outbox* out) {
+  // Why the sequence number: a host stream's sink serves several ranks and
+  // must get each plan once (plans are identical on every rank).
+  const uint64_t seq = ++broadcast_seq_;
   for (int r = 0; r < cfg_.world_size; ++r) {
-    if (ranks_[static_cast<size_t>(r)].state == v1::WORKER_TRAINING) PushLocked(r, plan, out);
+    RankRuntime& m = ranks_[static_cast<size_t>(r)];
+    if (m.state != v1::WORKER_TRAINING || !m.sink || m.sink->job_last_broadcast == seq) continue;
+    m.sink->job_last_broadcast = seq;
+    PushLocked(r, plan, out);
   }
 }
 
@@ -431,7 +555,10 @@ void JobState::PushLocked(int rank, const PlanPtr& plan, Outbox* out) {
 
 void JobState::CloseSinkLocked(int rank) {
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
-  if (m.sink) m.sink->Close();
+  if (!m.sink) return;
+  // Why: a host stream still carries its other ranks; it closes with its last.
+  if (--m.sink->job_ranks <= 0) m.sink->Close();
+  m.sink.reset();
 }
 
 void JobState::AbortLocked(const std::string& reason, Outbox* out) {
@@ -453,26 +580,42 @@ void JobState::AbortLocked(const std::string& reason, Outbox* out) {
 }
 
 void JobState::MarkLostLocked(int rank, const std::string& why, Outbox* out) {
-  RankRuntime& m = ranks_[static_cast<size_t>(rank)];
-  if (m.state == v1::WORKER_LOST || m.state == v1::WORKER_DONE) return;
-  m.state = v1::WORKER_LOST;
-  const std::string msg = absl::StrCat(RankName(rank), " lost: ", why);
-  m.exit_reason = msg;
-  if (m.sink) {
-    // Tell the rank itself too, in case its stream still works (e.g. it was
-    // blamed for a missing report): it stops instead of waiting.
-    auto plan = std::make_shared<v1::Plan>();
-    plan->set_iteration(plans_.next_plan());
-    plan->set_action(v1::ABORT);
-    plan->set_reason(absl::StrCat("this rank was declared lost: ", msg));
-    PushLocked(rank, plan, out);
-    m.sink->Close();
+  MarkRanksLostLocked({rank}, why, out);
+}
+
+void JobState::MarkRanksLostLocked(const std::vector<int>& candidates, const std::string& why, Outbox* out) {
+  std::vector<int> lost;
+  std::vector<std::string> names;
+  for (int rank : candidates) {
+    const RankRuntime& m = ranks_[static_cast<size_t>(rank)];
+    if (m.state == v1::WORKER_LOST || m.state == v1::WORKER_DONE) continue;
+    lost.push_back(rank);
+    names.push_back(RankName(rank));
   }
+  if (lost.empty()) return;
+  const std::string msg = absl::StrCat(absl::StrJoin(names, ", "), " lost: ", why);
   const bool restartable = cfg_.max_restarts > 0;
-  events_.Append(v1::EVENT_LOST, rank, plans_.next_plan(),
-                 restartable ? absl::StrCat(msg, " (generation ", generation_, ")") : msg);
+  for (int rank : lost) {
+    RankRuntime& m = ranks_[static_cast<size_t>(rank)];
+    m.state = v1::WORKER_LOST;
+    m.exit_reason = msg;
+    if (m.sink) {
+      // Tell the rank itself too, in case its stream still works (e.g. it was
+      // blamed for a missing report): it stops instead of waiting. Plan.ranks
+      // names it, so a host stream passes this one to it alone.
+      auto plan = std::make_shared<v1::Plan>();
+      plan->set_iteration(plans_.next_plan());
+      plan->set_action(v1::ABORT);
+      plan->set_reason(absl::StrCat("this rank was declared lost: ", msg));
+      plan->add_ranks(rank);
+      PushLocked(rank, plan, out);
+      CloseSinkLocked(rank);
+    }
+    events_.Append(v1::EVENT_LOST, rank, plans_.next_plan(),
+                   restartable ? absl::StrCat(msg, " (generation ", generation_, ")") : msg);
+  }
   if (CanRestartLocked()) {
-    RestartLocked(rank, msg, out);
+    RestartLocked(lost.front(), msg, out);
     return;
   }
   AbortLocked(restartable && state_ == v1::JOB_RUNNING
@@ -536,6 +679,17 @@ absl::Status JobState::Done(int rank, int64_t generation, const v1::Done& done) 
   std::lock_guard<std::mutex> l(mu_);
   if (rank < 0 || rank >= cfg_.world_size) return absl::InvalidArgumentError("unknown rank");
   if (absl::Status st = CheckStreamGenerationLocked(rank, generation); !st.ok()) return st;
+  return DoneLocked(rank, done, &out);
+}
+
+absl::Status JobState::HostDone(const PlanSink* stream, int64_t generation, const v1::Done& done) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (absl::Status st = CheckOnStreamLocked(stream, generation, done.rank(), "done"); !st.ok()) return st;
+  return DoneLocked(done.rank(), done, &out);
+}
+
+absl::Status JobState::DoneLocked(int rank, const v1::Done& done, Outbox* out) {
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
   if (m.state != v1::WORKER_TRAINING) {
     return absl::FailedPreconditionError(
@@ -543,10 +697,11 @@ absl::Status JobState::Done(int rank, int64_t generation, const v1::Done& done) 
   }
   std::string reason = done.exit_reason().substr(0, kMaxStringBytes);
   if (done.exit_code() != 0 && Running()) {
-    MarkLostLocked(rank, absl::StrCat("failed (exit code ", done.exit_code(), "): ", reason), &out);
+    MarkLostLocked(rank, absl::StrCat("failed (exit code ", done.exit_code(), "): ", reason), out);
     return absl::OkStatus();
   }
-  // Why: the rank finished cleanly; its stream gets no more plans.
+  // Why: the rank finished cleanly; its stream gets no more plans (a host
+  // stream goes on for its other ranks).
   m.state = v1::WORKER_DONE;
   m.exit_reason = reason;
   m.attached = false;
@@ -563,10 +718,10 @@ absl::Status JobState::Done(int rank, int64_t generation, const v1::Done& done) 
     AbortLocked(absl::StrCat(RankName(rank), " finished after iteration ", m.last_iteration, " while ",
                              RankName(other), " reported iteration ", max_reported,
                              ": ranks ran different numbers of steps"),
-                &out);
+                out);
     return absl::OkStatus();
   }
-  MaybeFinishLocked(&out);
+  MaybeFinishLocked(out);
   return absl::OkStatus();
 }
 
@@ -578,11 +733,23 @@ absl::Status JobState::Heartbeat(int rank, int64_t generation, const v1::Heartbe
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat names rank ", hb.rank(), " on the Train stream of rank ", rank));
   }
+  HeartbeatLocked(rank, hb, now);
+  return absl::OkStatus();
+}
+
+absl::Status JobState::HostHeartbeat(const PlanSink* stream, int64_t generation, const v1::Heartbeat& hb,
+                                     Clock::time_point now) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (absl::Status st = CheckOnStreamLocked(stream, generation, hb.rank(), "heartbeat"); !st.ok()) return st;
+  HeartbeatLocked(hb.rank(), hb, now);
+  return absl::OkStatus();
+}
+
+void JobState::HeartbeatLocked(int rank, const v1::Heartbeat& hb, Clock::time_point now) {
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
-  if (m.state != v1::WORKER_TRAINING) return absl::OkStatus();  // finishing, or already lost
+  if (m.state != v1::WORKER_TRAINING) return;  // finishing, or already lost
   m.last_heard = std::max(m.last_heard, now);
   m.heartbeat_iteration = hb.iteration();
-  return absl::OkStatus();
 }
 
 void JobState::StreamClosed(int rank, int64_t generation, const std::string& cause) {
@@ -593,20 +760,61 @@ void JobState::StreamClosed(int rank, int64_t generation, const std::string& cau
   RankRuntime& m = ranks_[static_cast<size_t>(rank)];
   m.attached = false;
   CloseSinkLocked(rank);
-  if (m.state != v1::WORKER_TRAINING) return;  // Done, or already lost
+  RanksDisconnectedLocked({rank}, cause, &out);
+}
+
+absl::Status JobState::RankClosed(const PlanSink* stream, int64_t generation, const v1::RankClosed& closed) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (absl::Status st = CheckOnStreamLocked(stream, generation, closed.rank(), "rank_closed"); !st.ok()) return st;
+  RankRuntime& m = ranks_[static_cast<size_t>(closed.rank())];
+  m.attached = false;
+  CloseSinkLocked(closed.rank());
+  RanksDisconnectedLocked({closed.rank()},
+                          closed.cause().empty() ? std::string("stream closed")
+                                                 : closed.cause().substr(0, kMaxStringBytes),
+                          &out);
+  return absl::OkStatus();
+}
+
+void JobState::HostStreamClosed(const PlanSink* stream, int64_t generation, const std::string& cause) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (generation != generation_ || stream == nullptr) return;  // an ended generation: its ranks are gone already
+  std::vector<int> gone;
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    RankRuntime& m = ranks_[static_cast<size_t>(r)];
+    if (m.stream != stream || !m.attached) continue;
+    m.attached = false;
+    CloseSinkLocked(r);
+    gone.push_back(r);
+  }
+  RanksDisconnectedLocked(gone, cause, &out);
+}
+
+void JobState::RanksDisconnectedLocked(const std::vector<int>& ranks, const std::string& cause, Outbox* out) {
+  std::vector<int> training;
+  for (int r : ranks) {
+    if (ranks_[static_cast<size_t>(r)].state == v1::WORKER_TRAINING) training.push_back(r);  // else Done, or lost
+  }
+  if (training.empty()) return;
   if (state_ == v1::JOB_ABORTED || state_ == v1::JOB_FINISHED) {
-    m.state = v1::WORKER_DONE;
-    m.exit_reason = absl::StrCat("disconnected after the job ended: ", cause);
+    for (int r : training) {
+      ranks_[static_cast<size_t>(r)].state = v1::WORKER_DONE;
+      ranks_[static_cast<size_t>(r)].exit_reason = absl::StrCat("disconnected after the job ended: ", cause);
+    }
     return;
   }
   if (plans_.StopPlanSent()) {
-    // Why: the stop plan is out, so this rank had nothing left to do.
-    m.state = v1::WORKER_DONE;
-    m.exit_reason = absl::StrCat("disconnected after the stop plan: ", cause);
-    MaybeFinishLocked(&out);
+    // Why: the stop plan is out, so these ranks had nothing left to do.
+    for (int r : training) {
+      ranks_[static_cast<size_t>(r)].state = v1::WORKER_DONE;
+      ranks_[static_cast<size_t>(r)].exit_reason = absl::StrCat("disconnected after the stop plan: ", cause);
+    }
+    MaybeFinishLocked(out);
     return;
   }
-  MarkLostLocked(rank, cause, &out);
+  MarkRanksLostLocked(training, cause, out);
 }
 
 void JobState::CheckLiveness(Clock::time_point now) {

@@ -40,6 +40,13 @@
 // generation are refused (or ignored: StreamClosed), so an old worker can
 // never touch the new generation's ranks.
 //
+// Host streams (coordinator.proto "Host streams"): a Train stream may carry
+// several ranks of one host. Their RankRuntimes share one sink (each plan is
+// pushed to it once; it closes when its last rank lets go) and remember the
+// stream (RankRuntime::stream), so a host stream can only speak for its own
+// ranks. Everything else (states, liveness, blame) stays per rank; a host
+// stream that ends loses its training ranks together, in one loss naming all.
+//
 // Waiting holds no thread: a Join that arrives before the world is complete
 // is answered (its callback runs) by the Join that completes the world, by
 // the Scheduler at the join deadline, by CancelJoin, or by Shutdown/Abort.
@@ -101,7 +108,10 @@ std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg);
 struct RankRuntime {
   v1::WorkerState state = v1::WORKER_STATE_UNSPECIFIED;
   bool attached = false;
-  std::shared_ptr<PlanSink> sink;
+  std::shared_ptr<PlanSink> sink;  // released (reset) when the rank is done, lost or its stream closed
+  // The stream the rank attached on, for identity only (never dereferenced;
+  // kept after the sink is released): a host stream may only speak for its ranks.
+  const PlanSink* stream = nullptr;
   int64_t last_iteration = -1;  // last reported
   double last_step_ms = 0, last_loss = 0;
   std::string exit_reason;
@@ -161,6 +171,25 @@ class JobState {
   // loss message when the rank had not sent Done ("stream closed", or the
   // status). Ignored for a stream of an ended generation.
   void StreamClosed(int rank, int64_t generation, const std::string& cause);
+
+  // Host streams (coordinator.proto "Host streams"): Attach with a non-empty
+  // hello.ranks binds every listed rank to one sink (all or none). The calls
+  // below name the stream by its sink (`stream`, the pointer given to Attach;
+  // identity only) and the generation of its hello; a rank not attached on
+  // that stream is an InvalidArgument naming it. Errors are protocol
+  // violations: the caller ends the stream (and calls HostStreamClosed).
+  absl::Status ReportBatch(const PlanSink* stream, int64_t generation, const v1::ReportBatch& batch);
+  absl::Status HostReport(const PlanSink* stream, int64_t generation, const v1::Report& report);
+  absl::Status HostDone(const PlanSink* stream, int64_t generation, const v1::Done& done);
+  absl::Status HostHeartbeat(const PlanSink* stream, int64_t generation, const v1::Heartbeat& hb,
+                             Clock::time_point now = Clock::now());
+  // One rank's own connection to the host agent ended without Done: as
+  // StreamClosed for that rank; the stream goes on for its other ranks.
+  absl::Status RankClosed(const PlanSink* stream, int64_t generation, const v1::RankClosed& closed);
+  // The host stream ended: every rank still attached on it is released, and
+  // those still training are lost together (one loss naming all of them).
+  // Call exactly once per attached host stream. Ignored for an ended generation.
+  void HostStreamClosed(const PlanSink* stream, int64_t generation, const std::string& cause);
 
   // Declares at most one rank lost (liveness_policy.h). Called periodically.
   void CheckLiveness(Clock::time_point now);
@@ -234,9 +263,23 @@ class JobState {
   void DeliverLocked(const PlanPtr& plan, Outbox* out);
   void DeliverDuePlans();
   void PushLocked(int rank, const PlanPtr& plan, Outbox* out);
+  // The rank's plans stop: it lets go of its sink, which is closed when no
+  // rank is left on it.
   void CloseSinkLocked(int rank);
+  absl::Status AttachHostLocked(const v1::Hello& hello, std::shared_ptr<PlanSink> sink);
+  // OK when `rank` is attached on `stream` in `generation`.
+  absl::Status CheckOnStreamLocked(const PlanSink* stream, int64_t generation, int rank, const char* what) const;
+  // Validates and records one report; the caller emits the plans it completes.
+  absl::Status ReportLocked(int rank, int64_t generation, const v1::Report& r, Outbox* out);
+  absl::Status DoneLocked(int rank, const v1::Done& done, Outbox* out);
+  void HeartbeatLocked(int rank, const v1::Heartbeat& hb, Clock::time_point now);
+  // The stream-closed rule for `ranks` (released already): lost together, or
+  // done when the job ended or the stop plan is out.
+  void RanksDisconnectedLocked(const std::vector<int>& ranks, const std::string& cause, Outbox* out);
   void AbortLocked(const std::string& reason, Outbox* out);
   void MarkLostLocked(int rank, const std::string& why, Outbox* out);
+  // Several ranks lost at once (a host stream): one loss naming all of them.
+  void MarkRanksLostLocked(const std::vector<int>& ranks, const std::string& why, Outbox* out);
   void MaybeFinishLocked(Outbox* out);
 
   const JobConfig cfg_;
@@ -260,6 +303,7 @@ class JobState {
   Rendezvous rendezvous_;
   PlanAggregator plans_;
   std::vector<RankRuntime> ranks_;
+  uint64_t broadcast_seq_ = 0;  // DeliverLocked's count (PlanSink::job_last_broadcast)
   Clock::time_point world_complete_time_{};
   Clock::time_point last_plan_time_{};
   // DONE ranks: the lowest last reported iteration among them (a report

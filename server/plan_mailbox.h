@@ -1,4 +1,5 @@
-// PlanSink: where JobState delivers one rank's Plans. The Train stream's
+// PlanSink: where JobState delivers the Plans of one Train stream's ranks
+// (one rank, or several on a host stream; coordinator.proto "Host streams"). The Train stream's
 // reactor (train_reactor.h) is the real one; PlanMailbox is a plain queue
 // for tests and the fuzzer.
 //
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -30,6 +32,14 @@ class PlanSink {
   // No more plans will be pushed; what is queued still goes out.
   virtual void Close() = 0;
   virtual void Flush() {}
+
+  // JobState's bookkeeping, guarded by JobState's lock (a sink never reads
+  // or writes these). A host stream's sink serves several ranks:
+  // job_ranks counts the ranks whose plans still go here (Close() runs when
+  // the last one is released), and job_last_broadcast is the broadcast that
+  // last pushed here, so each plan reaches a host stream once, not once per rank.
+  int job_ranks = 0;
+  uint64_t job_last_broadcast = 0;
 };
 
 // Runs the Flush() of many sinks (one plan broadcast, after JobState has

@@ -92,20 +92,27 @@ TrainReactor::TrainReactor(grpc::CallbackServerContext* ctx, JobState* job, cons
 }
 
 void TrainReactor::StopReading(const std::string& cause, grpc::Status status) {
-  if (rank_ >= 0) job_->StreamClosed(rank_, generation_, cause);  // closes the sink
+  if (host_) {
+    // Why: every rank still on the host stream is lost with it (one loss naming them all).
+    job_->HostStreamClosed(writer_.get(), generation_,
+                           cause == "stream closed" ? "host Train stream closed"
+                                                    : absl::StrCat("host Train stream: ", cause));
+  } else if (rank_ >= 0) {
+    job_->StreamClosed(rank_, generation_, cause);  // closes the sink
+  }
   writer_->ReadsDone(std::move(status));
 }
 
 void TrainReactor::OnReadDone(bool ok) {
   if (!ok) {
-    if (rank_ < 0) {
+    if (rank_ < 0 && !host_) {
       StopReading("", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Train stream closed before hello"));
     } else {
       StopReading(ctx_->IsCancelled() ? "stream closed (cancelled)" : "stream closed", grpc::Status::OK);
     }
     return;
   }
-  if (rank_ < 0) {
+  if (rank_ < 0 && !host_) {
     if (!up_.has_hello()) {
       StopReading("", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    "the first message on a Train stream must be hello{job_id, rank, generation}"));
@@ -118,13 +125,49 @@ void TrainReactor::OnReadDone(bool ok) {
       StopReading("", ToGrpc(st));
       return;
     }
-    rank_ = up_.hello().rank();
+    host_ = up_.hello().ranks_size() > 0;
+    rank_ = host_ ? -1 : up_.hello().rank();
     generation_ = up_.hello().generation();
     StartRead(&up_);
     return;
   }
   absl::Status st;
   bool done = false;
+  if (host_) {
+    switch (up_.msg_case()) {
+      case v1::TrainUp::kReportBatch:
+        st = job_->ReportBatch(writer_.get(), generation_, up_.report_batch());
+        break;
+      case v1::TrainUp::kReport:
+        st = job_->HostReport(writer_.get(), generation_, up_.report());
+        break;
+      case v1::TrainUp::kDone:
+        // Why reading goes on: the stream still carries the host's other
+        // ranks; it ends when the agent half-closes it.
+        st = job_->HostDone(writer_.get(), generation_, up_.done());
+        break;
+      case v1::TrainUp::kHeartbeat:
+        st = job_->HostHeartbeat(writer_.get(), generation_, up_.heartbeat());
+        break;
+      case v1::TrainUp::kRankClosed:
+        st = job_->RankClosed(writer_.get(), generation_, up_.rank_closed());
+        break;
+      case v1::TrainUp::kHello:
+        st = absl::InvalidArgumentError("hello sent twice on one Train stream");
+        break;
+      default:
+        st = absl::InvalidArgumentError(
+            "empty TrainUp message (no report_batch, report, heartbeat, done or rank_closed)");
+        break;
+    }
+    if (!st.ok()) {
+      PSYNC_LOG(WARNING) << "host Train stream: " << st.message();
+      StopReading(absl::StrCat("protocol error: ", st.message()), ToGrpc(st));
+      return;
+    }
+    StartRead(&up_);
+    return;
+  }
   switch (up_.msg_case()) {
     case v1::TrainUp::kReport:
       st = job_->Report(rank_, generation_, up_.report());
@@ -138,6 +181,12 @@ void TrainReactor::OnReadDone(bool ok) {
       break;
     case v1::TrainUp::kHello:
       st = absl::InvalidArgumentError("hello sent twice on one Train stream");
+      break;
+    case v1::TrainUp::kReportBatch:
+    case v1::TrainUp::kRankClosed:
+      st = absl::InvalidArgumentError(
+          "report_batch and rank_closed are for host streams only (hello.ranks); this is the Train stream of "
+          "one rank");
       break;
     default:
       st = absl::InvalidArgumentError("empty TrainUp message (no hello, report, heartbeat or done)");

@@ -1,5 +1,6 @@
 // TrainReactor: one worker's Train stream (coordinator.proto) on gRPC's
-// callback API. Reads hello, then reports / heartbeats / done, and hands
+// callback API, or a host stream carrying several ranks of one host
+// (hello.ranks; the ranks' membership is kept by JobState). Reads hello, then reports / heartbeats / done, and hands
 // each to JobState; writes the rank's plans as JobState delivers them. No
 // thread of its own and none blocked: gRPC calls its reactions on its
 // callback threads, JobState pushes plans from whichever thread completed
@@ -44,7 +45,8 @@ class TrainReactor final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>
   JobState* const job_;
   std::shared_ptr<Writer> writer_;
   v1::TrainUp up_;  // the message being read (one read at a time)
-  int rank_ = -1;   // -1 until hello attached the stream
+  int rank_ = -1;   // -1 until hello attached the stream (and on a host stream)
+  bool host_ = false;  // a host stream (hello.ranks): its ranks are JobState's (RankRuntime::stream)
   int64_t generation_ = 0;  // the job generation of the hello (every call to JobState names it)
 };
 

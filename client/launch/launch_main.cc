@@ -14,6 +14,12 @@
 // that don't stop in time) sends SIGTERM, then SIGKILL. The launcher never
 // starts gRPC itself (it forks), so it talks to the coordinator via psyncctl.
 //
+// Plan relay (--relay, default on with --nproc > 1): the launcher also starts
+// psync-relay (client/relay/README.md) and gives the workers
+// --plan-relay=127.0.0.1:PORT, so the host's ranks share one Train stream to
+// the coordinator (one report message and one plan per iteration for the
+// host). Its exit while workers run stops the job like the coordinator's.
+//
 // Token: without --token / PSYNC_TOKEN the launcher makes a random one for
 // the job (so nobody else on the machine, or on the network with
 // --host=0.0.0.0, can stop the job or touch its rendezvous keys) and passes
@@ -32,7 +38,7 @@
 // Exit status: the worst of the final generation's exit codes (0
 // done/stopped, 1 internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5
 // coordinator lost; a worker killed by a signal counts as 128+signal), or the
-// launcher's own: 2 for bad flags, 3 when the coordinator does not start.
+// launcher's own: 2 for bad flags, 3 when the coordinator (or the relay) does not start.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -78,6 +84,10 @@ ABSL_FLAG(std::string, psyncctl_bin, "", "path of psyncctl (default: found next 
 ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator, space separated");
 ABSL_FLAG(absl::Duration, grace, absl::Seconds(30),
           "after a stop request or a failed worker: how long workers get to exit before SIGTERM");
+ABSL_FLAG(bool, relay, true,
+          "with --nproc > 1: run psync-relay, so this host's workers reach the coordinator on one Train stream "
+          "(one report message and one plan per host per iteration); --relay=false: one stream per worker");
+ABSL_FLAG(std::string, relay_bin, "", "path of psync-relay (default: found next to psync-launch)");
 ABSL_FLAG(bool, all_output, false, "show every rank's stdout, not only rank 0's");
 ABSL_FLAG(int, max_restarts, 0,
           "when a worker fails (exit != 0 but 2, or killed), stop the others and start every worker again, at "
@@ -178,7 +188,7 @@ int main(int argc, char** argv) {
   std::cerr << std::nounitbuf;
   static const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                                 "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
-                                                "all_output", "max_restarts"};
+                                                "all_output", "max_restarts", "relay", "relay_bin"};
   absl::StatusOr<psync::ParsedArgs> parsed =
       psync::ParseFlagsStrict(argc, argv, kFlags, /*stop_at_dashes=*/true);
   if (!parsed.ok()) {
@@ -256,6 +266,16 @@ int main(int argc, char** argv) {
   auto ctl_bin = find(absl::GetFlag(FLAGS_psyncctl_bin), "psyncctl", {"client", "client/psyncctl", "client/ctl", "bin"},
                       "psyncctl-bin");
   if (!coord_bin || !worker_bin) return 2;
+  // The relay only pays with several ranks on the host (one stream either way otherwise).
+  const bool use_relay = absl::GetFlag(FLAGS_relay) && nproc > 1;
+  std::optional<std::string> relay_bin;
+  if (use_relay) {
+    relay_bin = find(absl::GetFlag(FLAGS_relay_bin), "psync-relay", {"client/relay", "bin"}, "relay-bin");
+    if (!relay_bin) {
+      std::cerr << "psync-launch: (or pass --relay=false to run without the plan relay)\n";
+      return 2;
+    }
+  }
   if (!ctl_bin) std::cerr << "psync-launch: warning: without psyncctl, Ctrl-C stops workers with SIGTERM\n";
 
   if (pipe(g_signal_pipe) != 0) {
@@ -282,9 +302,11 @@ int main(int argc, char** argv) {
   }
   const std::string tmpdir = tmpl;
   const std::string port_file = tmpdir + "/port";
+  const std::string relay_port_file = tmpdir + "/relay_port";
   const std::string token_file = tmpdir + "/token";
   auto cleanup_tmp = [&] {
     unlink(port_file.c_str());
+    unlink(relay_port_file.c_str());
     unlink(token_file.c_str());
     rmdir(tmpdir.c_str());
   };
@@ -353,6 +375,46 @@ int main(int argc, char** argv) {
             << (generated_token ? absl::StrCat("; token in ", token_file) : std::string()) << "), starting " << nproc
             << " worker(s)\n";
 
+  // ---- the host's plan relay (client/relay/README.md): the workers' Train
+  // streams go through it, one host stream to the coordinator.
+  Child relay{"psync-relay", -1, false};
+  std::string relay_addr;
+  if (use_relay) {
+    std::vector<std::string> rargv = {*relay_bin, absl::StrCat("--coordinator=", coord_addr), "--port=0",
+                                      absl::StrCat("--port-file=", relay_port_file),
+                                      absl::StrCat("--expect-ranks=", nproc)};
+    if (!tls_ca.empty()) rargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
+    std::vector<std::string> renv;
+    if (!token.empty()) renv.push_back("PSYNC_TOKEN=" + token);
+    relay.pid = Spawn(rargv, renv, devnull);
+    relay.running = relay.pid > 0;
+    std::vector<Child*> relay_only = {&relay};
+    int rport = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (relay.running && Clock::now() < deadline) {
+      std::ifstream f(relay_port_file);
+      if (f >> rport && rport > 0) break;
+      rport = 0;
+      Reap(relay_only);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (rport == 0) {
+      // Why not go on without it: the job was asked to run with the relay;
+      // starting differently would hide a broken install.
+      std::cerr << "psync-launch: psync-relay did not start ("
+                << (relay.running ? std::string("no port file within 30s") : DescribeStatus(relay.status))
+                << "); use --relay=false to run without it\n";
+      if (relay.running) StopAll(relay_only, std::chrono::milliseconds(3000));
+      StopAll(coord_only, std::chrono::milliseconds(3000));
+      cleanup_tmp();
+      return 3;
+    }
+    relay_addr = absl::StrCat("127.0.0.1:", rport);
+    std::cerr << "psync-launch: plan relay " << relay_addr << " (pid " << relay.pid << "): one Train stream for the "
+              << nproc << " local ranks\n";
+  }
+  std::vector<Child*> relay_only = {&relay};
+
   // ---- workers, one generation per pass (a new pass after each restart)
   const bool all_output = absl::GetFlag(FLAGS_all_output);
   std::vector<Child> workers;
@@ -370,6 +432,7 @@ int main(int argc, char** argv) {
       wargv.push_back(absl::StrCat("--coordinator=", coord_addr));
       wargv.push_back(absl::StrCat("--job-id=", job_id));
       if (!tls_ca.empty()) wargv.push_back(absl::StrCat("--tls-ca=", tls_ca));
+      if (!relay_addr.empty()) wargv.push_back(absl::StrCat("--plan-relay=", relay_addr));
       // PSYNC_RESTART_COUNT: how many times the workers were restarted (as
       // torchrun's TORCHELASTIC_RESTART_COUNT).
       // Every rank on this host: LOCAL_WORLD_SIZE lets --backend=auto use shared memory.
@@ -395,6 +458,7 @@ int main(int argc, char** argv) {
   int restarts_done = 0;
   bool stopping = false;  // a stop was asked for (or the coordinator is gone): no more restarts
   bool coordinator_reported = false;
+  bool relay_reported = false;
   int64_t round = 0;      // supervision rounds: orders worker failures
   start_workers(0);
   while (true) {
@@ -407,12 +471,21 @@ int main(int argc, char** argv) {
       ++round;
       Reap(wptrs, round);
       Reap(coord_only, round);
+      if (relay.pid > 0) Reap(relay_only, round);
       bool any_running = std::any_of(wptrs.begin(), wptrs.end(), [](Child* c) { return c->running; });
       if (!coordinator.running && !coordinator_reported) {
         coordinator_reported = true;
         stopping = true;
         std::cerr << "psync-launch: psync-coordinator exited (" << DescribeStatus(coordinator.status)
                   << "); workers will stop\n";
+        if (!kill_at && any_running) kill_at = Clock::now() + grace;
+      }
+      if (relay.pid > 0 && !relay.running && !relay_reported) {
+        // Why like the coordinator: without the relay no worker can reach
+        // the coordinator's Train service, so nothing can be restarted either.
+        relay_reported = true;
+        stopping = true;
+        std::cerr << "psync-launch: psync-relay exited (" << DescribeStatus(relay.status) << "); workers will stop\n";
         if (!kill_at && any_running) kill_at = Clock::now() + grace;
       }
       std::vector<psync::launch::WorkerEnd> ends;
@@ -493,7 +566,8 @@ int main(int argc, char** argv) {
   }
   if (devnull >= 0) close(devnull);
 
-  // ---- tear down the coordinator (bounded)
+  // ---- tear down the relay and the coordinator (bounded)
+  if (relay.running) StopAll(relay_only, std::chrono::milliseconds(5000));
   if (coordinator.running) {
     StopAll(coord_only, std::chrono::milliseconds(5000));
   }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,8 +146,37 @@ struct Harness {
     }));
   }
 
+  // Host streams (hello.ranks): every rank of one shares the mailbox.
+  struct HostStream {
+    std::shared_ptr<PlanMailbox> mailbox;
+    int64_t generation = 1;
+    std::vector<int> ranks;
+  };
+  std::vector<HostStream> host_streams;
+
   void Attach(int rank, const v1::Hello& hello) {
     auto mb = std::make_shared<PlanMailbox>();
+    if (hello.ranks_size() > 0) {
+      if (!job->Attach(hello, mb).ok()) return;
+      CHECK_OR_DIE(hello.generation() == job->generation());
+      std::set<int> distinct(hello.ranks().begin(), hello.ranks().end());
+      CHECK_OR_DIE(distinct.size() == static_cast<size_t>(hello.ranks_size()));  // duplicates refused
+      HostStream hs{mb, hello.generation(), {}};
+      v1::WorkersResponse ws;  // every rank of the stream is on one host
+      job->FillWorkers(&ws);
+      std::map<int, std::string> host_of;
+      for (const auto& w : ws.workers()) host_of[w.rank()] = w.host_id();
+      for (int r : hello.ranks()) {
+        CHECK_OR_DIE(r >= 0 && r < world);
+        CHECK_OR_DIE(!streams[static_cast<size_t>(r)].mailbox);  // a rank attaches once
+        CHECK_OR_DIE(host_of.count(r) && host_of[r] == host_of[hello.ranks(0)]);
+        streams[static_cast<size_t>(r)].mailbox = mb;
+        streams[static_cast<size_t>(r)].generation = hello.generation();
+        hs.ranks.push_back(r);
+      }
+      host_streams.push_back(std::move(hs));
+      return;
+    }
     if (job->Attach(hello, mb).ok()) {
       CHECK_OR_DIE(hello.rank() >= 0 && hello.rank() < world);
       CHECK_OR_DIE(hello.generation() == job->generation());
@@ -163,7 +193,10 @@ struct Harness {
       if (!s.mailbox) continue;
       v1::Plan p;
       while (s.mailbox->TryPop(&p)) {
-        CHECK_OR_DIE(!s.aborted);  // nothing after an ABORT
+        // Nothing but ABORTs after an ABORT (a host stream gets the one naming
+        // its lost rank and then the job's).
+        CHECK_OR_DIE(!s.aborted || p.action() == v1::ABORT);
+        CHECK_OR_DIE(p.action() == v1::ABORT || p.ranks_size() == 0);  // per-rank plans are ABORTs only
         if (p.action() == v1::ABORT) {
           s.aborted = true;
           continue;
@@ -196,6 +229,7 @@ struct Harness {
     stale_generation = generation;
     generation = g;
     streams.assign(static_cast<size_t>(world), Stream{});
+    host_streams.clear();
     for (Stream& s : streams) s.generation = g;
     plan_by_iteration.clear();
     stop_after = -1;
@@ -264,7 +298,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto t0 = JobState::Clock::now();
 
   for (int ops = 0; !in.done() && ops < 400; ++ops) {
-    const uint8_t op = in.Byte() % 19;
+    const uint8_t op = in.Byte() % 21;
     const int rank = in.Byte() % (h.world + 1) - (op == 0 ? 1 : 0);  // -1 .. world-1 for joins, else 0 .. world
     switch (op) {
       case 0: {  // a valid Join (requested rank or any), sometimes naming a generation
@@ -390,6 +424,80 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.job->FillStatus(&st);
         v1::BucketsResponse b;
         h.job->FillBuckets(&b);
+        break;
+      }
+      case 19: {  // hello of a host stream: ranks from a bitmask (duplicates, strangers, mixed hosts) or raw
+        v1::Hello hello;
+        const uint8_t mode = in.Byte();
+        if (mode % 5 == 0) {
+          (void)hello.ParseFromString(in.Bytes(40));
+        } else {
+          hello.set_job_id("fuzz");
+          hello.set_generation(mode % 5 == 1 && h.stale_generation > 0 ? h.stale_generation : h.generation);
+          const uint8_t mask = in.Byte();
+          for (int r = 0; r <= h.world; ++r) {
+            if (mask >> r & 1) hello.add_ranks(r);
+          }
+          if (mode % 7 == 0 && hello.ranks_size() > 0) hello.add_ranks(hello.ranks(0));  // a duplicate
+        }
+        h.Attach(-1, hello);
+        break;
+      }
+      case 20: {  // a message on a host stream: structured (batch, done, heartbeat, rank_closed, close) or raw
+        if (h.host_streams.empty()) break;
+        Harness::HostStream& hs = h.host_streams[in.Byte() % h.host_streams.size()];
+        const PlanSink* sink = hs.mailbox.get();
+        const uint8_t mode = in.Byte() % 7;
+        const int who = hs.ranks[in.Byte() % hs.ranks.size()];
+        const int named = in.Byte() % 8 == 0 ? rank : who;  // sometimes a rank not on the stream
+        switch (mode) {
+          case 0: {  // every rank's next report in one batch
+            v1::ReportBatch b;
+            for (int r : hs.ranks) {
+              v1::Report* rep = b.add_reports();
+              rep->set_rank(r == who ? named : r);
+              rep->set_iteration(h.streams[static_cast<size_t>(r)].next_report);
+              rep->set_used_bitmap(std::string((h.param_count + 7) / 8, static_cast<char>(in.Byte())));
+            }
+            if (h.job->ReportBatch(sink, hs.generation, b).ok()) {
+              for (int r : hs.ranks) ++h.streams[static_cast<size_t>(r)].next_report;
+            }
+            break;
+          }
+          case 1: {
+            v1::Done d;
+            d.set_rank(named);
+            d.set_exit_code(in.Byte() % 4 == 0 ? 1 : 0);
+            (void)h.job->HostDone(sink, hs.generation, d);
+            break;
+          }
+          case 2: {
+            v1::Heartbeat hb;
+            hb.set_rank(named);
+            (void)h.job->HostHeartbeat(sink, hs.generation, hb, t0 + std::chrono::milliseconds(in.U16()));
+            break;
+          }
+          case 3: {
+            v1::RankClosed c;
+            c.set_rank(named);
+            c.set_cause(in.Bytes(20));
+            (void)h.job->RankClosed(sink, hs.generation, c);
+            break;
+          }
+          case 4:
+            h.job->HostStreamClosed(sink, hs.generation, "host Train stream closed");
+            break;
+          default: {  // raw, dispatched as the reactor does for a host stream
+            v1::TrainUp up;
+            (void)up.ParseFromString(in.Bytes(120));
+            if (up.has_report_batch()) (void)h.job->ReportBatch(sink, hs.generation, up.report_batch());
+            if (up.has_report()) (void)h.job->HostReport(sink, hs.generation, up.report());
+            if (up.has_done()) (void)h.job->HostDone(sink, hs.generation, up.done());
+            if (up.has_heartbeat()) (void)h.job->HostHeartbeat(sink, hs.generation, up.heartbeat(), t0);
+            if (up.has_rank_closed()) (void)h.job->RankClosed(sink, hs.generation, up.rank_closed());
+            break;
+          }
+        }
         break;
       }
       case 18: {  // a worker of an ended generation goes on: always refused

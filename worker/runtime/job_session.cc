@@ -128,6 +128,13 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
       comm::CreateProcessGroup(s->choice.backend, store, s->joined.rank, s->joined.world_size, gopt);
   if (!pg.ok()) return Rendezvous(absl::StrCat("creating the ", s->choice.backend, " process group"), pg.status());
   s->group = std::move(*pg);
+  if (!opt.plan_relay.empty()) {
+    // Why: the host's relay carries this rank's Train stream to the
+    // coordinator together with the host's other ranks (client/relay/README.md).
+    if (absl::Status st = s->client->UseTrainRelay(opt.plan_relay, opt.timeout); !st.ok()) {
+      return Rendezvous("reaching the plan relay", st);
+    }
+  }
   if (absl::Status st = s->client->OpenTrainStream(s->joined.rank, s->joined.generation); !st.ok()) {
     return Rendezvous("opening the train stream", st);
   }

@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, job_id, "psync", "job id; must match the coordinator's");
 ABSL_FLAG(std::string, token, "", "shared secret for the coordinator (env PSYNC_TOKEN)");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA / certificate to trust: connect to the coordinator over TLS (env PSYNC_TLS_CA; default plaintext)");
+ABSL_FLAG(std::string, plan_relay, "",
+          "HOST:PORT of this host's psync-relay (psync-launch sets it): the Train stream goes there, carried to "
+          "the coordinator on one stream per host; Join and the store still go to --coordinator (default: none)");
 ABSL_FLAG(std::string, gloo_host, "",
           "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
           "address of the connection to the coordinator)");
@@ -101,7 +104,7 @@ namespace {
 
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
-      "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "gloo_host", "timeout",
+      "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout",
       "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "cnn_channels", "skip_layer", "skip_block",
       "skip_pattern", "init", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
@@ -246,6 +249,15 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   if (!given("tls_ca") && env("PSYNC_TLS_CA")) o.tls_ca = *env("PSYNC_TLS_CA");
   if (!o.tls_ca.empty() && std::ifstream(o.tls_ca).fail()) {
     return Bad("tls-ca", absl::StrCat("cannot read '", o.tls_ca, "': ", std::strerror(errno)));
+  }
+  o.plan_relay = absl::GetFlag(FLAGS_plan_relay);
+  if (!o.plan_relay.empty()) {
+    const size_t colon = o.plan_relay.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(o.plan_relay.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return Bad("plan-relay", absl::StrCat("'", o.plan_relay, "' is not HOST:PORT"));
+    }
   }
   o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
   absl::Duration timeout = absl::GetFlag(FLAGS_timeout);

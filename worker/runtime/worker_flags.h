@@ -29,6 +29,7 @@ struct WorkerOptions {
   std::string job_id = "psync";
   std::string token;
   std::string tls_ca;                            // PEM CA file; empty = plaintext
+  std::string plan_relay;                        // this host's psync-relay (HOST:PORT); empty = none
   std::string gloo_host;                         // empty = derived (see trainer)
   std::chrono::milliseconds timeout{30000};
   // model (nn/models/registry.h)

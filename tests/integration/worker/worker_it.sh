@@ -352,6 +352,7 @@ EOF
     launcher_coordinator "$T/k9.log"
     wait_iteration "$LADDR" 2 "$LTOK"
     kids=("$(sed -n 's/.*coordinator [0-9.]*:[0-9]* (pid \([0-9]*\);.*/\1/p' "$T/k9.log")"
+          "$(sed -n 's/.*plan relay [0-9.]*:[0-9]* (pid \([0-9]*\)).*/\1/p' "$T/k9.log")"
           "$(rank_pid "$LADDR" "$LTOK" 0)" "$(rank_pid "$LADDR" "$LTOK" 1)")
     kill -9 "$LP"
     for p in "${kids[@]}"; do
@@ -359,7 +360,41 @@ EOF
       for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -0 "$p" 2>/dev/null && { kill -9 "$p"; fail "child $p outlived the killed psync-launch by 30 s"; }
     done
-    note "kill -9 of psync-launch: coordinator and both workers (${kids[*]}) exited" ;;
+    note "kill -9 of psync-launch: coordinator, relay and both workers (${kids[*]}) exited" ;;
+
+  launch_relay)
+    # psync-launch's plan relay (on by default with --nproc > 1): the host's
+    # ranks share one Train stream; the weights are exactly those of the same
+    # job with one stream per worker (--relay=false).
+    "$LAUNCH" --nproc=2 -- --steps=200 --quiet --save="$T/relay.st" 2>"$T/relay.log" ||
+      fail "psync-launch (relay) exited $?: $(tail -5 "$T/relay.log")"
+    grep -q "psync-launch: plan relay 127.0.0.1:[0-9]* (pid [0-9]*): one Train stream for the 2 local ranks" \
+      "$T/relay.log" || fail "no relay line: $(cat "$T/relay.log")"
+    grep -q "psync-relay: host stream for ranks 0,1 (generation 1)" "$T/relay.log" ||
+      fail "the relay opened no host stream for ranks 0,1: $(cat "$T/relay.log")"
+    "$LAUNCH" --nproc=2 --relay=false -- --steps=200 --quiet --save="$T/norelay.st" 2>"$T/norelay.log" ||
+      fail "psync-launch --relay=false exited $?: $(tail -5 "$T/norelay.log")"
+    grep -q "plan relay" "$T/norelay.log" && fail "--relay=false still started a relay: $(cat "$T/norelay.log")"
+    same_weights "$T/relay.st" "$T/norelay.st" 0
+    # kill -9 of a worker under the relay: the coordinator hears of it through
+    # the relay (rank 1 named), rank 0 is aborted, the job ends (137) and the
+    # relay exits with it.
+    "$LAUNCH" --nproc=2 -- --steps=1000000 --quiet >"$T/rk.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rk.log"
+    wait_iteration "$LADDR" 2 "$LTOK"
+    rpid=$(sed -n 's/.*plan relay [0-9.]*:[0-9]* (pid \([0-9]*\)).*/\1/p' "$T/rk.log")
+    [[ -n $rpid ]] || fail "no relay pid: $(cat "$T/rk.log")"
+    kill -9 "$(rank_pid "$LADDR" "$LTOK" 1)"
+    wait_exit "$LP" 60
+    [[ $rc == 137 ]] || fail "psync-launch exited $rc after kill -9 of rank 1 under the relay, want 137"
+    grep -q "job aborted at iteration [0-9]*: rank 1 (.*) lost: stream closed (relayed by psync-relay)" "$T/rk.log" ||
+      fail "rank 0 was not told that rank 1 was lost: $(cat "$T/rk.log")"
+    grep -q "rank 0: exit 4, rank 1: killed by signal 9 (Killed); exit 137" "$T/rk.log" ||
+      fail "closing line: $(tail -1 "$T/rk.log")"
+    for _ in $(seq 100); do kill -0 "$rpid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$rpid" 2>/dev/null && fail "psync-relay $rpid outlived its job"
+    note "$(grep -o "job aborted at iteration [0-9]*: rank 1 ([^)]*) lost: [^;]*" "$T/rk.log" | head -1)" ;;
 
   launch_restart)
     # kill -9 of a worker mid-run under --max-restarts=1: the launcher restarts

@@ -85,6 +85,10 @@ struct CoordinatorClient::Impl {
   std::string target, token, job_id = "psync";
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
+  // UseTrainRelay: the Train stream goes here instead (null = to `stub`).
+  std::shared_ptr<grpc::Channel> relay_channel;
+  std::unique_ptr<v1::Coordinator::Stub> relay_stub;
+  std::string stream_target;  // how errors name the stream's far end
 
   // Train stream. write_mu_ serializes Write/WritesDone/Finish.
   std::mutex write_mu;
@@ -165,10 +169,10 @@ struct CoordinatorClient::Impl {
         // Why: the coordinator is alive and says the job was aborted (its
         // ABORT plan, which names the rank at fault, normally comes first).
         end_status = absl::AbortedError(
-            absl::StrCat("coordinator at ", target, " ended the Train stream: ", st.error_message()));
+            absl::StrCat("coordinator at ", stream_target, " ended the Train stream: ", st.error_message()));
       } else {
         end_status = absl::UnavailableError(
-            absl::StrCat("coordinator at ", target, " lost: ",
+            absl::StrCat("coordinator at ", stream_target, " lost: ",
                          st.ok() ? std::string("Train stream ended by the coordinator")
                                  : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message())));
       }
@@ -312,11 +316,33 @@ absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& key,
   return resp.value();
 }
 
+absl::Status CoordinatorClient::UseTrainRelay(const std::string& relay_target, std::chrono::milliseconds timeout) {
+  if (impl_->stream) return absl::FailedPreconditionError("UseTrainRelay after OpenTrainStream");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  args.SetInt("grpc.enable_http_proxy", 0);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Plaintext: the relay listens on 127.0.0.1 only; the token still goes along.
+  auto ch = grpc::CreateCustomChannel(relay_target, grpc::InsecureChannelCredentials(), args);
+  if (!ch->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    return absl::UnavailableError(absl::StrCat("plan relay at ", relay_target, " unreachable: no connection within ",
+                                               timeout.count(), " ms (is psync-relay running there?)"));
+  }
+  impl_->relay_channel = ch;
+  impl_->relay_stub = v1::Coordinator::NewStub(ch);
+  impl_->stream_target = absl::StrCat(impl_->target, " (via the plan relay at ", relay_target, ")");
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
   if (impl_->stream) return absl::FailedPreconditionError("Train stream already open");
+  if (impl_->stream_target.empty()) impl_->stream_target = impl_->target;
   impl_->train_ctx = std::make_unique<grpc::ClientContext>();
   impl_->Prepare(impl_->train_ctx.get());
-  impl_->stream = impl_->stub->Train(impl_->train_ctx.get());
+  impl_->stream = (impl_->relay_stub ? impl_->relay_stub : impl_->stub)->Train(impl_->train_ctx.get());
   v1::TrainUp up;
   up.mutable_hello()->set_job_id(impl_->job_id);
   up.mutable_hello()->set_rank(rank);
@@ -333,7 +359,7 @@ absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
     return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
-                                               : absl::StrCat("coordinator at ", impl_->target,
+                                               : absl::StrCat("coordinator at ", impl_->stream_target,
                                                               " lost: cannot send hello"));
   }
   return absl::OkStatus();
@@ -358,7 +384,7 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
     return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
-                                               : absl::StrCat("coordinator at ", impl_->target,
+                                               : absl::StrCat("coordinator at ", impl_->stream_target,
                                                               " lost: report write failed"));
   }
   return absl::OkStatus();
@@ -382,7 +408,7 @@ absl::StatusOr<Plan> CoordinatorClient::WaitPlan(int64_t iteration, std::chrono:
     if (impl_->cv.wait_until(l, deadline) == std::cv_status::timeout && impl_->plans.empty() &&
         !impl_->ended) {
       return absl::DeadlineExceededError(absl::StrCat("no plan for iteration ", iteration,
-                                                      " from coordinator at ", impl_->target, " within ",
+                                                      " from coordinator at ", impl_->stream_target, " within ",
                                                       timeout.count(), " ms"));
     }
   }
@@ -406,7 +432,7 @@ absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exi
     impl_->done_sent = true;
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
   }
-  if (!ok) return absl::UnavailableError(absl::StrCat("coordinator at ", impl_->target, " lost: cannot send done"));
+  if (!ok) return absl::UnavailableError(absl::StrCat("coordinator at ", impl_->stream_target, " lost: cannot send done"));
   return absl::OkStatus();
 }
 

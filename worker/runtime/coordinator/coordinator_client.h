@@ -161,6 +161,12 @@ class CoordinatorClient {
   absl::Status StoreSet(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> StoreGet(const std::string& key, std::chrono::milliseconds timeout);
 
+  // Opens the Train stream at `relay_target` (a host's psync-relay,
+  // client/relay/README.md: plaintext on 127.0.0.1, the same token) instead
+  // of the coordinator; Join and the store still go to the coordinator. Call
+  // before OpenTrainStream; Unavailable naming the relay when it is not
+  // reachable within `timeout`. Without it the stream goes to the coordinator.
+  absl::Status UseTrainRelay(const std::string& relay_target, std::chrono::milliseconds timeout);
   // Opens the Train stream and sends Hello; starts the plan reader thread.
   absl::Status OpenTrainStream(int rank, int64_t generation);
   absl::Status SendReport(const Report& report);
