@@ -538,7 +538,9 @@ TEST(JobState, SilentRankBlamedOverBlockedHeartbeatingRank) {
   for (int i = 1; i <= 4; ++i) {
     ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + i * 375ms).ok());
     job.CheckLiveness(t0 + i * 375ms + 10ms);
-    if (i * 375 + 10 <= 1500) EXPECT_EQ(job.state(), v1::JOB_RUNNING) << i;
+    if (i * 375 + 10 <= 1500) {
+      EXPECT_EQ(job.state(), v1::JOB_RUNNING) << i;
+    }
   }
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_EQ(LostReason(job, 0), "");
@@ -599,7 +601,9 @@ TEST(JobState, HeartbeatingRankWithoutReportBlamedAfterReportTimeout) {
     ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0, 1), t).ok());
     ASSERT_TRUE(job.Heartbeat(1, 1, Hb(1, 0), t).ok());
     job.CheckLiveness(t + 10ms);
-    if (i <= 9) ASSERT_EQ(job.state(), v1::JOB_RUNNING) << i;
+    if (i <= 9) {
+      ASSERT_EQ(job.state(), v1::JOB_RUNNING) << i;
+    }
   }
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_NE(LostReason(job, 1).find("no report for iteration 1 within 1s"), std::string::npos)
