@@ -13,10 +13,11 @@
 // the group is left in /dev/shm even if every process is killed.
 //
 // Waiting for a peer: spin a little (how long: SpinPolicy, adaptive by
-// default), then sleep on the peer's bell (futex) in short slices; between slices check our own abort flag, the peer's
-// abort word, the peer's liveness (pid via /proc, or its heartbeat where
-// our /proc cannot see it) and the timeout. So a killed peer is named within
-// a few milliseconds, and a stuck one within the timeout.
+// default), then sleep on the peer's bell (futex) in short slices; between
+// slices check our own abort flag, the peer's abort word, the peer's
+// liveness (pid via /proc, or its heartbeat where our /proc cannot see it)
+// and the timeout. So a killed peer is named within a few milliseconds,
+// and a stuck one within the timeout.
 //
 // Threads: Abort() may come from any thread. Everything else is used by one
 // thread at a time (the step/op counters are not synchronised).
