@@ -20,6 +20,7 @@
 //
 //   psync-allreduce-latency-bench --iters=300 --gap-us=500
 //   psync-allreduce-latency-bench --impls=shm,psync --bytes=29184,33587200
+//   psync-allreduce-latency-bench --impls=shm,shm-buf --bytes=4,4096,29184 --shm-spin-us=50   # the former fixed spin
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,8 @@ ABSL_FLAG(int64_t, max_bytes, 4 << 20, "largest size");
 ABSL_FLAG(std::string, bytes, "", "comma-separated sizes (instead of 4 B .. --max-bytes, x4)");
 ABSL_FLAG(int64_t, shm_slot_bytes, 1 << 20, "shm workspace slot size");
 ABSL_FLAG(int64_t, shm_small_bytes, 64 << 10, "shm: largest allreduce of the one-step algorithm");
+ABSL_FLAG(int64_t, shm_spin_us, -1,
+          "shm: spin this many us for a peer before sleeping on its futex (-1 = adaptive, or env PSYNC_SHM_SPIN_US)");
 
 namespace {
 
@@ -106,6 +109,7 @@ int RunRank(int rank, int world, const std::string& dir) {
   so.job_tag = "bench";
   so.shm_slot_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_slot_bytes));
   so.shm_small_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_small_bytes));
+  so.shm_spin_us = absl::GetFlag(FLAGS_shm_spin_us);
   auto shm_or = psync::comm::CreateProcessGroup("shm", store, rank, world, so);
   if (!shm_or.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, std::string(shm_or.status().message()).c_str());

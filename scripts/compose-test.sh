@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
 # The docker-compose integration test (ctest compose_integration): builds the
 # CPU image from deploy/docker/Dockerfile and runs deploy/compose/docker-compose.yml
-# for real, three times:
+# for real, four times:
 #   shutdown            the runner (check-job.sh) checks status with psyncctl and
 #                       shuts the job down: every worker exits 0 after the same
 #                       iteration, the coordinator reports FINISHED, rank 0's
-#                       weights and both summaries are on the psync-data volume;
-#                       once psync-worker has --checkpoint-dir, also the final
-#                       checkpoint (see detect_checkpoints)
-#   worker-killed       `docker kill` of worker-1 mid-run: worker-0 exits 4 naming
-#                       rank 1, the coordinator reports ABORTED with rank 1 LOST,
-#                       no weights are saved
+#                       weights, its final checkpoint and both summaries are on
+#                       the psync-data volume
+#   worker-killed       psync-worker in worker-1 killed (SIGKILL) mid-run: Docker
+#                       starts worker-1 again, worker-0 exits 4 and is started
+#                       again too, the coordinator runs generation 2 from rank
+#                       0's checkpoint (restarts 1/N); the runner then shuts the
+#                       job down and it ends FINISHED as in `shutdown`
+#   worker-killed-no-restart  the same without restarts (PSYNC_MAX_RESTARTS=0
+#                       PSYNC_WORKER_RESTART=no), `docker kill` of worker-1:
+#                       worker-0 exits 4 naming rank 1, the coordinator reports
+#                       ABORTED with rank 1 LOST, no weights are saved
 #   coordinator-killed  `docker kill` of the coordinator mid-run: both workers exit 5
+#                       (with PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
 # Every scenario ends with `docker-compose down -v` and a check that none of its
 # containers, networks or volumes is left.
 #
 # Usage (as root, or as a user of a running dockerd once the base images exist):
-#   scripts/compose-test.sh [shutdown|worker-killed|coordinator-killed ...]   (default: all three)
+#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-no-restart|coordinator-killed ...]
+#   (default: all four)
 # Exit: 0 passed, 1 failed, 77 skipped (Docker cannot run here, or the image was
 # not ready within the time budget: the reason is printed).
 #
@@ -91,12 +98,12 @@ log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
 skip() { log "SKIP: $*"; exit "$SKIP"; }
 die()  { log "FAIL: $*"; exit 1; }
 
-all_scenarios=(shutdown worker-killed coordinator-killed)
+all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed)
 scenarios=()
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    shutdown|worker-killed|coordinator-killed) scenarios+=("$a") ;;
+    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed) scenarios+=("$a") ;;
     *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
   esac
 done
@@ -106,15 +113,12 @@ work=$(mktemp -d /tmp/psync-compose-test.XXXXXX)
 dockerd_pid=""        # set when this script started dockerd (then it stops it)
 c_coord="" c_w0="" c_w1=""   # container ids of the running scenario (up_job)
 project=""            # the compose project of the running scenario
-checkpoint_override="" # a compose file adding --checkpoint-dir to the workers (detect_checkpoints)
 projects_up=()        # projects not torn down yet (the EXIT trap tears these down)
 
 # ---------------------------------------------------------------- teardown
 # compose SECONDS ARGS...: docker-compose on the current project, bounded.
-# With $checkpoint_override (see detect_checkpoints) the workers also get --checkpoint-dir.
 compose() {
-  timeout "$1" "${compose_cmd[@]}" -f "$compose_file" ${checkpoint_override:+-f "$checkpoint_override"} \
-    -p "$project" "${@:2}"
+  timeout "$1" "${compose_cmd[@]}" -f "$compose_file" -p "$project" "${@:2}"
 }
 
 # Everything a compose project left (containers, networks, volumes), one per line.
@@ -577,36 +581,9 @@ print(f"{len(head)} tensors, {len(data)} bytes")
 EOF
 }
 
-# Training checkpoints (issue 9) land in psync-worker later than this test.
-# So the test looks at the image's `psync-worker --help`: once it lists
-# --checkpoint-dir, every scenario's workers get
-# --checkpoint-dir=/var/lib/psync/checkpoints (a compose override file made
-# from `docker-compose config`, so the compose file itself needs no flag the
-# binaries lack) and the shutdown scenario checks the final checkpoint on the
-# volume (check_checkpoint). Until then it logs that the check is off.
+# The compose file gives the workers --checkpoint-dir (on the volume),
+# --checkpoint-every and --resume; the scenarios check the checkpoints there.
 ckpt_dir=/var/lib/psync/checkpoints
-detect_checkpoints() {
-  # Captured first: `... | grep -q` under pipefail fails when grep stops reading early.
-  local help
-  help=$(timeout 60 docker run --rm --network=none "$image" psync-worker --help 2>&1)
-  if ! grep -q -- '--checkpoint-dir=' <<<"$help"; then
-    log "checkpoints: the image's psync-worker has no --checkpoint-dir: the shutdown scenario checks no checkpoint"
-    return 0
-  fi
-  checkpoint_override="$work/checkpoint.override.yml"
-  timeout 60 "${compose_cmd[@]}" -f "$compose_file" config 2>"$work/config.err" | "$py" -c '
-import sys, yaml
-cfg = yaml.safe_load(sys.stdin)
-out = {"services": {}}
-for s in ("worker-0", "worker-1"):
-    cmd = cfg["services"][s]["command"]
-    assert isinstance(cmd, list), f"{s}: command is not a list: {cmd!r}"
-    cmd = [c for c in cmd if not c.startswith("--checkpoint-dir=")]
-    out["services"][s] = {"command": cmd + ["--checkpoint-dir=" + sys.argv[1]]}
-yaml.safe_dump(out, sys.stdout, default_flow_style=False)' "$ckpt_dir" >"$checkpoint_override" \
-    || die "cannot make the compose override adding --checkpoint-dir ($(head -c 300 "$work/config.err"))"
-  log "checkpoints: psync-worker has --checkpoint-dir: workers write to $ckpt_dir, the shutdown scenario checks the final one"
-}
 
 # check_checkpoint DIR STEPS: DIR (the volume's checkpoints) holds complete
 # checkpoints only (ckpt-<step>.safetensors, no temporary file of a write),
@@ -653,6 +630,13 @@ last_line() { docker logs "$1" 2>&1 | grep -v '^step ' | tail -n1; }
 
 scenario_shutdown() {
   up_job || return 1
+  runner_shutdown_checks
+}
+
+# The runner shuts the job down; then: both workers exit 0, the coordinator
+# reports FINISHED, both summaries say exit 0 after the same number of steps,
+# rank 0's weights and final checkpoint are on the volume.
+runner_shutdown_checks() {
   local out rc rc0 rc1 s state steps
   log "$project: runner: check-job.sh (psyncctl status/workers, shutdown --wait)"
   out=$(compose 300 run --rm -T runner 2>&1); rc=$?
@@ -672,14 +656,68 @@ scenario_shutdown() {
   out=$(check_safetensors "$work/$project.data/weights.safetensors" "$steps") \
     || { log "$project: weights.safetensors is not rank 0's final weights"; return 1; }
   log "$project: weights.safetensors: $out, steps_completed=$steps"
-  if [[ -n "$checkpoint_override" ]]; then
-    out=$(check_checkpoint "$work/$project.data/checkpoints" "$steps" 2>&1) \
-      || { log "$project: final checkpoint: $(tail -n1 <<<"$out")"; return 1; }
-    log "$project: final checkpoint $out"
-  fi
+  out=$(check_checkpoint "$work/$project.data/checkpoints" "$steps" 2>&1) \
+    || { log "$project: final checkpoint: $(tail -n1 <<<"$out")"; return 1; }
+  log "$project: final checkpoint $out"
 }
 
+# Kills psync-worker inside container $1 (SIGKILL): the container exits 137
+# and, unlike after `docker kill` (a manual stop to Docker), its restart
+# policy applies. POSIX sh and coreutils in the image: no pgrep. The kill's own `docker
+# exec` dies with the container, so its exit status says nothing.
+kill_worker_process() {
+  local pid
+  # By its executable: its comm is "exe" once it re-executed itself (/proc/self/exe).
+  pid=$(timeout 20 docker exec "$1" sh -c 'for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/exe" 2>/dev/null)" = /usr/local/bin/psync-worker ] && echo "${p#/proc/}"; done' | head -n1)
+  [[ -n "$pid" ]] || return 1
+  timeout 20 docker exec "$1" sh -c "kill -9 $pid" >/dev/null 2>&1
+  return 0
+}
+
+# Waits until the coordinator runs generation $1 with every rank joined, at
+# least $2 iterations past the generation's start; prints the status JSON.
+wait_generation() {
+  local gen=$1 past=$2 deadline=$((SECONDS + 180)) s=""
+  while :; do
+    if s=$(ctl_json status 2>/dev/null) && [[ $(json 'int(d.get("generation",0)) == '"$gen"' and d.get("state","").endswith("RUNNING") and d.get("joined",0) == d.get("world_size",-1) and int(d.get("iteration",-1)) >= int(d.get("start_iteration",0)) + '"$past" <<<"$s") == True ]]; then
+      echo "$s"; return 0
+    fi
+    ((SECONDS < deadline)) || { log "$project: generation $gen not RUNNING with every rank within 180 s: ${s:-no status}"; return 1; }
+    sleep 0.5
+  done
+}
+
+# With the compose file's defaults (restart: on-failure:3, --max-restarts=3,
+# --checkpoint-every=20, --resume): a worker that dies is started again and
+# the job goes on from rank 0's newest checkpoint as generation 2.
 scenario_worker_killed() {
+  up_job || return 1
+  # Past iteration 30 rank 0 has written ckpt-20 (--checkpoint-every=20).
+  wait_running 30 || return 1
+  local s gen start restarts n0 n1 line
+  log "$project: SIGKILL psync-worker in worker-1 (docker exec; Docker restarts the container)"
+  kill_worker_process "$c_w1" || { log "$project: found no psync-worker process in worker-1 to kill"; return 1; }
+  s=$(wait_generation 2 5) || return 1
+  start=$(json 'int(d.get("start_iteration",0))' <<<"$s"); restarts=$(json 'd.get("restarts",0)' <<<"$s")
+  log "$project: generation 2 RUNNING from iteration $start (restarts $restarts/$(json 'd.get("max_restarts",0)' <<<"$s")): $(json 'd.get("last_restart_reason","")' <<<"$s")"
+  ((restarts == 1)) || { log "$project: coordinator counts $restarts restarts, want 1"; return 1; }
+  ((start >= 20)) || { log "$project: generation 2 starts at iteration $start, want >= 20 (ckpt-20 was written)"; return 1; }
+  [[ $(json 'd.get("last_restart_reason","")' <<<"$s") == *"rank 1"* ]] \
+    || { log "$project: last restart reason does not name rank 1: $s"; return 1; }
+  n0=$(docker inspect -f '{{.RestartCount}}' "$c_w0"); n1=$(docker inspect -f '{{.RestartCount}}' "$c_w1")
+  [[ $n0 == 1 && $n1 == 1 ]] || { log "$project: Docker restarted worker-0 $n0 and worker-1 $n1 times, want 1 and 1"; return 1; }
+  for c in "$c_w0" "$c_w1"; do
+    line=$(docker logs "$c" 2>&1 | grep -m1 'resumed from') \
+      || { log "$project: container $c did not log 'resumed from' a checkpoint"; return 1; }
+  done
+  log "$project: Docker restarted each worker once; both resumed ($line)"
+  runner_shutdown_checks
+}
+
+scenario_worker_killed_no_restart() {
+  # The compose file's restarts turned off: a dead worker ends the job.
+  local -x PSYNC_MAX_RESTARTS=0 PSYNC_WORKER_RESTART=no
   up_job || return 1
   wait_running 20 || return 1
   local rc0 s line
@@ -700,11 +738,14 @@ scenario_worker_killed() {
     "$work/$project.data/summary-rank0.json" || { log "$project: summary-rank0.json does not record exit 4"; return 1; }
   [[ ! -e "$work/$project.data/weights.safetensors" ]] || { log "$project: weights were saved by an aborted job"; return 1; }
   log "$project: summary-rank0.json records exit 4; no weights saved"
-  # Once restarts exist (issue 9): start worker-1 again (compose up -d worker-1)
-  # and check that the job resumes from its checkpoint and finishes.
 }
 
 scenario_coordinator_killed() {
+  # What is checked is a worker's own reaction to losing the coordinator
+  # (exit 5 within a second). With the default restart policy Docker would
+  # start the workers again, only to fail to reach the killed coordinator
+  # (exit 3) until their restarts are used up: nothing more to learn here.
+  local -x PSYNC_WORKER_RESTART=no
   up_job || return 1
   wait_running 20 || return 1
   local rc0 rc1 died
@@ -726,7 +767,6 @@ scenario_coordinator_killed() {
 # ---------------------------------------------------------------- main
 ensure_base_images
 build_image
-detect_checkpoints
 export PSYNC_IMAGE=$image
 PSYNC_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 export PSYNC_TOKEN

@@ -1,9 +1,11 @@
 #include "worker/comm/process_group_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hier/hier_group.h"
 #include "worker/comm/shm/shm_group.h"
+#include "worker/comm/shm/spin_policy.h"
 #if defined(PSYNC_WITH_NCCL)
 #include "worker/comm/nccl/nccl_group.h"
 #endif
@@ -51,6 +53,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::stri
     o.job_tag = options.job_tag;
     o.slot_bytes = options.shm_slot_bytes;
     o.small_bytes = options.shm_small_bytes;
+    PSYNC_ASSIGN_OR_RETURN(o.spin, shm::ResolveSpin(options.shm_spin_us));
     return ShmGroup::Create(std::move(store), rank, size, std::move(o));
   }
   if (backend == "hier") return HierGroup::Create(std::move(store), rank, size, options);

@@ -42,6 +42,10 @@ struct GroupOptions {
   // up to shm_small_bytes take the one-step algorithm.
   size_t shm_slot_bytes = 1 << 20;
   size_t shm_small_bytes = 64 << 10;
+  // shm / hier: how long a rank spins for a peer before it sleeps on a
+  // futex. < 0: the env PSYNC_SHM_SPIN_US when set, else adaptive
+  // (shm/spin_policy.h); >= 0: this many microseconds (0 = never spin).
+  int64_t shm_spin_us = -1;
 };
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& backend,

@@ -5,6 +5,7 @@
 #include "common/status_macros.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hier/collectives.h"
+#include "worker/comm/shm/spin_policy.h"
 #include "worker/comm/util.h"
 
 namespace psync::comm {
@@ -50,6 +51,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> HierGroup::Create(std::shared_ptr<
   so.prefix = absl::StrCat(options.prefix, "/h", host);
   so.slot_bytes = options.shm_slot_bytes;
   so.small_bytes = options.shm_small_bytes;
+  PSYNC_ASSIGN_OR_RETURN(so.spin, shm::ResolveSpin(options.shm_spin_us));
   PSYNC_ASSIGN_OR_RETURN(parts->local,
                          shm::ShmContext::Create(store, topo.ranks_on_host(host), local_rank, so));
   // Why sharded only for uniform hosts: shard j must be the same range on

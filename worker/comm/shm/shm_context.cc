@@ -64,7 +64,12 @@ const char* OpKindName(OpKind kind) {
 }
 
 ShmContext::ShmContext(std::vector<int> members, int me, ShmOptions options)
-    : members_(std::move(members)), me_(me), options_(std::move(options)) {}
+    : members_(std::move(members)),
+      me_(me),
+      options_(std::move(options)),
+      spin_(options_.spin ? SpinPolicy::Fixed(*options_.spin)
+                          : SpinPolicy::Adaptive(options_.usable_cores > 0 ? options_.usable_cores : UsableCores(),
+                                                 static_cast<int>(members_.size()))) {}
 
 absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<Store> store, std::vector<int> members,
                                                                int me, ShmOptions options) {
@@ -279,13 +284,26 @@ absl::Status ShmContext::WaitPeer(int local, Counter c, uint64_t step, const Op&
   if (ctr.load(std::memory_order_acquire) >= step) return absl::OkStatus();
   const Clock::time_point start = Clock::now();
   // Spin first: a peer a few microseconds behind costs no sleep/wake-up.
-  const Clock::time_point spin_until = start + options_.spin;
+  // How long: spin_ (learns from how long the recent waits took).
+  const Clock::time_point spin_until = start + spin_.window();
   do {
     for (int i = 0; i < 32; ++i) {
-      if (ctr.load(std::memory_order_acquire) >= step) return absl::OkStatus();
+      if (ctr.load(std::memory_order_acquire) >= step) {
+        spin_.Record(std::chrono::duration_cast<Micros>(Clock::now() - start), false);
+        return absl::OkStatus();
+      }
       CpuRelax();
     }
   } while (Clock::now() < spin_until);
+  absl::Status st = SleepOnPeer(local, c, step, op, phase, start);
+  if (st.ok()) spin_.Record(std::chrono::duration_cast<Micros>(Clock::now() - start), true);
+  return st;
+}
+
+absl::Status ShmContext::SleepOnPeer(int local, Counter c, uint64_t step, const Op& op, const char* phase,
+                                     Clock::time_point start) {
+  ControlBlock* b = block(local);
+  std::atomic<uint64_t>& ctr = b->counters[c].value;
   const Clock::time_point deadline = std::min(start + options_.timeout, deadline_);
   Clock::time_point next_check = start;
   PeerBeat& beat = beats_[static_cast<size_t>(local)];

@@ -12,11 +12,12 @@
 // peer has mapped everything, unlinks its own name. From then on nothing of
 // the group is left in /dev/shm even if every process is killed.
 //
-// Waiting for a peer: spin a little, then sleep on the peer's bell (futex)
-// in short slices; between slices check our own abort flag, the peer's
-// abort word, the peer's liveness (pid via /proc, or its heartbeat where
-// our /proc cannot see it) and the timeout. So a killed peer is named within
-// a few milliseconds, and a stuck one within the timeout.
+// Waiting for a peer: spin a little (how long: SpinPolicy, adaptive by
+// default), then sleep on the peer's bell (futex) in short slices; between
+// slices check our own abort flag, the peer's abort word, the peer's
+// liveness (pid via /proc, or its heartbeat where our /proc cannot see it)
+// and the timeout. So a killed peer is named within a few milliseconds,
+// and a stuck one within the timeout.
 //
 // Threads: Abort() may come from any thread. Everything else is used by one
 // thread at a time (the step/op counters are not synchronised).
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,7 @@
 #include "worker/comm/shm/control_block.h"
 #include "worker/comm/shm/process_identity.h"
 #include "worker/comm/shm/segment.h"
+#include "worker/comm/shm/spin_policy.h"
 #include "worker/comm/store.h"
 
 namespace psync::comm::shm {
@@ -54,8 +57,12 @@ struct ShmOptions {
   int slots = 2;
   // Allreduces up to this size use the one-step symmetric algorithm.
   size_t small_bytes = 64 << 10;
-  // Busy-wait this long before sleeping on a peer's bell.
-  std::chrono::microseconds spin{50};
+  // Busy-wait this long before sleeping on a peer's bell. Unset: adaptive
+  // (spin_policy.h: learnt from the recent waits, 2..200 us, none when the
+  // local ranks outnumber the usable cores).
+  std::optional<std::chrono::microseconds> spin;
+  // The adaptive policy's core count; 0 = detect (UsableCores()).
+  int usable_cores = 0;
   // Watch peers by heartbeat even where /proc could show their pid (tests).
   bool force_heartbeat = false;
 };
@@ -78,6 +85,8 @@ class ShmContext {
   int global_rank(int local) const { return members_[static_cast<size_t>(local)]; }
   const ShmOptions& options() const { return options_; }
   size_t slot_bytes() const { return options_.slot_bytes; }
+  // The spin policy of this context's waits (the running op's thread only).
+  const SpinPolicy& spin_policy() const { return spin_; }
 
   // Every wait also ends at `deadline` (DeadlineExceeded), besides the
   // per-wait timeout: set by an op that runs inline in a Work::Wait. The
@@ -122,6 +131,10 @@ class ShmContext {
   ShmContext(std::vector<int> members, int me, ShmOptions options);
   ControlBlock* block(int local) const { return blocks_[static_cast<size_t>(local)]; }
   std::string SegmentNameOf(const ProcessIdentity& creator, int local, const std::string& suffix) const;
+  // WaitPeer past its spin: sleeps on the peer's bell until its counter
+  // `c` reached `step`, watching aborts, liveness and the timeouts.
+  absl::Status SleepOnPeer(int local, Counter c, uint64_t step, const Op& op, const char* phase,
+                           Clock::time_point start);
   absl::Status PeerFailure(int local, const Op& op, const char* phase, bool timed_out,
                            std::chrono::milliseconds waited) const;
   void HeartbeatLoop();
@@ -138,6 +151,7 @@ class ShmContext {
   Clock::time_point deadline_ = Clock::time_point::max();
   uint64_t op_seq_ = 0;
   uint64_t step_ = 0;
+  SpinPolicy spin_;
   struct PeerBeat {
     uint64_t value = 0;
     Clock::time_point changed{};
