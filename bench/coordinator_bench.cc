@@ -73,7 +73,8 @@ ABSL_FLAG(std::string, ranks_per_stream, "1", "ranks per Train stream (1 = one s
           "streams of N ranks); a comma-separated list runs each size in each mode");
 ABSL_FLAG(int, client_procs, 4, "client processes the simulated workers are spread over");
 ABSL_FLAG(int, channels, 2, "gRPC channels (TCP connections) per client process");
-ABSL_FLAG(int, iterations, 0, "iterations per size (0 = auto: 300 / 200 / 100 / 40 / 20)");
+ABSL_FLAG(int, iterations, 0,
+          "iterations per size (0 = auto: 2000 up to 8 workers, 1000 up to 64, 300 up to 512, else 40)");
 ABSL_FLAG(int, params, 1000, "parameters in the manifest");
 ABSL_FLAG(std::string, coordinator_bin, "", "psync-coordinator to run (default: next to this binary's build dir)");
 ABSL_FLAG(std::string, coordinator_args, "", "extra flags for psync-coordinator, space separated");
@@ -657,7 +658,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     int iters = absl::GetFlag(FLAGS_iterations);
-    if (iters <= 0) iters = n <= 1 ? 300 : n <= 8 ? 200 : n <= 64 ? 100 : n <= 512 ? 40 : 20;
+    // A stall delays every sample of its iteration, so a p99 over fewer
+    // than a few hundred iterations is one unlucky iteration (at 64 workers
+    // and 100 iterations it read 0.4 or 3.6 ms from run to run, at 1000
+    // iterations 0.36-0.44 ms).
+    if (iters <= 0) iters = n <= 8 ? 2000 : n <= 64 ? 1000 : n <= 512 ? 300 : 40;
     for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_ranks_per_stream), ',')) {
       int rps = 0;
       if (!absl::SimpleAtoi(r, &rps) || rps < 1) {
