@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/flags.h"
+#include "common/grpc_client.h"
 #include "psync/v1/control.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT (default: env PSYNC_COORDINATOR, else 127.0.0.1:29500)");
@@ -306,22 +307,10 @@ int main(int argc, char** argv) {
   if (!parsed.given("tls_ca")) {
     if (const char* c = std::getenv("PSYNC_TLS_CA")) tls_ca = c;
   }
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!tls_ca.empty()) {
-    std::ifstream f(tls_ca, std::ios::binary);
-    if (!f) {
-      std::fprintf(stderr, "psyncctl: --tls-ca: cannot read '%s': %s\n", tls_ca.c_str(), std::strerror(errno));
-      return 2;
-    }
-    std::ostringstream pem;
-    pem << f.rdbuf();
-    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      std::fprintf(stderr, "psyncctl: --tls-ca: '%s' holds no PEM certificate\n", tls_ca.c_str());
-      return 2;
-    }
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(ssl);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = psync::ClientCredentials(tls_ca);
+  if (!creds.ok()) {
+    std::fprintf(stderr, "psyncctl: --tls-ca: %s\n", std::string(creds.status().message()).c_str());
+    return 2;
   }
   const bool json = absl::GetFlag(FLAGS_json);
   const int timeout = absl::GetFlag(FLAGS_timeout);
@@ -333,7 +322,7 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments chargs;
   chargs.SetInt("grpc.enable_http_proxy", 0);
-  auto channel = grpc::CreateCustomChannel(g_target, creds, chargs);
+  auto channel = grpc::CreateCustomChannel(g_target, *creds, chargs);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(timeout))) {
     return Fail(absl::StrCat(
         "cannot reach coordinator at ", g_target, ": no connection within ", timeout, "s",

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_client.h"
 #include "common/logging.h"
 #include "common/token.h"
 #include "psync/v1/coordinator.grpc.pb.h"
@@ -592,28 +593,10 @@ void PlanRelay::Shutdown() {
 absl::StatusOr<std::unique_ptr<PlanRelay>> PlanRelay::Start(const RelayOptions& opt) {
   auto impl = std::make_unique<Impl>();
   impl->opt = opt;
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!opt.tls_ca.empty()) {
-    std::ifstream f(opt.tls_ca, std::ios::binary);
-    if (!f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("TLS CA file '", opt.tls_ca, "' cannot be read: ", std::strerror(errno)));
-    }
-    std::ostringstream pem;
-    pem << f.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(ssl);
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  args.SetInt("grpc.enable_http_proxy", 0);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(opt.tls_ca);
+  if (!creds.ok()) return creds.status();
   // As the worker's client: notice a dead connection within ~5 s.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  impl->channel = grpc::CreateCustomChannel(opt.upstream, creds, args);
+  impl->channel = grpc::CreateCustomChannel(opt.upstream, *creds, KeepaliveChannelArgs());
   impl->stub = v1::Coordinator::NewStub(impl->channel);
   impl->service = std::make_unique<RelayService>(impl.get());
   grpc::ServerBuilder b;

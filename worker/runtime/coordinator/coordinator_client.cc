@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_client.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 
 namespace psync::coordinator {
@@ -193,34 +194,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   auto impl = std::make_unique<Impl>();
   impl->target = target;
   impl->token = token;
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (tls_ca_file.empty()) {
-    creds = grpc::InsecureChannelCredentials();
-  } else {
-    std::ifstream f(tls_ca_file, std::ios::binary);
-    if (!f) {
-      return absl::InvalidArgumentError(absl::StrCat("TLS CA file '", tls_ca_file,
-                                                     "' cannot be read: ", std::strerror(errno)));
-    }
-    std::ostringstream pem;
-    pem << f.rdbuf();
-    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("TLS CA file '", tls_ca_file, "' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
-    }
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(ssl);
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  args.SetInt("grpc.enable_http_proxy", 0);
-  // Keepalive: notice a dead connection (no TCP reset, e.g. a cut link) within ~5 s.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  impl->channel = grpc::CreateCustomChannel(target, creds, args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(tls_ca_file);
+  if (!creds.ok()) return creds.status();
+  impl->channel = grpc::CreateCustomChannel(target, *creds, KeepaliveChannelArgs());
   if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
     return absl::UnavailableError(absl::StrCat(
         "coordinator at ", target, " unreachable: no connection within ", timeout.count(), " ms",
@@ -318,15 +294,8 @@ absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& key,
 
 absl::Status CoordinatorClient::UseTrainRelay(const std::string& relay_target, std::chrono::milliseconds timeout) {
   if (impl_->stream) return absl::FailedPreconditionError("UseTrainRelay after OpenTrainStream");
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  args.SetInt("grpc.enable_http_proxy", 0);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Plaintext: the relay listens on 127.0.0.1 only; the token still goes along.
-  auto ch = grpc::CreateCustomChannel(relay_target, grpc::InsecureChannelCredentials(), args);
+  auto ch = grpc::CreateCustomChannel(relay_target, grpc::InsecureChannelCredentials(), KeepaliveChannelArgs());
   if (!ch->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
     return absl::UnavailableError(absl::StrCat("plan relay at ", relay_target, " unreachable: no connection within ",
                                                timeout.count(), " ms (is psync-relay running there?)"));
