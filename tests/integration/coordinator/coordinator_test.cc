@@ -35,29 +35,18 @@ using coordinator::Action;
 using coordinator::CoordinatorClient;
 using test_support::AllUsed;
 using test_support::kParams;
+using test_support::WaitFor;
 
-struct Server {
-  explicit Server(int world, const std::string& token = "", std::chrono::milliseconds report = 10000ms) {
-    server::ServerOptions o = test_support::TestServerOptions(world, report);
-    o.token = token;
-    o.liveness_period = 100ms;
-    auto s = server::CoordinatorServer::Start(o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    srv = std::move(*s);
-    target = "127.0.0.1:" + std::to_string(srv->port());
-  }
-  std::unique_ptr<server::CoordinatorServer> srv;
-  std::string target;
+server::ServerOptions Options(int world, const std::string& token, std::chrono::milliseconds report) {
+  server::ServerOptions o = test_support::TestServerOptions(world, report);
+  o.token = token;
+  o.liveness_period = 100ms;
+  return o;
+}
 
-  // Polls `pred` (every 5 ms, up to 10 s): waits for an event, not a fixed time.
-  static bool WaitFor(const std::function<bool()>& pred) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
+struct Server : test_support::TestServer {
+  explicit Server(int world, const std::string& token = "", std::chrono::milliseconds report = 10000ms)
+      : TestServer(Options(world, token, report)) {}
   int Joined() {
     v1::StatusResponse st;
     srv->job().FillStatus(&st);
@@ -227,7 +216,7 @@ TEST(Coordinator, DuplicateRankAndMismatchedModelRefused) {
   Server s(2);
   auto a = Connect(s);
   auto fa = std::async(std::launch::async, [&] { return a->Join(Req(1), 10000ms); });
-  ASSERT_TRUE(Server::WaitFor([&] { return s.Joined() == 1; })) << "rank 1 never joined";
+  ASSERT_TRUE(WaitFor([&] { return s.Joined() == 1; })) << "rank 1 never joined";
   auto b = Connect(s);
   auto dup = b->Join(Req(1), 5000ms);
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
@@ -249,7 +238,7 @@ TEST(Coordinator, StoreGetWaitsForSetAndTimesOut) {
   auto b = Connect(s);
   auto f = std::async(std::launch::async, [&] { return a->StoreGet("psync/k", 10000ms); });
   // The Get is parked in the store (no answer yet) before the Set happens.
-  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->kv().waiting() == 1; })) << "StoreGet never reached the store";
+  ASSERT_TRUE(WaitFor([&] { return s.srv->kv().waiting() == 1; })) << "StoreGet never reached the store";
   ASSERT_EQ(f.wait_for(0ms), std::future_status::timeout) << "StoreGet returned before the key was set";
   ASSERT_TRUE(b->StoreSet("psync/k", std::string("v\0x", 3)).ok());
   auto v = f.get();
@@ -326,7 +315,7 @@ TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
     }
   }
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(ws[r].client->SendDone("stopped after iteration 2").ok());
-  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_FINISHED; }));
+  ASSERT_TRUE(WaitFor([&] { return s.srv->job().state() == v1::JOB_FINISHED; }));
 }
 
 TEST(Coordinator, HostIdsOfEveryRankInJoinResultAndWorkers) {
@@ -370,7 +359,7 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
   EXPECT_NE(msg.find("ready_order"), std::string::npos) << msg;
   // Rank 1 reports after the abort (as a heartbeat may): the coordinator
   // ends its stream, and the ABORT plan queued first still arrives.
-  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
+  ASSERT_TRUE(WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
   (void)ws[1].client->SendReport({1, AllUsed(), 0, 0, {}});
   // Rank 1 hears that rank 0 was lost for it.
   auto q = ws[1].client->WaitPlan(1, 5000ms);
@@ -401,7 +390,7 @@ TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
     generation = j->generation;
   }
   ASSERT_TRUE(cs[1]->OpenTrainStream(1, generation).ok());
-  ASSERT_TRUE(Server::WaitFor([&] {
+  ASSERT_TRUE(WaitFor([&] {
     v1::StatusResponse st;
     s.srv->job().FillStatus(&st);
     for (const auto& w : st.workers()) {
@@ -410,7 +399,7 @@ TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
     return false;
   }));
   cs[1]->Close();  // rank 1 dies without Done: the job aborts
-  ASSERT_TRUE(Server::WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
+  ASSERT_TRUE(WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
   (void)cs[0]->OpenTrainStream(0, generation);  // may fail at once, or end the stream just after
   auto p = cs[0]->WaitPlan(0, 5000ms);
   ASSERT_FALSE(p.ok());
@@ -516,7 +505,7 @@ TEST(Coordinator, WaitingJoinsAndStoreGetsHoldNoThread) {
     stub->async()->StoreGet(&c->gctx, &c->greq, &c->gresp, [&finished](grpc::Status) { ++finished; });
     calls.push_back(std::move(c));
   }
-  ASSERT_TRUE(Server::WaitFor([&] { return s.Joined() == kN && s.srv->kv().waiting() == kN; }));
+  ASSERT_TRUE(WaitFor([&] { return s.Joined() == kN && s.srv->kv().waiting() == kN; }));
   const int during = ThreadCount();
   EXPECT_EQ(finished.load(), 0);
   EXPECT_LT(during - before, 16) << "threads before " << before << ", with " << kN
@@ -525,7 +514,7 @@ TEST(Coordinator, WaitingJoinsAndStoreGetsHoldNoThread) {
   auto last = Connect(s);
   auto j = last->Join(Req(-1, 1), 10000ms);  // the 201st rank completes the world
   ASSERT_TRUE(j.ok()) << j.status();
-  ASSERT_TRUE(Server::WaitFor([&] { return finished.load() == 2 * kN; }));
+  ASSERT_TRUE(WaitFor([&] { return finished.load() == 2 * kN; }));
   for (auto& c : calls) EXPECT_EQ(c->jresp.world_size(), 201);
 }
 

@@ -1,9 +1,15 @@
-// Shared by the coordinator integration tests: the in-process server's
-// options and a worker's Join request for a small fixed manifest.
+// Shared by the coordinator integration tests: the in-process server (its
+// options, a running one), a worker's Join request for a small fixed
+// manifest, and waiting for an event.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/coordinator_server.h"
@@ -24,6 +30,30 @@ inline server::ServerOptions TestServerOptions(int world, std::chrono::milliseco
   o.job.join_timeout = std::chrono::milliseconds(10000);
   o.job.report_timeout = report_timeout;
   return o;
+}
+
+// A coordinator running in this process, started from `o` (TestServerOptions
+// plus the test's changes); `target` is its 127.0.0.1 address.
+struct TestServer {
+  explicit TestServer(const server::ServerOptions& o) {
+    auto s = server::CoordinatorServer::Start(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return;
+    srv = std::move(*s);
+    target = "127.0.0.1:" + std::to_string(srv->port());
+  }
+  std::unique_ptr<server::CoordinatorServer> srv;
+  std::string target;
+};
+
+// Polls `pred` (every 5 ms, up to 10 s): waits for an event, not a fixed time.
+inline bool WaitFor(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 // Join as `rank` (-1 = any) with `params` parameters and tiny bucket caps.

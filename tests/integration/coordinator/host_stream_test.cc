@@ -20,31 +20,21 @@ using namespace std::chrono_literals;
 using coordinator::Action;
 using coordinator::CoordinatorClient;
 using test_support::AllUsed;
+using test_support::WaitFor;
 
-struct Server {
-  explicit Server(int world, const std::string& token = "", int max_restarts = 0) {
-    server::ServerOptions o = test_support::TestServerOptions(world, 10000ms);
-    o.token = token;
-    o.liveness_period = 100ms;
-    o.job.max_restarts = max_restarts;
-    auto s = server::CoordinatorServer::Start(o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    srv = std::move(*s);
-    target = "127.0.0.1:" + std::to_string(srv->port());
-  }
-  v1::JobState State() { return srv->job().state(); }
-  std::unique_ptr<server::CoordinatorServer> srv;
-  std::string target;
-};
-
-bool WaitFor(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+server::ServerOptions Options(int world, const std::string& token, int max_restarts) {
+  server::ServerOptions o = test_support::TestServerOptions(world, 10000ms);
+  o.token = token;
+  o.liveness_period = 100ms;
+  o.job.max_restarts = max_restarts;
+  return o;
 }
+
+struct Server : test_support::TestServer {
+  explicit Server(int world, const std::string& token = "", int max_restarts = 0)
+      : TestServer(Options(world, token, max_restarts)) {}
+  v1::JobState State() { return srv->job().state(); }
+};
 
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
