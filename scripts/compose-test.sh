@@ -707,9 +707,19 @@ scenario_worker_killed() {
     || { log "$project: last restart reason does not name rank 1: $s"; return 1; }
   n0=$(docker inspect -f '{{.RestartCount}}' "$c_w0"); n1=$(docker inspect -f '{{.RestartCount}}' "$c_w1")
   [[ $n0 == 1 && $n1 == 1 ]] || { log "$project: Docker restarted worker-0 $n0 and worker-1 $n1 times, want 1 and 1"; return 1; }
+  # The whole log first, then grep: `docker logs | grep -m1` fails under
+  # pipefail when grep stops reading a long log early (docker logs gets
+  # SIGPIPE). Each worker logs "resumed from" before its Join, so it is there
+  # once generation 2 runs; a few tries cover the log driver's delay.
+  local logs tries
   for c in "$c_w0" "$c_w1"; do
-    line=$(docker logs "$c" 2>&1 | grep -m1 'resumed from') \
-      || { log "$project: container $c did not log 'resumed from' a checkpoint"; return 1; }
+    line=""
+    for ((tries = 0; tries < 10; tries++)); do
+      logs=$(docker logs "$c" 2>&1)
+      line=$(grep -m1 'resumed from' <<<"$logs") && break
+      sleep 0.5
+    done
+    [[ -n $line ]] || { log "$project: container $c did not log 'resumed from' a checkpoint"; return 1; }
   done
   log "$project: Docker restarted each worker once; both resumed ($line)"
   runner_shutdown_checks
