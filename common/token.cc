@@ -18,4 +18,10 @@ bool TokenEquals(absl::string_view given, absl::string_view secret) {
   return result == 0;
 }
 
+bool BearerTokenMatches(absl::string_view header, absl::string_view secret) {
+  constexpr absl::string_view kPrefix = "Bearer ";
+  if (header.substr(0, kPrefix.size()) != kPrefix) return false;
+  return TokenEquals(header.substr(kPrefix.size()), secret);
+}
+
 }  // namespace psync

@@ -11,10 +11,7 @@ grpc::Status TokenAuth::Check(const grpc::ServerContextBase* ctx) const {
                         "this coordinator requires a token: pass --token or set PSYNC_TOKEN "
                         "(metadata 'authorization: Bearer <token>' is missing)");
   }
-  const absl::string_view value(it->second.data(), it->second.size());
-  const absl::string_view prefix = "Bearer ";
-  const bool has_prefix = value.substr(0, prefix.size()) == prefix;
-  if (!has_prefix || !TokenEquals(value.substr(has_prefix ? prefix.size() : 0), token_)) {
+  if (!BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), token_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "invalid token: the coordinator's --token / PSYNC_TOKEN differs from the one sent");
   }

@@ -11,6 +11,7 @@
 namespace psync::server {
 
 // common/token.h (shared with psync-relay).
+using ::psync::BearerTokenMatches;
 using ::psync::TokenEquals;
 
 class TokenAuth {

@@ -267,8 +267,7 @@ struct PlanRelay::Impl {
     auto it = md.find("authorization");
     const absl::string_view value =
         it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
-    const absl::string_view prefix = "Bearer ";
-    if (value.substr(0, prefix.size()) != prefix || !TokenEquals(value.substr(prefix.size()), opt.token)) {
+    if (!BearerTokenMatches(value, opt.token)) {
       *st = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                          "psync-relay: missing or invalid token (the job's PSYNC_TOKEN is required)");
       return false;

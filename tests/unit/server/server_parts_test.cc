@@ -80,6 +80,16 @@ TEST(TokenEquals, ExactMatchOnly) {
   EXPECT_FALSE(TokenEquals("x", ""));
 }
 
+TEST(BearerTokenMatches, NeedsTheSchemeAndTheExactToken) {
+  EXPECT_TRUE(BearerTokenMatches("Bearer s3cret", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("s3cret", "s3cret"));          // no scheme
+  EXPECT_FALSE(BearerTokenMatches("bearer s3cret", "s3cret"));   // the scheme as sent by psync clients
+  EXPECT_FALSE(BearerTokenMatches("Bearer  s3cret", "s3cret"));  // one space
+  EXPECT_FALSE(BearerTokenMatches("Bearer s3cre", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearer ", ""));
+}
+
 TEST(LivenessPolicy, RulesOnMadeUpTimes) {
   using Phase = RankActivity::Phase;
   const auto t0 = std::chrono::steady_clock::time_point{} + 1000s;
