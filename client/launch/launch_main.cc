@@ -113,6 +113,28 @@ void OnSignal(int sig) {
   (void)r;
 }
 
+// How waiting for a child's port file ended.
+enum class PortWait { kListening, kExited, kInterrupted, kTimedOut };
+
+// Waits up to 30 s for `child` (the coordinator or the relay) to write a
+// positive port number into `port_file` (*port), watching for its exit and
+// for a stop signal (the signal pipe) meanwhile.
+PortWait WaitForPortFile(const std::string& port_file, Child& child, int* port) {
+  const std::vector<Child*> only = {&child};
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (true) {
+    std::ifstream f(port_file);
+    if (f >> *port && *port > 0) return PortWait::kListening;
+    *port = 0;
+    Reap(only);
+    unsigned char sig;
+    if (read(g_signal_pipe[0], &sig, 1) == 1) return PortWait::kInterrupted;
+    if (!child.running) return PortWait::kExited;
+    if (Clock::now() >= deadline) return PortWait::kTimedOut;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 std::string SelfDir() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -342,33 +364,18 @@ int main(int argc, char** argv) {
   }
   std::vector<Child*> coord_only = {&coordinator};
   int port = 0;
-  {
-    auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (port == 0) {
-      std::ifstream f(port_file);
-      int p = 0;
-      if (f >> p && p > 0) {
-        port = p;
-        break;
-      }
-      Reap(coord_only);
-      unsigned char sig;
-      bool interrupted = read(g_signal_pipe[0], &sig, 1) == 1;
-      if (!coordinator.running || interrupted || Clock::now() >= deadline) {
-        if (!coordinator.running) {
-          std::cerr << "psync-launch: psync-coordinator exited before listening (" << DescribeStatus(coordinator.status)
-                    << ")\n";
-        } else if (interrupted) {
-          std::cerr << "psync-launch: interrupted while starting the coordinator\n";
-        } else {
-          std::cerr << "psync-launch: psync-coordinator did not write its port file within 30s\n";
-        }
-        StopAll(coord_only, std::chrono::milliseconds(3000));
-        cleanup_tmp();
-        return interrupted ? 130 : 3;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (const PortWait w = WaitForPortFile(port_file, coordinator, &port); w != PortWait::kListening) {
+    if (w == PortWait::kExited) {
+      std::cerr << "psync-launch: psync-coordinator exited before listening (" << DescribeStatus(coordinator.status)
+                << ")\n";
+    } else if (w == PortWait::kInterrupted) {
+      std::cerr << "psync-launch: interrupted while starting the coordinator\n";
+    } else {
+      std::cerr << "psync-launch: psync-coordinator did not write its port file within 30s\n";
     }
+    StopAll(coord_only, std::chrono::milliseconds(3000));
+    cleanup_tmp();
+    return w == PortWait::kInterrupted ? 130 : 3;
   }
   const std::string coord_addr = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   std::cerr << "psync-launch: coordinator " << coord_addr << " (pid " << coordinator.pid
@@ -390,24 +397,21 @@ int main(int argc, char** argv) {
     relay.running = relay.pid > 0;
     std::vector<Child*> relay_only = {&relay};
     int rport = 0;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (relay.running && Clock::now() < deadline) {
-      std::ifstream f(relay_port_file);
-      if (f >> rport && rport > 0) break;
-      rport = 0;
-      Reap(relay_only);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (rport == 0) {
+    const PortWait w = relay.running ? WaitForPortFile(relay_port_file, relay, &rport) : PortWait::kExited;
+    if (w != PortWait::kListening) {
       // Why not go on without it: the job was asked to run with the relay;
       // starting differently would hide a broken install.
-      std::cerr << "psync-launch: psync-relay did not start ("
-                << (relay.running ? std::string("no port file within 30s") : DescribeStatus(relay.status))
-                << "); use --relay=false to run without it\n";
+      if (w == PortWait::kInterrupted) {
+        std::cerr << "psync-launch: interrupted while starting psync-relay\n";
+      } else {
+        std::cerr << "psync-launch: psync-relay did not start ("
+                  << (w == PortWait::kTimedOut ? std::string("no port file within 30s") : DescribeStatus(relay.status))
+                  << "); use --relay=false to run without it\n";
+      }
       if (relay.running) StopAll(relay_only, std::chrono::milliseconds(3000));
       StopAll(coord_only, std::chrono::milliseconds(3000));
       cleanup_tmp();
-      return 3;
+      return w == PortWait::kInterrupted ? 130 : 3;
     }
     relay_addr = absl::StrCat("127.0.0.1:", rport);
     std::cerr << "psync-launch: plan relay " << relay_addr << " (pid " << relay.pid << "): one Train stream for the "
