@@ -17,7 +17,7 @@
 #include "server/listen_policy.h"
 #include "server/liveness.h"
 #include "server/plan_fanout.h"
-#include "server/timer_queue.h"
+#include "common/timer_queue.h"
 
 namespace psync::server {
 namespace {

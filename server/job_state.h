@@ -76,7 +76,7 @@
 #include "server/plan_aggregator.h"
 #include "server/plan_mailbox.h"
 #include "server/rendezvous.h"
-#include "server/scheduler.h"
+#include "common/scheduler.h"
 
 namespace psync::server {
 
@@ -313,10 +313,4 @@ class JobState {
   // Test-only plan delay: plans waiting for their time, oldest first.
   std::deque<std::pair<Clock::time_point, PlanPtr>> delayed_;
 };
-
-// Bit helpers (LSB-first within each byte, as in coordinator.proto).
-inline bool BitmapGet(const std::string& bm, int64_t i) {
-  return (static_cast<unsigned char>(bm[static_cast<size_t>(i / 8)]) >> (i % 8)) & 1u;
-}
-
 }  // namespace psync::server

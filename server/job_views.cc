@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/used_bitmap.h"
+
 namespace psync::server {
 
 StepStats ComputeStepStats(const std::vector<double>& step_ms) {
@@ -94,7 +96,7 @@ void JobState::FillUnused(v1::UnusedResponse* out) const {
   if (plans_.last_plan() < 0) return;
   const std::string& unused = plans_.last_unused();
   for (int64_t i = 0; i < static_cast<int64_t>(rendezvous_.manifest().size()); ++i) {
-    if (BitmapGet(unused, i)) {
+    if (bitmap::Get(unused, i)) {
       out->add_param_index(static_cast<int>(i));
       out->add_param_names(rendezvous_.manifest()[static_cast<size_t>(i)].name());
     }

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/scheduler.h"
+#include "common/scheduler.h"
 
 namespace psync::server {
 

@@ -31,7 +31,6 @@ inline constexpr int kMaxRestarts = 1000000;            // --max-restarts
 // Bytes of one parameter (product of dims * element size); shape already validated.
 int64_t ParamBytes(const v1::ParamSpec& p);
 // ceil(P / 8).
-inline int64_t BitmapBytes(int64_t num_params) { return (num_params + 7) / 8; }
 
 // InvalidArgument naming the field and the limit.
 absl::Status ValidateJoinRequest(const v1::JoinRequest& req);

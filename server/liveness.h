@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "server/job_state.h"
-#include "server/scheduler.h"
+#include "common/scheduler.h"
 
 namespace psync::server {
 

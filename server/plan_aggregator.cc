@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/used_bitmap.h"
 #include "server/bucket_planner.h"
 #include "server/limits.h"
 
@@ -34,7 +35,7 @@ void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t f
   param_bytes_ = param_bytes;
   first_cap_ = first_cap;
   cap_ = cap;
-  bitmap_bytes_ = static_cast<size_t>(BitmapBytes(static_cast<int64_t>(param_bytes.size())));
+  bitmap_bytes_ = static_cast<size_t>(bitmap::BytesFor(static_cast<int64_t>(param_bytes.size())));
   current_bucket_plan_ =
       MakeBucketPlan(0, 0, PackBuckets(ReverseManifestOrder(num_params()), param_bytes_, first_cap_, cap_));
 }

@@ -37,7 +37,7 @@
 #include "psync/v1/coordinator.pb.h"
 #include "server/job_state.h"
 #include "server/kv_store.h"
-#include "server/manual_scheduler.h"
+#include "common/manual_scheduler.h"
 
 namespace {
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/used_bitmap.h"
 #include "worker/comm/backend_choice.h"
 #include "worker/comm/process_group_factory.h"
 #include "worker/comm/topology.h"
@@ -27,7 +28,7 @@ class ClientReports : public ReportChannel {
                           const std::vector<size_t>& ready_order) override {
     coord::Report r;
     r.iteration = iteration;
-    r.used_bitmap = PackBitmap(used);
+    r.used_bitmap = bitmap::Pack(used);
     r.loss = std::isfinite(loss) ? loss : 0.0;
     r.last_step_ms = last_step_ms;
     for (size_t i : ready_order) r.ready_order.push_back(static_cast<int>(i));

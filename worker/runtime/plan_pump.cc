@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/used_bitmap.h"
 #include "worker/runtime/exit_codes.h"
 
 namespace psync::runtime {
@@ -27,7 +28,7 @@ ddp::BucketPlan ToDdpPlan(const coord::BucketPlan& p) {
 IterationPlan ToIterationPlan(const coord::Plan& p, size_t num_params) {
   IterationPlan out;
   out.iteration = p.iteration;
-  out.globally_unused = UnpackBitmap(p.globally_unused, num_params);
+  out.globally_unused = bitmap::Unpack(p.globally_unused, num_params);
   if (p.bucket_plan) {
     out.bucket_plan = ToDdpPlan(*p.bucket_plan);
     out.bucket_plan_id = p.bucket_plan->id;

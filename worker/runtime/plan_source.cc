@@ -15,22 +15,6 @@ const char* PlanActionName(PlanAction a) {
   return "?";
 }
 
-std::vector<uint8_t> UnpackBitmap(const std::string& bitmap, size_t n) {
-  std::vector<uint8_t> out(n, 0);
-  for (size_t p = 0; p < n && p / 8 < bitmap.size(); ++p) {
-    out[p] = (static_cast<uint8_t>(bitmap[p / 8]) >> (p % 8)) & 1u;
-  }
-  return out;
-}
-
-std::string PackBitmap(const std::vector<uint8_t>& bytes) {
-  std::string out((bytes.size() + 7) / 8, '\0');
-  for (size_t p = 0; p < bytes.size(); ++p) {
-    if (bytes[p]) out[p / 8] = static_cast<char>(static_cast<uint8_t>(out[p / 8]) | (1u << (p % 8)));
-  }
-  return out;
-}
-
 void PlanMailbox::Deliver(IterationPlan plan) {
   std::lock_guard<std::mutex> lock(mu_);
   if (plan.action == PlanAction::kAbort) {

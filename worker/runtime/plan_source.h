@@ -42,11 +42,6 @@ struct IterationPlan {
   int64_t stop_after = -1;  // with kStopAfter: every rank stops after this iteration
 };
 
-// Bit p of `bitmap` (byte p/8, bit p%8, LSB first) as bytes 0/1, for `n` parameters.
-std::vector<uint8_t> UnpackBitmap(const std::string& bitmap, size_t n);
-// Inverse: one byte per parameter (non-zero = set) to ceil(n/8) bytes.
-std::string PackBitmap(const std::vector<uint8_t>& bytes);
-
 class PlanMailbox {
  public:
   // From the reader thread: a plan arrived. An ABORT plan (any iteration)

@@ -112,16 +112,16 @@ TEST(Coordinator, RendezvousOfFourAndOneIteration) {
     EXPECT_EQ(ws[r].joined.store_prefix, ws[0].joined.store_prefix);
   }
   for (int r = 0; r < 4; ++r) {
-    std::vector<bool> used(kParams, true);
+    std::vector<uint8_t> used(kParams, 1);
     used[9] = false;
     used[r] = r != 3;  // p3 unused on rank 3 only -> still used globally
-    ASSERT_TRUE(ws[r].client->SendReport({0, coordinator::PackBitmap(used), 1.0, 5.0 + r, {}}).ok());
+    ASSERT_TRUE(ws[r].client->SendReport({0, bitmap::Pack(used), 1.0, 5.0 + r, {}}).ok());
   }
   for (int r = 0; r < 4; ++r) {
     auto p = ws[r].client->WaitPlan(0, 5000ms);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(p->action, Action::kContinue);
-    auto unused = coordinator::UnpackBitmap(p->globally_unused, kParams);
+    auto unused = bitmap::Unpack(p->globally_unused, kParams);
     for (int i = 0; i < kParams; ++i) EXPECT_EQ(unused[i], i == 9) << i;
   }
   auto st = s.Status();

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/used_bitmap.h"
 #include "server/coordinator_server.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
 
@@ -67,6 +68,6 @@ inline coordinator::JoinRequest TestJoinRequest(int rank, int params = kParams) 
 }
 
 // A used bitmap with every parameter of the test manifest used.
-inline std::string AllUsed() { return coordinator::PackBitmap(std::vector<bool>(kParams, true)); }
+inline std::string AllUsed() { return bitmap::Pack(std::vector<uint8_t>(kParams, 1)); }
 
 }  // namespace psync::test_support

@@ -124,16 +124,6 @@ TEST(PlanMailbox, WaitTimesOutThenAbortAndCloseFailWaiters) {
   EXPECT_EQ(closed.closed_status().code(), absl::StatusCode::kUnavailable);
 }
 
-TEST(PlanBitmaps, PackAndUnpackRoundTrip) {
-  std::vector<uint8_t> bytes = {1, 0, 0, 1, 1, 0, 0, 0, 1, 1};
-  const std::string packed = PackBitmap(bytes);
-  ASSERT_EQ(packed.size(), 2u);
-  EXPECT_EQ(static_cast<unsigned char>(packed[0]), 0x19);
-  EXPECT_EQ(static_cast<unsigned char>(packed[1]), 0x03);
-  EXPECT_EQ(UnpackBitmap(packed, 10), bytes);
-  EXPECT_EQ(UnpackBitmap("", 3), (std::vector<uint8_t>{0, 0, 0})) << "short bitmaps read as zeros";
-}
-
 TEST(CoordinatorUnusedSource, GlobalUsedIsTheComplementOfThePlansUnusedSet) {
   auto mb = std::make_shared<PlanMailbox>();
   CoordinatorUnusedSource src(mb);

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/job_state.h"
-#include "server/manual_scheduler.h"
+#include "common/manual_scheduler.h"
 #include "tests/unit/server/job_state_test_util.h"
 
 namespace psync::server {

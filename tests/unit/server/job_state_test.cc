@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/manual_scheduler.h"
+#include "common/manual_scheduler.h"
 #include "tests/unit/server/job_state_test_util.h"
 
 namespace psync::server {

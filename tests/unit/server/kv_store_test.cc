@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "server/manual_scheduler.h"
+#include "common/manual_scheduler.h"
 
 namespace psync::server {
 namespace {

@@ -10,7 +10,7 @@
 #include "server/auth.h"
 #include "server/listen_policy.h"
 #include "server/liveness_policy.h"
-#include "server/timer_queue.h"
+#include "common/timer_queue.h"
 
 namespace psync::server {
 namespace {

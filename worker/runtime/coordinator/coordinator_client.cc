@@ -21,22 +21,6 @@
 
 namespace psync::coordinator {
 
-std::string PackBitmap(const std::vector<bool>& bits) {
-  std::string out((bits.size() + 7) / 8, '\0');
-  for (size_t i = 0; i < bits.size(); ++i) {
-    if (bits[i]) out[i / 8] = static_cast<char>(out[i / 8] | (1u << (i % 8)));
-  }
-  return out;
-}
-
-std::vector<bool> UnpackBitmap(const std::string& bitmap, size_t num_bits) {
-  std::vector<bool> out(num_bits, false);
-  for (size_t i = 0; i < num_bits && i / 8 < bitmap.size(); ++i) {
-    out[i] = (static_cast<unsigned char>(bitmap[i / 8]) >> (i % 8)) & 1u;
-  }
-  return out;
-}
-
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& st, const std::string& target, const char* what) {

@@ -12,7 +12,7 @@
 //   PSYNC_RETURN_IF_ERROR(client->OpenTrainStream(joined.rank, joined.generation));
 //   for (int64_t i = 0; ; ++i) {
 //     forward ...
-//     PSYNC_RETURN_IF_ERROR(client->SendReport({i, PackBitmap(used), loss, step_ms, ready_order}));
+//     PSYNC_RETURN_IF_ERROR(client->SendReport({i, bitmap::Pack(used), loss, step_ms, ready_order}));
 //     backward ...
 //     PSYNC_ASSIGN_OR_RETURN(Plan plan, client->WaitPlan(i, timeout));   // same Plan on every rank
 //     if (plan.bucket_plan) reducer.SetPlanFrom(plan.bucket_plan->applies_from_iteration, ...);
@@ -117,7 +117,7 @@ struct JoinResult {
 
 struct Report {
   int64_t iteration = 0;
-  std::string used_bitmap;     // PackBitmap(used): ceil(P/8) bytes, bit p = param p used
+  std::string used_bitmap;     // bitmap::Pack(used): ceil(P/8) bytes, bit p = param p used
   double loss = 0;
   double last_step_ms = 0;
   std::vector<int> ready_order;  // rank 0, once (report of iteration 1); else empty
@@ -135,8 +135,6 @@ struct Plan {
 };
 
 // Bitmaps: byte p/8, bit p%8 (LSB first).
-std::string PackBitmap(const std::vector<bool>& bits);
-std::vector<bool> UnpackBitmap(const std::string& bitmap, size_t num_bits);
 
 class CoordinatorClient {
  public:

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace psync::server {
+namespace psync {
 
 class Scheduler {
  public:
@@ -24,4 +24,4 @@ class Scheduler {
   virtual Clock::time_point Now() const { return Clock::now(); }
 };
 
-}  // namespace psync::server
+}  // namespace psync

@@ -13,9 +13,9 @@
 #include <thread>
 #include <utility>
 
-#include "server/scheduler.h"
+#include "common/scheduler.h"
 
-namespace psync::server {
+namespace psync {
 
 class TimerQueue : public Scheduler {
  public:
@@ -38,4 +38,4 @@ class TimerQueue : public Scheduler {
   std::thread thread_;
 };
 
-}  // namespace psync::server
+}  // namespace psync

@@ -7,9 +7,9 @@
 #include <map>
 #include <utility>
 
-#include "server/scheduler.h"
+#include "common/scheduler.h"
 
-namespace psync::server {
+namespace psync {
 
 class ManualScheduler : public Scheduler {
  public:
@@ -48,4 +48,4 @@ class ManualScheduler : public Scheduler {
   std::map<std::pair<Clock::time_point, uint64_t>, std::function<void()>> queue_;
 };
 
-}  // namespace psync::server
+}  // namespace psync

@@ -1,6 +1,6 @@
-#include "server/timer_queue.h"
+#include "common/timer_queue.h"
 
-namespace psync::server {
+namespace psync {
 
 TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
 
@@ -66,4 +66,4 @@ void TimerQueue::Run() {
   }
 }
 
-}  // namespace psync::server
+}  // namespace psync
