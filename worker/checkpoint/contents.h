@@ -10,11 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "worker/tensor/tensor.h"
+#include "worker/tensor/named_tensors.h"
 
 namespace psync::checkpoint {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // The small description of a checkpoint (the file's metadata). Every map is
 // opaque to this library: the trainer decides what it needs to resume.

@@ -7,7 +7,7 @@
 #include "worker/checkpoint/directory.h"
 #include "worker/checkpoint/format.h"
 #include "worker/checkpoint/manifest.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 
@@ -17,12 +17,12 @@ bool IsCheckpoint(const std::map<std::string, std::string>& metadata) {
 }
 
 absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path) {
-  auto file = ReadSafetensorsWithMetadata(path);  // its errors name the file
+  auto file = safetensors::ReadWithMetadata(path);  // its errors name the file
   if (!file.ok()) return Annotate(file.status(), "cannot load checkpoint");
   return DecodeCheckpoint(std::move(*file), path);
 }
 
-absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path) {
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path) {
   CheckpointContents out;
   PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file.metadata, path));
   auto stored = file.metadata.find(kChecksumKey);

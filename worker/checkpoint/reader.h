@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/contents.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 
@@ -28,7 +28,7 @@ absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path);
 
 // The same checks on a file already read (e.g. by a tool that accepts both
 // checkpoints and --save files); `path` names it in errors.
-absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path);
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path);
 
 // Whether safetensors metadata says "this is a psync checkpoint" (its
 // "format" key); a --save file or another tool's file is not.

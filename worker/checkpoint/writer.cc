@@ -16,7 +16,7 @@
 #include "worker/checkpoint/manifest.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/retention.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 namespace {
@@ -90,7 +90,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const 
 
   WrittenCheckpoint out;
   out.path = CheckpointPath(dir, manifest.step);
-  PSYNC_RETURN_IF_ERROR(Annotate(WriteSafetensors(out.path, tensors, metadata), "writing checkpoint"));
+  PSYNC_RETURN_IF_ERROR(Annotate(safetensors::Write(out.path, tensors, metadata), "writing checkpoint"));
   const auto size = std::filesystem::file_size(out.path, ec);
   out.bytes = ec ? 0 : static_cast<uint64_t>(size);
 

@@ -10,7 +10,7 @@
 namespace psync::runtime {
 
 absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model) {
-  absl::StatusOr<NamedTensors> read = ReadSafetensors(path);
+  absl::StatusOr<NamedTensors> read = safetensors::Read(path);
   if (!read.ok()) {
     return absl::Status(read.status().code(), absl::StrCat("--init: ", std::string(read.status().message())));
   }

@@ -15,7 +15,7 @@
 #include "worker/nn/state_dict.h"
 #include "worker/optim/registry.h"
 #include "worker/optim/schedule.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 #include "worker/checkpoint/model_config.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/exit_codes.h"
@@ -221,7 +221,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
     // The model's flags ride along, so psync-sample can rebuild it from this file alone.
     std::map<std::string, std::string> metadata = checkpoint::ModelMetadata(opt.model, built->options);
     metadata["steps_completed"] = std::to_string(tr.steps_completed);
-    absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model), metadata);
+    absl::Status st = safetensors::Write(opt.save_path, nn::StateDict(*model), metadata);
     if (!st.ok()) {
       tr.exit_code = kExitInternal;
       tr.reason = absl::StrCat("--save: ", std::string(st.message()));

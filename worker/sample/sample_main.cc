@@ -14,7 +14,7 @@
 #include "worker/checkpoint/reader.h"
 #include "worker/nn/models/registry.h"
 #include "worker/nn/state_dict.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 #include "worker/sample/generate.h"
 #include "worker/tensor/ops.h"
 
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Fail(absl::StrCat("--device: ", device.status().message()));
 
-  absl::StatusOr<SafetensorsContents> contents = ReadSafetensorsWithMetadata(file);
+  absl::StatusOr<safetensors::Contents> contents = safetensors::ReadWithMetadata(file);
   if (!contents.ok()) Fail(absl::StrCat("--checkpoint: ", contents.status().message()));
   // A checkpoint (validated, manifest) or a --save file (its model.* metadata).
   std::map<std::string, std::string> config;

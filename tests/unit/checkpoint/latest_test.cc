@@ -13,7 +13,7 @@
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/checkpoint/writer.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 namespace {
@@ -100,7 +100,7 @@ TEST_F(Latest, ANewerFormatVersionStopsTheSearch) {
   Write(1);
   Metadata md = *EncodeManifest(FullManifest(2));
   md["format_version"] = "2";
-  ASSERT_TRUE(WriteSafetensors(Path(2), {{"w", Tensor::Zeros({2})}}, md).ok());
+  ASSERT_TRUE(safetensors::Write(Path(2), {{"w", Tensor::Zeros({2})}}, md).ok());
   auto st = FindLatestCheckpoint(dir_.path()).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find(Path(2)), absl::string_view::npos) << st;

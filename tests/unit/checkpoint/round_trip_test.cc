@@ -208,7 +208,7 @@ TEST(Checkpoint, ModelRebuildsFromTheManifestAlone) {
   ASSERT_TRUE(written.ok()) << written.status();
 
   // As psync-sample reads: the file once, then told apart from a --save file.
-  auto file = ReadSafetensorsWithMetadata(written->path);
+  auto file = safetensors::ReadWithMetadata(written->path);
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_TRUE(IsCheckpoint(file->metadata));
   EXPECT_FALSE(IsCheckpoint({{"model.kind", "mlp"}}));

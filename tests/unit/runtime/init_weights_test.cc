@@ -29,7 +29,7 @@ class InitFiles : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const NamedTensors& tensors) {
     const std::string path = dir_.File(name);
-    absl::Status st = WriteSafetensors(path, tensors);
+    absl::Status st = safetensors::Write(path, tensors);
     EXPECT_TRUE(st.ok()) << st;
     return path;
   }
