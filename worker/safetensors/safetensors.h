@@ -39,7 +39,7 @@
 
 namespace psync::safetensors {
 
-// "F32", "F64", "BF16", "F16", "I64" <-> psync dtypes.
+// The header's dtype tags ("F32", "F64", "BF16", "F16", "I64") <-> psync dtypes.
 const char* DTypeTag(DType dtype);
 absl::StatusOr<DType> DTypeFromTag(absl::string_view name);
 
