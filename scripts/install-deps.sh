@@ -2,7 +2,8 @@
 # Installs psync's build and run dependencies from Debian packages.
 # As root: installs whatever is missing with apt. Otherwise: prints the
 # command to run and exits non-zero if something is missing.
-#   PSYNC_WITH_TORCH=1         also install python3-torch (for bench/ side-by-side runs)
+#   PSYNC_WITH_TORCH=1         also install python3-torch and numpy (the PyTorch reference tests, so
+#                              none of them skips; bench/ side-by-side runs; scripts/test.sh sets it)
 #   PSYNC_WITH_DEPLOY_TOOLS=1  also docker-compose, docker.io, debootstrap (deploy tests)
 set -euo pipefail
 

@@ -27,7 +27,10 @@
 //     that rank's held reports), so the coordinator handles the rank exactly
 //     as if its own stream had closed (lost; the job aborts or restarts as
 //     without the relay). Not after the stream already got an ABORT for
-//     every rank (the generation is over; nothing is left to tell).
+//     every rank (the generation is over; nothing is left to tell). One
+//     that ends while its group still forms is left out of the group (and
+//     its held reports with it): the coordinator blames the rank for never
+//     attaching, as without the relay.
 //   - Plans: each one the coordinator sends goes to every local stream of
 //     the upstream stream, or only to those named in Plan.ranks.
 //   - The upstream stream ending (the coordinator finished it, or it broke)
@@ -36,14 +39,20 @@
 //     without the relay. When every local rank is done or closed, the relay
 //     half-closes the upstream stream.
 //
+// Where: the rules above are HostBatcher's (host_batcher.h, no gRPC); the
+// local streams are LocalStream (local_stream.h), each upstream host stream
+// an UpstreamStream (upstream_stream.h); PlanRelay starts the server and
+// keeps one UpstreamStream (with its batcher) per forming or open group.
+//
 // Threads and ownership: the gRPC server's callback threads run the local
-// streams' reactions (LocalStream; none blocks). Each upstream stream (Group)
-// has two threads of its own: a sender (forms the group, opens the stream,
-// writes every upstream message, applies the hold rule) and a reader
-// (receives plans and fans them out to the local streams' write queues).
-// A Group's state is guarded by its own mutex; the relay's list of groups by
-// PlanRelay's mutex (lock order: relay, then group, then a local stream's
-// write queue). Fixed cost per host: two threads per live generation.
+// streams' reactions (none blocks). Each upstream stream has two threads of
+// its own: a sender (waits for its batcher to form, opens the stream,
+// writes what the batcher hands it) and a reader (fans plans out to the
+// local streams' write queues). One TimerQueue thread runs every batcher's
+// deadlines (form_wait, max_hold). A batcher's state is guarded by its own
+// mutex; the relay's list of groups by PlanRelay's (lock order: relay, then
+// upstream stream, then batcher, then a local stream's write queue). Fixed cost per host: two
+// threads per live generation, plus the timer thread.
 #pragma once
 
 #include <chrono>

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/process_event.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "worker/comm/file_store.h"
@@ -21,6 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using test_support::ExpectAllRanksOk;
+using test_support::ProcessEvent;
 using test_support::RunRanks;
 using test_support::TempDir;
 
@@ -202,6 +204,7 @@ TEST(GlooGroup, ThreadsInOneProcess) {
 TEST(GlooGroup, PeerKilledDuringCollective) {
   TempDir dir;
   const milliseconds timeout(10000);
+  ProcessEvent in_allreduce;
   auto results = RunRanks(
       2,
       [&](int rank) -> int {
@@ -210,11 +213,12 @@ TEST(GlooGroup, PeerKilledDuringCollective) {
         CHILD_CHECK(rank, pg->Barrier(timeout).ok(), "barrier");
         if (rank == 1) {
           // Dies while rank 0 is blocked in the collective, waiting on it.
-          std::this_thread::sleep_for(milliseconds(300));
+          CHILD_CHECK(rank, in_allreduce.Wait(timeout), "rank 0 never started the allreduce");
           raise(SIGKILL);
         }
         Tensor t = Tensor::Full({4 << 20}, 1.0f);  // 16 MiB
         auto w = pg->AllreduceSum(t, "bucket 0");
+        in_allreduce.Notify();
         const auto t0 = Clock::now();
         absl::Status st = w->Wait(timeout);
         const long long ms = MsSince(t0);

@@ -121,8 +121,9 @@ TEST_F(NcclWorld1, AbortedPendingWorkFailsEvenAfterItsEventFires) {
   auto w = pg_->AllreduceSum(t, "pending");
   std::thread aborter([&] { pg_->Abort(absl::AbortedError("test abort from another thread")); });
   aborter.join();
-  ops::Synchronize(Device::CUDA(0));                          // the host function has run
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the comm stream drains
+  // Every stream idle: the host function has run and the communication
+  // stream has drained, so the collective's completion event has fired.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   absl::Status st = w->Wait(milliseconds(10000));
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
   EXPECT_NE(std::string(st.message()).find("test abort from another thread"), std::string::npos) << st;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/common/process_event.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/comm/collective_check.h"
@@ -24,6 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using test_support::ExpectAllRanksOk;
+using test_support::ProcessEvent;
 using test_support::RunRanks;
 using test_support::TempDir;
 using namespace testing;  // NOLINT
@@ -357,6 +359,7 @@ void PeerKilled(bool heartbeat, bool in_buffer = false) {
   TempDir dir;
   const std::string tag = UniqueTag("killed");
   const milliseconds timeout(10000);
+  ProcessEvent steps_done;  // rank 0 completed a few collectives with rank 1
   auto results = RunRanks(
       2,
       [&](int rank) -> int {
@@ -378,18 +381,22 @@ void PeerKilled(bool heartbeat, bool in_buffer = false) {
           t = *b;
         }
         if (rank == 1) {
-          // Takes part in a few steps, then dies mid-collective.
-          std::thread killer([] {
-            std::this_thread::sleep_for(milliseconds(300));
+          // Takes part in a few steps, then dies mid-collective: it loops
+          // without pause, so the kill lands inside one.
+          std::thread killer([&] {
+            if (!steps_done.Wait(timeout)) std::fprintf(stderr, "rank 1: rank 0 never completed a step\n");
             raise(SIGKILL);
           });
           for (;;) (void)pg->AllreduceSum(t, "bucket 0")->Wait(timeout);
         }
-        std::this_thread::sleep_for(milliseconds(100));
         absl::Status st;
         const auto t0 = Clock::now();
-        // Loops until the peer's death hits a collective (it may finish a few first).
-        for (int k = 0; k < 1000 && st.ok(); ++k) st = pg->AllreduceSum(t, "bucket 0")->Wait(timeout);
+        // Loops until the peer's death hits a collective: three complete
+        // together, then rank 1 is killed while the loop goes on.
+        for (int k = 0; k < 1000 && st.ok(); ++k) {
+          st = pg->AllreduceSum(t, "bucket 0")->Wait(timeout);
+          if (k == 2) steps_done.Notify();
+        }
         const long long ms = MsSince(t0);
         std::fprintf(stderr, "rank 0: failed after %lld ms: %s\n", ms, st.ToString().c_str());
         CHILD_CHECK(rank, !st.ok(), "must fail");
@@ -474,6 +481,7 @@ TEST(ShmGroup, WaitBoundsACollectiveItRunsInline) {
 // reason; the peer's next collective fails fast naming who stopped.
 TEST(ShmGroup, AbortFromAnotherThreadReachesThePeer) {
   TempDir dir;
+  ProcessEvent aborted;  // rank 0's blocked collective has returned aborted
   ExpectAllRanksOk(RunRanks(
       2,
       [&](int rank) -> int {
@@ -481,7 +489,7 @@ TEST(ShmGroup, AbortFromAnotherThreadReachesThePeer) {
         CHILD_CHECK(rank, pg != nullptr, "create");
         CHILD_CHECK(rank, pg->Barrier(milliseconds(10000)).ok(), "barrier");
         if (rank == 1) {
-          std::this_thread::sleep_for(milliseconds(1000));
+          CHILD_CHECK(rank, aborted.Wait(milliseconds(30000)), "rank 0 never aborted");
           const auto t0 = Clock::now();
           absl::Status st = pg->AllreduceSum(Tensor::Full({8}, 1.0f), "after peer abort")->Wait(milliseconds(20000));
           CHILD_CHECK(rank, !st.ok() && MsSince(t0) < 1000, st.ToString());
@@ -497,6 +505,7 @@ TEST(ShmGroup, AbortFromAnotherThreadReachesThePeer) {
         absl::Status st = w->Wait(milliseconds(20000));
         const long long ms = MsSince(t0);
         aborter.join();
+        aborted.Notify();
         CHILD_CHECK(rank, ms < 1500, std::to_string(ms));
         CHILD_CHECK(rank, st.code() == absl::StatusCode::kAborted && Has(st, "coordinator said stop") &&
                               Has(st, "bucket 0"), st.ToString());

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <thread>
@@ -49,15 +50,14 @@ void CheckBasics(Store& s) {
   EXPECT_NE(Msg(w).find("missing-1"), std::string::npos) << w;
   EXPECT_NE(Msg(w).find("missing-2"), std::string::npos) << w;
 
-  // Get blocks until another thread sets the key.
-  std::thread setter([&] {
-    std::this_thread::sleep_for(milliseconds(50));
-    ASSERT_TRUE(s.Set("late", "here").ok());
-  });
-  auto late = s.Get("late", milliseconds(5000));
-  setter.join();
-  ASSERT_TRUE(late.ok()) << late.status();
-  EXPECT_EQ(*late, "here");
+  // Get blocks until another thread sets the key: it has not returned while
+  // the key is missing, and returns the value once it is set.
+  auto late = std::async(std::launch::async, [&] { return s.Get("late", milliseconds(5000)); });
+  EXPECT_EQ(late.wait_for(milliseconds(20)), std::future_status::timeout) << "Get returned before the key was set";
+  ASSERT_TRUE(s.Set("late", "here").ok());
+  auto got = late.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "here");
 }
 
 TEST(HashStore, Basics) {

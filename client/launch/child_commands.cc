@@ -1,0 +1,74 @@
+#include "client/launch/child_commands.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace psync::launch {
+namespace {
+
+void AddToken(const LaunchOptions& o, Command* c) {
+  if (!o.token.empty()) c->env.push_back("PSYNC_TOKEN=" + o.token);
+}
+
+}  // namespace
+
+Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file) {
+  Command c;
+  c.argv = {o.coordinator_bin, absl::StrCat("--host=", o.host), absl::StrCat("--port=", o.port),
+            absl::StrCat("--world-size=", o.nproc), absl::StrCat("--job-id=", o.job_id),
+            absl::StrCat("--port-file=", port_file)};
+  // Restartable: the coordinator takes the world back as its next generation.
+  if (o.max_restarts > 0) c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));
+  for (const std::string& a : o.coordinator_args) c.argv.push_back(a);
+  AddToken(o, &c);
+  return c;
+}
+
+Command RelayCommand(const LaunchOptions& o, const std::string& coordinator, const std::string& port_file) {
+  Command c;
+  c.argv = {o.relay_bin, absl::StrCat("--coordinator=", coordinator), "--port=0",
+            absl::StrCat("--port-file=", port_file), absl::StrCat("--expect-ranks=", o.nproc)};
+  if (!o.tls_ca.empty()) c.argv.push_back(absl::StrCat("--tls-ca=", o.tls_ca));
+  AddToken(o, &c);
+  return c;
+}
+
+Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::vector<std::string>& flags,
+                      const RankSlot& slot, int restart) {
+  Command c;
+  c.argv = {o.worker_bin};
+  for (const std::string& f : flags) c.argv.push_back(f);
+  c.argv.push_back(absl::StrCat("--rank=", slot.rank));
+  c.argv.push_back(absl::StrCat("--world-size=", slot.world_size));
+  c.argv.push_back(absl::StrCat("--local-rank=", slot.local_rank));
+  c.argv.push_back(absl::StrCat("--coordinator=", at.coordinator));
+  c.argv.push_back(absl::StrCat("--job-id=", o.job_id));
+  if (!o.tls_ca.empty()) c.argv.push_back(absl::StrCat("--tls-ca=", o.tls_ca));
+  if (!at.relay.empty()) c.argv.push_back(absl::StrCat("--plan-relay=", at.relay));
+  // LOCAL_WORLD_SIZE lets --backend=auto use shared memory between the
+  // ranks on this host. PSYNC_RESTART_COUNT: how many times the workers
+  // were restarted (as torchrun's TORCHELASTIC_RESTART_COUNT).
+  c.env = {absl::StrCat("RANK=", slot.rank),
+           absl::StrCat("WORLD_SIZE=", slot.world_size),
+           absl::StrCat("LOCAL_RANK=", slot.local_rank),
+           absl::StrCat("LOCAL_WORLD_SIZE=", slot.local_world_size),
+           "MASTER_ADDR=" + at.coordinator.substr(0, at.coordinator.rfind(':')),
+           absl::StrCat("MASTER_PORT=", at.port),
+           absl::StrCat("PSYNC_RESTART_COUNT=", restart)};
+  AddToken(o, &c);
+  // Many workers on few cores: one BLAS thread each unless the user chose.
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) c.env.push_back("OPENBLAS_NUM_THREADS=1");
+  return c;
+}
+
+Command ShutdownCommand(const LaunchOptions& o, const std::string& coordinator) {
+  Command c;
+  c.argv = {o.psyncctl_bin, "--coordinator=" + coordinator};
+  if (!o.tls_ca.empty()) c.argv.push_back("--tls-ca=" + o.tls_ca);
+  c.argv.push_back("shutdown");
+  c.env = {"PSYNC_TOKEN=" + o.token};
+  return c;
+}
+
+}  // namespace psync::launch

@@ -1,0 +1,40 @@
+// LaunchDir: psync-launch's private temp folder, /tmp/psync-launch-XXXXXX:
+// the coordinator's and the relay's port files, and the job's token (mode
+// 0600) when the launcher made it. Removed at the end of the job.
+//
+// Threads: the launcher's main thread only.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace psync::launch {
+
+class LaunchDir {
+ public:
+  LaunchDir() = default;
+  ~LaunchDir() { Remove(); }
+  LaunchDir(const LaunchDir&) = delete;
+  LaunchDir& operator=(const LaunchDir&) = delete;
+
+  // Makes the folder; Internal naming mkdtemp when it cannot.
+  absl::Status Create();
+  const std::string& path() const { return path_; }
+  std::string port_file() const { return path_ + "/port"; }
+  std::string relay_port_file() const { return path_ + "/relay_port"; }
+  std::string token_file() const { return path_ + "/token"; }
+
+  // A random token for the job (32 bytes from /dev/urandom, hex), written
+  // to token_file() (mode 0600, never overwritten).
+  absl::StatusOr<std::string> MakeToken();
+
+  // Removes the files and the folder; idempotent.
+  void Remove();
+
+ private:
+  std::string path_;  // empty until Create, and after Remove
+};
+
+}  // namespace psync::launch

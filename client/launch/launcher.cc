@@ -1,0 +1,290 @@
+#include "client/launch/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/launch/restart_policy.h"
+#include "client/launch/signal_pipe.h"
+#include "common/status_macros.h"
+
+namespace psync::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How waiting for a child's port file ended.
+enum class PortWait { kListening, kExited, kInterrupted, kTimedOut };
+
+// Waits up to 30 s for `child` (the coordinator or the relay) to write a
+// positive port number into `port_file` (*port), watching for its exit and
+// for a stop signal meanwhile.
+PortWait WaitForPortFile(const std::string& port_file, Child& child, int* port) {
+  const std::vector<Child*> only = {&child};
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (true) {
+    std::ifstream f(port_file);
+    if (f >> *port && *port > 0) return PortWait::kListening;
+    *port = 0;
+    Reap(only);
+    if (TakeSignal()) return PortWait::kInterrupted;
+    if (!child.running) return PortWait::kExited;
+    if (Clock::now() >= deadline) return PortWait::kTimedOut;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+int ExitCodeFor(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kCancelled:
+      return 130;
+    case absl::StatusCode::kUnavailable:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
+absl::Status ForkError() { return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno))); }
+
+}  // namespace
+
+Launcher::Launcher(LaunchOptions opt) : opt_(std::move(opt)) {}
+
+Launcher::~Launcher() {
+  if (devnull_ >= 0) close(devnull_);
+}
+
+int Launcher::Run() {
+  absl::Status st = Prepare();
+  if (st.ok()) st = StartCoordinator();
+  if (st.ok() && opt_.UseRelay()) st = StartRelay();
+  if (!st.ok()) {
+    std::cerr << "psync-launch: " << st.message() << "\n";
+    StopServices(milliseconds(3000));
+    dir_.Remove();
+    return ExitCodeFor(st);
+  }
+  SpawnRanks();
+  while (Supervise() == GenerationEnd::kRestart) {
+    // A signal that came while the workers were being stopped ends the job here.
+    if (std::optional<int> sig = TakeSignal()) {
+      std::cerr << "psync-launch: " << strsignal(*sig) << ": not restarting\n";
+      break;
+    }
+    SpawnRanks();
+  }
+  StopServices(milliseconds(5000));
+  dir_.Remove();
+  return Finish();
+}
+
+absl::Status Launcher::Prepare() {
+  PSYNC_RETURN_IF_ERROR(InstallSignalPipe());
+  PSYNC_RETURN_IF_ERROR(dir_.Create());
+  if (opt_.token.empty()) {
+    // Why: so nobody else on the machine (or on the network with
+    // --host=0.0.0.0) can stop the job or touch its rendezvous keys.
+    PSYNC_ASSIGN_OR_RETURN(opt_.token, dir_.MakeToken());
+    generated_token_ = true;
+  }
+  devnull_ = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  return absl::OkStatus();
+}
+
+absl::Status Launcher::StartCoordinator() {
+  const Command c = CoordinatorCommand(opt_, dir_.port_file());
+  coordinator_.pid = Spawn(c.argv, c.env, devnull_);
+  if (coordinator_.pid < 0) return ForkError();
+  coordinator_.running = true;
+  int port = 0;
+  switch (WaitForPortFile(dir_.port_file(), coordinator_, &port)) {
+    case PortWait::kListening:
+      break;
+    case PortWait::kExited:
+      return absl::UnavailableError(
+          absl::StrCat("psync-coordinator exited before listening (", DescribeStatus(coordinator_.status), ")"));
+    case PortWait::kInterrupted:
+      return absl::CancelledError("interrupted while starting the coordinator");
+    case PortWait::kTimedOut:
+      return absl::UnavailableError("psync-coordinator did not write its port file within 30s");
+  }
+  address_.port = port;
+  address_.coordinator = absl::StrCat(opt_.host == "0.0.0.0" ? "127.0.0.1" : opt_.host, ":", port);
+  std::cerr << "psync-launch: coordinator " << address_.coordinator << " (pid " << coordinator_.pid
+            << (generated_token_ ? absl::StrCat("; token in ", dir_.token_file()) : std::string()) << "), starting "
+            << opt_.nproc << " worker(s)\n";
+  return absl::OkStatus();
+}
+
+// The host's plan relay (client/relay/README.md): the workers' Train streams
+// go through it, one host stream to the coordinator.
+absl::Status Launcher::StartRelay() {
+  const Command c = RelayCommand(opt_, address_.coordinator, dir_.relay_port_file());
+  relay_.pid = Spawn(c.argv, c.env, devnull_);
+  relay_.running = relay_.pid > 0;
+  int port = 0;
+  const PortWait w = relay_.running ? WaitForPortFile(dir_.relay_port_file(), relay_, &port) : PortWait::kExited;
+  if (w == PortWait::kInterrupted) return absl::CancelledError("interrupted while starting psync-relay");
+  if (w != PortWait::kListening) {
+    // Why not go on without it: the job was asked to run with the relay;
+    // starting differently would hide a broken install.
+    const std::string why = w == PortWait::kTimedOut ? "no port file within 30s"
+                            : relay_.pid < 0          ? absl::StrCat("fork: ", std::strerror(errno))
+                                                      : DescribeStatus(relay_.status);
+    return absl::UnavailableError(
+        absl::StrCat("psync-relay did not start (", why, "); use --relay=false to run without it"));
+  }
+  address_.relay = absl::StrCat("127.0.0.1:", port);
+  std::cerr << "psync-launch: plan relay " << address_.relay << " (pid " << relay_.pid
+            << "): one Train stream for the " << opt_.nproc << " local ranks\n";
+  return absl::OkStatus();
+}
+
+void Launcher::SpawnRanks() {
+  bool added_resume = false;
+  const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, restarts_done_, &added_resume);
+  if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
+  workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
+  for (int r = 0; r < opt_.nproc; ++r) {
+    // Every rank on this host.
+    const Command c = WorkerCommand(opt_, address_, flags, RankSlot{r, opt_.nproc, r, opt_.nproc}, restarts_done_);
+    Child& w = workers_[static_cast<size_t>(r)];
+    w.what = absl::StrCat("rank ", r);
+    w.pid = Spawn(c.argv, c.env, (r == 0 || opt_.all_output) ? -1 : devnull_);
+    w.running = w.pid > 0;
+    if (w.pid < 0) {
+      std::perror("psync-launch: fork");
+      w.exit_code = 1;
+    }
+  }
+  kill_at_.reset();
+  failure_handled_ = false;
+}
+
+std::vector<Child*> Launcher::Workers() {
+  std::vector<Child*> out;
+  for (Child& w : workers_) out.push_back(&w);
+  return out;
+}
+
+Launcher::GenerationEnd Launcher::Supervise() {
+  const std::vector<Child*> workers = Workers();
+  while (true) {
+    ++round_;
+    Reap(workers, round_);
+    Reap({&coordinator_}, round_);
+    if (relay_.pid > 0) Reap({&relay_}, round_);
+    const bool any_running = std::any_of(workers.begin(), workers.end(), [](Child* c) { return c->running; });
+    WatchService(coordinator_, "psync-coordinator", &coordinator_reported_, any_running);
+    // Why like the coordinator: without the relay no worker can reach the
+    // coordinator's Train service, so nothing can be restarted either.
+    if (relay_.pid > 0) WatchService(relay_, "psync-relay", &relay_reported_, any_running);
+    if (HandleFailure()) return GenerationEnd::kRestart;
+    if (!any_running) return GenerationEnd::kEnded;
+    HandleSignals();
+    if (kill_at_ && Clock::now() >= *kill_at_) {
+      std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
+      StopAll(workers, milliseconds(5000));
+      return GenerationEnd::kEnded;
+    }
+    WaitForSignal(milliseconds(50));
+  }
+}
+
+void Launcher::WatchService(Child& service, const char* name, bool* reported, bool workers_running) {
+  if (service.running || *reported) return;
+  *reported = true;
+  stopping_ = true;
+  std::cerr << "psync-launch: " << name << " exited (" << DescribeStatus(service.status) << "); workers will stop\n";
+  if (!kill_at_ && workers_running) kill_at_ = Clock::now() + opt_.grace;
+}
+
+bool Launcher::HandleFailure() {
+  if (failure_handled_) return false;
+  std::vector<WorkerEnd> ends;
+  for (int r = 0; r < opt_.nproc; ++r) {
+    const Child& w = workers_[static_cast<size_t>(r)];
+    if (!w.running) ends.push_back({r, w.exit_code < 0 ? 1 : w.exit_code, w.reaped_at});
+  }
+  const std::optional<WorkerEnd> failed = FirstFailure(ends);
+  if (!failed) return false;
+  failure_handled_ = true;
+  const Child& dead = workers_[static_cast<size_t>(failed->rank)];
+  const RestartDecision d = Decide(*failed, restarts_done_, opt_.max_restarts, stopping_ || interrupts_ > 0);
+  if (d == RestartDecision::kRestart) {
+    ++restarts_done_;
+    std::cerr << "psync-launch: rank " << failed->rank << " died ("
+              << (dead.pid > 0 ? DescribeStatus(dead.status) : "not started") << "); restart " << restarts_done_
+              << " of " << opt_.max_restarts << ": stopping the other workers and starting all " << opt_.nproc
+              << " again\n";
+    // Why at once: the coordinator has aborted (or is aborting) this
+    // generation, so nothing the others do from here on counts.
+    StopAll(Workers(), milliseconds(5000));
+    return true;
+  }
+  if (opt_.max_restarts > 0 && d == RestartDecision::kNoRestartsLeft) {
+    std::cerr << "psync-launch: rank " << failed->rank << " failed (" << DescribeStatus(dead.status) << ") and all "
+              << opt_.max_restarts << " restarts are used: the job fails\n";
+  } else if (opt_.max_restarts > 0 && d == RestartDecision::kNotRetriable) {
+    std::cerr << "psync-launch: rank " << failed->rank
+              << " exited 2 (bad flags or input): not restarted, it would fail the same way\n";
+  }
+  // A failed worker: the coordinator aborts the others; give them `grace` to exit.
+  if (!kill_at_) kill_at_ = Clock::now() + opt_.grace;
+  return false;
+}
+
+void Launcher::HandleSignals() {
+  while (std::optional<int> sig = TakeSignal()) {
+    ++interrupts_;
+    stopping_ = true;
+    if (interrupts_ == 1 && !opt_.psyncctl_bin.empty() && coordinator_.running) {
+      std::cerr << "psync-launch: " << strsignal(*sig) << ": asking the coordinator to stop the job (again to force)\n";
+      const Command c = ShutdownCommand(opt_, address_.coordinator);
+      const int rc = RunBounded(c.argv, c.env, milliseconds(10000));
+      if (rc != 0) {
+        std::cerr << "psync-launch: psyncctl shutdown failed (" << rc << "); stopping workers with SIGTERM\n";
+        SignalAll(Workers(), SIGTERM);
+      }
+      kill_at_ = Clock::now() + opt_.grace;
+    } else {
+      std::cerr << "psync-launch: " << strsignal(*sig) << ": stopping workers now\n";
+      SignalAll(Workers(), interrupts_ >= 3 ? SIGKILL : SIGTERM);
+      kill_at_ = Clock::now() + std::chrono::seconds(5);
+    }
+  }
+}
+
+void Launcher::StopServices(milliseconds term_wait) {
+  if (relay_.running) StopAll({&relay_}, term_wait);
+  if (coordinator_.running) StopAll({&coordinator_}, term_wait);
+}
+
+int Launcher::Finish() const {
+  int worst = 0;
+  std::vector<std::string> parts;
+  for (const Child& w : workers_) {
+    worst = std::max(worst, w.exit_code < 0 ? 1 : w.exit_code);
+    parts.push_back(absl::StrCat(w.what, ": ", w.pid > 0 ? DescribeStatus(w.status) : "not started"));
+  }
+  std::cerr << "psync-launch: " << absl::StrJoin(parts, ", ")
+            << (restarts_done_ > 0
+                    ? absl::StrCat(" (after ", restarts_done_, " restart", restarts_done_ > 1 ? "s" : "", ")")
+                    : std::string())
+            << "; exit " << worst << "\n";
+  return worst;
+}
+
+}  // namespace psync::launch

@@ -1,0 +1,147 @@
+#include "client/relay/local_stream.h"
+
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace psync::relay {
+
+// The write side of one local worker's stream: plans written one at a time,
+// then the end of the stream (Finish) once the queue is drained.
+class LocalWriter final : public LocalSink {
+ public:
+  explicit LocalWriter(grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* r) : r_(r) {}
+
+  void Push(std::shared_ptr<const v1::Plan> plan) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (end_ || failed_) return;
+    q_.push_back(std::move(plan));
+    StartNextLocked();
+  }
+  void End(const absl::Status& status) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (end_) return;
+    end_ = true;
+    // Same code, same message: the worker sees what the coordinator said.
+    st_ = status.ok() ? grpc::Status::OK
+                      : grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+    StartNextLocked();
+  }
+  void WriteDone(bool ok) {
+    std::lock_guard<std::mutex> l(mu_);
+    writing_ = false;
+    if (!q_.empty()) q_.pop_front();
+    if (!ok) {
+      failed_ = true;  // why: the worker is gone; nothing more can be written
+      q_.clear();
+    }
+    StartNextLocked();
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> l(mu_);
+    r_ = nullptr;
+  }
+
+ private:
+  void StartNextLocked() {
+    if (r_ == nullptr || writing_ || finished_) return;
+    if (!q_.empty() && !failed_) {
+      writing_ = true;
+      r_->StartWrite(q_.front().get());
+      return;
+    }
+    if (end_) {
+      finished_ = true;
+      r_->Finish(st_);
+    }
+  }
+
+  std::mutex mu_;
+  grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* r_;
+  std::deque<std::shared_ptr<const v1::Plan>> q_;  // front() is being written while writing_
+  bool writing_ = false, end_ = false, failed_ = false, finished_ = false;
+  grpc::Status st_;
+};
+
+LocalStream::LocalStream(RankRegistry* registry, const absl::Status& refused)
+    : registry_(registry), writer_(std::make_shared<LocalWriter>(this)) {
+  if (!refused.ok()) {
+    writer_->End(refused);
+    return;
+  }
+  StartRead(&up_);
+}
+
+void LocalStream::OnReadDone(bool ok) {
+  if (!ok) {
+    // Why: the worker went away (or half-closed) without Done; the
+    // coordinator must hear that this rank is lost, as without the relay.
+    if (batcher_ && !done_) batcher_->Gone(rank_, "stream closed (relayed by psync-relay)");
+    writer_->End(absl::OkStatus());
+    return;
+  }
+  if (!batcher_) {
+    OnHello();
+  } else {
+    OnMessage();
+  }
+}
+
+void LocalStream::OnHello() {
+  if (!up_.has_hello() || up_.hello().ranks_size() > 0 || up_.hello().rank() < 0) {
+    writer_->End(absl::InvalidArgumentError(
+        "the first message on a Train stream through psync-relay must be hello{job_id, rank, generation} of one "
+        "rank"));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<HostBatcher>> b = registry_->Register(up_.hello(), writer_);
+  if (!b.ok()) {
+    writer_->End(b.status());
+    return;
+  }
+  batcher_ = *b;
+  rank_ = up_.hello().rank();
+  StartRead(&up_);
+}
+
+void LocalStream::OnMessage() {
+  std::string bad;
+  switch (up_.msg_case()) {
+    case v1::TrainUp::kReport:
+      batcher_->Report(rank_, up_.report());
+      break;
+    case v1::TrainUp::kHeartbeat:
+      if (up_.heartbeat().rank() != rank_) {
+        bad = absl::StrCat("heartbeat names rank ", up_.heartbeat().rank(), " on the Train stream of rank ", rank_);
+      } else {
+        batcher_->Heartbeat(up_.heartbeat());
+      }
+      break;
+    case v1::TrainUp::kDone:
+      done_ = true;
+      batcher_->Done(rank_, up_.done());
+      return;  // the batcher ends this stream once the Done is written upstream
+    default:
+      bad = "unexpected TrainUp message on a worker's Train stream (after hello: report, heartbeat or done)";
+      break;
+  }
+  if (!bad.empty()) {
+    // Why: a protocol violation loses the rank, as at the coordinator.
+    batcher_->Gone(rank_, absl::StrCat("protocol error: ", bad));
+    writer_->End(absl::InvalidArgumentError(bad));
+    return;
+  }
+  StartRead(&up_);
+}
+
+void LocalStream::OnWriteDone(bool ok) { writer_->WriteDone(ok); }
+
+void LocalStream::OnDone() {
+  writer_->Detach();
+  delete this;
+}
+
+}  // namespace psync::relay
