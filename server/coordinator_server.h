@@ -20,6 +20,10 @@ namespace grpc {
 class Server;
 }
 
+namespace psync {
+class TimerQueue;  // common/timer_queue.h
+}  // namespace psync
+
 namespace psync::server {
 
 class KvStore;
@@ -27,7 +31,6 @@ class TokenAuth;
 class CoordinatorService;
 class ControlService;
 class LivenessTicker;
-class TimerQueue;
 class PlanFanOut;
 
 struct ServerOptions {
