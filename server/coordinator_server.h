@@ -21,8 +21,8 @@ class Server;
 }
 
 namespace psync {
-class TimerQueue;
-}
+class TimerQueue;  // common/timer_queue.h
+}  // namespace psync
 
 namespace psync::server {
 

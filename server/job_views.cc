@@ -39,37 +39,25 @@ void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v
   w->set_last_report_unix_ms(rt.last_report_unix_ms);
 }
 
-void JobState::FillWorkers(v1::WorkersResponse* out) const {
-  std::lock_guard<std::mutex> l(mu_);
-  for (int r = 0; r < cfg_.world_size; ++r) {
-    if (!rendezvous_.member(r).joined) continue;
-    FillWorkerInfo(r, rendezvous_.member(r), ranks_[static_cast<size_t>(r)], out->add_workers());
+void Generation::FillWorkers(v1::WorkersResponse* out) const {
+  for (int r = 0; r < world_size(); ++r) {
+    if (rendezvous_.member(r).joined) FillWorkerInfo(r, rendezvous_.member(r), rank(r), out->add_workers());
   }
 }
 
-void JobState::FillStatus(v1::StatusResponse* out) const {
-  std::lock_guard<std::mutex> l(mu_);
-  out->set_job_id(cfg_.job_id);
-  out->set_world_size(cfg_.world_size);
+void Generation::FillStatus(v1::StatusResponse* out) const {
   out->set_joined(rendezvous_.joined());
-  out->set_generation(generation_);
-  out->set_state(state_);
-  out->set_reason(reason_);
+  out->set_generation(number_);
+  out->set_last_restart_reason(previous_end_);
   out->set_iteration(plans_.last_plan());
   out->set_stop_after_iteration(plans_.stop_scheduled() ? plans_.stop_after() : -1);
   out->set_backend(rendezvous_.backend());
-  out->set_plan_lookahead(cfg_.plan_lookahead);
-  out->set_restarts(restarts_);
-  out->set_max_restarts(cfg_.max_restarts);
   out->set_start_iteration(rendezvous_.has_reference() ? rendezvous_.start_iteration() : 0);
-  out->set_last_restart_reason(last_restart_reason_);
-  out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
   std::vector<double> step_ms(ranks_.size(), 0.0);
-  for (int r = 0; r < cfg_.world_size; ++r) {
+  for (int r = 0; r < world_size(); ++r) {
     if (!rendezvous_.member(r).joined) continue;
-    const RankRuntime& rt = ranks_[static_cast<size_t>(r)];
-    FillWorkerInfo(r, rendezvous_.member(r), rt, out->add_workers());
-    step_ms[static_cast<size_t>(r)] = rt.last_step_ms;
+    FillWorkerInfo(r, rendezvous_.member(r), rank(r), out->add_workers());
+    step_ms[static_cast<size_t>(r)] = rank(r).last_step_ms;
   }
   const StepStats s = ComputeStepStats(step_ms);
   out->set_slowest_rank(s.slowest_rank);
@@ -80,8 +68,7 @@ void JobState::FillStatus(v1::StatusResponse* out) const {
   }
 }
 
-void JobState::FillBuckets(v1::BucketsResponse* out) const {
-  std::lock_guard<std::mutex> l(mu_);
+void Generation::FillBuckets(v1::BucketsResponse* out) const {
   if (!rendezvous_.has_reference()) return;
   *out->mutable_plan() = plans_.current_bucket_plan();
   for (const auto& p : rendezvous_.manifest()) out->add_param_names(p.name());
@@ -89,8 +76,7 @@ void JobState::FillBuckets(v1::BucketsResponse* out) const {
   out->set_first_bucket_cap_bytes(rendezvous_.first_bucket_cap());
 }
 
-void JobState::FillUnused(v1::UnusedResponse* out) const {
-  std::lock_guard<std::mutex> l(mu_);
+void Generation::FillUnused(v1::UnusedResponse* out) const {
   out->set_iteration(plans_.last_plan());
   out->set_num_params(static_cast<int>(rendezvous_.manifest().size()));
   if (plans_.last_plan() < 0) return;
@@ -101,6 +87,34 @@ void JobState::FillUnused(v1::UnusedResponse* out) const {
       out->add_param_names(rendezvous_.manifest()[static_cast<size_t>(i)].name());
     }
   }
+}
+
+void JobState::FillStatus(v1::StatusResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  out->set_job_id(cfg_.job_id);
+  out->set_world_size(cfg_.world_size);
+  out->set_state(state_);
+  out->set_reason(reason_);
+  out->set_plan_lookahead(cfg_.plan_lookahead);
+  out->set_restarts(restarts_);
+  out->set_max_restarts(cfg_.max_restarts);
+  out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
+  gen_->FillStatus(out);
+}
+
+void JobState::FillWorkers(v1::WorkersResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  gen_->FillWorkers(out);
+}
+
+void JobState::FillBuckets(v1::BucketsResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  gen_->FillBuckets(out);
+}
+
+void JobState::FillUnused(v1::UnusedResponse* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  gen_->FillUnused(out);
 }
 
 }  // namespace psync::server

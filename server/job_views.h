@@ -1,7 +1,7 @@
 // The read-only Control views of a job (Status, Workers, Buckets, Unused):
-// JobState::Fill* are defined in job_views.cc, from the parts' state under
-// JobState's lock; nothing here changes the job. StepStats is the
-// slowest-vs-median summary shown by `psyncctl status`.
+// JobState::Fill* and Generation::Fill* (the current generation's part) are
+// defined in job_views.cc, under JobState's lock; nothing here changes the
+// job. StepStats is the slowest-vs-median summary shown by `psyncctl status`.
 #pragma once
 
 #include <vector>

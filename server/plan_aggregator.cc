@@ -9,21 +9,6 @@
 #include "server/limits.h"
 
 namespace psync::server {
-namespace {
-
-v1::BucketPlan MakeBucketPlan(int64_t id, int64_t applies_from, const std::vector<PackedBucket>& buckets) {
-  v1::BucketPlan plan;
-  plan.set_id(id);
-  plan.set_applies_from_iteration(applies_from);
-  for (const auto& b : buckets) {
-    v1::Bucket* out = plan.add_buckets();
-    for (int p : b.params) out->add_param_index(p);
-    out->set_bytes(b.bytes);
-  }
-  return plan;
-}
-
-}  // namespace
 
 PlanAggregator::PlanAggregator(int world_size, int lookahead)
     : world_(world_size),
@@ -32,12 +17,10 @@ PlanAggregator::PlanAggregator(int world_size, int lookahead)
       last_reported_(static_cast<size_t>(world_size), -1) {}
 
 void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap) {
-  param_bytes_ = param_bytes;
-  first_cap_ = first_cap;
-  cap_ = cap;
+  param_bytes_.assign(param_bytes.begin(), param_bytes.end());  // each >= 0 (ValidateJoinRequest)
+  caps_ = BucketCaps{static_cast<size_t>(first_cap), static_cast<size_t>(cap)};
   bitmap_bytes_ = static_cast<size_t>(bitmap::BytesFor(static_cast<int64_t>(param_bytes.size())));
-  current_bucket_plan_ =
-      MakeBucketPlan(0, 0, PackBuckets(ReverseManifestOrder(num_params()), param_bytes_, first_cap_, cap_));
+  current_bucket_plan_ = PlanBuckets(0, 0, ReverseOrder(param_bytes_.size()), param_bytes_, caps_);
 }
 
 void PlanAggregator::Start(int64_t first_iteration) {
@@ -103,8 +86,8 @@ absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
           absl::StrCat("ready_order sent by rank ", rank, "; only rank 0 sends it"));
     }
     if (have_ready_order_) return absl::InvalidArgumentError("ready_order was already sent once");
-    std::vector<int> order(r.ready_order().begin(), r.ready_order().end());
-    absl::StatusOr<std::vector<int>> full = CompleteReadyOrder(order, static_cast<int>(P));
+    const std::vector<int64_t> order(r.ready_order().begin(), r.ready_order().end());
+    absl::StatusOr<std::vector<size_t>> full = CompleteReadyOrder(order, param_bytes_.size());
     if (!full.ok()) return full.status();
   }
   return absl::OkStatus();
@@ -122,8 +105,8 @@ void PlanAggregator::Add(int rank, const v1::Report& r) {
   if (r.ready_order_size() > 0) {
     // Why: rank 0's observed ready order becomes the bucket plan announced
     // with this iteration's plan (validated already, so it completes).
-    std::vector<int> order(r.ready_order().begin(), r.ready_order().end());
-    ready_order_ = *CompleteReadyOrder(order, num_params());
+    const std::vector<int64_t> order(r.ready_order().begin(), r.ready_order().end());
+    ready_order_ = *CompleteReadyOrder(order, param_bytes_.size());
     have_ready_order_ = true;
     ready_order_iteration_ = i;
   }
@@ -153,7 +136,7 @@ v1::Plan PlanAggregator::Emit() {
   if (have_ready_order_ && ready_order_iteration_ == p) {
     // Why: announced in Plan{p}, so it may apply from p+K, the first step
     // no rank starts without holding Plan{p}.
-    current_bucket_plan_ = MakeBucketPlan(1, p + k_, PackBuckets(ready_order_, param_bytes_, first_cap_, cap_));
+    current_bucket_plan_ = PlanBuckets(1, p + k_, ready_order_, param_bytes_, caps_);
     *plan.mutable_bucket_plan() = current_bucket_plan_;
     ready_order_.clear();
     ready_order_.shrink_to_fit();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/bucket_packer.h"
 #include "psync/v1/coordinator.pb.h"
 
 namespace psync::server {
@@ -88,8 +89,8 @@ class PlanAggregator {
 
   int world_;  // not const: JobState replaces the aggregator per generation
   int k_;
-  std::vector<int64_t> param_bytes_;
-  int64_t first_cap_ = 0, cap_ = 0;
+  std::vector<size_t> param_bytes_;
+  BucketCaps caps_;
   size_t bitmap_bytes_ = 0;
 
   bool started_ = false;
@@ -104,7 +105,7 @@ class PlanAggregator {
   v1::BucketPlan current_bucket_plan_;   // the latest announced (0 = initial)
   bool have_ready_order_ = false;
   int64_t ready_order_iteration_ = -1;   // the report that carried it
-  std::vector<int> ready_order_;         // completed to all P parameters
+  std::vector<size_t> ready_order_;      // completed to all P parameters
 
   int64_t stop_after_ = kNoStop;
   std::string stop_reason_;

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/plan_mailbox.h"
+#include "server/plan_sink.h"
 
 namespace psync::server {
 

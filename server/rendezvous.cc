@@ -129,22 +129,6 @@ void Rendezvous::Remove(int rank) {
   if (joined_ == 0) reference_rank_ = -1;
 }
 
-bool Rendezvous::TakeWaiter(uint64_t ticket, Waiter* out) {
-  auto it = waiters_.find(ticket);
-  if (it == waiters_.end()) return false;
-  *out = std::move(it->second);
-  waiters_.erase(it);
-  return true;
-}
-
-std::vector<Rendezvous::Waiter> Rendezvous::TakeAllWaiters() {
-  std::vector<Waiter> out;
-  out.reserve(waiters_.size());
-  for (auto& [ticket, w] : waiters_) out.push_back(std::move(w));
-  waiters_.clear();
-  return out;
-}
-
 std::vector<int> Rendezvous::MissingRanks(size_t at_most) const {
   std::vector<int> out;
   for (int r = 0; r < world_size() && out.size() < at_most; ++r) {

@@ -1,12 +1,10 @@
-// Rendezvous: who joined the job as which rank, the reference model every
-// rank must match, and the Joins still waiting for the world to complete.
-// Part of JobState (job_state.h), which owns the lock: not thread-safe by
-// itself, and it never runs a callback (JobState does, after unlocking).
+// Rendezvous: who joined one generation of the job as which rank, and the
+// reference model every rank must match. The Joins still waiting for the
+// world are PendingJoins' (pending_joins.h). Part of JobState (job_state.h),
+// which owns the lock: not thread-safe by itself.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,13 +52,6 @@ struct MemberIdentity {
 
 class Rendezvous {
  public:
-  using JoinDone = std::function<void(absl::StatusOr<JoinAnswer>)>;
-  struct Waiter {
-    int rank = -1;
-    JoinDone done;
-    uint64_t timer = 0;
-  };
-
   explicit Rendezvous(int world_size);
 
   // The rank this request gets, or why it is refused (incompatible with the
@@ -71,11 +62,6 @@ class Rendezvous {
   // Releases `rank` again (its Join timed out or was cancelled before the
   // world completed); the last one out also forgets the reference model.
   void Remove(int rank);
-
-  // Joins waiting for the world, by ticket.
-  void AddWaiter(uint64_t ticket, Waiter w) { waiters_.emplace(ticket, std::move(w)); }
-  bool TakeWaiter(uint64_t ticket, Waiter* out);
-  std::vector<Waiter> TakeAllWaiters();
 
   int world_size() const { return static_cast<int>(members_.size()); }
   int joined() const { return joined_; }
@@ -108,7 +94,6 @@ class Rendezvous {
   std::string backend_;
   int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
   int64_t start_iteration_ = 0;
-  std::map<uint64_t, Waiter> waiters_;
 };
 
 }  // namespace psync::server

@@ -1,7 +1,9 @@
 // libFuzzer target for the coordinator's state machine (JobState with its
 // Rendezvous / PlanAggregator / liveness rules, and KvStore), without gRPC:
 // the input is a sequence of operations, each a request message parsed from
-// arbitrary bytes (JoinRequest, TrainUp{hello, report, heartbeat, done},
+// arbitrary bytes (JoinRequest, TrainUp{hello, report, report_batch,
+// heartbeat, done, rank_closed}: every call names its stream by the
+// StreamRef Attach returned, or a made-up one),
 // StoreSet/StoreGet, Control: Shutdown and the views) or a structured
 // variant of one (so the fuzzer also gets past validation), plus stream
 // closes, cancelled Joins, liveness checks and moves of a manual clock, in
@@ -37,11 +39,13 @@
 #include "psync/v1/coordinator.pb.h"
 #include "server/job_state.h"
 #include "server/kv_store.h"
+#include "server/plan_queue.h"
 #include "common/manual_scheduler.h"
 
 namespace {
 
 using namespace psync::server;
+using psync::ManualScheduler;
 namespace v1 = psync::v1;
 
 #define CHECK_OR_DIE(cond)                                                                    \
@@ -72,10 +76,10 @@ class Input {
   size_t i_ = 0;
 };
 
-// What the harness knows about one rank's stream.
+// What the harness knows about one rank's stream (its own, or its host's).
 struct Stream {
-  std::shared_ptr<PlanMailbox> mailbox;
-  int64_t generation = 1;   // of the hello that attached it (the current one before that)
+  std::shared_ptr<PlanQueue> mailbox;
+  StreamRef ref;            // as Attach returned it (generation: of its hello)
   int64_t next_report = 0;  // for structured reports
   int64_t last_plan = -1;   // last CONTINUE/STOP plan iteration seen
   bool aborted = false;
@@ -90,6 +94,7 @@ struct Harness {
   std::vector<Stream> streams;
   int64_t generation = 1;        // the job's generation as last seen by SyncGeneration
   int64_t stale_generation = 0;  // an ended generation (0 = none yet)
+  std::vector<StreamRef> stale_refs;  // by rank: the streams of stale_generation (sink null: none)
   int max_restarts = 0;
   // Callbacks: ticket -> how many times it ran (must end at exactly 1).
   std::vector<std::shared_ptr<int>> join_calls, get_calls;
@@ -148,20 +153,43 @@ struct Harness {
 
   // Host streams (hello.ranks): every rank of one shares the mailbox.
   struct HostStream {
-    std::shared_ptr<PlanMailbox> mailbox;
-    int64_t generation = 1;
+    std::shared_ptr<PlanQueue> mailbox;
+    StreamRef ref;
     std::vector<int> ranks;
   };
   std::vector<HostStream> host_streams;
 
+  // How a call for `rank` names its stream: the ref its stream attached
+  // with (its own or its host's), claiming `generation` (an ended one plays
+  // a stale worker); a made-up own stream for a rank without one.
+  StreamRef RefFor(int rank, int64_t generation) const {
+    StreamRef ref{nullptr, generation, rank};
+    if (rank < world && streams[static_cast<size_t>(rank)].mailbox) {
+      ref = streams[static_cast<size_t>(rank)].ref;
+      ref.generation = generation;
+    }
+    return ref;
+  }
+
+  // A TrainUp of any kind on `ref`, handed to JobState as TrainStream does.
+  void Dispatch(const StreamRef& ref, const v1::TrainUp& up, JobState::Clock::time_point now) {
+    if (up.has_report()) (void)job->Report(ref, up.report());
+    if (up.has_report_batch()) (void)job->ReportBatch(ref, up.report_batch());
+    if (up.has_heartbeat()) (void)job->Heartbeat(ref, up.heartbeat(), now);
+    if (up.has_done()) (void)job->Done(ref, up.done());
+    if (up.has_rank_closed()) (void)job->RankClosed(ref, up.rank_closed());
+  }
+
   void Attach(int rank, const v1::Hello& hello) {
-    auto mb = std::make_shared<PlanMailbox>();
+    auto mb = std::make_shared<PlanQueue>();
+    absl::StatusOr<StreamRef> ref = job->Attach(hello, mb);
+    if (!ref.ok()) return;
+    CHECK_OR_DIE(ref->sink == mb.get() && ref->generation == hello.generation());
     if (hello.ranks_size() > 0) {
-      if (!job->Attach(hello, mb).ok()) return;
-      CHECK_OR_DIE(hello.generation() == job->generation());
+      CHECK_OR_DIE(hello.generation() == job->generation() && ref->host());
       std::set<int> distinct(hello.ranks().begin(), hello.ranks().end());
       CHECK_OR_DIE(distinct.size() == static_cast<size_t>(hello.ranks_size()));  // duplicates refused
-      HostStream hs{mb, hello.generation(), {}};
+      HostStream hs{mb, *ref, {}};
       v1::WorkersResponse ws;  // every rank of the stream is on one host
       job->FillWorkers(&ws);
       std::map<int, std::string> host_of;
@@ -171,18 +199,16 @@ struct Harness {
         CHECK_OR_DIE(!streams[static_cast<size_t>(r)].mailbox);  // a rank attaches once
         CHECK_OR_DIE(host_of.count(r) && host_of[r] == host_of[hello.ranks(0)]);
         streams[static_cast<size_t>(r)].mailbox = mb;
-        streams[static_cast<size_t>(r)].generation = hello.generation();
+        streams[static_cast<size_t>(r)].ref = *ref;
         hs.ranks.push_back(r);
       }
       host_streams.push_back(std::move(hs));
       return;
     }
-    if (job->Attach(hello, mb).ok()) {
-      CHECK_OR_DIE(hello.rank() >= 0 && hello.rank() < world);
-      CHECK_OR_DIE(hello.generation() == job->generation());
-      streams[static_cast<size_t>(hello.rank())].mailbox = mb;
-      streams[static_cast<size_t>(hello.rank())].generation = hello.generation();
-    }
+    CHECK_OR_DIE(hello.rank() >= 0 && hello.rank() < world);
+    CHECK_OR_DIE(hello.generation() == job->generation() && ref->own_rank == hello.rank());
+    streams[static_cast<size_t>(hello.rank())].mailbox = mb;
+    streams[static_cast<size_t>(hello.rank())].ref = *ref;
     (void)rank;
   }
 
@@ -228,9 +254,10 @@ struct Harness {
     if (g == generation) return;
     stale_generation = generation;
     generation = g;
+    stale_refs.clear();
+    for (const Stream& s : streams) stale_refs.push_back(s.mailbox ? s.ref : StreamRef{});
     streams.assign(static_cast<size_t>(world), Stream{});
     host_streams.clear();
-    for (Stream& s : streams) s.generation = g;
     plan_by_iteration.clear();
     stop_after = -1;
     last_state = job->state();  // WAITING, or RUNNING when queued Joins completed the world
@@ -341,37 +368,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (mode % 5 == 0) {
           for (int i = 0; i < h.param_count; ++i) r.add_ready_order((i * 7 + in.Byte()) % (h.param_count + 1));
         }
-        if (h.job->Report(rank, s.generation, r).ok() && r.iteration() == s.next_report) ++s.next_report;
+        r.set_rank(rank);  // used on a host stream (its own stream ignores it)
+        if (h.job->Report(h.RefFor(rank, s.mailbox ? s.ref.generation : h.generation), r).ok() &&
+            r.iteration() == s.next_report) {
+          ++s.next_report;
+        }
         break;
       }
       case 4: {  // a TrainUp from raw bytes, dispatched as the Train reactor does
         v1::TrainUp up;
         (void)up.ParseFromString(in.Bytes(120));
-        const int64_t g = rank < h.world ? h.streams[static_cast<size_t>(rank)].generation : h.generation;
-        if (up.has_report()) (void)h.job->Report(rank, g, up.report());
-        if (up.has_heartbeat()) {
-          (void)h.job->Heartbeat(rank, g, up.heartbeat(), t0 + std::chrono::milliseconds(in.U16()));
-        }
-        if (up.has_done()) (void)h.job->Done(rank, g, up.done());
+        const bool own = rank < h.world && h.streams[static_cast<size_t>(rank)].mailbox;
+        const int64_t g = own ? h.streams[static_cast<size_t>(rank)].ref.generation : h.generation;
+        h.Dispatch(h.RefFor(rank, g), up, t0 + std::chrono::milliseconds(in.U16()));
         if (up.has_hello()) h.Attach(rank, up.hello());
         break;
       }
       case 5: {
         v1::Heartbeat hb;
         hb.set_rank(in.Byte() % 8 == 0 ? rank + 1 : rank);
-        (void)h.job->Heartbeat(rank, h.generation, hb, t0 + std::chrono::milliseconds(in.U16()));
+        (void)h.job->Heartbeat(h.RefFor(rank, h.generation), hb, t0 + std::chrono::milliseconds(in.U16()));
         break;
       }
       case 6: {
         v1::Done d;
         d.set_exit_code(in.Byte() % 4 == 0 ? 1 : 0);
         d.set_exit_reason(in.Bytes(20));
-        (void)h.job->Done(rank, h.generation, d);
+        d.set_rank(rank);
+        (void)h.job->Done(h.RefFor(rank, h.generation), d);
         break;
       }
       case 7:
-        h.job->StreamClosed(rank, in.Byte() % 4 == 0 && h.stale_generation > 0 ? h.stale_generation : h.generation,
-                            "stream closed");
+        h.job->StreamClosed(
+            h.RefFor(rank, in.Byte() % 4 == 0 && h.stale_generation > 0 ? h.stale_generation : h.generation),
+            "stream closed");
         break;
       case 8:
         if (!h.join_tickets.empty()) h.job->CancelJoin(h.join_tickets[in.Byte() % h.join_tickets.size()]);
@@ -415,7 +445,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           v1::Report rep;
           rep.set_iteration(s.next_report);
           rep.set_used_bitmap(std::string((h.param_count + 7) / 8, static_cast<char>(in.Byte())));
-          if (h.job->Report(r, s.generation, rep).ok()) ++s.next_report;
+          rep.set_rank(r);
+          if (h.job->Report(h.RefFor(r, s.mailbox ? s.ref.generation : h.generation), rep).ok()) ++s.next_report;
         }
         break;
       }
@@ -446,7 +477,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 20: {  // a message on a host stream: structured (batch, done, heartbeat, rank_closed, close) or raw
         if (h.host_streams.empty()) break;
         Harness::HostStream& hs = h.host_streams[in.Byte() % h.host_streams.size()];
-        const PlanSink* sink = hs.mailbox.get();
+        const StreamRef& ref = hs.ref;
         const uint8_t mode = in.Byte() % 7;
         const int who = hs.ranks[in.Byte() % hs.ranks.size()];
         const int named = in.Byte() % 8 == 0 ? rank : who;  // sometimes a rank not on the stream
@@ -459,7 +490,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               rep->set_iteration(h.streams[static_cast<size_t>(r)].next_report);
               rep->set_used_bitmap(std::string((h.param_count + 7) / 8, static_cast<char>(in.Byte())));
             }
-            if (h.job->ReportBatch(sink, hs.generation, b).ok()) {
+            if (h.job->ReportBatch(ref, b).ok()) {
               for (int r : hs.ranks) ++h.streams[static_cast<size_t>(r)].next_report;
             }
             break;
@@ -468,33 +499,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             v1::Done d;
             d.set_rank(named);
             d.set_exit_code(in.Byte() % 4 == 0 ? 1 : 0);
-            (void)h.job->HostDone(sink, hs.generation, d);
+            (void)h.job->Done(ref, d);
             break;
           }
           case 2: {
             v1::Heartbeat hb;
             hb.set_rank(named);
-            (void)h.job->HostHeartbeat(sink, hs.generation, hb, t0 + std::chrono::milliseconds(in.U16()));
+            (void)h.job->Heartbeat(ref, hb, t0 + std::chrono::milliseconds(in.U16()));
             break;
           }
           case 3: {
             v1::RankClosed c;
             c.set_rank(named);
             c.set_cause(in.Bytes(20));
-            (void)h.job->RankClosed(sink, hs.generation, c);
+            (void)h.job->RankClosed(ref, c);
             break;
           }
           case 4:
-            h.job->HostStreamClosed(sink, hs.generation, "host Train stream closed");
+            h.job->StreamClosed(ref, "host Train stream closed");
             break;
           default: {  // raw, dispatched as the reactor does for a host stream
             v1::TrainUp up;
             (void)up.ParseFromString(in.Bytes(120));
-            if (up.has_report_batch()) (void)h.job->ReportBatch(sink, hs.generation, up.report_batch());
-            if (up.has_report()) (void)h.job->HostReport(sink, hs.generation, up.report());
-            if (up.has_done()) (void)h.job->HostDone(sink, hs.generation, up.done());
-            if (up.has_heartbeat()) (void)h.job->HostHeartbeat(sink, hs.generation, up.heartbeat(), t0);
-            if (up.has_rank_closed()) (void)h.job->RankClosed(sink, hs.generation, up.rank_closed());
+            h.Dispatch(ref, up, t0);
             break;
           }
         }
@@ -502,13 +529,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 18: {  // a worker of an ended generation goes on: always refused
         if (h.stale_generation == 0 || rank >= h.world) break;
+        // Its stream of the ended generation, or a made-up one.
+        StreamRef stale = h.stale_refs[static_cast<size_t>(rank)];
+        if (stale.sink == nullptr) stale = StreamRef{nullptr, h.stale_generation, rank};
         v1::Report rep;
         rep.set_iteration(h.streams[static_cast<size_t>(rank)].next_report);
         rep.set_used_bitmap(std::string((h.param_count + 7) / 8, '\xff'));
-        CHECK_OR_DIE(!h.job->Report(rank, h.stale_generation, rep).ok());
+        rep.set_rank(rank);
+        CHECK_OR_DIE(!h.job->Report(stale, rep).ok());
         v1::Heartbeat hb;
         hb.set_rank(rank);
-        CHECK_OR_DIE(!h.job->Heartbeat(rank, h.stale_generation, hb, t0).ok());
+        CHECK_OR_DIE(!h.job->Heartbeat(stale, hb, t0).ok());
         break;
       }
     }

@@ -1,6 +1,5 @@
 #include "worker/ddp/bucket_assignment.h"
 
-#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -16,24 +15,8 @@ std::pair<int, int> DeviceKey(const Device& d) {
 
 }  // namespace
 
-std::vector<size_t> ReverseOrder(size_t n) {
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = n - 1 - i;
-  return order;
-}
-
 absl::Status ValidateOrder(const std::vector<size_t>& order, size_t n) {
-  if (order.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter order has ", order.size(), " entries for ", n, " parameters"));
-  }
-  std::vector<bool> seen(n, false);
-  for (size_t i : order) {
-    if (i >= n) return absl::InvalidArgumentError(absl::StrCat("parameter order names index ", i, " of ", n));
-    if (seen[i]) return absl::InvalidArgumentError(absl::StrCat("parameter order names index ", i, " twice"));
-    seen[i] = true;
-  }
-  return absl::OkStatus();
+  return ValidateParamOrder(std::vector<int64_t>(order.begin(), order.end()), n, OrderRule::kPermutation);
 }
 
 absl::Status ValidateBucketPlan(const BucketPlan& plan, const std::vector<Device>& devices) {
@@ -73,35 +56,17 @@ absl::Status ValidateBucketPlan(const BucketPlan& plan, const std::vector<Device
 
 BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vector<Device>& devices,
                          const BucketCaps& caps, const std::vector<size_t>& order) {
-  struct Open {
-    std::vector<size_t> params;
-    size_t bytes = 0;
-    bool closed_one = false;  // has this device closed its first bucket yet?
-  };
-  std::map<std::pair<int, int>, Open> open;
-  BucketPlan result;
-  for (size_t i : order) {
-    Open& o = open[DeviceKey(devices[i])];
-    o.params.push_back(i);
-    o.bytes += sizes_bytes[i];
-    const size_t cap = o.closed_one ? caps.bucket_cap_bytes : caps.first_bucket_cap_bytes;
-    if (o.bytes >= cap) {
-      result.push_back(std::move(o.params));
-      o.params.clear();
-      o.bytes = 0;
-      o.closed_one = true;
-    }
+  // Why groups: parameters of different devices never share a bucket, and
+  // each device's first bucket gets the first cap.
+  std::map<std::pair<int, int>, int> group_of;
+  std::vector<int> groups;
+  groups.reserve(devices.size());
+  for (const Device& d : devices) {
+    groups.push_back(group_of.emplace(DeviceKey(d), static_cast<int>(group_of.size())).first->second);
   }
-  for (auto& [key, o] : open) {
-    if (!o.params.empty()) result.push_back(std::move(o.params));
-  }
-  // Expected readiness order: by the position of a bucket's first parameter.
-  std::vector<size_t> position(sizes_bytes.size(), 0);
-  for (size_t p = 0; p < order.size(); ++p) position[order[p]] = p;
-  std::stable_sort(result.begin(), result.end(), [&](const std::vector<size_t>& a, const std::vector<size_t>& b) {
-    return position[a.front()] < position[b.front()];
-  });
-  return result;
+  BucketPlan plan;
+  for (PackedBucket& b : PackBuckets(order, sizes_bytes, caps, groups)) plan.push_back(std::move(b.params));
+  return plan;
 }
 
 std::vector<size_t> FlattenPlan(const BucketPlan& plan) {

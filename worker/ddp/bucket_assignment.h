@@ -2,14 +2,17 @@
 //
 // A pure function of (sizes, devices, caps, order), so every rank that calls
 // it with the same inputs gets the same buckets: this is what makes the
-// collectives of all ranks line up.
+// collectives of all ranks line up. The packing itself is
+// common/bucket_packer.h (PyTorch's rule: a bucket closes once it holds >= its
+// cap; a device's first bucket has the smaller first cap), the one the
+// coordinator packs its announced plans with too; here devices become its
+// groups.
 //
 //   order     the order parameters are expected to become ready in
 //             backward: reverse registration order at first (the last layer's
 //             gradients are computed first), later the order observed in the
 //             first iteration (see Reducer).
-//   caps      bucket k closes once it holds >= cap bytes, where cap is
-//             first_bucket_cap_bytes for the first bucket of each device and
+//   caps      first_bucket_cap_bytes for the first bucket of each device and
 //             bucket_cap_bytes after it (a small first bucket starts the
 //             first collective early). A single parameter larger than the cap
 //             gets a bucket of its own; buckets never split a parameter.
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/bucket_packer.h"
 #include "worker/tensor/device.h"
 
 namespace psync::ddp {
@@ -30,18 +34,14 @@ namespace psync::ddp {
 using BucketPlan = std::vector<std::vector<size_t>>;  // bucket -> parameter indices
 
 inline constexpr size_t kMiB = size_t{1} << 20;
-inline constexpr size_t kDefaultBucketCapBytes = 25 * kMiB;
-inline constexpr size_t kDefaultFirstBucketCapBytes = 1 * kMiB;
+// The caps and their defaults (25 MiB, first 1 MiB) and ReverseOrder (n-1, ..., 0) are common/bucket_packer.h's.
+using psync::BucketCaps;
+using psync::kDefaultBucketCapBytes;
+using psync::kDefaultFirstBucketCapBytes;
+using psync::ReverseOrder;
 
-struct BucketCaps {
-  size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
-  size_t bucket_cap_bytes = kDefaultBucketCapBytes;
-};
-
-// n-1, n-2, ..., 0.
-std::vector<size_t> ReverseOrder(size_t n);
-
-// Checks that `order` is a permutation of 0..n-1 (names the first problem).
+// Checks that `order` is a permutation of 0..n-1 (names the first problem;
+// psync::ValidateParamOrder).
 absl::Status ValidateOrder(const std::vector<size_t>& order, size_t n);
 
 // Checks that `plan` uses every parameter exactly once, has no empty

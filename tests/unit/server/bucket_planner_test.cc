@@ -1,3 +1,7 @@
+// The coordinator's bucket plans (server/bucket_planner.h). The packing
+// itself is common/bucket_packer.h's (tests/unit/common/bucket_packer_test.cc);
+// that the coordinator and the workers agree is
+// tests/integration/coordinator/bucket_plan_agreement_test.cc.
 #include "server/bucket_planner.h"
 
 #include <gtest/gtest.h>
@@ -5,41 +9,24 @@
 namespace psync::server {
 namespace {
 
-std::vector<std::vector<int>> Params(const std::vector<PackedBucket>& b) {
-  std::vector<std::vector<int>> out;
-  for (const auto& x : b) out.push_back(x.params);
-  return out;
-}
-
-TEST(BucketPlanner, FirstBucketUsesFirstCapOthersCap) {
-  // sizes: 4 bytes each; first cap 8 -> 2 params, then cap 12 -> 3 params
-  std::vector<int64_t> bytes(8, 4);
-  auto b = PackBuckets({7, 6, 5, 4, 3, 2, 1, 0}, bytes, 8, 12);
-  EXPECT_EQ(Params(b), (std::vector<std::vector<int>>{{7, 6}, {5, 4, 3}, {2, 1, 0}}));
-  EXPECT_EQ(b[0].bytes, 8);
-  EXPECT_EQ(b[1].bytes, 12);
-}
-
-TEST(BucketPlanner, LargeParamNeverSplitGetsOwnBucket) {
-  std::vector<int64_t> bytes = {4, 100, 4, 4};
-  auto b = PackBuckets({0, 1, 2, 3}, bytes, 8, 8);
-  EXPECT_EQ(Params(b), (std::vector<std::vector<int>>{{0}, {1}, {2, 3}}));
-}
-
-TEST(BucketPlanner, OrderPreserved) {
-  std::vector<int64_t> bytes = {1, 1, 1, 1};
-  auto b = PackBuckets({2, 0, 3, 1}, bytes, 100, 100);
-  EXPECT_EQ(Params(b), (std::vector<std::vector<int>>{{2, 0, 3, 1}}));
-}
-
-TEST(BucketPlanner, ReverseManifestOrder) {
-  EXPECT_EQ(ReverseManifestOrder(3), (std::vector<int>{2, 1, 0}));
+TEST(BucketPlanner, PlanBucketsListsPackedBucketsWithTheirBytes) {
+  std::vector<size_t> bytes = {4, 4, 100, 4};
+  v1::BucketPlan plan = PlanBuckets(1, 7, ReverseOrder(4), bytes, BucketCaps{8, 8});
+  EXPECT_EQ(plan.id(), 1);
+  EXPECT_EQ(plan.applies_from_iteration(), 7);
+  ASSERT_EQ(plan.buckets_size(), 2);
+  EXPECT_EQ(std::vector<int>(plan.buckets(0).param_index().begin(), plan.buckets(0).param_index().end()),
+            (std::vector<int>{3, 2}));
+  EXPECT_EQ(plan.buckets(0).bytes(), 104);
+  EXPECT_EQ(std::vector<int>(plan.buckets(1).param_index().begin(), plan.buckets(1).param_index().end()),
+            (std::vector<int>{1, 0}));
+  EXPECT_EQ(plan.buckets(1).bytes(), 8);
 }
 
 TEST(BucketPlanner, CompleteReadyOrderAppendsMissingAndRejectsBad) {
   auto ok = CompleteReadyOrder({1, 3}, 4);
   ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(*ok, (std::vector<int>{1, 3, 2, 0}));
+  EXPECT_EQ(*ok, (std::vector<size_t>{1, 3, 2, 0}));
   auto dup = CompleteReadyOrder({1, 1}, 4);
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(dup.status().message()).find("repeats"), std::string::npos);

@@ -1,6 +1,7 @@
 // Host streams (coordinator.proto "Host streams"): one Train stream carrying
-// several ranks of one host. JobState without a network, as in
-// job_state_test.cc: each stream's sink is a PlanMailbox.
+// several ranks of one host; a rank's own stream is a host stream of one
+// rank. JobState without a network, as in job_state_test.cc: each stream's
+// sink is a PlanQueue.
 #include <gtest/gtest.h>
 
 #include "server/job_state.h"
@@ -37,19 +38,14 @@ struct HostWorld {
     return h;
   }
   // Attaches a host stream for `ranks`; EXPECTs success.
-  std::shared_ptr<PlanMailbox> Attach(const std::vector<int>& ranks) {
-    auto mb = std::make_shared<PlanMailbox>();
-    absl::Status st = job->Attach(HostHello(ranks), mb);
-    EXPECT_TRUE(st.ok()) << st;
-    return mb;
-  }
-  absl::Status Batch(const PlanSink* s, const std::vector<int>& ranks, int64_t it) {
+  TestStream Attach(const std::vector<int>& ranks) { return AttachOk(*job, HostHello(ranks)); }
+  absl::Status Batch(const TestStream& s, const std::vector<int>& ranks, int64_t it) {
     v1::ReportBatch b;
     for (int r : ranks) {
       *b.add_reports() = Rep(it, kFull);
       b.mutable_reports()->rbegin()->set_rank(r);
     }
-    return job->ReportBatch(s, generation, b);
+    return job->ReportBatch(s.ref, b);
   }
 
   int world, per_host;
@@ -66,13 +62,12 @@ TEST(HostStream, EachPlanOncePerStreamAndSameAsSingleRankStreams) {
   single.set_job_id("job");
   single.set_rank(4);
   single.set_generation(w.generation);
-  auto c = std::make_shared<PlanMailbox>();
-  ASSERT_TRUE(w.job->Attach(single, c).ok());
+  TestStream c = AttachOk(*w.job, single);
   for (int64_t it = 0; it < 3; ++it) {
-    ASSERT_TRUE(w.Batch(a.get(), {0, 1}, it).ok());
-    ASSERT_TRUE(w.Batch(b.get(), {2, 3}, it).ok());
+    ASSERT_TRUE(w.Batch(a, {0, 1}, it).ok());
+    ASSERT_TRUE(w.Batch(b, {2, 3}, it).ok());
     EXPECT_EQ(a->size(), 0u) << "no plan before every rank reported";
-    ASSERT_TRUE(w.job->Report(4, w.generation, Rep(it, kFull)).ok());
+    ASSERT_TRUE(w.job->Report(c.ref, Rep(it, kFull)).ok());
     // One plan per stream per iteration, identical everywhere.
     ASSERT_EQ(a->size(), 1u);
     ASSERT_EQ(b->size(), 1u);
@@ -93,20 +88,20 @@ TEST(HostStream, SingleReportsAndHeartbeatsNameTheirRank) {
   r0.set_rank(0);
   v1::Report r1 = Rep(0, kFull);
   r1.set_rank(1);
-  ASSERT_TRUE(w.job->HostReport(a.get(), w.generation, r0).ok());
+  ASSERT_TRUE(w.job->Report(a.ref, r0).ok());
   EXPECT_EQ(a->size(), 0u);
-  ASSERT_TRUE(w.job->HostReport(a.get(), w.generation, r1).ok());
+  ASSERT_TRUE(w.job->Report(a.ref, r1).ok());
   EXPECT_EQ(a->size(), 1u);
   v1::Heartbeat hb;
   hb.set_rank(1);
-  EXPECT_TRUE(w.job->HostHeartbeat(a.get(), w.generation, hb).ok());
+  EXPECT_TRUE(w.job->Heartbeat(a.ref, hb).ok());
 }
 
 TEST(HostStream, HostileHellosRefusedAndNothingAttached) {
   HostWorld w(4);  // hosts: {0,1} {2,3}
-  auto mb = std::make_shared<PlanMailbox>();
+  auto mb = std::make_shared<PlanQueue>();
   auto refused = [&](const v1::Hello& h, absl::StatusCode code, const std::string& text) {
-    absl::Status st = w.job->Attach(h, mb);
+    absl::Status st = w.job->Attach(h, mb).status();
     EXPECT_EQ(st.code(), code) << st;
     EXPECT_NE(Msg(st).find(text), std::string::npos) << st;
   };
@@ -126,7 +121,7 @@ TEST(HostStream, HostileHellosRefusedAndNothingAttached) {
   single.set_job_id("job");
   single.set_rank(3);
   single.set_generation(w.generation);
-  ASSERT_TRUE(w.job->Attach(single, std::make_shared<PlanMailbox>()).ok());
+  ASSERT_TRUE(w.job->Attach(single, std::make_shared<PlanQueue>()).ok());
   refused(w.HostHello({2, 3}), absl::StatusCode::kAlreadyExists, "rank 3 (h:103) already has a Train stream");
   // None of the refusals attached anything: both hosts' ranks still attach.
   auto a = w.Attach({0, 1});
@@ -144,7 +139,7 @@ TEST(HostStream, HelloBeforeTheWorldIsCompleteRefused) {
   h.set_job_id("job");
   h.set_generation(1);
   h.add_ranks(0);
-  absl::Status st = job.Attach(h, std::make_shared<PlanMailbox>());
+  absl::Status st = job.Attach(h, std::make_shared<PlanQueue>()).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(Msg(st).find("rank 0 (in hello.ranks) has not completed Join"), std::string::npos) << st;
 }
@@ -153,41 +148,41 @@ TEST(HostStream, MessagesForRanksNotOnTheStreamRefused) {
   HostWorld w(4);
   auto a = w.Attach({0, 1});
   auto b = w.Attach({2, 3});
-  absl::Status st = w.Batch(a.get(), {0, 2}, 0);
+  absl::Status st = w.Batch(a, {0, 2}, 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(Msg(st).find("report_batch report names rank 2, which is not one of this Train stream's ranks"),
             std::string::npos)
       << st;
-  st = w.Batch(a.get(), {0, 9}, 0);
+  st = w.Batch(a, {0, 9}, 0);
   EXPECT_NE(Msg(st).find("names rank 9, out of range"), std::string::npos) << st;
   v1::ReportBatch empty;
-  st = w.job->ReportBatch(a.get(), w.generation, empty);
+  st = w.job->ReportBatch(a.ref, empty);
   EXPECT_NE(Msg(st).find("report_batch holds no report"), std::string::npos) << st;
   v1::ReportBatch big;
   for (int i = 0; i < 5; ++i) big.add_reports()->set_rank(0);
-  st = w.job->ReportBatch(a.get(), w.generation, big);
+  st = w.job->ReportBatch(a.ref, big);
   EXPECT_NE(Msg(st).find("holds 5 reports but the world has 4"), std::string::npos) << st;
   v1::Heartbeat hb;
   hb.set_rank(3);
-  st = w.job->HostHeartbeat(a.get(), w.generation, hb);
+  st = w.job->Heartbeat(a.ref, hb);
   EXPECT_NE(Msg(st).find("heartbeat names rank 3, which is not one of this Train stream's ranks"),
             std::string::npos)
       << st;
   v1::Done d;
   d.set_rank(2);
-  st = w.job->HostDone(a.get(), w.generation, d);
+  st = w.job->Done(a.ref, d);
   EXPECT_NE(Msg(st).find("done names rank 2"), std::string::npos) << st;
   v1::RankClosed rc;
   rc.set_rank(3);
-  st = w.job->RankClosed(a.get(), w.generation, rc);
+  st = w.job->RankClosed(a.ref, rc);
   EXPECT_NE(Msg(st).find("rank_closed names rank 3"), std::string::npos) << st;
   // A stale generation is refused naming both.
-  st = w.job->ReportBatch(a.get(), 7, v1::ReportBatch());
+  st = w.job->ReportBatch(StreamRef{a.ref.sink, 7, -1}, v1::ReportBatch());
   EXPECT_FALSE(st.ok());
   // The job is unharmed by all of the above (the reactor would end stream a).
   EXPECT_EQ(w.job->state(), v1::JOB_RUNNING);
-  ASSERT_TRUE(w.Batch(b.get(), {2, 3}, 0).ok());
-  ASSERT_TRUE(w.Batch(a.get(), {0, 1}, 0).ok());
+  ASSERT_TRUE(w.Batch(b, {2, 3}, 0).ok());
+  ASSERT_TRUE(w.Batch(a, {0, 1}, 0).ok());
   EXPECT_EQ(Next(*a).iteration(), 0);
   EXPECT_EQ(Next(*b).iteration(), 0);
 }
@@ -196,11 +191,11 @@ TEST(HostStream, ClosedHostStreamLosesAllItsRanksNamingThem) {
   HostWorld w(4);
   auto a = w.Attach({0, 1});
   auto b = w.Attach({2, 3});
-  ASSERT_TRUE(w.Batch(a.get(), {0, 1}, 0).ok());
-  ASSERT_TRUE(w.Batch(b.get(), {2, 3}, 0).ok());
+  ASSERT_TRUE(w.Batch(a, {0, 1}, 0).ok());
+  ASSERT_TRUE(w.Batch(b, {2, 3}, 0).ok());
   Next(*a);
   Next(*b);
-  w.job->HostStreamClosed(a.get(), w.generation, "host Train stream closed");
+  w.job->StreamClosed(a.ref, "host Train stream closed");
   EXPECT_EQ(w.job->state(), v1::JOB_ABORTED);
   v1::Plan p = Next(*b);
   EXPECT_EQ(p.action(), v1::ABORT);
@@ -223,7 +218,7 @@ TEST(HostStream, RankClosedLosesThatRankOnlyAndTellsItAlone) {
   v1::RankClosed rc;
   rc.set_rank(1);
   rc.set_cause("stream closed (relayed)");
-  ASSERT_TRUE(w.job->RankClosed(a.get(), w.generation, rc).ok());
+  ASSERT_TRUE(w.job->RankClosed(a.ref, rc).ok());
   EXPECT_EQ(w.job->state(), v1::JOB_ABORTED);
   v1::Plan pb = Next(*b);
   EXPECT_EQ(pb.action(), v1::ABORT);
@@ -242,11 +237,11 @@ TEST(HostStream, RankBlamedByLivenessGetsAnAbortNamingItAlone) {
   auto a = w.Attach({0, 1});
   v1::Report r0 = Rep(0, kFull);
   r0.set_rank(0);
-  ASSERT_TRUE(w.job->HostReport(a.get(), w.generation, r0).ok());
+  ASSERT_TRUE(w.job->Report(a.ref, r0).ok());
   v1::Heartbeat hb;
   hb.set_rank(0);
   const auto later = JobState::Clock::now() + 20s;
-  ASSERT_TRUE(w.job->HostHeartbeat(a.get(), w.generation, hb, later).ok());
+  ASSERT_TRUE(w.job->Heartbeat(a.ref, hb, later).ok());
   w.job->CheckLiveness(later);  // rank 1: silent beyond the heartbeat timeout
   EXPECT_EQ(w.job->state(), v1::JOB_ABORTED);
   v1::Plan own = Next(*a);
@@ -262,23 +257,23 @@ TEST(HostStream, RankBlamedByLivenessGetsAnAbortNamingItAlone) {
 TEST(HostStream, DoneOfOneRankKeepsTheStreamForTheOthers) {
   HostWorld w(2);
   auto a = w.Attach({0, 1});
-  ASSERT_TRUE(w.Batch(a.get(), {0, 1}, 0).ok());
+  ASSERT_TRUE(w.Batch(a, {0, 1}, 0).ok());
   Next(*a);
   ASSERT_TRUE(w.job->Shutdown("test").stop_after_iteration() >= 0);
-  ASSERT_TRUE(w.Batch(a.get(), {0, 1}, 1).ok());
+  ASSERT_TRUE(w.Batch(a, {0, 1}, 1).ok());
   EXPECT_EQ(Next(*a).action(), v1::STOP_AFTER);
   v1::Done d;
   d.set_rank(0);
   d.set_exit_reason("stopped");
-  ASSERT_TRUE(w.job->HostDone(a.get(), w.generation, d).ok());
+  ASSERT_TRUE(w.job->Done(a.ref, d).ok());
   EXPECT_FALSE(a->closed()) << "rank 1 is still on it";
   d.set_rank(0);
-  EXPECT_EQ(w.job->HostDone(a.get(), w.generation, d).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(w.job->Done(a.ref, d).code(), absl::StatusCode::kFailedPrecondition);
   d.set_rank(1);
-  ASSERT_TRUE(w.job->HostDone(a.get(), w.generation, d).ok());
+  ASSERT_TRUE(w.job->Done(a.ref, d).ok());
   EXPECT_TRUE(a->closed());
   EXPECT_EQ(w.job->state(), v1::JOB_FINISHED);
-  w.job->HostStreamClosed(a.get(), w.generation, "host Train stream closed");  // after Done: nothing lost
+  w.job->StreamClosed(a.ref, "host Train stream closed");  // after Done: nothing lost
   EXPECT_EQ(w.job->state(), v1::JOB_FINISHED);
 }
 
@@ -286,7 +281,7 @@ TEST(HostStream, ClosedHostStreamRestartsTheGenerationNamingItsRanks) {
   HostWorld w(4, 2, /*max_restarts=*/1);
   auto a = w.Attach({0, 1});
   auto b = w.Attach({2, 3});
-  w.job->HostStreamClosed(b.get(), w.generation, "host Train stream closed");
+  w.job->StreamClosed(b.ref, "host Train stream closed");
   EXPECT_EQ(w.job->generation(), 2);
   EXPECT_EQ(w.job->state(), v1::JOB_WAITING);
   v1::Plan p = Next(*a);
@@ -295,23 +290,29 @@ TEST(HostStream, ClosedHostStreamRestartsTheGenerationNamingItsRanks) {
             std::string::npos)
       << p.reason();
   // The old stream's calls are refused naming both generations; its close is ignored.
-  EXPECT_EQ(w.Batch(a.get(), {0, 1}, 0).code(), absl::StatusCode::kFailedPrecondition);
-  w.job->HostStreamClosed(a.get(), 1, "host Train stream closed");
+  EXPECT_EQ(w.Batch(a, {0, 1}, 0).code(), absl::StatusCode::kFailedPrecondition);
+  w.job->StreamClosed(a.ref, "host Train stream closed");  // a.ref is of generation 1
   EXPECT_EQ(w.job->state(), v1::JOB_WAITING);
 }
 
 TEST(HostStream, SingleRankStreamRefusesHostOnlyCalls) {
   HostWorld w(2);
-  v1::Hello single;
-  single.set_job_id("job");
-  single.set_rank(0);
-  single.set_generation(w.generation);
-  auto s = std::make_shared<PlanMailbox>();
-  ASSERT_TRUE(w.job->Attach(single, s).ok());
+  TestStream s = AttachOk(*w.job, OwnHello(0, w.generation));
   // The stream is rank 0's own: it may speak for rank 0 only.
   v1::Heartbeat hb;
   hb.set_rank(1);
-  EXPECT_EQ(w.job->HostHeartbeat(s.get(), w.generation, hb).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.job->Heartbeat(s.ref, hb).code(), absl::StatusCode::kInvalidArgument);
+  // ... and the host-only messages are refused on it.
+  v1::ReportBatch batch;
+  *batch.add_reports() = Rep(0, kFull);
+  absl::Status st = w.job->ReportBatch(s.ref, batch);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(Msg(st), "report_batch is for host streams only (hello.ranks); this is the Train stream of rank 0");
+  v1::RankClosed rc;
+  rc.set_rank(0);
+  st = w.job->RankClosed(s.ref, rc);
+  EXPECT_EQ(Msg(st), "rank_closed is for host streams only (hello.ranks); this is the Train stream of rank 0");
+  EXPECT_EQ(w.job->state(), v1::JOB_RUNNING);
 }
 
 }  // namespace

@@ -20,14 +20,6 @@ JobConfig Restartable(int world, int max_restarts) {
   return c;
 }
 
-v1::Hello Hello(int rank, int64_t generation) {
-  v1::Hello h;
-  h.set_job_id("job");
-  h.set_rank(rank);
-  h.set_generation(generation);
-  return h;
-}
-
 v1::JoinRequest ReqAt(int rank, int64_t start, int64_t generation = 0) {
   v1::JoinRequest r = Req(rank);
   r.set_start_iteration(start);
@@ -49,12 +41,12 @@ TEST(JobRestart, LostRankAbortsGenerationAndTheWorldRejoinsFromItsStartIteration
   std::vector<std::string> dropped_prefixes;
   job.SetGenerationEndHook([&](const std::string& prefix) { dropped_prefixes.push_back(prefix); });
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
-  ReportAll(job, 2, 1);
+  ReportAll(job, mbs, 0);
+  ReportAll(job, mbs, 1);
   EXPECT_EQ(Next(*mbs[0]).iteration(), 0);
   EXPECT_EQ(Next(*mbs[0]).iteration(), 1);
 
-  job.StreamClosed(1, 1, "stream closed");  // rank 1 died
+  job.StreamClosed(mbs[1].ref, "stream closed");  // rank 1 died
   const v1::Plan abort = Next(*mbs[0]);
   EXPECT_EQ(abort.action(), v1::ABORT);
   EXPECT_EQ(abort.reason(),
@@ -102,13 +94,11 @@ TEST(JobRestart, LostRankAbortsGenerationAndTheWorldRejoinsFromItsStartIteration
   EXPECT_NE(j0->r->store_prefix(), prefix1);
   EXPECT_NE(j0->r->store_prefix().find("/g2-"), std::string::npos) << j0->r->store_prefix();
   EXPECT_EQ(job.state(), v1::JOB_RUNNING);
-  std::vector<std::shared_ptr<PlanMailbox>> g2 = {std::make_shared<PlanMailbox>(), std::make_shared<PlanMailbox>()};
-  ASSERT_TRUE(job.Attach(Hello(0, 2), g2[0]).ok());
-  ASSERT_TRUE(job.Attach(Hello(1, 2), g2[1]).ok());
-  EXPECT_EQ(job.Report(0, 2, Rep(0, kFull)).code(), absl::StatusCode::kInvalidArgument)
+  std::vector<TestStream> g2 = {AttachOk(job, OwnHello(0, 2)), AttachOk(job, OwnHello(1, 2))};
+  EXPECT_EQ(job.Report(g2[0].ref, Rep(0, kFull)).code(), absl::StatusCode::kInvalidArgument)
       << "generation 2 starts at iteration 2";
-  ReportAll(job, 2, 2, /*generation=*/2);
-  ReportAll(job, 2, 3, /*generation=*/2);
+  ReportAll(job, g2, 2);
+  ReportAll(job, g2, 3);
   for (auto& mb : g2) {
     EXPECT_EQ(Next(*mb).iteration(), 2);
     EXPECT_EQ(Next(*mb).iteration(), 3);
@@ -120,8 +110,8 @@ TEST(JobRestart, LostRankAbortsGenerationAndTheWorldRejoinsFromItsStartIteration
   EXPECT_EQ(st.reason(), "");
   v1::Done d;
   d.set_exit_reason("completed");
-  ASSERT_TRUE(job.Done(0, 2, d).ok());
-  ASSERT_TRUE(job.Done(1, 2, d).ok());
+  ASSERT_TRUE(job.Done(g2[0].ref, d).ok());
+  ASSERT_TRUE(job.Done(g2[1].ref, d).ok());
   EXPECT_EQ(job.state(), v1::JOB_FINISHED);
 }
 
@@ -129,17 +119,17 @@ TEST(JobRestart, WorkerOfAnEndedGenerationIsRefused) {
   ManualScheduler sched;
   JobState job(Restartable(2, 3), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
+  ReportAll(job, mbs, 0);
   v1::Done failed;
   failed.set_exit_code(1);
   failed.set_exit_reason("CUDA out of memory");
-  ASSERT_TRUE(job.Done(0, 1, failed).ok());  // a failing rank counts as lost
+  ASSERT_TRUE(job.Done(mbs[0].ref, failed).ok());  // a failing rank counts as lost
   EXPECT_EQ(job.generation(), 2);
   EXPECT_EQ(EventsOf(job, v1::EVENT_LOST).at(0).message(),
             "rank 0 (h:100) lost: failed (exit code 1): CUDA out of memory (generation 1)");
 
   // Rank 1 of generation 1 did not notice and goes on: every call is refused.
-  const absl::Status report = job.Report(1, 1, Rep(1, kFull));
+  const absl::Status report = job.Report(mbs[1].ref, Rep(1, kFull));
   EXPECT_EQ(report.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Msg(report),
             "rank 1 belongs to generation 1 of job 'job', which has ended (generation 1: rank 0 (h:100) lost: failed "
@@ -147,9 +137,10 @@ TEST(JobRestart, WorkerOfAnEndedGenerationIsRefused) {
             "Join generation 2");
   v1::Heartbeat hb;
   hb.set_rank(1);
-  EXPECT_EQ(job.Heartbeat(1, 1, hb).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(job.Done(1, 1, v1::Done()).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(job.Attach(Hello(1, 1), std::make_shared<PlanMailbox>()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.Heartbeat(mbs[1].ref, hb).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.Done(mbs[1].ref, v1::Done()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.Attach(OwnHello(1, 1), std::make_shared<PlanQueue>()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 
   // A Join that names the old generation is refused; so is one from the future.
   auto old = StartJoin(job, ReqAt(1, 0, /*generation=*/1));
@@ -166,7 +157,7 @@ TEST(JobRestart, WorkerOfAnEndedGenerationIsRefused) {
   // The old stream closing later does not touch generation 2's rank 1.
   auto j1 = StartJoin(job, ReqAt(1, 0));
   EXPECT_FALSE(j1->done);
-  job.StreamClosed(1, 1, "stream closed");
+  job.StreamClosed(mbs[1].ref, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_WAITING);
   EXPECT_EQ(job.generation(), 2);
   v1::WorkersResponse w;
@@ -195,11 +186,11 @@ TEST(JobRestart, RestartsUsedUpTheNextLossAbortsTheJob) {
   ManualScheduler sched;
   JobState job(Restartable(2, 1), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  job.StreamClosed(0, 1, "stream closed");
+  job.StreamClosed(mbs[0].ref, "stream closed");
   ASSERT_EQ(job.generation(), 2);
   auto g2 = JoinAll(job, {0, 1});
   ASSERT_EQ(job.state(), v1::JOB_RUNNING);
-  ReportAll(job, 2, 0, 2);
+  ReportAll(job, g2, 0);
   job.CheckLiveness(JobState::Clock::now() + 60s);  // both silent: one is blamed
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_TRUE(job.Ended());
@@ -223,7 +214,7 @@ TEST(JobRestart, JoinWhileAGenerationRunsWaitsForTheNextOne) {
   auto early = StartJoin(job, ReqAt(1, 0));
   EXPECT_FALSE(early->done);
   EXPECT_NE(early->ticket, 0u);
-  job.StreamClosed(1, 1, "stream closed");
+  job.StreamClosed(mbs[1].ref, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_WAITING);
   EXPECT_FALSE(early->done) << "it joined generation 2 and waits for rank 0";
   v1::StatusResponse st;
@@ -272,9 +263,9 @@ TEST(JobRestart, LossWhileStoppingEndsTheJob) {
   ManualScheduler sched;
   JobState job(Restartable(2, 5), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
+  ReportAll(job, mbs, 0);
   job.Shutdown("stop");
-  job.StreamClosed(1, 1, "stream closed");
+  job.StreamClosed(mbs[1].ref, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_ABORTED) << "the user asked the job to end; it is not restarted";
   EXPECT_EQ(job.generation(), 1);
 }
@@ -283,7 +274,7 @@ TEST(JobRestart, WithoutMaxRestartsALostRankAbortsTheJobAsBefore) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  job.StreamClosed(1, 1, "stream closed");
+  job.StreamClosed(mbs[1].ref, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_EQ(Next(*mbs[0]).reason(), "rank 1 (h:101) lost: stream closed");
   EXPECT_EQ(EventsOf(job, v1::EVENT_LOST).at(0).message(), "rank 1 (h:101) lost: stream closed");

@@ -184,9 +184,9 @@ TEST(JobState, AggregatesUnusedAcrossRanksAndSendsSamePlan) {
   auto mbs = JoinAll(job, {0, 1});
   // 10 params -> 2 bytes. rank0 uses p0..p7 except p2; rank1 uses p2 only (+p8).
   std::string a("\xFB\x00", 2), b("\x04\x01", 2);
-  ASSERT_TRUE(job.Report(0, 1, Rep(0, a)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(0, a)).ok());
   EXPECT_EQ(mbs[0]->size(), 0u);
-  ASSERT_TRUE(job.Report(1, 1, Rep(0, b)).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(0, b)).ok());
   v1::Plan p = Next(*mbs[0]);
   v1::Plan q = Next(*mbs[1]);
   EXPECT_EQ(p.SerializeAsString(), q.SerializeAsString());
@@ -206,42 +206,44 @@ TEST(JobState, BadBitmapOldAndFutureIterationsRejected) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1}, /*start=*/5);
-  auto bad = job.Report(0, 1, Rep(5, std::string(3, '\xff')));
+  auto bad = job.Report(mbs[0].ref, Rep(5, std::string(3, '\xff')));
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(bad),
             "report for iteration 5: used_bitmap is 3 bytes but the model has 10 parameters, so it must be 2 bytes "
             "(one bit per parameter, manifest order)");
-  ASSERT_TRUE(job.Report(0, 1, Rep(5, kFull)).ok());  // the agreed start iteration (JoinRequest.start_iteration)
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(5, kFull)).ok());  // the agreed start iteration (JoinRequest.start_iteration)
 
-  auto twice = job.Report(0, 1, Rep(5, kFull));
+  auto twice = job.Report(mbs[0].ref, Rep(5, kFull));
   EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(twice), "rank 0 already reported iteration 5");
 
-  auto future = job.Report(1, 1, Rep(6, kFull));
+  auto future = job.Report(mbs[1].ref, Rep(6, kFull));
   EXPECT_EQ(future.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(future),
             "first report from rank 1 is for iteration 6 but this generation starts at iteration 5 "
             "(JoinRequest.start_iteration, the same on every rank)");
 
-  auto old = job.Report(0, 1, Rep(4, kFull));
+  auto old = job.Report(mbs[0].ref, Rep(4, kFull));
   EXPECT_EQ(old.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(old), "report from rank 0 for iteration 4 but its next iteration is 6 (an old iteration)");
 
-  auto skipped = job.Report(0, 1, Rep(7, kFull));
+  auto skipped = job.Report(mbs[0].ref, Rep(7, kFull));
   EXPECT_EQ(Msg(skipped),
             "report from rank 0 for iteration 7 but its next iteration is 6 (a future one: every rank reports "
             "each iteration, in order)");
 
-  auto unknown = job.Report(7, 1, Rep(5, kFull));
+  // A stream can only be rank 0's or 1's (Attach checked); one that claims
+  // rank 7 is refused all the same.
+  auto unknown = job.Report(StreamRef{mbs[0].plans.get(), 1, 7}, Rep(5, kFull));
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Msg(unknown), "unknown rank 7");
+  EXPECT_EQ(Msg(unknown), "report names rank 7, out of range for world size 2");
 
-  auto negative = job.Report(1, 1, Rep(-1, kFull));
+  auto negative = job.Report(mbs[1].ref, Rep(-1, kFull));
   EXPECT_EQ(Msg(negative), "report iteration -1 is negative");
 
   // Beyond the lookahead window: rank 0 may report 6 (K = 2) but not 7.
-  ASSERT_TRUE(job.Report(0, 1, Rep(6, kFull)).ok());
-  auto beyond = job.Report(0, 1, Rep(7, kFull));
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(6, kFull)).ok());
+  auto beyond = job.Report(mbs[0].ref, Rep(7, kFull));
   EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(beyond),
             "report from rank 0 for iteration 7 is more than the plan lookahead (2) ahead of the last plan "
@@ -256,18 +258,18 @@ TEST(JobState, RanksReportUpToLookaheadAheadAndPlansComeInOrder) {
   cfg.plan_lookahead = 3;
   JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
-  for (int64_t it = 0; it < 3; ++it) ASSERT_TRUE(job.Report(0, 1, Rep(it, kFull)).ok()) << it;  // 3 ahead
-  EXPECT_EQ(job.Report(0, 1, Rep(3, kFull)).code(), absl::StatusCode::kInvalidArgument);
+  for (int64_t it = 0; it < 3; ++it) ASSERT_TRUE(job.Report(mbs[0].ref, Rep(it, kFull)).ok()) << it;  // 3 ahead
+  EXPECT_EQ(job.Report(mbs[0].ref, Rep(3, kFull)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(mbs[0]->size(), 0u);
-  ASSERT_TRUE(job.Report(1, 1, Rep(0, kFull)).ok());
-  ASSERT_TRUE(job.Report(1, 1, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(0, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
   for (auto& mb : mbs) {
     ASSERT_EQ(mb->size(), 2u);
     EXPECT_EQ(Next(*mb).iteration(), 0);
     EXPECT_EQ(Next(*mb).iteration(), 1);
   }
-  ASSERT_TRUE(job.Report(0, 1, Rep(3, kFull)).ok());  // the window moved
-  ASSERT_TRUE(job.Report(1, 1, Rep(2, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(3, kFull)).ok());  // the window moved
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(2, kFull)).ok());
   EXPECT_EQ(Next(*mbs[1]).iteration(), 2);
 }
 
@@ -275,22 +277,22 @@ TEST(JobState, ReadyOrderProducesBucketPlanOnEveryRankLookaheadLater) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
+  ReportAll(job, mbs, 0);
   for (auto& mb : mbs) EXPECT_FALSE(Next(*mb).has_bucket_plan());
   auto r = Rep(1, kFull);
   for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) r.add_ready_order(i);
   auto r1 = Rep(1, kFull);
   r1.add_ready_order(0);
-  auto not_rank0 = job.Report(1, 1, r1);
+  auto not_rank0 = job.Report(mbs[1].ref, r1);
   EXPECT_EQ(not_rank0.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(not_rank0), "ready_order sent by rank 1; only rank 0 sends it");
   auto bad = Rep(1, kFull);
   for (int i : {0, 1, 1}) bad.add_ready_order(i);
-  auto dup = job.Report(0, 1, bad);
+  auto dup = job.Report(mbs[0].ref, bad);
   EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(Msg(dup).find("ready_order"), std::string::npos) << dup;
-  ASSERT_TRUE(job.Report(0, 1, r).ok());
-  ASSERT_TRUE(job.Report(1, 1, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, r).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
   std::string first;
   for (int rank = 0; rank < 2; ++rank) {
     v1::Plan p = Next(*mbs[rank]);
@@ -310,24 +312,24 @@ TEST(JobState, ReadyOrderProducesBucketPlanOnEveryRankLookaheadLater) {
   EXPECT_EQ(b.plan().id(), 1);
   auto again = Rep(2, kFull);
   again.add_ready_order(0);
-  EXPECT_EQ(Msg(job.Report(0, 1, again)), "ready_order was already sent once");
+  EXPECT_EQ(Msg(job.Report(mbs[0].ref, again)), "ready_order was already sent once");
 }
 
 TEST(JobState, ShutdownStopsEveryRankAfterTheSameIterationLookaheadAhead) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
-  ASSERT_TRUE(job.Report(0, 1, Rep(1, kFull)).ok());  // iteration 1 half reported, plan 1 unsent
-  ASSERT_TRUE(job.Report(0, 1, Rep(2, kFull)).ok());  // rank 0 already runs ahead
+  ReportAll(job, mbs, 0);
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(1, kFull)).ok());  // iteration 1 half reported, plan 1 unsent
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(2, kFull)).ok());  // rank 0 already runs ahead
   auto s = job.Shutdown("test");
   EXPECT_EQ(s.stop_after_iteration(), 2) << "first unsent plan 1 + K - 1";
   EXPECT_EQ(s.state(), v1::JOB_STOPPING);
   auto again = job.Shutdown("again");
   EXPECT_TRUE(again.already_stopping());
   EXPECT_EQ(again.stop_after_iteration(), 2);
-  ASSERT_TRUE(job.Report(1, 1, Rep(1, kFull)).ok());
-  ASSERT_TRUE(job.Report(1, 1, Rep(2, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(2, kFull)).ok());
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(Next(*mbs[r]).action(), v1::CONTINUE);  // plan 0, sent before the shutdown
     for (int64_t it : {1, 2}) {
@@ -338,14 +340,14 @@ TEST(JobState, ShutdownStopsEveryRankAfterTheSameIterationLookaheadAhead) {
       EXPECT_EQ(p.reason(), "test");
     }
   }
-  auto late = job.Report(0, 1, Rep(3, kFull));
+  auto late = job.Report(mbs[0].ref, Rep(3, kFull));
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Msg(late), "report for iteration 3 after the job stops after iteration 2");
   v1::Done d;
   d.set_exit_reason("stopped");
-  ASSERT_TRUE(job.Done(0, 1, d).ok());
-  job.StreamClosed(0, 1, "x");
-  job.StreamClosed(1, 1, "stream closed");  // disconnect after the stop plan counts as done
+  ASSERT_TRUE(job.Done(mbs[0].ref, d).ok());
+  job.StreamClosed(mbs[0].ref, "x");
+  job.StreamClosed(mbs[1].ref, "stream closed");  // disconnect after the stop plan counts as done
   EXPECT_EQ(job.state(), v1::JOB_FINISHED);
 }
 
@@ -354,8 +356,8 @@ TEST(JobState, ShutdownBeforeTheFirstReportStopsLookaheadIntoTheRun) {
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
   EXPECT_EQ(job.Shutdown("early").stop_after_iteration(), 1);
-  ReportAll(job, 2, 0);
-  ReportAll(job, 2, 1);
+  ReportAll(job, mbs, 0);
+  ReportAll(job, mbs, 1);
   for (auto& mb : mbs) {
     for (int64_t it : {0, 1}) {
       v1::Plan p = Next(*mb);
@@ -370,11 +372,11 @@ TEST(JobState, DoneBeforeOthersReachTheSameIterationAbortsNamingBoth) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
-  ASSERT_TRUE(job.Report(1, 1, Rep(1, kFull)).ok());
+  ReportAll(job, mbs, 0);
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
   v1::Done d;
   d.set_exit_reason("completed 1 steps");
-  ASSERT_TRUE(job.Done(0, 1, d).ok());
+  ASSERT_TRUE(job.Done(mbs[0].ref, d).ok());
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   v1::StatusResponse s;
   job.FillStatus(&s);
@@ -390,13 +392,13 @@ TEST(JobState, DoneWithItsLastPlanPendingIsNotAnError) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ASSERT_TRUE(job.Report(0, 1, Rep(0, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(0, kFull)).ok());
   v1::Done d;
   d.set_exit_reason("completed 1 steps");
-  ASSERT_TRUE(job.Done(0, 1, d).ok());
-  ASSERT_TRUE(job.Report(1, 1, Rep(0, kFull)).ok());
+  ASSERT_TRUE(job.Done(mbs[0].ref, d).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(0, kFull)).ok());
   EXPECT_EQ(Next(*mbs[1]).iteration(), 0);
-  ASSERT_TRUE(job.Done(1, 1, d).ok());
+  ASSERT_TRUE(job.Done(mbs[1].ref, d).ok());
   EXPECT_EQ(job.state(), v1::JOB_FINISHED);
 }
 
@@ -404,11 +406,11 @@ TEST(JobState, ReportBeyondAFinishedRanksLastIterationAborts) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
+  ReportAll(job, mbs, 0);
   v1::Done d;
   d.set_exit_reason("completed 1 steps");
-  ASSERT_TRUE(job.Done(0, 1, d).ok());
-  ASSERT_TRUE(job.Report(1, 1, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Done(mbs[0].ref, d).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   v1::Plan p = Next(*mbs[1]);  // plan 0
   p = Next(*mbs[1]);
@@ -422,7 +424,7 @@ TEST(JobState, StreamLossAbortsOthersNamingRank) {
   ManualScheduler sched;
   JobState job(Cfg(3), &sched);
   auto mbs = JoinAll(job, {0, 1, 2});
-  job.StreamClosed(1, 1, "stream closed");
+  job.StreamClosed(mbs[1].ref, "stream closed");
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   v1::Plan p = Next(*mbs[0]);
   EXPECT_EQ(p.action(), v1::ABORT);
@@ -440,9 +442,9 @@ TEST(JobState, TestOnlyPlanDelayHoldsPlansBackInOrder) {
   cfg.test_only_plan_delay = 50ms;
   JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ReportAll(job, 2, 0);
+  ReportAll(job, mbs, 0);
   sched.Advance(10ms);
-  ReportAll(job, 2, 1);  // ranks ran ahead: plan 0 is still held back
+  ReportAll(job, mbs, 1);  // ranks ran ahead: plan 0 is still held back
   EXPECT_EQ(mbs[0]->size(), 0u);
   v1::StatusResponse s;
   job.FillStatus(&s);
@@ -462,7 +464,7 @@ TEST(JobState, ReportTimeoutDeclaresRankLost) {
   cfg.heartbeat_timeout = 10000ms;
   JobState job(cfg, &sched);
   auto mbs = JoinAll(job, {0, 1});
-  ASSERT_TRUE(job.Report(0, 1, Rep(0, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(0, kFull)).ok());
   const auto t0 = JobState::Clock::now();
   job.CheckLiveness(t0);
   EXPECT_EQ(job.state(), v1::JOB_RUNNING);
@@ -485,9 +487,9 @@ v1::Heartbeat Hb(int rank, int64_t it = 0) {
 }
 
 // Both ranks report iteration 0 and get its plan; returns the time after.
-JobState::Clock::time_point FinishIterationZero(JobState& job, std::vector<std::shared_ptr<PlanMailbox>>& mbs) {
-  EXPECT_TRUE(job.Report(0, 1, Rep(0, kFull)).ok());
-  EXPECT_TRUE(job.Report(1, 1, Rep(0, kFull)).ok());
+JobState::Clock::time_point FinishIterationZero(JobState& job, std::vector<TestStream>& mbs) {
+  EXPECT_TRUE(job.Report(mbs[0].ref, Rep(0, kFull)).ok());
+  EXPECT_TRUE(job.Report(mbs[1].ref, Rep(0, kFull)).ok());
   for (auto& mb : mbs) EXPECT_EQ(Next(*mb).iteration(), 0);
   return JobState::Clock::now();
 }
@@ -521,8 +523,8 @@ TEST(JobState, HeartbeatNamingAnotherRankIsAProtocolError) {
   ManualScheduler sched;
   JobState job(Cfg(2), &sched);
   auto mbs = JoinAll(job, {0, 1});
-  EXPECT_TRUE(job.Heartbeat(0, 1, Hb(0)).ok());
-  auto st = job.Heartbeat(0, 1, Hb(1));
+  EXPECT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0)).ok());
+  auto st = job.Heartbeat(mbs[0].ref, Hb(1));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_EQ(Msg(st), "heartbeat names rank 1 on the Train stream of rank 0");
 }
@@ -536,7 +538,7 @@ TEST(JobState, SilentRankBlamedOverBlockedHeartbeatingRank) {
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
   for (int i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + i * 375ms).ok());
+    ASSERT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0), t0 + i * 375ms).ok());
     job.CheckLiveness(t0 + i * 375ms + 10ms);
     if (i * 375 + 10 <= 1500) {
       EXPECT_EQ(job.state(), v1::JOB_RUNNING) << i;
@@ -556,9 +558,9 @@ TEST(JobState, LongestSilentRankBlamedFirst) {
   JobState job(Cfg(3, 5000ms, 3000ms), &sched);
   auto mbs = JoinAll(job, {0, 1, 2});
   const auto t0 = JobState::Clock::now();
-  ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + 1000ms).ok());
-  ASSERT_TRUE(job.Heartbeat(1, 1, Hb(1), t0 + 500ms).ok());
-  ASSERT_TRUE(job.Heartbeat(2, 1, Hb(2), t0 + 900ms).ok());
+  ASSERT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0), t0 + 1000ms).ok());
+  ASSERT_TRUE(job.Heartbeat(mbs[1].ref, Hb(1), t0 + 500ms).ok());
+  ASSERT_TRUE(job.Heartbeat(mbs[2].ref, Hb(2), t0 + 900ms).ok());
   job.CheckLiveness(t0 + 2700ms);  // all three past 1.5 s
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_NE(LostReason(job, 1).find("no message"), std::string::npos);
@@ -577,11 +579,11 @@ TEST(JobState, HeartbeatKeepsRankAlivePastReportTimeoutWhileAnotherIsSilent) {
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
   for (int i = 1; i <= 7; ++i) {
-    ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + i * 1000ms).ok());
+    ASSERT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0), t0 + i * 1000ms).ok());
     job.CheckLiveness(t0 + i * 1000ms + 100ms);  // report deadline passed from i = 3
     ASSERT_EQ(job.state(), v1::JOB_RUNNING) << "at " << i << " s";
   }
-  ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + 8000ms).ok());
+  ASSERT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0), t0 + 8000ms).ok());
   job.CheckLiveness(t0 + 8100ms);
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_NE(LostReason(job, 1).find("no message"), std::string::npos) << LostReason(job, 1);
@@ -595,11 +597,11 @@ TEST(JobState, HeartbeatingRankWithoutReportBlamedAfterReportTimeout) {
   JobState job(Cfg(2, 5000ms, 1000ms), &sched);  // heartbeat timeout 500 ms, interval 125 ms
   auto mbs = JoinAll(job, {0, 1});
   const auto t0 = FinishIterationZero(job, mbs);
-  ASSERT_TRUE(job.Report(0, 1, Rep(1, kFull)).ok());
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(1, kFull)).ok());
   for (int i = 1; i <= 12; ++i) {
     const auto t = t0 + i * 100ms;
-    ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0, 1), t).ok());
-    ASSERT_TRUE(job.Heartbeat(1, 1, Hb(1, 0), t).ok());
+    ASSERT_TRUE(job.Heartbeat(mbs[0].ref, Hb(0, 1), t).ok());
+    ASSERT_TRUE(job.Heartbeat(mbs[1].ref, Hb(1, 0), t).ok());
     job.CheckLiveness(t + 10ms);
     if (i <= 9) {
       ASSERT_EQ(job.state(), v1::JOB_RUNNING) << i;
@@ -617,14 +619,9 @@ TEST(JobState, JoinedRankWithoutStreamLostAfterReportTimeout) {
   auto a = StartJoin(job, Req(0));
   auto b = StartJoin(job, Req(1));
   ASSERT_TRUE(a->r.ok() && b->r.ok());
-  v1::Hello h;
-  h.set_job_id("job");
-  h.set_rank(0);
-  h.set_generation(a->r->generation());
-  auto mb = std::make_shared<PlanMailbox>();
-  ASSERT_TRUE(job.Attach(h, mb).ok());
+  TestStream s0 = AttachOk(job, OwnHello(0, a->r->generation()));
   const auto t0 = JobState::Clock::now();
-  ASSERT_TRUE(job.Heartbeat(0, 1, Hb(0), t0 + 1100ms).ok());
+  ASSERT_TRUE(job.Heartbeat(s0.ref, Hb(0), t0 + 1100ms).ok());
   job.CheckLiveness(t0 + 1100ms);
   EXPECT_EQ(job.state(), v1::JOB_ABORTED);
   EXPECT_EQ(LostReason(job, 1), "rank 1 (h:101) lost: no Train stream within 1s of the world completing");

@@ -1,6 +1,6 @@
 // Helpers shared by the JobState unit tests (job_state_test.cc,
-// job_restart_test.cc): Join requests, Joins answered through callbacks,
-// mailboxes per rank, reports.
+// job_restart_test.cc, host_stream_test.cc): Join requests, Joins answered
+// through callbacks, attached streams with their plan queues, reports.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/job_state.h"
+#include "server/plan_queue.h"
 
 namespace psync::server::job_state_test {
 
@@ -70,31 +71,52 @@ inline std::shared_ptr<Joined> StartJoin(JobState& job, const v1::JoinRequest& r
   return out;
 }
 
+// One attached Train stream of a test: the plans JobState delivered to it
+// and the StreamRef that names it in JobState's calls. It reads like its
+// queue: s->size(), Next(*s).
+struct TestStream {
+  std::shared_ptr<PlanQueue> plans;
+  StreamRef ref;
+  PlanQueue* operator->() const { return plans.get(); }
+  PlanQueue& operator*() const { return *plans; }
+};
+
+// The hello of rank `rank`'s own Train stream.
+inline v1::Hello OwnHello(int rank, int64_t generation) {
+  v1::Hello h;
+  h.set_job_id("job");
+  h.set_rank(rank);
+  h.set_generation(generation);
+  return h;
+}
+
+// Attaches a stream with `hello`; EXPECTs success.
+inline TestStream AttachOk(JobState& job, const v1::Hello& hello) {
+  TestStream s{std::make_shared<PlanQueue>(), StreamRef{}};
+  absl::StatusOr<StreamRef> ref = job.Attach(hello, s.plans);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (ref.ok()) s.ref = *ref;
+  return s;
+}
+
 // Joins ranks (requested as given; the last Join completes the world) and
-// attaches a mailbox for each; indexed by rank.
+// attaches each one's own stream; indexed by rank.
 // `start`: every rank's JoinRequest.start_iteration.
-inline std::vector<std::shared_ptr<PlanMailbox>> JoinAll(JobState& job, const std::vector<int>& ranks,
-                                                         int64_t start = 0) {
+inline std::vector<TestStream> JoinAll(JobState& job, const std::vector<int>& ranks, int64_t start = 0) {
   std::vector<std::shared_ptr<Joined>> js;
   for (int r : ranks) {
     v1::JoinRequest req = Req(r);
     req.set_start_iteration(start);
     js.push_back(StartJoin(job, req));
   }
-  std::vector<std::shared_ptr<PlanMailbox>> mbs(ranks.size());
+  std::vector<TestStream> streams(ranks.size());
   for (auto& j : js) {
     EXPECT_TRUE(j->done);
     EXPECT_TRUE(j->r.ok()) << j->r.status();
     if (!j->r.ok()) continue;
-    v1::Hello h;
-    h.set_job_id("job");
-    h.set_rank(j->r->rank());
-    h.set_generation(j->r->generation());
-    auto mb = std::make_shared<PlanMailbox>();
-    EXPECT_TRUE(job.Attach(h, mb).ok());
-    mbs[static_cast<size_t>(j->r->rank())] = mb;
+    streams[static_cast<size_t>(j->r->rank())] = AttachOk(job, OwnHello(j->r->rank(), j->r->generation()));
   }
-  return mbs;
+  return streams;
 }
 
 inline v1::Report Rep(int64_t it, const std::string& bitmap) {
@@ -107,18 +129,18 @@ inline v1::Report Rep(int64_t it, const std::string& bitmap) {
 
 inline const std::string kFull("\xff\x03", 2);  // 10 params, all used
 
-// Every rank of `generation` reports `it` (all used).
-inline void ReportAll(JobState& job, int world, int64_t it, int64_t generation = 1) {
-  for (int r = 0; r < world; ++r) {
-    ASSERT_TRUE(job.Report(r, generation, Rep(it, kFull)).ok()) << "rank " << r << " iteration " << it;
+// Every rank reports `it` (all used) on its stream, in rank order.
+inline void ReportAll(JobState& job, const std::vector<TestStream>& streams, int64_t it) {
+  for (size_t r = 0; r < streams.size(); ++r) {
+    ASSERT_TRUE(job.Report(streams[r].ref, Rep(it, kFull)).ok()) << "rank " << r << " iteration " << it;
   }
 }
 
-// The next plan in the mailbox, which must be there already (plans are
+// The next plan in the queue, which must be there already (plans are
 // pushed synchronously by the call that completed them).
-inline v1::Plan Next(PlanMailbox& mb) {
+inline v1::Plan Next(PlanQueue& q) {
   v1::Plan p;
-  EXPECT_TRUE(mb.TryPop(&p)) << "no plan queued";
+  EXPECT_TRUE(q.TryPop(&p)) << "no plan queued";
   return p;
 }
 

@@ -1,0 +1,242 @@
+#include "server/generation.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psync::server {
+namespace {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Unique per job generation (and per coordinator start, so a restarted
+// coordinator's keys never meet an old worker's).
+std::string StorePrefix(const std::string& job_id, int64_t generation) {
+  return absl::StrCat(job_id, "/g", generation, "-",
+                      std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count(),
+                      "/");
+}
+
+}  // namespace
+
+Generation::Generation(const JobConfig& cfg, int64_t number, std::string previous_end)
+    : cfg_(cfg),
+      number_(number),
+      previous_end_(std::move(previous_end)),
+      store_prefix_(StorePrefix(cfg.job_id, number)),
+      rendezvous_(cfg.world_size),
+      plans_(cfg.world_size, cfg.plan_lookahead),
+      ranks_(static_cast<size_t>(cfg.world_size)) {}
+
+std::string Generation::RankNames(const std::vector<int>& ranks) const {
+  std::vector<std::string> names;
+  for (int r : ranks) names.push_back(RankName(r));
+  return absl::StrJoin(names, ", ");
+}
+
+std::string Generation::JoinRefusal(int64_t asked, int64_t joinable, int restarts) const {
+  const std::string head = absl::StrCat("this worker asks to join generation ", asked, " of job '", cfg_.job_id, "'");
+  if (asked < number_) {
+    return absl::StrCat(head, ", which has ended (", previous_end_.empty() ? "restarted" : previous_end_,
+                        "); the job is at generation ", number_,
+                        ": the worker belongs to an old generation; restart it (JoinRequest.generation 0 joins the "
+                        "one being formed)");
+  }
+  if (asked == number_) {
+    return absl::StrCat(head, ", which is complete and running; a new worker can only join generation ", joinable);
+  }
+  return absl::StrCat(head, ", but the next one to form is generation ", joinable, " (", restarts, " of ",
+                      cfg_.max_restarts, " restarts used)");
+}
+
+absl::Status Generation::EndedGeneration(int r, int64_t generation) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", r, " belongs to generation ", generation, " of job '", cfg_.job_id, "', which has ended (",
+      previous_end_.empty() ? "restarted" : previous_end_, "); the job is at generation ", number_,
+      ": this worker must exit, and a new one Join generation ", number_));
+}
+
+absl::StatusOr<int> Generation::AddMember(const v1::JoinRequest& req) {
+  absl::StatusOr<int> r = rendezvous_.PickRank(req);
+  if (!r.ok()) return r;
+  const bool first = !rendezvous_.has_reference();
+  rendezvous_.Add(*r, req);
+  if (first) {
+    plans_.SetModel(rendezvous_.param_bytes(), rendezvous_.first_bucket_cap(), rendezvous_.bucket_cap());
+  }
+  rank(*r) = RankRuntime{};
+  rank(*r).state = v1::WORKER_JOINED;
+  return r;
+}
+
+void Generation::RemoveMember(int r) {
+  rendezvous_.Remove(r);
+  rank(r) = RankRuntime{};
+}
+
+std::shared_ptr<const SharedJoinResponse> Generation::Start(Clock::time_point now) {
+  world_complete_time_ = now;
+  // Why: every rank agreed on the start iteration (a resumed generation
+  // starts at its checkpoint's step); the plan window opens there.
+  plans_.Start(rendezvous_.start_iteration());
+  auto shared = std::make_shared<SharedJoinResponse>();
+  v1::JoinResponse& resp = shared->response;
+  resp.set_world_size(cfg_.world_size);
+  resp.set_generation(number_);
+  resp.set_store_prefix(store_prefix_);
+  *resp.mutable_initial_bucket_plan() = plans_.current_bucket_plan();
+  resp.set_job_id(cfg_.job_id);
+  resp.set_heartbeat_interval_ms(HeartbeatInterval(cfg_).count());
+  resp.set_plan_lookahead(cfg_.plan_lookahead);
+  resp.set_start_iteration(rendezvous_.start_iteration());
+  rendezvous_.FillHosts(&resp);
+  shared->bytes = resp.SerializeAsString();
+  return shared;
+}
+
+absl::Status Generation::CheckAttachable(const std::vector<int>& ranks, bool host) const {
+  const int first = ranks.front();
+  for (int r : ranks) {
+    const RankRuntime& m = rank(r);
+    if (!rendezvous_.complete() || !rendezvous_.member(r).joined) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", r, host ? " (in hello.ranks)" : "",
+                                                        " has not completed Join: open the Train stream after "
+                                                        "Join returns"));
+    }
+    if (m.attached) return absl::AlreadyExistsError(absl::StrCat(RankName(r), " already has a Train stream"));
+    if (m.state != v1::WORKER_JOINED) {
+      return absl::FailedPreconditionError(absl::StrCat(RankName(r), " is ", v1::WorkerState_Name(m.state),
+                                                        "; a rank gets one Train stream per job"));
+    }
+    if (rendezvous_.member(r).host_id != rendezvous_.member(first).host_id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.ranks mixes hosts: ", RankName(first), " is on host '", rendezvous_.member(first).host_id,
+          "' but ", RankName(r), " on host '", rendezvous_.member(r).host_id,
+          "'; a host stream carries the ranks of one host"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Generation::Attach(const std::vector<int>& ranks, const PlanSink* stream, Clock::time_point now) {
+  for (int r : ranks) {
+    RankRuntime& m = rank(r);
+    m.attached = true;
+    m.state = v1::WORKER_TRAINING;
+    m.last_activity = now;
+    m.last_heard = now;
+    m.stream = stream;
+  }
+}
+
+absl::StatusOr<int> Generation::Sender(const StreamRef& stream, int named, const char* what) const {
+  const int r = stream.host() ? named : stream.own_rank;
+  if (r < 0 || r >= world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " names rank ", r, ", out of range for world size ", world_size()));
+  }
+  if (stream.generation != number_) return EndedGeneration(r, stream.generation);
+  if (stream.sink == nullptr || rank(r).stream != stream.sink) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " names rank ", r, ", which is not one of this Train stream's ranks (hello.ranks)"));
+  }
+  return r;
+}
+
+std::vector<int> Generation::Detach(const StreamRef& stream, int only) {
+  std::vector<int> gone;
+  auto detach = [&](int r) {
+    RankRuntime& m = rank(r);
+    if (m.stream != stream.sink || !m.attached) return;
+    m.attached = false;
+    gone.push_back(r);
+  };
+  if (only >= 0 || !stream.host()) {
+    const int r = only >= 0 ? only : stream.own_rank;
+    if (r < world_size()) detach(r);
+  } else {
+    for (int r = 0; r < world_size(); ++r) detach(r);
+  }
+  return gone;
+}
+
+absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_point now) {
+  RankRuntime& m = rank(r);
+  if (!m.attached || m.state != v1::WORKER_TRAINING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", r, " is not training (", v1::WorkerState_Name(m.state), ")"));
+  }
+  if (absl::Status st = plans_.Validate(r, report); !st.ok()) return st;
+  plans_.Add(r, report);
+  if (plans_.started() && last_plan_time_ == Clock::time_point{}) last_plan_time_ = now;
+  m.last_iteration = report.iteration();
+  m.last_step_ms = report.last_step_ms();
+  m.last_loss = report.loss();
+  m.last_activity = now;
+  m.last_heard = now;
+  m.last_report_unix_ms = NowUnixMs();
+  return absl::OkStatus();
+}
+
+void Generation::Done(int r, const std::string& reason) {
+  RankRuntime& m = rank(r);
+  m.state = v1::WORKER_DONE;
+  m.exit_reason = reason;
+  m.attached = false;
+  if (m.last_iteration < min_done_iteration_) {
+    min_done_iteration_ = m.last_iteration;
+    min_done_rank_ = r;
+  }
+}
+
+std::string Generation::StepsMismatchAfterReport(int r) const {
+  // Why: a rank that already finished will never report this iteration.
+  const int64_t it = rank(r).last_iteration;
+  if (it <= min_done_iteration_) return "";
+  return absl::StrCat(RankName(min_done_rank_), " finished after iteration ", min_done_iteration_, " but ",
+                      RankName(r), " reported iteration ", it, ": ranks ran different numbers of steps");
+}
+
+std::string Generation::StepsMismatchAfterDone(int r) const {
+  // Why: another rank already reported an iteration this one never will.
+  int other = -1;
+  const int64_t max_reported = plans_.max_reported(&other);
+  const int64_t last = rank(r).last_iteration;
+  if (max_reported <= last) return "";
+  return absl::StrCat(RankName(r), " finished after iteration ", last, " while ", RankName(other),
+                      " reported iteration ", max_reported, ": ranks ran different numbers of steps");
+}
+
+void Generation::Heard(int r, int64_t iteration, Clock::time_point now) {
+  RankRuntime& m = rank(r);
+  if (m.state != v1::WORKER_TRAINING) return;  // finishing, or already lost
+  m.last_heard = std::max(m.last_heard, now);
+  m.heartbeat_iteration = iteration;
+}
+
+std::optional<LostVerdict> Generation::LostRank(Clock::time_point now) const {
+  std::vector<RankActivity> activity(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const RankRuntime& m = ranks_[r];
+    RankActivity& a = activity[r];
+    a.phase = m.state == v1::WORKER_JOINED     ? RankActivity::Phase::kJoined
+              : m.state == v1::WORKER_TRAINING ? RankActivity::Phase::kTraining
+                                               : RankActivity::Phase::kOther;
+    a.last_heard = m.last_heard;
+    a.last_activity = m.last_activity;
+    a.reported_pending = plans_.ReportedPending(static_cast<int>(r));
+  }
+  LivenessParams params{cfg_.report_timeout, cfg_.heartbeat_timeout, HeartbeatInterval(cfg_)};
+  return JudgeLiveness(activity, params, now, world_complete_time_, std::max(last_plan_time_, world_complete_time_),
+                       plans_.next_plan());
+}
+
+}  // namespace psync::server

@@ -1,0 +1,137 @@
+// Generation: one generation of the job (restartable mode starts a new one
+// after a loss; otherwise the job has just one): who joined as which rank
+// (Rendezvous), the reports and plans (PlanAggregator), each rank's run and
+// the Train stream it is on (RankRuntime), its store prefix and its clocks.
+// JobState owns the current one and replaces it whole on a restart, so
+// nothing of an ended generation reaches the next.
+//
+// No lock, no callbacks, no plan delivery: its methods check and record
+// under JobState's lock and report what they found; JobState acts on it
+// (a loss, an abort, plans to send).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psync/v1/control.pb.h"
+#include "psync/v1/coordinator.pb.h"
+#include "server/job_config.h"
+#include "server/liveness_policy.h"
+#include "server/plan_aggregator.h"
+#include "server/rendezvous.h"
+#include "server/stream_ref.h"
+
+namespace psync::server {
+
+// What JobState knows about a joined rank's run (the identity is in Rendezvous).
+struct RankRuntime {
+  v1::WorkerState state = v1::WORKER_STATE_UNSPECIFIED;
+  bool attached = false;  // its stream is open and carries it (until Done, its close, or RankClosed)
+  // The stream the rank attached on, for identity only (never dereferenced;
+  // kept after the rank lets go of it): a stream may only speak for its ranks.
+  const PlanSink* stream = nullptr;
+  int64_t last_iteration = -1;  // last reported
+  double last_step_ms = 0, last_loss = 0;
+  std::string exit_reason;
+  std::chrono::steady_clock::time_point last_activity{};  // last report (or attach)
+  std::chrono::steady_clock::time_point last_heard{};     // last message of any kind on the Train stream
+  int64_t heartbeat_iteration = -1;
+  int64_t last_report_unix_ms = 0;
+};
+
+class Generation {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Generation `number` of the job `cfg` (which must outlive this).
+  // `previous_end`: why generation number-1 ended ("generation 1: rank 0
+  // (h:1) lost: ..."); empty for the first.
+  Generation(const JobConfig& cfg, int64_t number, std::string previous_end = "");
+
+  int64_t number() const { return number_; }
+  const std::string& previous_end() const { return previous_end_; }
+  const std::string& store_prefix() const { return store_prefix_; }
+  const Rendezvous& rendezvous() const { return rendezvous_; }
+  Rendezvous& rendezvous() { return rendezvous_; }
+  const PlanAggregator& plans() const { return plans_; }
+  PlanAggregator& plans() { return plans_; }
+  const RankRuntime& rank(int r) const { return ranks_[static_cast<size_t>(r)]; }
+  RankRuntime& rank(int r) { return ranks_[static_cast<size_t>(r)]; }
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  std::string RankName(int r) const { return rendezvous_.RankName(r); }
+  // "rank 0 (h:1), rank 1 (h:2)"
+  std::string RankNames(const std::vector<int>& ranks) const;
+
+  // Why a Join for generation `asked` is refused; `joinable` is the one it
+  // could join, `restarts` the restarts used so far.
+  std::string JoinRefusal(int64_t asked, int64_t joinable, int restarts) const;
+  // Refuses a call on a stream of generation `generation` (an ended one), naming `rank`.
+  absl::Status EndedGeneration(int rank, int64_t generation) const;
+
+  // Rendezvous: picks and records a Join's rank (the first Join also fixes
+  // the model), or says why it is refused.
+  absl::StatusOr<int> AddMember(const v1::JoinRequest& req);
+  // A Join that expired or was cancelled before the world completed.
+  void RemoveMember(int rank);
+  // Every rank joined: training starts at the agreed iteration. Returns the
+  // Join response every rank shares.
+  std::shared_ptr<const SharedJoinResponse> Start(Clock::time_point now);
+
+  // Train streams: whether `ranks` (a stream's hello, `host` = hello.ranks)
+  // can attach: each joined, on no stream yet, all on one host.
+  absl::Status CheckAttachable(const std::vector<int>& ranks, bool host) const;
+  void Attach(const std::vector<int>& ranks, const PlanSink* stream, Clock::time_point now);
+  // The rank a message on `stream` is from (`named`: the message's rank
+  // field, unused on a rank's own stream), checked: in range, of this
+  // generation, on this stream. `what` names the message in errors.
+  absl::StatusOr<int> Sender(const StreamRef& stream, int named, const char* what) const;
+  // The ranks still attached on `stream` (only `only`, when >= 0), now detached.
+  std::vector<int> Detach(const StreamRef& stream, int only = -1);
+
+  // Records a report of training rank `rank` (FailedPrecondition if it is not
+  // training, else PlanAggregator::Validate's verdict).
+  absl::Status Report(int rank, const v1::Report& r, Clock::time_point now);
+  // Records a clean Done: the rank is DONE.
+  void Done(int rank, const std::string& reason);
+  // "ranks ran different numbers of steps": why `rank`'s last report (after
+  // Report) or its finish (after Done) cannot match the others; "" if it can.
+  std::string StepsMismatchAfterReport(int rank) const;
+  std::string StepsMismatchAfterDone(int rank) const;
+  // A heartbeat from `rank` at `now` (counts only while it trains).
+  void Heard(int rank, int64_t iteration, Clock::time_point now);
+  // The rank to declare lost now, if any (liveness_policy.h).
+  std::optional<LostVerdict> LostRank(Clock::time_point now) const;
+  // A plan was emitted (liveness counts from it).
+  void PlanEmitted(Clock::time_point now) { last_plan_time_ = now; }
+
+  // The Control views of this generation (job_views.cc); JobState adds the
+  // job-wide part of the status.
+  void FillStatus(v1::StatusResponse* out) const;
+  void FillWorkers(v1::WorkersResponse* out) const;
+  void FillBuckets(v1::BucketsResponse* out) const;
+  void FillUnused(v1::UnusedResponse* out) const;
+
+ private:
+  const JobConfig& cfg_;
+  const int64_t number_;
+  const std::string previous_end_;
+  const std::string store_prefix_;
+  Rendezvous rendezvous_;
+  PlanAggregator plans_;
+  std::vector<RankRuntime> ranks_;
+  Clock::time_point world_complete_time_{};
+  Clock::time_point last_plan_time_{};
+  // DONE ranks: the lowest last reported iteration among them (a report
+  // beyond it means ranks ran different numbers of steps).
+  int64_t min_done_iteration_ = std::numeric_limits<int64_t>::max();
+  int min_done_rank_ = -1;
+};
+
+}  // namespace psync::server

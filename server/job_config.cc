@@ -1,0 +1,42 @@
+#include "server/job_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/limits.h"
+
+namespace psync::server {
+
+std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg) {
+  if (cfg.heartbeat_timeout.count() > 0) return cfg.heartbeat_timeout;
+  return std::max(std::chrono::milliseconds(1),
+                  std::min(std::chrono::milliseconds(5000), cfg.report_timeout / 2));
+}
+
+std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg) {
+  const auto quarter = EffectiveHeartbeatTimeout(cfg) / 4;
+  return std::clamp(quarter, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+}
+
+JobConfig ResolveJobConfig(JobConfig c) {
+  c.heartbeat_timeout = EffectiveHeartbeatTimeout(c);
+  c.plan_lookahead = std::clamp(c.plan_lookahead, 1, kMaxPlanLookahead);
+  c.max_restarts = std::clamp(c.max_restarts, 0, kMaxRestarts);
+  return c;
+}
+
+absl::Status CheckJoinRequest(const v1::JoinRequest& req, const JobConfig& cfg) {
+  if (absl::Status valid = ValidateJoinRequest(req); !valid.ok()) return valid;
+  if (req.job_id() != cfg.job_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job id '", req.job_id(), "' does not match this coordinator's job '", cfg.job_id, "': check --job-id"));
+  }
+  if (req.world_size() != 0 && req.world_size() != cfg.world_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker expects world size ", req.world_size(), " but the coordinator's job '", cfg.job_id,
+                     "' has world size ", cfg.world_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync::server

@@ -1,0 +1,45 @@
+// JobConfig: one job's settings (psync-coordinator's flags), with the
+// heartbeat rules derived from them. No gRPC.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "absl/status/status.h"
+#include "psync/v1/coordinator.pb.h"
+
+namespace psync::server {
+
+struct JobConfig {
+  std::string job_id = "psync";
+  int world_size = 1;
+  std::chrono::milliseconds join_timeout{300000};
+  std::chrono::milliseconds report_timeout{60000};
+  // A TRAINING rank not heard from (any Train message) this long is lost.
+  // 0 = min(5 s, report_timeout / 2).
+  std::chrono::milliseconds heartbeat_timeout{0};
+  // K, the plan lookahead announced in JoinResponse (coordinator.proto).
+  int plan_lookahead = 2;
+  // Test and benchmark only: hold every plan back this long before it goes
+  // to the ranks (simulates a slow coordinator). 0 = off.
+  std::chrono::milliseconds test_only_plan_delay{0};
+  // Restartable mode: how many times a lost rank may end a generation and let
+  // the world rejoin as the next one (job_state.h, "Generations"). 0 = a lost
+  // rank aborts the job (the default).
+  int max_restarts = 0;
+};
+
+// heartbeat_timeout with the default applied (always > 0).
+std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg);
+// The interval workers send heartbeats at: heartbeat_timeout / 4, in 10 ms .. 1 s.
+std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg);
+// `c` with heartbeat_timeout resolved, the lookahead in 1..kMaxPlanLookahead
+// and max_restarts in 0..kMaxRestarts (limits.h).
+JobConfig ResolveJobConfig(JobConfig c);
+
+// Whether `req` is a well-formed Join for this job: within the limits
+// (ValidateJoinRequest), then the job id and world size (FailedPrecondition
+// naming both values).
+absl::Status CheckJoinRequest(const v1::JoinRequest& req, const JobConfig& cfg);
+
+}  // namespace psync::server
