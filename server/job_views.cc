@@ -1,6 +1,7 @@
 #include "server/job_views.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/used_bitmap.h"
 
@@ -25,7 +26,18 @@ StepStats ComputeStepStats(const std::vector<double>& step_ms) {
   return s;
 }
 
-void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v1::WorkerInfo* w) {
+std::vector<int> TrainStreamNumbers(const std::vector<RankRuntime>& ranks) {
+  std::map<const PlanSink*, int> number;
+  std::vector<int> out(ranks.size(), 0);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].sink) continue;
+    out[r] = number.emplace(ranks[r].sink.get(), static_cast<int>(number.size()) + 1).first->second;
+  }
+  return out;
+}
+
+void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, int train_stream,
+                    v1::WorkerInfo* w) {
   w->set_rank(rank);
   w->set_hostname(id.hostname);
   w->set_host_id(id.host_id);
@@ -37,13 +49,16 @@ void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v
   w->set_last_loss(rt.last_loss);
   w->set_exit_reason(rt.exit_reason);
   w->set_last_report_unix_ms(rt.last_report_unix_ms);
+  w->set_train_stream(train_stream);
 }
 
 void JobState::FillWorkers(v1::WorkersResponse* out) const {
   std::lock_guard<std::mutex> l(mu_);
+  const std::vector<int> streams = TrainStreamNumbers(ranks_);
   for (int r = 0; r < cfg_.world_size; ++r) {
     if (!rendezvous_.member(r).joined) continue;
-    FillWorkerInfo(r, rendezvous_.member(r), ranks_[static_cast<size_t>(r)], out->add_workers());
+    FillWorkerInfo(r, rendezvous_.member(r), ranks_[static_cast<size_t>(r)], streams[static_cast<size_t>(r)],
+                   out->add_workers());
   }
 }
 
@@ -65,10 +80,11 @@ void JobState::FillStatus(v1::StatusResponse* out) const {
   out->set_last_restart_reason(last_restart_reason_);
   out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
   std::vector<double> step_ms(ranks_.size(), 0.0);
+  const std::vector<int> streams = TrainStreamNumbers(ranks_);
   for (int r = 0; r < cfg_.world_size; ++r) {
     if (!rendezvous_.member(r).joined) continue;
     const RankRuntime& rt = ranks_[static_cast<size_t>(r)];
-    FillWorkerInfo(r, rendezvous_.member(r), rt, out->add_workers());
+    FillWorkerInfo(r, rendezvous_.member(r), rt, streams[static_cast<size_t>(r)], out->add_workers());
     step_ms[static_cast<size_t>(r)] = rt.last_step_ms;
   }
   const StepStats s = ComputeStepStats(step_ms);
