@@ -145,19 +145,7 @@ phase_restart() {
 }
 
 launch_nodes_main() {
-  local a
-  for a in "$@"; do
-    if [[ -d "$a" ]]; then PATH="$(cd "$a" && pwd):$PATH"; else PATH="$(cd "$(dirname "$a")" && pwd):$PATH"; fi
-  done
-  [[ $(id -u) -eq 0 ]] || skip "needs root for network namespaces (uid $(id -u))"
-  command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-  local b
-  for b in psync-launch psyncctl weights_diff; do
-    command -v "$b" >/dev/null || fail "$b not found (give the built binaries as arguments)"
-  done
-  WORK=$(mktemp -d /tmp/psync-netns-launch.XXXXXX)
-  trap cleanup EXIT
-  trap 'exit 130' INT TERM
+  prepare psync-launch psyncctl weights_diff -- "$@"
   echo "$TOKEN" >"$WORK/token"
   "$PY" -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
     >"$WORK/tokens.bin"
