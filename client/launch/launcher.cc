@@ -87,6 +87,7 @@ int Launcher::Run() {
   if (st.ok() && opt_.UseRelay()) st = StartRelay();
   if (!st.ok()) {
     std::cerr << "psync-launch: " << st.message() << "\n";
+    poller_.reset();  // its probe writes into dir_
     StopServices(milliseconds(3000));
     dir_.Remove();
     return ExitCodeFor(st);
@@ -101,6 +102,7 @@ int Launcher::Run() {
     SpawnRanks();
   }
   KeepCoordinatorUntilJobEnds();
+  poller_.reset();
   StopServices(milliseconds(5000));
   dir_.Remove();
   return Finish();

@@ -504,6 +504,20 @@ EOF
     ((SECONDS < 60)) || fail "node 0 alone took ${SECONDS}s"
     grep -q "still missing ranks 2,3" "$T/alone.log" || fail "the missing node is not named: $(cat "$T/alone.log")"
     note "node 0 alone: exit 3 after ${SECONDS}s: $(grep -o 'world incomplete[^(]*' "$T/alone.log" | head -1)"
+    # Ctrl-C on node 1 stops the whole job through the coordinator: every
+    # rank of both nodes stops after the same step and exits 0.
+    port=$(free_port); addr=127.0.0.1:$port
+    PSYNC_TOKEN=$tok start_node c0 0 "$addr" --start-coordinator -- --steps=1000000 --quiet --summary="$T/c{rank}.json"
+    PSYNC_TOKEN=$tok start_node c1 1 "$addr" -- --steps=1000000 --quiet --summary="$T/c{rank}.json"
+    wait_iteration "$addr" 20 "$tok"
+    kill -INT "${NPID[c1]}"
+    wait_nodes c1 c0
+    grep -q "psync-launch: Interrupt: asking the coordinator to stop the job" "$T/c1.log" || fail "node 1: $(cat "$T/c1.log")"
+    k=$(json_field "$T/c0.json" steps_completed)
+    for r in 1 2 3; do
+      [[ -n $k && $(json_field "$T/c$r.json" steps_completed) == "$k" ]] || fail "Ctrl-C: rank $r stopped elsewhere than rank 0 ($k)"
+    done
+    note "Ctrl-C on node 1: all 4 ranks stopped after $k steps"
     # Bad usage is refused before anything starts.
     out=$("$LAUNCH" --nnodes=2 --nproc=2 -- --steps=1 2>&1); rc=$?
     [[ $rc == 2 && $out == *"--nnodes=2: every node needs the job's coordinator"* ]] || fail "no --coordinator: $rc $out"
