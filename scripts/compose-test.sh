@@ -557,7 +557,8 @@ EOF
 }
 
 # Checks that $1 is a complete safetensors file (header, F32 tensors covering
-# the data exactly) whose metadata says steps_completed=$2.
+# the data exactly), a weights-only checkpoint (--save) whose manifest says
+# step=$2.
 check_safetensors() {
   "$py" - "$1" "$2" <<'EOF'
 import json, struct, sys
@@ -566,7 +567,9 @@ data = open(path, "rb").read()
 (n,) = struct.unpack("<Q", data[:8])
 head = json.loads(data[8:8 + n])
 meta = head.pop("__metadata__", {})
-assert meta.get("steps_completed") == steps, f"{path}: metadata steps_completed={meta.get('steps_completed')}, want {steps}"
+assert meta.get("format") == "psync-checkpoint", f"{path}: format {meta.get('format')!r}, want psync-checkpoint"
+assert meta.get("optimizer") == "", f"{path}: optimizer {meta.get('optimizer')!r}, want \"\" (weights only)"
+assert meta.get("step") == steps, f"{path}: manifest step={meta.get('step')}, want {steps}"
 assert head, f"{path}: no tensors"
 end = 0
 for name, t in head.items():

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "common/json.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);
-  auto r = psync::ParseSafetensorsWithMetadata(bytes, "fuzz");
+  auto r = psync::safetensors::ParseWithMetadata(bytes, "fuzz");
   if (r.ok()) {
     uint64_t n = 0;
     std::memcpy(&n, data, 8);  // ok() implies size >= 8
@@ -20,9 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [name, t] : r->tensors) total += t.nbytes();
     if (total != size - 8 - n) std::abort();
     // What we accept, we can write back, and it parses to the same tensors.
-    auto again = psync::SerializeSafetensors(r->tensors, r->metadata);
+    auto again = psync::safetensors::Serialize(r->tensors, r->metadata);
     if (!again.ok()) std::abort();
-    auto r2 = psync::ParseSafetensors(*again, "fuzz-rewrite");
+    auto r2 = psync::safetensors::Parse(*again, "fuzz-rewrite");
     if (!r2.ok() || r2->size() != r->tensors.size()) std::abort();
   } else if (r.status().message().find("safetensors file fuzz: ") == absl::string_view::npos) {
     std::abort();

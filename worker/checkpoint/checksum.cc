@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checksum.cc assumes a little-endian host"
@@ -46,7 +46,7 @@ absl::StatusOr<std::string> ContentChecksum(const Metadata& metadata, const Name
   }
   for (const auto& [name, t] : tensors) {
     crc.Str(name);
-    crc.Str(SafetensorsDTypeName(t.dtype()));
+    crc.Str(safetensors::DTypeTag(t.dtype()));
     crc.U64(t.shape().size());
     for (int64_t d : t.shape()) crc.U64(static_cast<uint64_t>(d));
     crc.U64(t.nbytes());

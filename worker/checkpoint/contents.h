@@ -10,11 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "worker/tensor/tensor.h"
+#include "worker/tensor/named_tensors.h"
 
 namespace psync::checkpoint {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // The small description of a checkpoint (the file's metadata). Every map is
 // opaque to this library: the trainer decides what it needs to resume.
@@ -25,7 +23,9 @@ struct CheckpointManifest {
   // encodes nn::ModelOptions), so a reader (psync-sample) can rebuild the
   // model from the checkpoint alone.
   std::map<std::string, std::string> model_config;
-  std::string optimizer;  // --optimizer kind ("sgd", "adamw"); empty: no optimizer state
+  // --optimizer kind ("sgd", "adamw"); empty: no optimizer state, a
+  // weights-only checkpoint (psync-worker --save), which a run cannot resume from.
+  std::string optimizer;
   // Where the data stream stands (e.g. epoch, cursor, shuffle seed).
   std::map<std::string, int64_t> data_position;
   // RNG states by name (e.g. "data": an engine's words), as the caller packs them.
@@ -35,6 +35,8 @@ struct CheckpointManifest {
   // The psync build that wrote the file (build_info.h); filled in by
   // WriteCheckpoint, informational only.
   std::string psync_version;
+
+  bool weights_only() const { return optimizer.empty(); }
 };
 
 struct CheckpointContents {

@@ -90,13 +90,6 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
   return out;
 }
 
-std::map<std::string, std::string> ModelMetadata(const std::string& kind, const nn::ModelOptions& options) {
-  std::map<std::string, std::string> md;
-  md[kModelKindKey] = kind;
-  for (const auto& [k, v] : EncodeModelConfig(options)) md[absl::StrCat(kModelConfigPrefix, k)] = v;
-  return md;
-}
-
 ModelRecord ModelFromMetadata(const std::map<std::string, std::string>& metadata) {
   ModelRecord r;
   const absl::string_view prefix = kModelConfigPrefix;

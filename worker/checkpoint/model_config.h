@@ -25,13 +25,11 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
                                                   const std::string& source);
 
 // How a model is recorded in a safetensors file's metadata, the same in a
-// checkpoint's manifest and in psync-worker's --save file: "model" = the kind,
-// "model.<key>" = EncodeModelConfig's entries.
+// checkpoint's manifest and in the older --save files (plain safetensors
+// files, still read by weights.h): "model" = the kind, "model.<key>" =
+// EncodeModelConfig's entries.
 inline constexpr char kModelKindKey[] = "model";
 inline constexpr char kModelConfigPrefix[] = "model.";
-
-// kind + EncodeModelConfig(options) as metadata entries.
-std::map<std::string, std::string> ModelMetadata(const std::string& kind, const nn::ModelOptions& options);
 
 struct ModelRecord {
   std::string kind;                           // "" when the metadata names none

@@ -7,7 +7,7 @@
 #include "worker/checkpoint/directory.h"
 #include "worker/checkpoint/format.h"
 #include "worker/checkpoint/manifest.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 
@@ -16,13 +16,13 @@ bool IsCheckpoint(const std::map<std::string, std::string>& metadata) {
   return f != metadata.end() && f->second == kFormatName;
 }
 
-absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path) {
-  auto file = ReadSafetensorsWithMetadata(path);  // its errors name the file
+absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path, Need need) {
+  auto file = safetensors::ReadWithMetadata(path);  // its errors name the file
   if (!file.ok()) return Annotate(file.status(), "cannot load checkpoint");
-  return DecodeCheckpoint(std::move(*file), path);
+  return DecodeCheckpoint(std::move(*file), path, need);
 }
 
-absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path) {
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path, Need need) {
   CheckpointContents out;
   PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file.metadata, path));
   auto stored = file.metadata.find(kChecksumKey);
@@ -49,6 +49,12 @@ absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, co
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": metadata \"optimizer\" is empty but the file holds ",
                                                    out.optimizer_state.size(), " optimizer state tensors"));
   }
+  if (need == Need::kTrainingState && out.manifest.weights_only()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " holds weights only (no optimizer state: a psync-worker --save file), "
+        "so a run cannot resume from it; resume from a checkpoint written with --checkpoint-dir, or start a new "
+        "run from these weights with --init=", path));
+  }
   return out;
 }
 
@@ -73,7 +79,7 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::
     skip(tmp.path, "temporary file of an interrupted write (never loaded)");
   }
   for (const CheckpointFile& f : listing.checkpoints) {
-    auto contents = ReadCheckpoint(f.path);
+    auto contents = ReadCheckpoint(f.path, Need::kTrainingState);
     if (!contents.ok()) {
       if (!IsDamage(contents.status())) return contents.status();
       skip(f.path, std::string(contents.status().message()));

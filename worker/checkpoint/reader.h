@@ -16,19 +16,26 @@
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/contents.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
+
+// What a caller is going to load from a checkpoint.
+enum class Need {
+  kWeights,        // the parameters only (psync-sample, --init): a weights-only file (--save) will do
+  kTrainingState,  // parameters and optimizer state (--resume): a weights-only file is refused
+};
 
 // The whole checkpoint at `path` as CPU tensors (parameters in file order,
 // which is the writer's order). Errors: InvalidArgument for a malformed or
 // truncated file, DataLoss for a checksum mismatch, FailedPrecondition for
-// another format version, NotFound / PermissionDenied / Internal for I/O.
-absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path);
+// another format version or, with Need::kTrainingState, for a weights-only
+// file (naming it), NotFound / PermissionDenied / Internal for I/O.
+absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path, Need need = Need::kTrainingState);
 
-// The same checks on a file already read (e.g. by a tool that accepts both
-// checkpoints and --save files); `path` names it in errors.
-absl::StatusOr<CheckpointContents> DecodeCheckpoint(SafetensorsContents file, const std::string& path);
+// The same checks on a file already read (weights.h reads one file that may
+// be a checkpoint or not); `path` names it in errors.
+absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path, Need need);
 
 // Whether safetensors metadata says "this is a psync checkpoint" (its
 // "format" key); a --save file or another tool's file is not.
@@ -52,7 +59,8 @@ struct LoadedCheckpoint {
 // means lost progress). nullopt when none loads or `dir` does not exist.
 // Errors (returned, not skipped): the directory cannot be listed, or a
 // candidate fails for a reason other than damage (permission, I/O, a newer
-// format version), so a resume never silently falls back past it.
+// format version, a weights-only file: this is --resume's reader, it needs
+// Need::kTrainingState), so a resume never silently falls back past it.
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(
     const std::string& dir, std::vector<SkippedCheckpoint>* skipped = nullptr);
 

@@ -22,6 +22,7 @@ CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const 
   CheckpointContents c;
   c.params.reserve(params.size());
   for (const auto& [name, p] : params) c.params.emplace_back(name, p.data());
+  manifest.optimizer.clear();  // without an optimizer: a weights-only checkpoint
   if (optimizer != nullptr) {
     manifest.optimizer = optimizer->name();
     c.optimizer_state = optimizer->State();

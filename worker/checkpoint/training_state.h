@@ -20,8 +20,9 @@
 namespace psync::checkpoint {
 
 // The parameters' data and the optimizer's State() (handles to the live
-// tensors, not copies: write them before the next step). `optimizer` may be
-// null (no optimizer state). Sets manifest.optimizer to optimizer->name().
+// tensors, not copies: write them before the next step). Sets
+// manifest.optimizer to optimizer->name(). `optimizer` may be null: a
+// weights-only checkpoint (--save; manifest.optimizer empty, no state).
 CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const optim::Optimizer* optimizer,
                                         CheckpointManifest manifest);
 

@@ -16,7 +16,7 @@
 #include "worker/checkpoint/manifest.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/retention.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 namespace {
@@ -69,40 +69,69 @@ void SyncParentDir(const std::string& dir) {
   ::close(fd);
 }
 
-}  // namespace
+// What goes into the file: the metadata (manifest and checksum) and the
+// tensors, validated, on the host.
+struct FileImage {
+  Metadata metadata;
+  NamedTensors tensors;
+};
 
-absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
-                                                  const WriteOptions& options) {
-  if (options.keep < 0) return Invalid(absl::StrCat("keep is ", options.keep, ", expected >= 0 (0 keeps all)"));
-  if (dir.empty()) return Invalid("the checkpoint directory is empty");
+absl::StatusOr<FileImage> Encode(const CheckpointContents& contents) {
   if (contents.manifest.optimizer.empty() && !contents.optimizer_state.empty()) {
     return Invalid("optimizer state given but manifest.optimizer (its kind) is empty");
   }
   CheckpointManifest manifest = contents.manifest;
   manifest.psync_version = PsyncBuildVersion();
-  PSYNC_ASSIGN_OR_RETURN(Metadata metadata, EncodeManifest(manifest));
-  PSYNC_ASSIGN_OR_RETURN(NamedTensors tensors, FileTensors(contents));
-  PSYNC_ASSIGN_OR_RETURN(metadata[kChecksumKey], ContentChecksum(metadata, tensors));
+  FileImage image;
+  PSYNC_ASSIGN_OR_RETURN(image.metadata, EncodeManifest(manifest));
+  PSYNC_ASSIGN_OR_RETURN(image.tensors, FileTensors(contents));
+  PSYNC_ASSIGN_OR_RETURN(image.metadata[kChecksumKey], ContentChecksum(image.metadata, image.tensors));
+  return image;
+}
+
+// Atomic write, then (verify) a full read-back; the file's size in bytes.
+absl::StatusOr<uint64_t> WriteImage(const std::string& path, const FileImage& image, bool verify) {
+  PSYNC_RETURN_IF_ERROR(Annotate(safetensors::Write(path, image.tensors, image.metadata), "writing checkpoint"));
+  if (verify) {
+    // Whatever was written must read back, weights-only files included.
+    auto back = ReadCheckpoint(path, Need::kWeights);
+    if (!back.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, " was written but does not read back: ",
+                                              back.status().message()));
+    }
+  }
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<uint64_t>(size);
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> WriteCheckpointFile(const std::string& path, const CheckpointContents& contents,
+                                             bool verify) {
+  PSYNC_ASSIGN_OR_RETURN(FileImage image, Encode(contents));
+  return WriteImage(path, image, verify);
+}
+
+absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
+                                                  const WriteOptions& options) {
+  if (options.keep < 0) return Invalid(absl::StrCat("keep is ", options.keep, ", expected >= 0 (0 keeps all)"));
+  if (dir.empty()) return Invalid("the checkpoint directory is empty");
+  PSYNC_ASSIGN_OR_RETURN(FileImage image, Encode(contents));
 
   std::error_code ec;
   if (std::filesystem::create_directories(dir, ec)) SyncParentDir(dir);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
 
   WrittenCheckpoint out;
-  out.path = CheckpointPath(dir, manifest.step);
-  PSYNC_RETURN_IF_ERROR(Annotate(WriteSafetensors(out.path, tensors, metadata), "writing checkpoint"));
-  const auto size = std::filesystem::file_size(out.path, ec);
-  out.bytes = ec ? 0 : static_cast<uint64_t>(size);
-
-  if (options.verify) {
-    auto back = ReadCheckpoint(out.path);
-    if (!back.ok()) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", out.path,
-                                              " was written but does not read back; older checkpoints are kept: ",
-                                              back.status().message()));
-    }
+  out.path = CheckpointPath(dir, contents.manifest.step);
+  absl::StatusOr<uint64_t> bytes = WriteImage(out.path, image, options.verify);
+  if (!bytes.ok()) {
+    if (bytes.status().code() != absl::StatusCode::kDataLoss) return bytes.status();
+    return absl::DataLossError(absl::StrCat(bytes.status().message(), " (older checkpoints are kept)"));
   }
-  RetentionResult retention = ApplyRetention(dir, options.keep, manifest.step);
+  out.bytes = *bytes;
+  RetentionResult retention = ApplyRetention(dir, options.keep, contents.manifest.step);
   out.removed = std::move(retention.removed);
   out.retention_errors = std::move(retention.errors);
   return out;

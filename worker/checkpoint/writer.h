@@ -1,5 +1,7 @@
-// Writing a training checkpoint: one safetensors file, atomically, then
-// retention.
+// Writing a checkpoint: one safetensors file, atomically, then retention
+// (WriteCheckpoint, a training run's --checkpoint-dir); or one file at a
+// path of the caller's choice, without retention (WriteCheckpointFile,
+// psync-worker --save: a weights-only checkpoint).
 //
 //   checkpoint::WriteOptions opt;  opt.keep = flags.keep_checkpoints;
 //   PSYNC_ASSIGN_OR_RETURN(checkpoint::WrittenCheckpoint w,
@@ -44,5 +46,13 @@ struct WrittenCheckpoint {
 // not read back (nothing is deleted then).
 absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
                                                   const WriteOptions& options = {});
+
+// The same file written to exactly `path` (whose directory must exist),
+// read back in full when `verify`; nothing else in the directory is
+// touched. Returns the file's size. A weights-only checkpoint (--save) is
+// CaptureTrainingState(params, nullptr, manifest): no optimizer state and an
+// empty manifest.optimizer. Errors as for WriteCheckpoint.
+absl::StatusOr<uint64_t> WriteCheckpointFile(const std::string& path, const CheckpointContents& contents,
+                                             bool verify = true);
 
 }  // namespace psync::checkpoint

@@ -9,7 +9,7 @@
 #include "worker/data/batch_geometry.h"
 #include "worker/data/data_part.h"
 #include "worker/nn/init.h"  // SplitMix64 (header-only; psync_data does not link psync_nn)
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::data {
 
@@ -24,7 +24,7 @@ uint64_t Mix(uint64_t seed, uint64_t stream) {
 }  // namespace
 
 absl::StatusOr<RowsTable> LoadRowsTable(const std::string& path, int64_t in, int64_t out, const std::string& flag) {
-  absl::StatusOr<NamedTensors> read = ReadSafetensors(path);
+  absl::StatusOr<NamedTensors> read = safetensors::Read(path);
   if (!read.ok()) {
     return absl::Status(read.status().code(), absl::StrCat(flag, ": ", std::string(read.status().message())));
   }

@@ -24,10 +24,10 @@
 #include "absl/status/statusor.h"
 #include "common/logging.h"
 #include "worker/autograd/variable.h"
+#include "worker/tensor/named_tensors.h"
 
 namespace psync::optim {
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using NamedParams = std::vector<std::pair<std::string, autograd::Variable>>;
 
 // Hyperparameters that stay fixed for a run (--flags of psync-worker). The

@@ -14,6 +14,22 @@
 #include "worker/runtime/exit_codes.h"
 
 namespace psync::runtime {
+namespace {
+
+// What this run's checkpoints say about it after `steps` steps (the
+// optimizer kind comes from CaptureTrainingState).
+checkpoint::CheckpointManifest RunManifest(const WorkerOptions& opt, int world_size,
+                                           const nn::ModelOptions& model_options, int64_t steps) {
+  checkpoint::CheckpointManifest m;
+  m.step = steps;
+  m.model = opt.model;
+  m.model_config = checkpoint::EncodeModelConfig(model_options);
+  m.data_position = {{"next_step", steps}, {"global_batch", opt.global_batch}};
+  m.world_size = world_size;
+  return m;
+}
+
+}  // namespace
 
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Module& model,
                                              optim::Optimizer& optimizer) {
@@ -54,16 +70,13 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& op
     // Every rank holds the same weights (the averaged gradients made them
     // so); one writer is enough and avoids racing renames in a shared dir.
     if (rank != 0) return absl::OkStatus();
-    checkpoint::CheckpointManifest m;
-    m.step = steps;
-    m.model = opt.model;
-    m.model_config = checkpoint::EncodeModelConfig(model_options);
-    m.data_position = {{"next_step", steps}, {"global_batch", opt.global_batch}};
-    m.world_size = world_size;
     checkpoint::WriteOptions w;
     w.keep = static_cast<int>(opt.keep_checkpoints);
     absl::StatusOr<checkpoint::WrittenCheckpoint> out = checkpoint::WriteCheckpoint(
-        opt.checkpoint_dir, checkpoint::CaptureTrainingState(model->named_parameters(), optimizer, m), w);
+        opt.checkpoint_dir,
+        checkpoint::CaptureTrainingState(model->named_parameters(), optimizer,
+                                         RunManifest(opt, world_size, model_options, steps)),
+        w);
     if (!out.ok()) {
       return WithExitCode(absl::Status(out.status().code(), absl::StrCat("checkpoint: ", out.status().message())),
                           kExitInternal);
@@ -72,6 +85,17 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& op
     PSYNC_LOG(DEBUG) << "checkpoint " << out->path << " (" << out->bytes << " bytes)";
     return absl::OkStatus();
   };
+}
+
+absl::Status SaveWeights(const WorkerOptions& opt, int world_size, const nn::ModelOptions& model_options,
+                         const nn::Module& model, int64_t steps) {
+  // The model's options ride along in the manifest, so psync-sample can rebuild it from this file alone.
+  absl::StatusOr<uint64_t> bytes = checkpoint::WriteCheckpointFile(
+      opt.save_path, checkpoint::CaptureTrainingState(model.named_parameters(), /*optimizer=*/nullptr,
+                                                      RunManifest(opt, world_size, model_options, steps)));
+  if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat("--save: ", bytes.status().message()));
+  PSYNC_LOG(DEBUG) << "--save: " << opt.save_path << " (" << *bytes << " bytes)";
+  return absl::OkStatus();
 }
 
 }  // namespace psync::runtime

@@ -1,7 +1,10 @@
-// The worker's side of checkpoints (worker/checkpoint is the file format):
-// --resume loads the newest complete checkpoint of --checkpoint-dir into the
-// model and optimizer before the job is joined, and the trainer's save hook
-// writes one on rank 0 (every --checkpoint-every steps, at the end, on a stop).
+// When the worker reads and writes checkpoints (worker/checkpoint is the
+// file format): --resume loads the newest complete checkpoint of
+// --checkpoint-dir into the model and optimizer before the job is joined,
+// the trainer's save hook writes one on rank 0 (every --checkpoint-every
+// steps, at the end, on a stop), and --save writes the final weights as a
+// weights-only checkpoint (the same manifest, no optimizer state), which
+// psync-sample and --init read.
 //
 // Every rank reads the same file itself (a shared directory: one host, or a
 // volume in Kubernetes), so every rank starts from the same bits and reports
@@ -35,5 +38,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Modul
 std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& opt, int rank, int world_size,
                                                          const nn::ModelOptions& model_options, nn::Module* model,
                                                          optim::Optimizer* optimizer);
+
+// --save (rank 0, after a clean end): writes the model's weights after
+// `steps` steps to --save as a weights-only checkpoint. Errors name --save
+// and the file.
+absl::Status SaveWeights(const WorkerOptions& opt, int world_size, const nn::ModelOptions& model_options,
+                         const nn::Module& model, int64_t steps);
 
 }  // namespace psync::runtime

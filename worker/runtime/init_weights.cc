@@ -5,17 +5,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/checkpoint/weights.h"
 #include "worker/nn/state_dict.h"
 
 namespace psync::runtime {
 
 absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model) {
-  absl::StatusOr<NamedTensors> read = ReadSafetensors(path);
+  absl::StatusOr<checkpoint::ModelWeights> read = checkpoint::ReadModelWeights(path);
   if (!read.ok()) {
     return absl::Status(read.status().code(), absl::StrCat("--init: ", std::string(read.status().message())));
   }
   std::map<std::string, Tensor> by_name;
-  for (auto& [name, t] : *read) by_name[name] = t;
+  for (auto& [name, t] : read->params) by_name[name] = t;
   const auto params = model.named_parameters();
   NamedTensors out;
   for (const auto& [name, p] : params) {

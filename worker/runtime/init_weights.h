@@ -1,9 +1,12 @@
-// --init: initial weights for a model from a safetensors file, checked
-// against the model before anything is copied: every parameter present with
-// its shape (float32, finite values), nothing else in the file. Errors are
-// InvalidArgument naming the file and the first offending tensor, with the
-// shape the model expects (PyTorch's state_dict names: "layers.0.weight",
-// "h.3.attn.c_attn.weight", ...).
+// --init: initial weights for a model from a file read by
+// checkpoint::ReadModelWeights (the reader psync-sample uses too): a --save
+// file or a training checkpoint (its weights; optimizer state is ignored),
+// an older --save file, or a plain safetensors state dict (PyTorch). They
+// are checked against the model before anything is copied: every parameter
+// present with its shape (float32, finite values), nothing else in the file.
+// Errors are InvalidArgument naming the file and the first offending tensor,
+// with the shape the model expects (PyTorch's state_dict names:
+// "layers.0.weight", "h.3.attn.c_attn.weight", ...).
 #pragma once
 
 #include <string>
@@ -11,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/nn/module.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/tensor/named_tensors.h"
 
 namespace psync::runtime {
 

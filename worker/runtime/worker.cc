@@ -12,11 +12,8 @@
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
-#include "worker/nn/state_dict.h"
 #include "worker/optim/registry.h"
 #include "worker/optim/schedule.h"
-#include "worker/runtime/checkpoint/safetensors.h"
-#include "worker/checkpoint/model_config.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/exit_codes.h"
 #include "worker/runtime/job_session.h"
@@ -218,13 +215,10 @@ int RunWorkerImpl(const WorkerOptions& opt) {
 
   // ---- save
   if (tr.exit_code == kExitOk && rank == 0 && !opt.save_path.empty()) {
-    // The model's flags ride along, so psync-sample can rebuild it from this file alone.
-    std::map<std::string, std::string> metadata = checkpoint::ModelMetadata(opt.model, built->options);
-    metadata["steps_completed"] = std::to_string(tr.steps_completed);
-    absl::Status st = WriteSafetensors(opt.save_path, nn::StateDict(*model), metadata);
+    absl::Status st = SaveWeights(opt, world, built->options, *model, tr.steps_completed);
     if (!st.ok()) {
       tr.exit_code = kExitInternal;
-      tr.reason = absl::StrCat("--save: ", std::string(st.message()));
+      tr.reason = std::string(st.message());
     }
   }
   if (!opt.trace_path.empty()) {

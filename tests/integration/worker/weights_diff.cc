@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double tol = argc > 3 ? std::atof(argv[3]) : 1e-5;
-  auto a = psync::ReadSafetensors(argv[1]);
-  auto b = psync::ReadSafetensors(argv[2]);
+  auto a = psync::safetensors::Read(argv[1]);
+  auto b = psync::safetensors::Read(argv[2]);
   if (!a.ok() || !b.ok()) {
     std::fprintf(stderr, "weights_diff: %s\n", std::string((!a.ok() ? a.status() : b.status()).message()).c_str());
     return 2;

@@ -218,7 +218,8 @@ case $CASE in
       same_weights "$T/torch.st" "$T/psync.st" 1e-4
     done ;;
 
-  resume)  # a run cut at step 8 and resumed from its checkpoint == an uninterrupted run, bit for bit
+  resume)  # a run cut at step 8 and resumed from its checkpoint == an uninterrupted run, bit for bit;
+           # psync-sample and --init read checkpoints and --save files; --resume refuses a --save file
     head -c 20000 /dev/urandom >"$T/tokens.bin"
     GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
          --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=8)
@@ -235,7 +236,16 @@ case $CASE in
     "$B/worker/sample/psync-sample" --checkpoint="$T/resumed.st" --tokens=20 --prompt=ab >"$T/s2" \
       || fail "psync-sample on a --save file"
     cmp -s "$T/s1" "$T/s2" || fail "the same weights sampled differently"
-    note "sample bytes: $(wc -c <"$T/s1")" ;;
+    note "sample bytes: $(wc -c <"$T/s1")"
+    # --init reads a --save file (a weights-only checkpoint): 0 steps from it save the same bits.
+    run_job 1 "$T/init0.st" "${GPT[@]}" --steps=0 --init="$T/first.st"
+    same_weights "$T/first.st" "$T/init0.st" 0
+    # --resume refuses a weights-only file (a --save file) by name, before joining: exit 2.
+    mkdir -p "$T/wonly" && cp "$T/resumed.st" "$T/wonly/ckpt-00000016.safetensors"
+    out=$("$WORKER" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/wonly" --resume --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *wonly/ckpt-00000016.safetensors* && $out == *"weights only"* ]] \
+      || fail "--resume from a --save file: rc=$rc out=$out"
+    note "--resume from a --save file: $out" ;;
 
   shutdown)
     start_coord 2

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/checkpoint/checkpoint_test_util.h"
 #include "worker/checkpoint/format.h"
@@ -13,7 +14,7 @@
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/checkpoint/writer.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 namespace {
@@ -100,10 +101,24 @@ TEST_F(Latest, ANewerFormatVersionStopsTheSearch) {
   Write(1);
   Metadata md = *EncodeManifest(FullManifest(2));
   md["format_version"] = "2";
-  ASSERT_TRUE(WriteSafetensors(Path(2), {{"w", Tensor::Zeros({2})}}, md).ok());
+  ASSERT_TRUE(safetensors::Write(Path(2), {{"w", Tensor::Zeros({2})}}, md).ok());
   auto st = FindLatestCheckpoint(dir_.path()).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find(Path(2)), absl::string_view::npos) << st;
+}
+
+// --resume's reader: a weights-only checkpoint (a --save file put in the
+// directory) is not damage to skip past, nor training state to resume
+// from: the caller gets an error naming it.
+TEST_F(Latest, AWeightsOnlyFileIsRefusedByName) {
+  Write(1);
+  CheckpointManifest m = FullManifest(2);
+  ASSERT_TRUE(WriteCheckpointFile(Path(2), CaptureTrainingState(t_.model->named_parameters(), nullptr, m)).ok());
+  auto st = LoadLatestCheckpoint(dir_.path()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find(absl::StrCat("checkpoint ", Path(2), " holds weights only")), absl::string_view::npos)
+      << st;
+  EXPECT_NE(st.message().find("--init=" + Path(2)), absl::string_view::npos) << st;
 }
 
 TEST_F(Latest, ADirectoryThatIsAFileIsAnError) {

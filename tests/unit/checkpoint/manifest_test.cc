@@ -9,7 +9,7 @@
 #include "tests/unit/checkpoint/checkpoint_test_util.h"
 #include "worker/checkpoint/checksum.h"
 #include "worker/checkpoint/reader.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::checkpoint {
 namespace {
@@ -124,7 +124,7 @@ TEST(Manifest, ReaderNamesTheFileAndTheKey) {
 TEST(Manifest, PlainSafetensorsFileIsNotACheckpoint) {
   test_support::TempDir dir("ckpt_plain");
   const std::string path = dir.File("ckpt-00000001.safetensors");
-  ASSERT_TRUE(WriteSafetensors(path, {{"w", Tensor::Zeros({2})}}).ok());
+  ASSERT_TRUE(safetensors::Write(path, {{"w", Tensor::Zeros({2})}}).ok());
   auto st = ReadCheckpoint(path).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find(absl::StrCat("checkpoint ", path, ": metadata \"format\" is missing")),
@@ -135,17 +135,17 @@ TEST(Manifest, ChecksumMissingOrMalformed) {
   test_support::TempDir dir("ckpt_nosum");
   const std::string path = dir.File("c.safetensors");
   Metadata md = *EncodeManifest(FullManifest(1));
-  ASSERT_TRUE(WriteSafetensors(path, {{"w", Tensor::Zeros({2})}}, md).ok());
+  ASSERT_TRUE(safetensors::Write(path, {{"w", Tensor::Zeros({2})}}, md).ok());
   auto st = ReadCheckpoint(path).status();
   EXPECT_NE(st.message().find("metadata \"checksum\" is missing"), absl::string_view::npos) << st;
   md["checksum"] = "md5:00";
-  ASSERT_TRUE(WriteSafetensors(path, {{"w", Tensor::Zeros({2})}}, md).ok());
+  ASSERT_TRUE(safetensors::Write(path, {{"w", Tensor::Zeros({2})}}, md).ok());
   st = ReadCheckpoint(path).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("\"checksum\" is md5:00 but the contents give crc32:"), absl::string_view::npos) << st;
   // The right checksum makes the hand-built file a valid checkpoint.
   md["checksum"] = *ContentChecksum(md, {{"w", Tensor::Zeros({2})}});
-  ASSERT_TRUE(WriteSafetensors(path, {{"w", Tensor::Zeros({2})}}, md).ok());
+  ASSERT_TRUE(safetensors::Write(path, {{"w", Tensor::Zeros({2})}}, md).ok());
   EXPECT_TRUE(ReadCheckpoint(path).ok());
 }
 

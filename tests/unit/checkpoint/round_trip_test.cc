@@ -6,13 +6,19 @@
 // the manifest alone).
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "absl/strings/str_cat.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/checkpoint/checkpoint_test_util.h"
 #include "worker/checkpoint/build_info.h"
 #include "worker/checkpoint/format.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/training_state.h"
+#include "worker/checkpoint/weights.h"
 #include "worker/checkpoint/writer.h"
+#include "worker/nn/state_dict.h"
+#include "worker/safetensors/safetensors.h"
 #include "worker/tensor/device.h"
 
 namespace psync::checkpoint {
@@ -115,8 +121,15 @@ TEST(Checkpoint, WithoutOptimizerState) {
   m.optimizer.clear();
   auto written = WriteCheckpoint(dir.path(), CaptureTrainingState(t.model->named_parameters(), nullptr, m));
   ASSERT_TRUE(written.ok()) << written.status();
-  auto loaded = ReadCheckpoint(written->path);
+  // A weights-only checkpoint is refused to a caller that needs the training state ...
+  auto refused = ReadCheckpoint(written->path, Need::kTrainingState);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(absl::StrCat("checkpoint ", written->path, " holds weights only")),
+            absl::string_view::npos) << refused.status();
+  // ... and read by one that asks for weights.
+  auto loaded = ReadCheckpoint(written->path, Need::kWeights);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->manifest.weights_only());
   EXPECT_TRUE(loaded->optimizer_state.empty());
   EXPECT_EQ(loaded->manifest.optimizer, "");
   auto st = LoadOptimizerState(*loaded, written->path, *t.optimizer);
@@ -207,20 +220,22 @@ TEST(Checkpoint, ModelRebuildsFromTheManifestAlone) {
   auto written = WriteCheckpoint(dir.path(), CaptureTrainingState(t.model->named_parameters(), t.optimizer.get(), m));
   ASSERT_TRUE(written.ok()) << written.status();
 
-  // As psync-sample reads: the file once, then told apart from a --save file.
-  auto file = ReadSafetensorsWithMetadata(written->path);
+  // The file's metadata tells a checkpoint apart from other safetensors files.
+  auto file = safetensors::ReadWithMetadata(written->path);
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_TRUE(IsCheckpoint(file->metadata));
   EXPECT_FALSE(IsCheckpoint({{"model.kind", "mlp"}}));
   EXPECT_FALSE(IsCheckpoint({{kFormatKey, "something-else"}}));
-  auto loaded = DecodeCheckpoint(std::move(*file), written->path);
+  // As psync-sample reads (weights.h): the model's record and its parameters.
+  auto loaded = ReadModelWeights(written->path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto options = DecodeModelConfig(loaded->manifest.model_config, written->path);
+  auto options = DecodeModelConfig(loaded->model.config, written->path);
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->widths, SmallMlpOptions().widths);
-  auto model = nn::Models().Create(loaded->manifest.model, *options);
+  auto model = nn::Models().Create(loaded->model.kind, *options);
   ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE(LoadParameters(*loaded, written->path, (*model)->named_parameters()).ok());
+  std::map<std::string, Tensor> state(loaded->params.begin(), loaded->params.end());
+  ASSERT_TRUE(nn::LoadStateDict(**model, state).ok());
   ExpectBitEqual(ParamData(**model), ParamData(*t.model));
 }
 

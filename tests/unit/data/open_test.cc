@@ -10,7 +10,7 @@
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/format_detect.h"
 #include "worker/data/registry.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::data {
 namespace {
@@ -35,7 +35,7 @@ TEST(DetectFormat, FromNameAndFirstBytes) {
   EXPECT_EQ(*DetectFormat("/no/such/file.safetensors"), "rows");  // by name; Open then names the missing file
 
   const std::string st = dir.File("table.bin");  // safetensors without the extension
-  ASSERT_TRUE(WriteSafetensors(st, {{"x", Tensor::FromVector(std::vector<float>{1}, {1, 1})}}).ok());
+  ASSERT_TRUE(safetensors::Write(st, {{"x", Tensor::FromVector(std::vector<float>{1}, {1, 1})}}).ok());
   EXPECT_EQ(*DetectFormat(st), "rows");
 
   const std::string llmc = dir.File("shard.bin");
@@ -93,7 +93,7 @@ TEST(Open, ValDataAndValFractionAreExclusiveAndChecked) {
 
   // A held-out set of another kind.
   const std::string rows = dir.File("rows.safetensors");
-  ASSERT_TRUE(WriteSafetensors(rows, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+  ASSERT_TRUE(safetensors::Write(rows, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
                                       {"y", Tensor::FromVector(std::vector<float>{3}, {1, 1})}})
                   .ok());
   o.block_size = 8;
@@ -105,10 +105,10 @@ TEST(Open, ValDataAndValFractionAreExclusiveAndChecked) {
 TEST(Open, RowsHeldOutSetMustHaveTheSameWidths) {
   TempDir dir("psync_data_open_rows");
   const std::string a = dir.File("a.safetensors"), b = dir.File("b.safetensors");
-  ASSERT_TRUE(WriteSafetensors(a, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+  ASSERT_TRUE(safetensors::Write(a, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
                                    {"y", Tensor::FromVector(std::vector<float>{3}, {1, 1})}})
                   .ok());
-  ASSERT_TRUE(WriteSafetensors(b, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
+  ASSERT_TRUE(safetensors::Write(b, {{"x", Tensor::FromVector(std::vector<float>{1, 2}, {1, 2})},
                                    {"y", Tensor::FromVector(std::vector<float>{3, 4}, {1, 2})}})
                   .ok());
   DataOptions o;

@@ -13,7 +13,7 @@
 #include "tests/unit/data/data_test_util.h"
 #include "worker/data/example_order.h"
 #include "worker/data/registry.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::data {
 namespace {
@@ -97,7 +97,7 @@ TEST(RowsDataset, LoadsSafetensorsXAndY) {
   const std::string path = dir.File("rows.safetensors");
   std::vector<float> x = {0, 1, 2, 3, 4, 5}, y = {10, 11, 12};
   ASSERT_TRUE(
-      WriteSafetensors(path, {{"x", Tensor::FromVector(x, {3, 2})}, {"y", Tensor::FromVector(y, {3, 1})}}).ok());
+      safetensors::Write(path, {{"x", Tensor::FromVector(x, {3, 2})}, {"y", Tensor::FromVector(y, {3, 1})}}).ok());
   DataOptions o;
   o.path = path;
   std::unique_ptr<Dataset> d = OpenTrain(o);  // auto: .safetensors, widths from the file
@@ -111,7 +111,7 @@ TEST(RowsDataset, LoadsSafetensorsXAndY) {
   o.rows_in = 4;
   ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
               {"--data " + path, "tensor 'x'", "[3, 2]", "[N, 4]", "first of --widths"});
-  ASSERT_TRUE(WriteSafetensors(path, {{"x", Tensor::FromVector(std::vector<double>{1, 2}, {1, 2})},
+  ASSERT_TRUE(safetensors::Write(path, {{"x", Tensor::FromVector(std::vector<double>{1, 2}, {1, 2})},
                                       {"y", Tensor::FromVector(y, {3, 1})}})
                   .ok());
   o.rows_in = 0;

@@ -14,7 +14,7 @@
 #include "worker/optim/registry.h"
 #include "worker/optim/schedule.h"
 #include "worker/optim/sgd.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 #include "worker/tensor/ops/reduce_kernels.h"
 
 namespace psync::optim {
@@ -210,11 +210,11 @@ void ExpectExactResume(const std::string& name, const OptimizerOptions& o, int k
   testing::Train(*first, c, 0, k, Device::CPU());
   NamedTensors saved = first->State();
   for (const auto& [n, p] : first->params()) saved.emplace_back("param." + n, p.data());
-  absl::StatusOr<std::string> bytes = SerializeSafetensors(saved);
+  absl::StatusOr<std::string> bytes = safetensors::Serialize(saved);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   first.reset();
 
-  absl::StatusOr<NamedTensors> loaded = ParseSafetensors(*bytes, "resume");
+  absl::StatusOr<NamedTensors> loaded = safetensors::Parse(*bytes, "resume");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   NamedTensors state;
   std::unique_ptr<Optimizer> resumed = Make(name, o);

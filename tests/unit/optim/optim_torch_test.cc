@@ -26,7 +26,7 @@
 #include "worker/optim/adamw.h"
 #include "worker/optim/registry.h"
 #include "worker/optim/sgd.h"
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 namespace psync::optim {
 namespace {
@@ -129,7 +129,7 @@ class OptimTorch : public ::testing::Test {
         }
       }
       const std::string in_path = dir.File(name + ".in"), out_path = dir.File(name + ".out");
-      absl::Status st = WriteSafetensors(in_path, in, {{"config", Json(c.optimizer, c.options, c.run, params)}});
+      absl::Status st = safetensors::Write(in_path, in, {{"config", Json(c.optimizer, c.options, c.run, params)}});
       if (!st.ok()) {
         error_ = st.ToString();
         return;
@@ -143,7 +143,7 @@ class OptimTorch : public ::testing::Test {
       return;
     }
     for (const auto& [name, c] : Cases()) {
-      absl::StatusOr<NamedTensors> out = ReadSafetensors(dir.File(name + ".out"));
+      absl::StatusOr<NamedTensors> out = safetensors::Read(dir.File(name + ".out"));
       if (!out.ok()) {
         error_ = out.status().ToString();
         return;

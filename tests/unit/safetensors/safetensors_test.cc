@@ -1,4 +1,4 @@
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -92,9 +92,9 @@ TEST(Safetensors, RoundTripFile) {
   const std::string path = dir.File("model.safetensors");
   NamedTensors in = SampleTensors();
   std::map<std::string, std::string> md = {{"format", "pt"}, {"step", "100"}};
-  ASSERT_TRUE(WriteSafetensors(path, in, md).ok());
+  ASSERT_TRUE(safetensors::Write(path, in, md).ok());
 
-  auto out = ReadSafetensorsWithMetadata(path);
+  auto out = safetensors::ReadWithMetadata(path);
   ASSERT_TRUE(out.ok()) << out.status();
   // Zero-size tensors sit at the offset where they were written, so the
   // data-offset order is the write order here.
@@ -123,11 +123,11 @@ TEST(Safetensors, SerializeMatchesFileAndParses) {
   TempDir dir;
   const std::string path = dir.File("a.safetensors");
   NamedTensors in = SampleTensors();
-  ASSERT_TRUE(WriteSafetensors(path, in).ok());
-  auto bytes = SerializeSafetensors(in);
+  ASSERT_TRUE(safetensors::Write(path, in).ok());
+  auto bytes = safetensors::Serialize(in);
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(*bytes, ReadFile(path));
-  auto parsed = ParseSafetensors(*bytes, "mem");
+  auto parsed = safetensors::Parse(*bytes, "mem");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ExpectSameTensors(*parsed, in);
   // Without metadata there is no __metadata__ entry.
@@ -137,10 +137,10 @@ TEST(Safetensors, SerializeMatchesFileAndParses) {
 TEST(Safetensors, OverwriteIsAtomicReplace) {
   TempDir dir;
   const std::string path = dir.File("ckpt.safetensors");
-  ASSERT_TRUE(WriteSafetensors(path, SampleTensors()).ok());
+  ASSERT_TRUE(safetensors::Write(path, SampleTensors()).ok());
   NamedTensors second = {{"w", Tensor::Full({3}, 7.0f)}};
-  ASSERT_TRUE(WriteSafetensors(path, second).ok());
-  auto out = ReadSafetensors(path);
+  ASSERT_TRUE(safetensors::Write(path, second).ok());
+  auto out = safetensors::Read(path);
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectSameTensors(*out, second);
   struct stat sb;
@@ -155,8 +155,8 @@ TEST(Safetensors, RoundTripFromCuda) {
   NamedTensors cpu = SampleTensors();
   NamedTensors gpu;
   for (const auto& [n, t] : cpu) gpu.emplace_back(n, t.To(Device::CUDA()));
-  ASSERT_TRUE(WriteSafetensors(path, gpu).ok());
-  auto out = ReadSafetensors(path);
+  ASSERT_TRUE(safetensors::Write(path, gpu).ok());
+  auto out = safetensors::Read(path);
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectSameTensors(*out, cpu);
 }
@@ -171,7 +171,7 @@ TEST(Safetensors, HandCraftedBytesPerSpec) {
       "  \"a\": {\"shape\":[1,1],\"dtype\":\"F32\",\"data_offsets\":[8,12]},"
       "  \"__metadata__\": {\"k\": \"v\"}}";
   const std::string file = Craft(header, F32Bytes({1.5f, -2.0f, 1e-3f}));
-  auto out = ParseSafetensorsWithMetadata(file, "hand");
+  auto out = safetensors::ParseWithMetadata(file, "hand");
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->tensors.size(), 2u);
   EXPECT_EQ(out->tensors[0].first, "b");
@@ -184,10 +184,10 @@ TEST(Safetensors, HandCraftedBytesPerSpec) {
 
   // Same with the header space-padded to 8-byte alignment.
   std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
-  EXPECT_TRUE(ParseSafetensors(Craft(padded, F32Bytes({1.5f, -2.0f, 1e-3f})), "hand").ok());
+  EXPECT_TRUE(safetensors::Parse(Craft(padded, F32Bytes({1.5f, -2.0f, 1e-3f})), "hand").ok());
 
   // Empty file: "{}" and no data.
-  auto empty = ParseSafetensors(Craft("{}", ""), "empty");
+  auto empty = safetensors::Parse(Craft("{}", ""), "empty");
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_TRUE(empty->empty());
 }
@@ -288,7 +288,7 @@ TEST(Safetensors, CorruptFilesNameFileAndProblem) {
     SCOPED_TRACE(bc.label);
     const std::string path = dir.File("bad" + std::to_string(i++) + ".safetensors");
     WriteFile(path, bc.bytes);
-    auto r = ReadSafetensors(path);
+    auto r = safetensors::Read(path);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     std::string msg(r.status().message());
@@ -296,7 +296,7 @@ TEST(Safetensors, CorruptFilesNameFileAndProblem) {
     EXPECT_NE(msg.find(bc.needle), std::string::npos) << "message: " << msg << "\nwant: " << bc.needle;
 
     // The in-memory parser reports the same problem under the source name.
-    auto p = ParseSafetensors(bc.bytes, "src.safetensors");
+    auto p = safetensors::Parse(bc.bytes, "src.safetensors");
     ASSERT_FALSE(p.ok());
     std::string pmsg(p.status().message());
     EXPECT_NE(pmsg.find("safetensors file src.safetensors: "), std::string::npos) << pmsg;
@@ -305,12 +305,12 @@ TEST(Safetensors, CorruptFilesNameFileAndProblem) {
 }
 
 TEST(Safetensors, MissingFileIsNotFound) {
-  auto r = ReadSafetensors("/nonexistent/dir/x.safetensors");
+  auto r = safetensors::Read("/nonexistent/dir/x.safetensors");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(std::string(r.status().message()).find("/nonexistent/dir/x.safetensors"), std::string::npos);
   TempDir dir;
-  auto d = ReadSafetensors(dir.path());
+  auto d = safetensors::Read(dir.path());
   ASSERT_FALSE(d.ok());
   EXPECT_NE(std::string(d.status().message()).find("not a regular file"), std::string::npos);
 }
@@ -318,16 +318,16 @@ TEST(Safetensors, MissingFileIsNotFound) {
 TEST(Safetensors, WriteRejectsBadInput) {
   TempDir dir;
   const std::string path = dir.File("w.safetensors");
-  auto dup = WriteSafetensors(path, {{"w", Tensor::Zeros({1})}, {"w", Tensor::Zeros({1})}});
+  auto dup = safetensors::Write(path, {{"w", Tensor::Zeros({1})}, {"w", Tensor::Zeros({1})}});
   EXPECT_NE(std::string(dup.message()).find("duplicate tensor name \"w\""), std::string::npos) << dup;
-  auto meta = WriteSafetensors(path, {{"__metadata__", Tensor::Zeros({1})}});
+  auto meta = safetensors::Write(path, {{"__metadata__", Tensor::Zeros({1})}});
   EXPECT_FALSE(meta.ok());
-  auto empty_name = WriteSafetensors(path, {{"", Tensor::Zeros({1})}});
+  auto empty_name = safetensors::Write(path, {{"", Tensor::Zeros({1})}});
   EXPECT_FALSE(empty_name.ok());
-  auto undef = WriteSafetensors(path, {{"u", Tensor()}});
+  auto undef = safetensors::Write(path, {{"u", Tensor()}});
   EXPECT_NE(std::string(undef.message()).find("tensor \"u\" is undefined"), std::string::npos) << undef;
   EXPECT_FALSE(fs::exists(path));
-  auto nodir = WriteSafetensors(dir.File("no/such/dir/x.safetensors"), {{"w", Tensor::Zeros({1})}});
+  auto nodir = safetensors::Write(dir.File("no/such/dir/x.safetensors"), {{"w", Tensor::Zeros({1})}});
   ASSERT_FALSE(nodir.ok());
   EXPECT_NE(std::string(nodir.message()).find("no/such/dir/x.safetensors"), std::string::npos) << nodir;
   EXPECT_TRUE(fs::is_empty(dir.path()));
@@ -338,12 +338,12 @@ TEST(Safetensors, WriteRejectsBadInput) {
 // Every truncation and many random mutations of a valid file must give
 // either a valid result or an error naming the source, never a crash.
 TEST(Safetensors, TruncatedAndMutatedCorpusNeverCrashes) {
-  auto valid = SerializeSafetensors(SampleTensors(), {{"format", "pt"}});
+  auto valid = safetensors::Serialize(SampleTensors(), {{"format", "pt"}});
   ASSERT_TRUE(valid.ok());
   const std::string& good = *valid;
 
   auto check = [](const std::string& bytes) {
-    auto r = ParseSafetensorsWithMetadata(bytes, "corpus");
+    auto r = safetensors::ParseWithMetadata(bytes, "corpus");
     if (r.ok()) {
       // Accepted files must be self-consistent: the tensors tile the data.
       uint64_t n = 0;
@@ -384,12 +384,12 @@ TEST(Safetensors, TruncatedAndMutatedCorpusNeverCrashes) {
 
 TEST(Safetensors, TruncatedFilesOnDisk) {
   TempDir dir;
-  auto valid = SerializeSafetensors(SampleTensors());
+  auto valid = safetensors::Serialize(SampleTensors());
   ASSERT_TRUE(valid.ok());
   for (size_t len : {size_t{0}, size_t{7}, size_t{8}, size_t{20}, valid->size() / 2, valid->size() - 1}) {
     const std::string path = dir.File("t" + std::to_string(len));
     WriteFile(path, valid->substr(0, len));
-    auto r = ReadSafetensors(path);
+    auto r = safetensors::Read(path);
     ASSERT_FALSE(r.ok()) << len;
     EXPECT_NE(std::string(r.status().message()).find(path), std::string::npos) << r.status();
   }
@@ -463,7 +463,7 @@ else:
   // torch -> psync
   const std::string from_torch = dir.File("torch.safetensors");
   ASSERT_EQ(RunPython({script, "save", from_torch}), 0);
-  auto got = ReadSafetensorsWithMetadata(from_torch);
+  auto got = safetensors::ReadWithMetadata(from_torch);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->metadata.at("format"), "pt");
   ASSERT_EQ(got->tensors.size(), 4u);
@@ -494,7 +494,7 @@ else:
   const std::string from_psync = dir.File("psync.safetensors");
   std::vector<float> w(6);
   for (int i = 0; i < 6; ++i) w[i] = static_cast<float>(i) * 0.5f - 1.0f;
-  ASSERT_TRUE(WriteSafetensors(from_psync, {{"w", Tensor::FromVector(w, {2, 3})}, {"b", Tensor::FromVector({3.25f}, {1})}},
+  ASSERT_TRUE(safetensors::Write(from_psync, {{"w", Tensor::FromVector(w, {2, 3})}, {"b", Tensor::FromVector({3.25f}, {1})}},
                                {{"format", "pt"}})
                   .ok());
   EXPECT_EQ(RunPython({script, "load", from_psync}), 0);

@@ -1,4 +1,4 @@
-#include "worker/runtime/checkpoint/safetensors.h"
+#include "worker/safetensors/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,8 +20,8 @@
 #error "safetensors.cc assumes a little-endian host"
 #endif
 
-namespace psync {
-const char* SafetensorsDTypeName(DType dtype) {
+namespace psync::safetensors {
+const char* DTypeTag(DType dtype) {
   switch (dtype) {
     case kFloat32: return "F32";
     case kFloat64: return "F64";
@@ -32,9 +32,9 @@ const char* SafetensorsDTypeName(DType dtype) {
   return "?";
 }
 
-absl::StatusOr<DType> SafetensorsDType(absl::string_view name) {
+absl::StatusOr<DType> DTypeFromTag(absl::string_view name) {
   for (DType d : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt64}) {
-    if (name == SafetensorsDTypeName(d)) return d;
+    if (name == DTypeTag(d)) return d;
   }
   return absl::InvalidArgumentError("supported dtypes are F32, F64, BF16, F16 and I64");
 }
@@ -74,10 +74,10 @@ uint64_t ReadLe64(const char* p) {
 // Validates the length prefix against the total size; returns N.
 absl::StatusOr<uint64_t> CheckPrefix(const char* prefix, uint64_t total_size, const std::string& source) {
   uint64_t n = ReadLe64(prefix);
-  if (n > kSafetensorsMaxHeaderBytes) {
+  if (n > kMaxHeaderBytes) {
     return Corrupt(source, absl::StrFormat(
         "header length %d is over the %d-byte limit; the file is corrupt or not a safetensors file",
-        n, kSafetensorsMaxHeaderBytes));
+        n, kMaxHeaderBytes));
   }
   if (n > total_size - kPrefixBytes) {
     return Corrupt(source, absl::StrFormat(
@@ -144,7 +144,7 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Json& info
   if (!dtype->is_string()) {
     return Corrupt(source, absl::StrCat(ref, ": dtype is ", json::Serialize(*dtype), ", expected a string"));
   }
-  absl::StatusOr<DType> dt = SafetensorsDType(dtype->get<std::string>());
+  absl::StatusOr<DType> dt = DTypeFromTag(dtype->get<std::string>());
   if (!dt.ok()) {
     return Corrupt(source, absl::StrCat(ref, " has dtype ", dtype->get<std::string>(), "; ", dt.status().message(),
                                         " (convert the tensor before saving, e.g. {k: v.float() for k, v in "
@@ -195,7 +195,7 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Json& info
   if (e.end - e.begin != want) {
     return Corrupt(source, absl::StrFormat(
         "%s: shape %s with dtype %s needs %d bytes but data_offsets [%d, %d] span %d bytes",
-        ref, ShapeToString(e.shape), SafetensorsDTypeName(e.dtype), want, e.begin, e.end, e.end - e.begin));
+        ref, ShapeToString(e.shape), DTypeTag(e.dtype), want, e.begin, e.end, e.end - e.begin));
   }
   return e;
 }
@@ -203,7 +203,7 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const json::Json& info
 // Parses and validates the JSON header against a data section of `data_len` bytes.
 absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_len, const std::string& source) {
   json::ParseOptions opt;
-  opt.max_size = kSafetensorsMaxHeaderBytes;
+  opt.max_size = kMaxHeaderBytes;
   auto parsed = json::Parse(text, opt);
   if (!parsed.ok()) {
     // Byte offsets in the JSON error are relative to the header, which starts
@@ -314,8 +314,8 @@ absl::Status PreadAll(int fd, char* buf, uint64_t n, uint64_t offset, const std:
 
 // Allocates CPU tensors for the entries; `fill` copies the bytes in.
 template <typename Fill>
-absl::StatusOr<SafetensorsContents> Materialize(Header h, const std::string& source, Fill fill) {
-  SafetensorsContents out;
+absl::StatusOr<Contents> Materialize(Header h, const std::string& source, Fill fill) {
+  Contents out;
   out.metadata = std::move(h.metadata);
   out.tensors.reserve(h.entries.size());
   for (const Entry& e : h.entries) {
@@ -338,7 +338,7 @@ absl::StatusOr<SafetensorsContents> Materialize(Header h, const std::string& sou
 
 }  // namespace
 
-absl::StatusOr<SafetensorsContents> ParseSafetensorsWithMetadata(absl::string_view bytes,
+absl::StatusOr<Contents> ParseWithMetadata(absl::string_view bytes,
                                                                  const std::string& source_name) {
   absl::Status st = CheckTotalSize(bytes.size(), source_name);
   if (!st.ok()) return st;
@@ -354,13 +354,13 @@ absl::StatusOr<SafetensorsContents> ParseSafetensorsWithMetadata(absl::string_vi
   });
 }
 
-absl::StatusOr<NamedTensors> ParseSafetensors(absl::string_view bytes, const std::string& source_name) {
-  auto c = ParseSafetensorsWithMetadata(bytes, source_name);
+absl::StatusOr<NamedTensors> Parse(absl::string_view bytes, const std::string& source_name) {
+  auto c = ParseWithMetadata(bytes, source_name);
   if (!c.ok()) return c.status();
   return std::move(c->tensors);
 }
 
-absl::StatusOr<SafetensorsContents> ReadSafetensorsWithMetadata(const std::string& path) {
+absl::StatusOr<Contents> ReadWithMetadata(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open safetensors file ", path));
   FdCloser closer(fd);
@@ -386,8 +386,8 @@ absl::StatusOr<SafetensorsContents> ReadSafetensorsWithMetadata(const std::strin
   });
 }
 
-absl::StatusOr<NamedTensors> ReadSafetensors(const std::string& path) {
-  auto c = ReadSafetensorsWithMetadata(path);
+absl::StatusOr<NamedTensors> Read(const std::string& path) {
+  auto c = ReadWithMetadata(path);
   if (!c.ok()) return c.status();
   return std::move(c->tensors);
 }
@@ -422,7 +422,7 @@ absl::StatusOr<std::string> BuildHeader(const NamedTensors& tensors,
     json::Json shape = json::Json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
     json::Json info = json::Json::object();
-    info["dtype"] = SafetensorsDTypeName(t.dtype());
+    info["dtype"] = DTypeTag(t.dtype());
     info["shape"] = std::move(shape);
     info["data_offsets"] = json::Json::array({offset, offset + t.nbytes()});
     header[name] = std::move(info);
@@ -461,7 +461,7 @@ std::string LengthPrefix(uint64_t n) {
 
 }  // namespace
 
-absl::StatusOr<std::string> SerializeSafetensors(const NamedTensors& tensors,
+absl::StatusOr<std::string> Serialize(const NamedTensors& tensors,
                                                  const std::map<std::string, std::string>& metadata) {
   auto header = BuildHeader(tensors, metadata);
   if (!header.ok()) return header.status();
@@ -475,7 +475,7 @@ absl::StatusOr<std::string> SerializeSafetensors(const NamedTensors& tensors,
   return out;
 }
 
-absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
+absl::Status Write(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata) {
   auto header = BuildHeader(tensors, metadata);
   if (!header.ok()) return header.status();
@@ -491,4 +491,4 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
   return out.Commit();
 }
 
-}  // namespace psync
+}  // namespace psync::safetensors

@@ -34,33 +34,32 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/tensor/named_tensors.h"
 #include "worker/tensor/tensor.h"
 
-namespace psync {
+namespace psync::safetensors {
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+// The header's dtype tags ("F32", "F64", "BF16", "F16", "I64") <-> psync dtypes.
+const char* DTypeTag(DType dtype);
+absl::StatusOr<DType> DTypeFromTag(absl::string_view name);
 
-// "F32", "F64", "BF16", "F16", "I64" <-> psync dtypes.
-const char* SafetensorsDTypeName(DType dtype);
-absl::StatusOr<DType> SafetensorsDType(absl::string_view name);
-
-struct SafetensorsContents {
+struct Contents {
   NamedTensors tensors;                         // ordered by data offset
   std::map<std::string, std::string> metadata;  // the "__metadata__" entry
 };
 
 // Largest header accepted, as in the reference implementation.
-inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 // Reads `path` into CPU tensors, in data-offset order. Reads the header, then
 // each tensor's bytes straight into its storage (no whole-file copy).
-absl::StatusOr<NamedTensors> ReadSafetensors(const std::string& path);
-absl::StatusOr<SafetensorsContents> ReadSafetensorsWithMetadata(const std::string& path);
+absl::StatusOr<NamedTensors> Read(const std::string& path);
+absl::StatusOr<Contents> ReadWithMetadata(const std::string& path);
 
 // Parses a whole file held in memory; `source_name` is used in error messages
 // in place of a path (for the fuzzer and tests).
-absl::StatusOr<NamedTensors> ParseSafetensors(absl::string_view bytes, const std::string& source_name);
-absl::StatusOr<SafetensorsContents> ParseSafetensorsWithMetadata(absl::string_view bytes,
+absl::StatusOr<NamedTensors> Parse(absl::string_view bytes, const std::string& source_name);
+absl::StatusOr<Contents> ParseWithMetadata(absl::string_view bytes,
                                                                  const std::string& source_name);
 
 // Writes `tensors` (in the given order) and `metadata` to `path` atomically:
@@ -68,11 +67,11 @@ absl::StatusOr<SafetensorsContents> ParseSafetensorsWithMetadata(absl::string_vi
 // over `path`, then the directory is fsync'ed, so a crash leaves either the
 // old file or the complete new one. CUDA tensors are copied to the host.
 // Names must be unique, non-empty and not "__metadata__"; tensors defined.
-absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
+absl::Status Write(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
-// The exact bytes WriteSafetensors would write (for tests and small files).
-absl::StatusOr<std::string> SerializeSafetensors(const NamedTensors& tensors,
+// The exact bytes Write would write (for tests and small files).
+absl::StatusOr<std::string> Serialize(const NamedTensors& tensors,
                                                  const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace psync
+}  // namespace psync::safetensors
