@@ -65,8 +65,17 @@ wait_nodes() {
   done
 }
 
+# newest_checkpoint DIR: the name of the newest DIR/ckpt-*.safetensors ("" if none).
+newest_checkpoint() {
+  local cks=()
+  shopt -s nullglob
+  cks=("$1"/ckpt-*.safetensors)
+  shopt -u nullglob
+  ((${#cks[@]})) && echo "${cks[-1]##*/}"
+}
+
 # iteration_now: the coordinator's last planned iteration ("" when unreachable).
-iteration_now() { json_field "$(nctl --json status 2>/dev/null || echo '{}')" iteration; }
+iteration_now() { nctl --json status 2>/dev/null | sed -n 's/.*"iteration":"\{0,1\}\(-\{0,1\}[0-9]*\).*/\1/p'; }
 
 phase_reference() {
   log "phase 1: one launcher, --nproc=4 (the reference)"
@@ -107,7 +116,7 @@ phase_restart() {
   log "phase 3: kill -9 of rank 3 on node 1 under --max-restarts=1"
   start_nodes n3_ --max-restarts=1 -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet --save="$WORK/restart.st" \
     --checkpoint-dir="$WORK/ck" --checkpoint-every=50
-  local i it="" victim=""
+  local i it="" victim="" before="" ck=""
   for i in $(seq 1 600); do
     it=$(iteration_now)
     [[ $it =~ ^[0-9]+$ ]] && ((it >= 10)) && break
@@ -117,18 +126,20 @@ phase_restart() {
   victim=$(nctl --json workers | "$PY" -c \
     'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w.get("rank") == 3][0])') ||
     fail "phase 3: no pid for rank 3"
-  # Mid-run, and away from a checkpoint step (each status call takes a few
-  # steps): a rank still writing one as its generation is aborted can leave
+  # Just after rank 0 wrote a checkpoint, as far as can be from the next
+  # one: a rank still writing one as its generation is aborted can leave
   # the replacements at different steps (the restart race of issue 23 item
-  # 2, fixed on the worker side).
-  for i in $(seq 1 600); do
-    it=$(iteration_now)
-    [[ $it =~ ^[0-9]+$ ]] && ((it >= 60 && it <= 330 && it % 50 >= 5 && it % 50 <= 25)) && break
-    kill -0 "$PID_n3_0" 2>/dev/null || fail "phase 3: node 0 ended before the kill"
-    sleep 0.02
+  # 2, fixed on the worker side). The folder is watched with a glob, so
+  # the kill follows within milliseconds of the write.
+  before=$(newest_checkpoint "$WORK/ck")
+  for i in $(seq 1 3000); do
+    ck=$(newest_checkpoint "$WORK/ck")
+    [[ -n $ck && $ck != "$before" ]] && break
+    kill -0 "$PID_n3_0" 2>/dev/null || fail "phase 3: node 0 ended before a checkpoint to kill after"
+    sleep 0.01
   done
-  [[ $it =~ ^[0-9]+$ ]] && ((it >= 60 && it <= 330)) || fail "phase 3: no iteration to kill at (last: ${it:-none})"
-  log "killing rank 3 (pid $victim) at iteration $it"
+  [[ $ck =~ ckpt-0*([0-9]+)\. && ${BASH_REMATCH[1]} -lt 400 ]] || fail "phase 3: no new checkpoint to kill after ($ck)"
+  log "killing rank 3 (pid $victim) after $ck"
   kill -9 "$victim"
   wait_nodes n3_
   grep -q "psync-launch: rank 3 died (killed by signal 9 (Killed))" "$WORK/n3_1.log" ||
@@ -138,7 +149,7 @@ phase_restart() {
       "$WORK/n3_$n.log" || fail "phase 3: node $n did not restart for generation 2"
     grep -q "(after 1 restart); exit 0" "$WORK/n3_$n.log" || fail "phase 3: node $n's closing line"
   done
-  grep -q "resumed from .*ckpt-" "$WORK/n3_0.log" || fail "phase 3: generation 2 did not resume from a checkpoint"
+  grep -q "resumed from .*$ck" "$WORK/n3_0.log" || fail "phase 3: generation 2 did not resume from $ck"
   local diff
   diff=$(weights_diff "$WORK/two.st" "$WORK/restart.st" 0) || fail "phase 3: restarted vs uninterrupted: $diff"
   log "phase 3 ok: $(grep -o 'resumed from [^ ]* (step [0-9]*' "$WORK/n3_0.log" | head -1); vs uninterrupted: $diff"

@@ -128,6 +128,27 @@ start_node() {
   "$LAUNCH" --nnodes=2 --node-rank="$node" --nproc=2 --coordinator="$addr" "$@" >"$T/$name.log" 2>&1 &
   NPID[$name]=$!; PIDS+=("${NPID[$name]}")
 }
+# newest_checkpoint DIR: the name of the newest DIR/ckpt-*.safetensors ("" if none).
+newest_checkpoint() {
+  local cks=()
+  shopt -s nullglob
+  cks=("$1"/ckpt-*.safetensors)
+  shopt -u nullglob
+  ((${#cks[@]})) && echo "${cks[-1]##*/}"
+}
+# newest_checkpoint_after DIR OLD PID: waits (every 10 ms, up to 60 s, while
+# PID runs) for a newest checkpoint other than OLD and prints its name (""
+# if none came). No process per look beyond the subshell: the caller acts
+# within milliseconds of rank 0's write.
+newest_checkpoint_after() {
+  local ck=""
+  for _ in $(seq 6000); do
+    ck=$(newest_checkpoint "$1")
+    [[ -n $ck && $ck != "$2" ]] && { echo "$ck"; return; }
+    kill -0 "$3" 2>/dev/null || return
+    sleep 0.01
+  done
+}
 # wait_nodes NAME...: each launcher must exit 0 within 120 s.
 wait_nodes() {
   local n
@@ -547,12 +568,9 @@ EOF
     wait_iteration "$CADDR" 5 "$PSYNC_TOKEN"
     victim=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 3)
     [[ -n $victim ]] || fail "no pid for rank 3"
-    # Away from a checkpoint step: see netns/launch_nodes_test.sh (the restart race).
-    for _ in $(seq 600); do
-      it=$(status_field "$CADDR" "$PSYNC_TOKEN" iteration)
-      [[ $it =~ ^[0-9]+$ ]] && ((it >= 250 && it % 100 >= 10 && it % 100 <= 50)) && break
-      sleep 0.02
-    done
+    # Right after a checkpoint: see netns/launch_nodes_test.sh (the restart race).
+    ck=$(newest_checkpoint_after "$T/ck" "$(newest_checkpoint "$T/ck")" "${NPID[n0]}")
+    [[ -n $ck ]] || fail "no checkpoint to kill after"
     kill -9 "$victim"
     wait_generation "$CADDR" "$PSYNC_TOKEN" 2
     wait_nodes n0 n1
@@ -562,7 +580,8 @@ EOF
         fail "$n did not restart: $(grep psync-launch "$T/$n.log")"
       grep -q "(after 1 restart); exit 0" "$T/$n.log" || fail "$n closing line: $(tail -1 "$T/$n.log")"
     done
-    note "killed rank 3 at iteration $it; $(grep -o 'the coordinator opened generation 2 (restart 1 of 1' "$T/n0.log")"
+    grep -q "resumed from .*$ck" "$T/n0.log" || fail "generation 2 did not resume from $ck"
+    note "killed rank 3 after $ck; $(grep -o 'the coordinator opened generation 2 (restart 1 of 1' "$T/n0.log")"
     kill "$CPID"; wait "$CPID" 2>/dev/null
     start_coord 4
     start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
