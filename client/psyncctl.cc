@@ -15,6 +15,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -103,6 +104,21 @@ void PrintWorkers(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& ws, 
   }
 }
 
+// "train streams 2: ranks 0,1 | ranks 2,3" (WorkerInfo.train_stream: ranks
+// that share a number share a host stream); "" when no stream is open.
+std::string TrainStreamsLine(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& ws) {
+  std::map<int, std::vector<int>> ranks;
+  for (const auto& w : ws) {
+    if (w.train_stream() > 0) ranks[w.train_stream()].push_back(w.rank());
+  }
+  if (ranks.empty()) return "";
+  std::vector<std::string> groups;
+  for (const auto& [stream, rs] : ranks) {
+    groups.push_back(absl::StrCat(rs.size() == 1 ? "rank " : "ranks ", absl::StrJoin(rs, ",")));
+  }
+  return absl::StrCat("train streams ", ranks.size(), ": ", absl::StrJoin(groups, " | "));
+}
+
 int Status(v1::Control::Stub* stub, bool json) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
@@ -125,6 +141,9 @@ int Status(v1::Control::Stub* stub, bool json) {
   if (!r.last_restart_reason().empty()) std::printf("last restart: %s\n", r.last_restart_reason().c_str());
   if (r.stop_after_iteration() >= 0) {
     std::printf("stopping after iteration %lld\n", static_cast<long long>(r.stop_after_iteration()));
+  }
+  if (const std::string streams = TrainStreamsLine(r.workers()); !streams.empty()) {
+    std::printf("%s\n", streams.c_str());
   }
   if (r.slowest_rank() >= 0) {
     std::printf("slowest rank %d: %.2f ms per step (median %.2f ms, %+.1f%%)\n", r.slowest_rank(),

@@ -1,6 +1,7 @@
 #include "server/job_views.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/used_bitmap.h"
 
@@ -25,7 +26,18 @@ StepStats ComputeStepStats(const std::vector<double>& step_ms) {
   return s;
 }
 
-void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v1::WorkerInfo* w) {
+std::vector<int> TrainStreamNumbers(const std::vector<RankRuntime>& ranks) {
+  std::map<const PlanSink*, int> number;
+  std::vector<int> out(ranks.size(), 0);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].attached || ranks[r].stream == nullptr) continue;
+    out[r] = number.emplace(ranks[r].stream, static_cast<int>(number.size()) + 1).first->second;
+  }
+  return out;
+}
+
+void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, int train_stream,
+                    v1::WorkerInfo* w) {
   w->set_rank(rank);
   w->set_hostname(id.hostname);
   w->set_host_id(id.host_id);
@@ -37,11 +49,14 @@ void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v
   w->set_last_loss(rt.last_loss);
   w->set_exit_reason(rt.exit_reason);
   w->set_last_report_unix_ms(rt.last_report_unix_ms);
+  w->set_train_stream(train_stream);
 }
 
 void Generation::FillWorkers(v1::WorkersResponse* out) const {
+  const std::vector<int> streams = TrainStreamNumbers(ranks_);
   for (int r = 0; r < world_size(); ++r) {
-    if (rendezvous_.member(r).joined) FillWorkerInfo(r, rendezvous_.member(r), rank(r), out->add_workers());
+    if (!rendezvous_.member(r).joined) continue;
+    FillWorkerInfo(r, rendezvous_.member(r), rank(r), streams[static_cast<size_t>(r)], out->add_workers());
   }
 }
 
@@ -54,9 +69,10 @@ void Generation::FillStatus(v1::StatusResponse* out) const {
   out->set_backend(rendezvous_.backend());
   out->set_start_iteration(rendezvous_.has_reference() ? rendezvous_.start_iteration() : 0);
   std::vector<double> step_ms(ranks_.size(), 0.0);
+  const std::vector<int> streams = TrainStreamNumbers(ranks_);
   for (int r = 0; r < world_size(); ++r) {
     if (!rendezvous_.member(r).joined) continue;
-    FillWorkerInfo(r, rendezvous_.member(r), rank(r), out->add_workers());
+    FillWorkerInfo(r, rendezvous_.member(r), rank(r), streams[static_cast<size_t>(r)], out->add_workers());
     step_ms[static_cast<size_t>(r)] = rank(r).last_step_ms;
   }
   const StepStats s = ComputeStepStats(step_ms);

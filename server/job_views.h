@@ -18,6 +18,11 @@ struct StepStats {
 // `step_ms[r]` = rank r's last step time (<= 0: none yet).
 StepStats ComputeStepStats(const std::vector<double>& step_ms);
 
-void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, v1::WorkerInfo* out);
+// WorkerInfo.train_stream of every rank: the open Train streams numbered
+// 1.. by their lowest rank (ranks on one host stream share one), 0 = none.
+std::vector<int> TrainStreamNumbers(const std::vector<RankRuntime>& ranks);
+
+void FillWorkerInfo(int rank, const MemberIdentity& id, const RankRuntime& rt, int train_stream,
+                    v1::WorkerInfo* out);
 
 }  // namespace psync::server

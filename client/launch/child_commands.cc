@@ -11,15 +11,31 @@ void AddToken(const LaunchOptions& o, Command* c) {
   if (!o.token.empty()) c->env.push_back("PSYNC_TOKEN=" + o.token);
 }
 
+// psyncctl against `coordinator` running `args` (the token in the environment).
+Command PsyncctlCommand(const LaunchOptions& o, const std::string& coordinator, std::vector<std::string> args) {
+  Command c;
+  c.argv = {o.psyncctl_bin, "--coordinator=" + coordinator};
+  if (!o.tls_ca.empty()) c.argv.push_back("--tls-ca=" + o.tls_ca);
+  for (std::string& a : args) c.argv.push_back(std::move(a));
+  c.env = {"PSYNC_TOKEN=" + o.token};
+  return c;
+}
+
 }  // namespace
+
+RankSlot NodeSlot(const LaunchOptions& o, int local) {
+  return RankSlot{o.FirstRank() + local, o.WorldSize(), local, o.nproc};
+}
 
 Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file) {
   Command c;
   c.argv = {o.coordinator_bin, absl::StrCat("--host=", o.host), absl::StrCat("--port=", o.port),
-            absl::StrCat("--world-size=", o.nproc), absl::StrCat("--job-id=", o.job_id),
+            absl::StrCat("--world-size=", o.WorldSize()), absl::StrCat("--job-id=", o.job_id),
             absl::StrCat("--port-file=", port_file)};
   // Restartable: the coordinator takes the world back as its next generation.
   if (o.max_restarts > 0) c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));
+  // Why: how long ranks wait for the other nodes (--coordinator-args, after it, may still say otherwise).
+  if (o.NodeMode()) c.argv.push_back(absl::StrCat("--join-timeout=", o.join_timeout.count(), "ms"));
   for (const std::string& a : o.coordinator_args) c.argv.push_back(a);
   AddToken(o, &c);
   return c;
@@ -56,6 +72,9 @@ Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::v
            "MASTER_ADDR=" + at.coordinator.substr(0, at.coordinator.rfind(':')),
            absl::StrCat("MASTER_PORT=", at.port),
            absl::StrCat("PSYNC_RESTART_COUNT=", restart)};
+  // Why: every node is one host, also two launchers on one machine (the
+  // workers' default identity would put both nodes' ranks on one host).
+  if (!o.host_id.empty()) c.env.push_back("PSYNC_HOST_ID=" + o.host_id);
   AddToken(o, &c);
   // Many workers on few cores: one BLAS thread each unless the user chose.
   if (!std::getenv("OPENBLAS_NUM_THREADS")) c.env.push_back("OPENBLAS_NUM_THREADS=1");
@@ -63,12 +82,11 @@ Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::v
 }
 
 Command ShutdownCommand(const LaunchOptions& o, const std::string& coordinator) {
-  Command c;
-  c.argv = {o.psyncctl_bin, "--coordinator=" + coordinator};
-  if (!o.tls_ca.empty()) c.argv.push_back("--tls-ca=" + o.tls_ca);
-  c.argv.push_back("shutdown");
-  c.env = {"PSYNC_TOKEN=" + o.token};
-  return c;
+  return PsyncctlCommand(o, coordinator, {"shutdown"});
+}
+
+Command StatusCommand(const LaunchOptions& o, const std::string& coordinator) {
+  return PsyncctlCommand(o, coordinator, {"--json", "status"});
 }
 
 }  // namespace psync::launch

@@ -1,6 +1,6 @@
 // The command lines and environments psync-launch starts its children with:
 // the coordinator, the host's psync-relay, each worker, and psyncctl
-// shutdown. Pure functions of the options, so what every child gets is
+// (shutdown; status, for a node following its job). Pure functions of the options, so what every child gets is
 // unit-tested without processes. The token always goes in the environment,
 // never on a command line (ps shows those).
 #pragma once
@@ -33,16 +33,24 @@ struct RankSlot {
   int local_world_size = 1;
 };
 
-// psync-coordinator on o.host:o.port for a world of o.nproc, writing its
-// port to `port_file`; restartable with o.max_restarts.
+// Local rank `local` of this node: global rank o.FirstRank() + local of
+// o.WorldSize(), local world o.nproc.
+RankSlot NodeSlot(const LaunchOptions& o, int local);
+
+// psync-coordinator on o.host:o.port for a world of o.WorldSize(), writing
+// its port to `port_file`; restartable with o.max_restarts; in node mode
+// with o.join_timeout.
 Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file);
 // psync-relay for the o.nproc local ranks, writing its port to `port_file`.
 Command RelayCommand(const LaunchOptions& o, const std::string& coordinator, const std::string& port_file);
 // A worker of generation `restart` (0 = the first start) with `flags`
-// (the user's, from WorkerFlagsFor) and the launcher's own.
+// (the user's, from WorkerFlagsFor) and the launcher's own; PSYNC_HOST_ID
+// when o.host_id is set.
 Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::vector<std::string>& flags,
                       const RankSlot& slot, int restart);
 // psyncctl shutdown: every worker stops after the same iteration.
 Command ShutdownCommand(const LaunchOptions& o, const std::string& coordinator);
+// psyncctl --json status: the job as the coordinator sees it (coordinator_view.h).
+Command StatusCommand(const LaunchOptions& o, const std::string& coordinator);
 
 }  // namespace psync::launch

@@ -19,7 +19,8 @@ namespace psync::launch {
 
 using Clock = std::chrono::steady_clock;
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd) {
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd,
+            int stderr_fd) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -39,6 +40,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
+    if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
     for (const std::string& kv : env_add) {
       size_t eq = kv.find('=');
       setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);

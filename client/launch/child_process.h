@@ -24,8 +24,10 @@ struct Child {
 };
 
 // fork + exec with its own process group; `env_add` ("NAME=value") is set in
-// the child; stdout goes to `stdout_fd` (-1 = inherit). Returns -1 when fork fails.
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd);
+// the child; stdout goes to `stdout_fd`, stderr to `stderr_fd` (-1 =
+// inherit). Returns -1 when fork fails.
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, int stdout_fd,
+            int stderr_fd = -1);
 
 // The exit code (or 128 + signal) of a wait status.
 int DecodeStatus(int status);

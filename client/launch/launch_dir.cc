@@ -60,7 +60,9 @@ absl::StatusOr<std::string> LaunchDir::MakeToken() {
 
 void LaunchDir::Remove() {
   if (path_.empty()) return;
-  for (const std::string& f : {port_file(), relay_port_file(), token_file()}) unlink(f.c_str());
+  for (const std::string& f : {port_file(), relay_port_file(), token_file(), status_file(), status_err_file()}) {
+    unlink(f.c_str());
+  }
   rmdir(path_.c_str());
   path_.clear();
 }

@@ -1,6 +1,7 @@
 // LaunchDir: psync-launch's private temp folder, /tmp/psync-launch-XXXXXX:
-// the coordinator's and the relay's port files, and the job's token (mode
-// 0600) when the launcher made it. Removed at the end of the job.
+// the coordinator's and the relay's port files, the job's token (mode
+// 0600) when the launcher made it, and the output of the last psyncctl
+// status probe (status_poller.h). Removed at the end of the job.
 //
 // Threads: the launcher's main thread only.
 #pragma once
@@ -25,6 +26,8 @@ class LaunchDir {
   std::string port_file() const { return path_ + "/port"; }
   std::string relay_port_file() const { return path_ + "/relay_port"; }
   std::string token_file() const { return path_ + "/token"; }
+  std::string status_file() const { return path_ + "/status.json"; }
+  std::string status_err_file() const { return path_ + "/status.err"; }
 
   // A random token for the job (32 bytes from /dev/urandom, hex), written
   // to token_file() (mode 0600, never overwritten).

@@ -36,13 +36,24 @@
 // after a Ctrl-C. The job: launcher.h (Launcher); decisions: restart_policy.h;
 // processes: child_process.h.
 //
+// Across nodes (torchrun's shape): psync-launch --nnodes=N --node-rank=I
+// --nproc=K --coordinator=HOST:PORT [--start-coordinator] on every node
+// (env NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT); node I runs ranks
+// I*K..I*K+K-1 with its own relay; node 0 starts the coordinator with
+// --start-coordinator. The token comes from PSYNC_TOKEN or --token-file.
+// Restarts follow the coordinator: when it opens a new generation, every
+// node restarts its ranks (client/launch/README.md, "Across nodes").
+//
 // Exit status: the worst of the final generation's exit codes (0
 // done/stopped, 1 internal, 2 bad flags, 3 rendezvous, 4 peer lost, 5
 // coordinator lost; a worker killed by a signal counts as 128+signal), or the
 // launcher's own: 2 for bad flags, 3 when the coordinator (or the relay) does not start.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -56,6 +67,16 @@
 #include "common/flags.h"
 
 ABSL_FLAG(int, nproc, 0, "number of local workers (required)");
+ABSL_FLAG(int, nnodes, 1, "nodes of the job (env NNODES); > 1 needs --coordinator");
+ABSL_FLAG(int, node_rank, 0, "this node, 0..nnodes-1 (env NODE_RANK): it runs ranks node_rank*nproc .. +nproc-1");
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT of the job's coordinator (with --nnodes > 1 default: env MASTER_ADDR:MASTER_PORT); "
+          "restarts then follow it; empty: start one on --host for this host alone");
+ABSL_FLAG(bool, start_coordinator, false, "node 0 starts the coordinator at --coordinator (other nodes ignore it)");
+ABSL_FLAG(std::string, token_file, "", "file holding the job's token (instead of PSYNC_TOKEN)");
+ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(300),
+          "with --coordinator: how long a node waits for the coordinator to answer, and (--start-coordinator) "
+          "the coordinator's --join-timeout, how long ranks wait for every node");
 ABSL_FLAG(int, port, 0, "coordinator port (0 = pick a free one)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the coordinator binds to and workers connect to");
 ABSL_FLAG(std::string, job_id, "psync", "job id");
@@ -86,7 +107,8 @@ using psync::launch::LaunchOptions;
 
 const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                       "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
-                                      "all_output", "max_restarts", "relay", "relay_bin"};
+                                      "all_output", "max_restarts", "relay", "relay_bin", "nnodes", "node_rank",
+                                      "coordinator", "start_coordinator", "token_file", "join_timeout"};
 
 std::vector<std::string> SplitSpaces(const std::string& s) {
   std::vector<std::string> out;
@@ -96,23 +118,56 @@ std::vector<std::string> SplitSpaces(const std::string& s) {
   return out;
 }
 
-// The flags as LaunchOptions; PSYNC_TOKEN and PSYNC_TLS_CA fill in what was not given.
-LaunchOptions OptionsFromFlags(const psync::ParsedArgs& parsed) {
+std::optional<std::string> Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+psync::launch::LaunchEnvironment ReadEnvironment() {
+  psync::launch::LaunchEnvironment env;
+  env.nnodes = Env("NNODES");
+  env.node_rank = Env("NODE_RANK");
+  env.master_addr = Env("MASTER_ADDR");
+  env.master_port = Env("MASTER_PORT");
+  env.token = Env("PSYNC_TOKEN");
+  env.tls_ca = Env("PSYNC_TLS_CA");
+  env.host_id = Env("PSYNC_HOST_ID");
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof(host), "host");
+  env.hostname = host;
+  return env;
+}
+
+// The flags as LaunchOptions, then the environment fills in what they did
+// not give (ApplyEnvironment); InvalidArgument names the flag or variable.
+absl::StatusOr<LaunchOptions> OptionsFromFlags(const psync::ParsedArgs& parsed) {
   LaunchOptions o;
   o.nproc = absl::GetFlag(FLAGS_nproc);
   o.port = absl::GetFlag(FLAGS_port);
   o.host = absl::GetFlag(FLAGS_host);
   o.job_id = absl::GetFlag(FLAGS_job_id);
   o.token = absl::GetFlag(FLAGS_token);
-  if (!parsed.given("token") && std::getenv("PSYNC_TOKEN")) o.token = std::getenv("PSYNC_TOKEN");
+  if (parsed.given("token") && parsed.given("token_file")) {
+    return absl::InvalidArgumentError("--token-file: pass either --token or --token-file, not both");
+  }
+  if (parsed.given("token_file")) {
+    absl::StatusOr<std::string> t = psync::launch::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!t.ok()) return t.status();
+    o.token = *t;
+  }
   o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  if (!parsed.given("tls_ca") && std::getenv("PSYNC_TLS_CA")) o.tls_ca = std::getenv("PSYNC_TLS_CA");
+  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.node_rank = absl::GetFlag(FLAGS_node_rank);
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.start_coordinator = absl::GetFlag(FLAGS_start_coordinator);
+  o.join_timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_join_timeout)));
   o.coordinator_args = SplitSpaces(absl::GetFlag(FLAGS_coordinator_args));
   o.grace = std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace)));
   o.relay = absl::GetFlag(FLAGS_relay);
   o.all_output = absl::GetFlag(FLAGS_all_output);
   o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   o.worker_flags = parsed.after_dashes;
+  if (absl::Status st = ApplyEnvironment(ReadEnvironment(), parsed.specified, &o); !st.ok()) return st;
   return o;
 }
 
@@ -125,8 +180,8 @@ bool FindBinaries(LaunchOptions* o) {
     *out = p.ok() ? *p : std::string();
     return p.ok();
   };
-  const bool coordinator = find(absl::GetFlag(FLAGS_coordinator_bin), "psync-coordinator", {"server", "bin"},
-                                "coordinator-bin", &o->coordinator_bin);
+  const bool coordinator = !o->StartsCoordinator() || find(absl::GetFlag(FLAGS_coordinator_bin), "psync-coordinator",
+                                                           {"server", "bin"}, "coordinator-bin", &o->coordinator_bin);
   const bool worker =
       find(absl::GetFlag(FLAGS_worker_bin), "psync-worker", {"worker/runtime", "bin"}, "worker-bin", &o->worker_bin);
   const bool ctl = find(absl::GetFlag(FLAGS_psyncctl_bin), "psyncctl", {"client", "client/psyncctl", "client/ctl", "bin"},
@@ -135,6 +190,10 @@ bool FindBinaries(LaunchOptions* o) {
   if (o->UseRelay() &&
       !find(absl::GetFlag(FLAGS_relay_bin), "psync-relay", {"client/relay", "bin"}, "relay-bin", &o->relay_bin)) {
     std::cerr << "psync-launch: (or pass --relay=false to run without the plan relay)\n";
+    return false;
+  }
+  if (!ctl && o->NodeMode()) {
+    std::cerr << "psync-launch: --coordinator: a node follows its job through psyncctl (pass --psyncctl-bin)\n";
     return false;
   }
   if (!ctl) std::cerr << "psync-launch: warning: without psyncctl, Ctrl-C stops workers with SIGTERM\n";
@@ -157,6 +216,8 @@ int main(int argc, char** argv) {
   }
   if (parsed->help) {
     std::cout << "usage: psync-launch --nproc=N [--port=0] [--job-id=psync] [--token=T] -- [worker flags]\n"
+              << "       psync-launch --nnodes=N --node-rank=I --nproc=K --coordinator=HOST:PORT "
+                 "[--start-coordinator] [--token-file=F] -- [worker flags]\n"
               << psync::FlagsHelp(kFlags);
     return 0;
   }
@@ -165,11 +226,13 @@ int main(int argc, char** argv) {
               << "' (worker flags go after a bare --)\n";
     return 2;
   }
-  LaunchOptions opt = OptionsFromFlags(*parsed);
-  if (absl::Status st = psync::launch::CheckLaunchOptions(opt); !st.ok()) {
+  absl::StatusOr<LaunchOptions> resolved = OptionsFromFlags(*parsed);
+  absl::Status st = resolved.ok() ? psync::launch::CheckLaunchOptions(*resolved) : resolved.status();
+  if (!st.ok()) {
     std::cerr << "psync-launch: " << st.message() << "\n";
     return 2;
   }
+  LaunchOptions opt = std::move(*resolved);
   if (!FindBinaries(&opt)) return 2;
   psync::launch::Launcher launcher(std::move(opt));
   return launcher.Run();

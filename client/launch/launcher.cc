@@ -49,6 +49,8 @@ int ExitCodeFor(const absl::Status& st) {
   switch (st.code()) {
     case absl::StatusCode::kCancelled:
       return 130;
+    case absl::StatusCode::kInvalidArgument:
+      return 2;
     case absl::StatusCode::kUnavailable:
       return 3;
     default:
@@ -57,6 +59,18 @@ int ExitCodeFor(const absl::Status& st) {
 }
 
 absl::Status ForkError() { return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno))); }
+
+// How often a node asks the coordinator about its job: while its workers
+// run (a new generation opened elsewhere), and while it waits for a verdict.
+constexpr milliseconds kWatchEvery(2000);
+constexpr milliseconds kVerdictEvery(200);
+
+// "ranks 2..3 of 4", "rank 1 of 2".
+std::string RanksText(const LaunchOptions& o) {
+  const int first = o.FirstRank(), last = first + o.nproc - 1;
+  return first == last ? absl::StrCat("rank ", first, " of ", o.WorldSize())
+                       : absl::StrCat("ranks ", first, "..", last, " of ", o.WorldSize());
+}
 
 }  // namespace
 
@@ -68,10 +82,12 @@ Launcher::~Launcher() {
 
 int Launcher::Run() {
   absl::Status st = Prepare();
-  if (st.ok()) st = StartCoordinator();
+  if (st.ok() && opt_.StartsCoordinator()) st = StartCoordinator();
+  if (st.ok() && opt_.NodeMode()) st = JoinJob();
   if (st.ok() && opt_.UseRelay()) st = StartRelay();
   if (!st.ok()) {
     std::cerr << "psync-launch: " << st.message() << "\n";
+    poller_.reset();  // its probe writes into dir_
     StopServices(milliseconds(3000));
     dir_.Remove();
     return ExitCodeFor(st);
@@ -85,6 +101,8 @@ int Launcher::Run() {
     }
     SpawnRanks();
   }
+  KeepCoordinatorUntilJobEnds();
+  poller_.reset();
   StopServices(milliseconds(5000));
   dir_.Remove();
   return Finish();
@@ -121,11 +139,79 @@ absl::Status Launcher::StartCoordinator() {
       return absl::UnavailableError("psync-coordinator did not write its port file within 30s");
   }
   address_.port = port;
-  address_.coordinator = absl::StrCat(opt_.host == "0.0.0.0" ? "127.0.0.1" : opt_.host, ":", port);
+  address_.coordinator =
+      opt_.NodeMode() ? opt_.coordinator : absl::StrCat(opt_.host == "0.0.0.0" ? "127.0.0.1" : opt_.host, ":", port);
   std::cerr << "psync-launch: coordinator " << address_.coordinator << " (pid " << coordinator_.pid
-            << (generated_token_ ? absl::StrCat("; token in ", dir_.token_file()) : std::string()) << "), starting "
-            << opt_.nproc << " worker(s)\n";
+            << (generated_token_ ? absl::StrCat("; token in ", dir_.token_file()) : std::string()) << "), "
+            << (opt_.NodeMode() ? absl::StrCat("for the ", opt_.WorldSize(), " ranks of ", opt_.nnodes, " node(s)")
+                                : absl::StrCat("starting ", opt_.nproc, " worker(s)"))
+            << "\n";
   return absl::OkStatus();
+}
+
+// Node mode: the other nodes (and the coordinator) may come up in any
+// order, so this node waits up to --join-timeout for the coordinator to
+// answer, and adopts its restart count: a node that comes (back) after a
+// restart starts its ranks as that generation's.
+absl::Status Launcher::JoinJob() {
+  address_.coordinator = opt_.coordinator;
+  address_.port = opt_.port;
+  poller_ = std::make_unique<StatusPoller>(StatusCommand(opt_, address_.coordinator), dir_.status_file(),
+                                           dir_.status_err_file());
+  PSYNC_ASSIGN_OR_RETURN(const CoordinatorView view, WaitForCoordinator());
+  if (view.Over()) {
+    return absl::UnavailableError(absl::StrCat("the job at ", address_.coordinator, " is over (", view.state,
+                                               view.reason.empty() ? "" : ": ", view.reason,
+                                               "); start a new coordinator"));
+  }
+  if (view.world_size != opt_.WorldSize()) {
+    return absl::InvalidArgumentError(absl::StrCat("the job at ", address_.coordinator, " has world size ",
+                                                   view.world_size, ", but --nnodes=", opt_.nnodes, " x --nproc=",
+                                                   opt_.nproc, " makes ", opt_.WorldSize()));
+  }
+  if (!opt_.StartsCoordinator() && view.max_restarts != opt_.max_restarts) {
+    std::cerr << "psync-launch: warning: --max-restarts=" << opt_.max_restarts << " but the coordinator allows "
+              << view.max_restarts << " restart(s) for the job; restarts follow the coordinator\n";
+  }
+  restarts_done_ = view.restarts;
+  std::cerr << "psync-launch: node " << opt_.node_rank << " of " << opt_.nnodes << ", " << RanksText(opt_) << ": job "
+            << view.job_id << " at " << address_.coordinator << " (generation " << view.generation << ", restarts "
+            << view.restarts << "/" << view.max_restarts << "), starting " << opt_.nproc << " worker(s)\n";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CoordinatorView> Launcher::WaitForCoordinator() {
+  const auto deadline = Clock::now() + opt_.join_timeout;
+  bool said = false;
+  std::string last_error = "no answer yet";
+  while (true) {
+    if (std::optional<absl::StatusOr<CoordinatorView>> a = poller_->Tick(milliseconds(500))) {
+      if (a->ok()) return **a;
+      if (a->status().code() != absl::StatusCode::kUnavailable) {
+        return absl::UnavailableError(absl::StrCat("the coordinator at ", address_.coordinator, " refused node ",
+                                                   opt_.node_rank, ": ", a->status().message(),
+                                                   " (check PSYNC_TOKEN / --token-file and --tls-ca)"));
+      }
+      last_error = std::string(a->status().message());
+      if (!said) {
+        said = true;
+        std::cerr << "psync-launch: node " << opt_.node_rank << " of " << opt_.nnodes
+                  << ": waiting for the coordinator at " << address_.coordinator << " (up to "
+                  << opt_.join_timeout.count() / 1000 << "s)\n";
+      }
+    }
+    if (TakeSignal()) return absl::CancelledError("interrupted while waiting for the coordinator");
+    if (coordinator_.pid > 0 && (Reap({&coordinator_}), !coordinator_.running)) {
+      return absl::UnavailableError(
+          absl::StrCat("psync-coordinator exited (", DescribeStatus(coordinator_.status), ")"));
+    }
+    if (Clock::now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat("the coordinator at ", address_.coordinator,
+                                                 " did not answer within ", opt_.join_timeout.count() / 1000,
+                                                 "s (--join-timeout): ", last_error));
+    }
+    WaitForSignal(milliseconds(50));
+  }
 }
 
 // The host's plan relay (client/relay/README.md): the workers' Train streams
@@ -158,10 +244,11 @@ void Launcher::SpawnRanks() {
   if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
   workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
   for (int r = 0; r < opt_.nproc; ++r) {
-    // Every rank on this host.
-    const Command c = WorkerCommand(opt_, address_, flags, RankSlot{r, opt_.nproc, r, opt_.nproc}, restarts_done_);
+    // Every rank of this node (of this host alone without --nnodes).
+    const RankSlot slot = NodeSlot(opt_, r);
+    const Command c = WorkerCommand(opt_, address_, flags, slot, restarts_done_);
     Child& w = workers_[static_cast<size_t>(r)];
-    w.what = absl::StrCat("rank ", r);
+    w.what = absl::StrCat("rank ", slot.rank);
     w.pid = Spawn(c.argv, c.env, (r == 0 || opt_.all_output) ? -1 : devnull_);
     w.running = w.pid > 0;
     if (w.pid < 0) {
@@ -171,6 +258,7 @@ void Launcher::SpawnRanks() {
   }
   kill_at_.reset();
   failure_handled_ = false;
+  verdict_reached_ = false;
 }
 
 std::vector<Child*> Launcher::Workers() {
@@ -179,24 +267,37 @@ std::vector<Child*> Launcher::Workers() {
   return out;
 }
 
+std::vector<WorkerEnd> Launcher::WorkerEnds() const {
+  std::vector<WorkerEnd> ends;
+  for (int r = 0; r < opt_.nproc; ++r) {
+    const Child& w = workers_[static_cast<size_t>(r)];
+    if (!w.running) ends.push_back({opt_.FirstRank() + r, w.exit_code < 0 ? 1 : w.exit_code, w.reaped_at});
+  }
+  return ends;
+}
+
 Launcher::GenerationEnd Launcher::Supervise() {
   const std::vector<Child*> workers = Workers();
   while (true) {
     ++round_;
     Reap(workers, round_);
-    Reap({&coordinator_}, round_);
+    if (coordinator_.pid > 0) Reap({&coordinator_}, round_);
     if (relay_.pid > 0) Reap({&relay_}, round_);
     const bool any_running = std::any_of(workers.begin(), workers.end(), [](Child* c) { return c->running; });
-    WatchService(coordinator_, "psync-coordinator", &coordinator_reported_, any_running);
+    if (coordinator_.pid > 0) WatchService(coordinator_, "psync-coordinator", &coordinator_reported_, any_running);
     // Why like the coordinator: without the relay no worker can reach the
     // coordinator's Train service, so nothing can be restarted either.
     if (relay_.pid > 0) WatchService(relay_, "psync-relay", &relay_reported_, any_running);
-    if (HandleFailure()) return GenerationEnd::kRestart;
-    if (!any_running) return GenerationEnd::kEnded;
+    if (opt_.NodeMode() ? FollowJob(any_running) : HandleFailure()) return GenerationEnd::kRestart;
+    if (!any_running && Settled()) return GenerationEnd::kEnded;
     HandleSignals();
     if (kill_at_ && Clock::now() >= *kill_at_) {
-      std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
-      StopAll(workers, milliseconds(5000));
+      if (any_running) {
+        std::cerr << "psync-launch: workers still running after the grace period; terminating them\n";
+        StopAll(workers, milliseconds(5000));
+      } else {
+        std::cerr << "psync-launch: no verdict from the coordinator within the grace period; not restarting\n";
+      }
       return GenerationEnd::kEnded;
     }
     WaitForSignal(milliseconds(50));
@@ -213,15 +314,10 @@ void Launcher::WatchService(Child& service, const char* name, bool* reported, bo
 
 bool Launcher::HandleFailure() {
   if (failure_handled_) return false;
-  std::vector<WorkerEnd> ends;
-  for (int r = 0; r < opt_.nproc; ++r) {
-    const Child& w = workers_[static_cast<size_t>(r)];
-    if (!w.running) ends.push_back({r, w.exit_code < 0 ? 1 : w.exit_code, w.reaped_at});
-  }
-  const std::optional<WorkerEnd> failed = FirstFailure(ends);
+  const std::optional<WorkerEnd> failed = FirstFailure(WorkerEnds());
   if (!failed) return false;
   failure_handled_ = true;
-  const Child& dead = workers_[static_cast<size_t>(failed->rank)];
+  const Child& dead = WorkerOfRank(failed->rank);
   const RestartDecision d = Decide(*failed, restarts_done_, opt_.max_restarts, stopping_ || interrupts_ > 0);
   if (d == RestartDecision::kRestart) {
     ++restarts_done_;
@@ -246,11 +342,54 @@ bool Launcher::HandleFailure() {
   return false;
 }
 
+bool Launcher::FollowJob(bool any_running) {
+  if (!failure_handled_) {
+    if (const std::optional<WorkerEnd> failed = FirstFailure(WorkerEnds())) {
+      failure_handled_ = true;
+      std::cerr << "psync-launch: rank " << failed->rank << (IsConsequence(failed->exit_code) ? " ended" : " died")
+                << " (" << DescribeStatus(WorkerOfRank(failed->rank).status)
+                << "); whether the job restarts is the coordinator's call\n";
+      // The others get `grace` to exit, unless the verdict restarts them first.
+      if (!kill_at_) kill_at_ = Clock::now() + opt_.grace;
+    }
+  }
+  const bool awaiting = failure_handled_ || !any_running;
+  std::optional<absl::StatusOr<CoordinatorView>> answer = poller_->Tick(awaiting ? kVerdictEvery : kWatchEvery);
+  if (!answer || verdict_reached_) return false;
+  if (!answer->ok()) {
+    // Why give up: the workers cannot reach it either; no restart can come.
+    if (awaiting) {
+      verdict_reached_ = true;
+      std::cerr << "psync-launch: no verdict from the coordinator (" << answer->status().message()
+                << "); not restarting\n";
+    }
+    return false;
+  }
+  const Judgement j = Judge(**answer, restarts_done_, failure_handled_);
+  if (j.verdict == Verdict::kGoOn) return false;
+  if (j.verdict == Verdict::kRestart && !stopping_) {
+    restarts_done_ = (*answer)->restarts;
+    std::cerr << "psync-launch: " << j.why << ": stopping this node's workers and starting its " << opt_.nproc
+              << " rank(s) again\n";
+    // Why at once: that generation is over; nothing its workers do counts.
+    StopAll(Workers(), milliseconds(5000));
+    return true;
+  }
+  verdict_reached_ = true;
+  if (failure_handled_ || j.verdict == Verdict::kRestart) {
+    std::cerr << "psync-launch: " << j.why << (stopping_ ? "; this node is stopping" : "") << ": not restarting\n";
+  }
+  if (!kill_at_ && any_running) kill_at_ = Clock::now() + opt_.grace;
+  return false;
+}
+
 void Launcher::HandleSignals() {
   while (std::optional<int> sig = TakeSignal()) {
     ++interrupts_;
     stopping_ = true;
-    if (interrupts_ == 1 && !opt_.psyncctl_bin.empty() && coordinator_.running) {
+    // Why the coordinator in node mode too: it stops every node's ranks
+    // after the same iteration; stopping only ours would restart the job.
+    if (interrupts_ == 1 && !opt_.psyncctl_bin.empty() && (coordinator_.running || opt_.NodeMode())) {
       std::cerr << "psync-launch: " << strsignal(*sig) << ": asking the coordinator to stop the job (again to force)\n";
       const Command c = ShutdownCommand(opt_, address_.coordinator);
       const int rc = RunBounded(c.argv, c.env, milliseconds(10000));
@@ -264,6 +403,29 @@ void Launcher::HandleSignals() {
       SignalAll(Workers(), interrupts_ >= 3 ? SIGKILL : SIGTERM);
       kill_at_ = Clock::now() + std::chrono::seconds(5);
     }
+  }
+}
+
+// The other nodes' ranks may still be finishing (or stopping after a
+// Ctrl-C), and they need the coordinator until they are done: the launcher
+// that runs it keeps it while the job runs or stops, at most `grace`. Not
+// while it waits for a world: that cannot complete without this node.
+void Launcher::KeepCoordinatorUntilJobEnds() {
+  if (!opt_.NodeMode() || !coordinator_.running || !poller_ || interrupts_ > 1) return;
+  const auto deadline = Clock::now() + opt_.grace;
+  bool said = false;
+  while (Clock::now() < deadline) {
+    if (std::optional<absl::StatusOr<CoordinatorView>> a = poller_->Tick(kVerdictEvery)) {
+      if (!a->ok() || ((*a)->state != "JOB_RUNNING" && (*a)->state != "JOB_STOPPING")) return;
+      if (!said) {
+        said = true;
+        std::cerr << "psync-launch: keeping the coordinator up until the other nodes' ranks are done (job "
+                  << (*a)->state << ", at most " << opt_.grace.count() / 1000 << "s)\n";
+      }
+    }
+    Reap({&coordinator_});
+    if (!coordinator_.running || TakeSignal()) return;
+    WaitForSignal(milliseconds(50));
   }
 }
 

@@ -365,21 +365,30 @@ phase_hier() {
   log "phase 4 ok: hier across namespaces, all exit 0"
 }
 
-main() {
-  local a
+# prepare NAME... -- BIN_OR_DIR...: puts each BIN_OR_DIR (a binary or the
+# folder holding it) on PATH, skips without root / ip / timeout, fails when a
+# NAME is not found, then makes $WORK and the EXIT trap that cleans up.
+# (launch_nodes_test.sh sources this file and prepares the same way.)
+prepare() {
+  local need=() a b
+  while [[ $# -gt 0 && $1 != -- ]]; do need+=("$1"); shift; done
+  shift
   for a in "$@"; do
     if [[ -d "$a" ]]; then PATH="$(cd "$a" && pwd):$PATH"; else PATH="$(cd "$(dirname "$a")" && pwd):$PATH"; fi
   done
   [[ $(id -u) -eq 0 ]] || skip "needs root for network namespaces (uid $(id -u))"
   command -v ip >/dev/null || skip "iproute2 (ip) not installed"
   command -v timeout >/dev/null || skip "coreutils timeout not found"
-  local b
-  for b in psync-coordinator psync-worker psyncctl; do
-    command -v "$b" >/dev/null || fail "$b not found (give the directory of the built binaries as the first argument)"
+  for b in "${need[@]}"; do
+    command -v "$b" >/dev/null || fail "$b not found (give the built binaries, or their folder, as arguments)"
   done
   WORK=$(mktemp -d /tmp/psync-netns.XXXXXX)
   trap cleanup EXIT
   trap 'exit 130' INT TERM
+}
+
+main() {
+  prepare psync-coordinator psync-worker psyncctl -- "$@"
   setup_topology
   phase_complete
   phase_runner

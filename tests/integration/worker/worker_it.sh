@@ -117,6 +117,46 @@ rank_pid() {
     /usr/bin/python3 -c 'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w.get("rank", 0) == int(sys.argv[1])][0])' "$3"
 }
 json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
+# free_port: a port nobody listens on now (for --start-coordinator, which
+# binds the port --coordinator names).
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_node NAME NODE_RANK ADDR [launch flags] -- [worker flags]: one node of
+# a 2-node job of 2 ranks each on this host; sets NPID[NAME], logs $T/NAME.log.
+declare -A NPID
+start_node() {
+  local name=$1 node=$2 addr=$3; shift 3
+  "$LAUNCH" --nnodes=2 --node-rank="$node" --nproc=2 --coordinator="$addr" "$@" >"$T/$name.log" 2>&1 &
+  NPID[$name]=$!; PIDS+=("${NPID[$name]}")
+}
+# newest_checkpoint DIR: the name of the newest DIR/ckpt-*.safetensors ("" if none).
+newest_checkpoint() {
+  local cks=()
+  shopt -s nullglob
+  cks=("$1"/ckpt-*.safetensors)
+  shopt -u nullglob
+  ((${#cks[@]})) && echo "${cks[-1]##*/}"
+}
+# newest_checkpoint_after DIR OLD PID: waits (every 10 ms, up to 60 s, while
+# PID runs) for a newest checkpoint other than OLD and prints its name (""
+# if none came). No process per look beyond the subshell: the caller acts
+# within milliseconds of rank 0's write.
+newest_checkpoint_after() {
+  local ck=""
+  for _ in $(seq 6000); do
+    ck=$(newest_checkpoint "$1")
+    [[ -n $ck && $ck != "$2" ]] && { echo "$ck"; return; }
+    kill -0 "$3" 2>/dev/null || return
+    sleep 0.01
+  done
+}
+# wait_nodes NAME...: each launcher must exit 0 within 120 s.
+wait_nodes() {
+  local n
+  for n in "$@"; do
+    wait_exit "${NPID[$n]}" 120
+    [[ $rc == 0 ]] || fail "node $n: psync-launch exited $rc: $(tail -5 "$T/$n.log")"
+  done
+}
 
 # run_job N OUT [flags]: coordinator + N workers, all must exit 0 within 120 s.
 run_job() {
@@ -457,6 +497,97 @@ EOF
       fail "no 'restarts are used' line: $(cat "$T/rl.log")"
     grep -q "rank 1: exit 4 (after 1 restart); exit 137" "$T/rl.log" || fail "closing line: $(tail -1 "$T/rl.log")"
     note "$(grep -E "died|restarts are used" "$T/rl.log" | tr '\n' ' ')" ;;
+
+  launch_nodes)
+    # Two launchers on one host with different --node-rank (as torchrun
+    # allows): node 0 starts the coordinator, node 1 finds it through
+    # MASTER_ADDR/MASTER_PORT and reads the token from --token-file. Each node
+    # is its own host (PSYNC_HOST_ID .../node<I>: hier, shared memory within a
+    # node) with its own relay (one host stream each) and temp folder; the job
+    # equals one launcher with --nproc=4.
+    tok=launch-nodes-token; echo "$tok" >"$T/token"; port=$(free_port); addr=127.0.0.1:$port
+    "$LAUNCH" --nproc=4 -- --steps=600 --quiet --save="$T/one.st" 2>"$T/one.log" || fail "--nproc=4: $(tail -3 "$T/one.log")"
+    PSYNC_TOKEN=$tok start_node n0 0 "$addr" --start-coordinator -- --steps=600 --progress-every=200 --save="$T/two.st"
+    env -u PSYNC_TOKEN NNODES=2 NODE_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$LAUNCH" --nproc=2 --token-file="$T/token" -- --steps=600 >"$T/n1.log" 2>&1 &
+    NPID[n1]=$!; PIDS+=("${NPID[n1]}")
+    wait_iteration "$addr" 5 "$tok"
+    st=$(PSYNC_TOKEN=$tok "$CTL" --coordinator="$addr" status)
+    grep -q "^train streams 2: ranks 0,1 | ranks 2,3$" <<<"$st" || fail "not one host stream per node: $st"
+    ids=$(PSYNC_TOKEN=$tok "$CTL" --coordinator="$addr" --json workers |
+          /usr/bin/python3 -c 'import json,sys; print(" ".join(w["host_id"] for w in json.load(sys.stdin)["workers"]))')
+    h=${PSYNC_HOST_ID:-$(hostname)}
+    [[ $ids == "$h/node0 $h/node0 $h/node1 $h/node1" ]] || fail "host ids: $ids (want $h/node0 x2, $h/node1 x2)"
+    wait_nodes n0 n1
+    grep -q "rank 0 of 4, hier on cpu" "$T/n0.log" || fail "rank 0 did not pick hier: $(grep 'rank 0 of' "$T/n0.log")"
+    grep -q "node 1 of 2, ranks 2..3 of 4: job psync at $addr" "$T/n1.log" || fail "node 1: $(head -3 "$T/n1.log")"
+    r0=$(sed -n 's/.*plan relay \(127.0.0.1:[0-9]*\).*/\1/p' "$T/n0.log"); r1=$(sed -n 's/.*plan relay \(127.0.0.1:[0-9]*\).*/\1/p' "$T/n1.log")
+    [[ -n $r0 && -n $r1 && $r0 != "$r1" ]] || fail "want one relay per node: '$r0' '$r1'"
+    same_weights "$T/one.st" "$T/two.st" 1e-4
+    note "$ids; $(grep '^train streams' <<<"$st"); relays $r0 $r1"
+    # A node that never comes: node 0's ranks give up after the
+    # coordinator's --join-timeout, naming the missing ranks, and node 0 ends.
+    port=$(free_port)
+    SECONDS=0
+    PSYNC_TOKEN=$tok "$LAUNCH" --nnodes=2 --node-rank=0 --nproc=2 --coordinator=127.0.0.1:$port --start-coordinator \
+      --join-timeout=3s -- --steps=10 >"$T/alone.log" 2>&1; rc=$?
+    [[ $rc == 3 ]] || fail "node 0 alone: exit $rc, want 3: $(tail -5 "$T/alone.log")"
+    ((SECONDS < 60)) || fail "node 0 alone took ${SECONDS}s"
+    grep -q "still missing ranks 2,3" "$T/alone.log" || fail "the missing node is not named: $(cat "$T/alone.log")"
+    note "node 0 alone: exit 3 after ${SECONDS}s: $(grep -o 'world incomplete[^(]*' "$T/alone.log" | head -1)"
+    # Ctrl-C on node 1 stops the whole job through the coordinator: every
+    # rank of both nodes stops after the same step and exits 0.
+    port=$(free_port); addr=127.0.0.1:$port
+    PSYNC_TOKEN=$tok start_node c0 0 "$addr" --start-coordinator -- --steps=1000000 --quiet --summary="$T/c{rank}.json"
+    PSYNC_TOKEN=$tok start_node c1 1 "$addr" -- --steps=1000000 --quiet --summary="$T/c{rank}.json"
+    wait_iteration "$addr" 20 "$tok"
+    kill -INT "${NPID[c1]}"
+    wait_nodes c1 c0
+    grep -q "psync-launch: Interrupt: asking the coordinator to stop the job" "$T/c1.log" || fail "node 1: $(cat "$T/c1.log")"
+    k=$(json_field "$T/c0.json" steps_completed)
+    for r in 1 2 3; do
+      [[ -n $k && $(json_field "$T/c$r.json" steps_completed) == "$k" ]] || fail "Ctrl-C: rank $r stopped elsewhere than rank 0 ($k)"
+    done
+    note "Ctrl-C on node 1: all 4 ranks stopped after $k steps"
+    # Bad usage is refused before anything starts.
+    out=$("$LAUNCH" --nnodes=2 --nproc=2 -- --steps=1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"--nnodes=2: every node needs the job's coordinator"* ]] || fail "no --coordinator: $rc $out"
+    out=$(env -u PSYNC_TOKEN "$LAUNCH" --nnodes=2 --nproc=2 --coordinator=127.0.0.1:1 -- --steps=1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"needs the job's token on every node"* ]] || fail "no token: $rc $out" ;;
+
+  launch_nodes_restart)
+    # kill -9 of a rank of node 1 under --max-restarts=1, against an external
+    # coordinator: node 1 names it, the coordinator opens generation 2 and
+    # both nodes restart their ranks (node 0's were fine), the job finishes,
+    # and the weights equal an uninterrupted run of the same topology bit for bit.
+    export PSYNC_TOKEN=launch-nodes-token
+    start_coord 4 --max-restarts=1
+    flags=(--steps=3000 --quiet --save="$T/r.st" --checkpoint-dir="$T/ck" --checkpoint-every=100)
+    start_node n0 0 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    start_node n1 1 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    wait_iteration "$CADDR" 5 "$PSYNC_TOKEN"
+    victim=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 3)
+    [[ -n $victim ]] || fail "no pid for rank 3"
+    # Right after a checkpoint: see netns/launch_nodes_test.sh (the restart race).
+    ck=$(newest_checkpoint_after "$T/ck" "$(newest_checkpoint "$T/ck")" "${NPID[n0]}")
+    [[ -n $ck ]] || fail "no checkpoint to kill after"
+    kill -9 "$victim"
+    wait_generation "$CADDR" "$PSYNC_TOKEN" 2
+    wait_nodes n0 n1
+    grep -q "psync-launch: rank 3 died (killed by signal 9 (Killed))" "$T/n1.log" || fail "node 1: $(grep psync-launch "$T/n1.log")"
+    for n in n0 n1; do
+      grep -q "psync-launch: the coordinator opened generation 2 (restart 1 of 1; generation 1: rank 3 (" "$T/$n.log" ||
+        fail "$n did not restart: $(grep psync-launch "$T/$n.log")"
+      grep -q "(after 1 restart); exit 0" "$T/$n.log" || fail "$n closing line: $(tail -1 "$T/$n.log")"
+    done
+    grep -q "resumed from .*$ck" "$T/n0.log" || fail "generation 2 did not resume from $ck"
+    note "killed rank 3 after $ck; $(grep -o 'the coordinator opened generation 2 (restart 1 of 1' "$T/n0.log")"
+    kill "$CPID"; wait "$CPID" 2>/dev/null
+    start_coord 4
+    start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
+    start_node u1 1 "$CADDR" -- --steps=3000 --quiet
+    wait_nodes u0 u1
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
 
   *) echo "unknown case $CASE"; exit 2 ;;
 esac

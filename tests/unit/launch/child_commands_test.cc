@@ -80,6 +80,37 @@ TEST(ChildCommands, WorkerWithoutRelayOrTls) {
   EXPECT_TRUE(Has(c.env, "PSYNC_RESTART_COUNT=0"));
 }
 
+TEST(ChildCommands, NodeModeCoordinatorWorkerAndStatus) {
+  LaunchOptions o = Opts();
+  o.nnodes = 2;
+  o.node_rank = 0;
+  o.coordinator = "10.0.0.1:29611";
+  o.start_coordinator = true;
+  o.host = "10.0.0.1";
+  o.port = 29611;
+  o.host_id = "gpu7/node0";
+  o.join_timeout = std::chrono::milliseconds(5000);
+  Command c = CoordinatorCommand(o, "/tmp/d/port");
+  EXPECT_EQ(c.argv, (Strings{"/b/psync-coordinator", "--host=10.0.0.1", "--port=29611", "--world-size=4",
+                             "--job-id=j1", "--port-file=/tmp/d/port", "--join-timeout=5000ms"}))
+      << "the whole job's world; ranks wait --join-timeout for the other nodes";
+  ExpectTokenOnlyInEnv(c);
+  o.node_rank = 1;
+  const JobAddress at{"10.0.0.1:29611", 29611, "127.0.0.1:41000"};
+  Command w = WorkerCommand(o, at, {}, NodeSlot(o, 1), 0);
+  for (const char* kv : {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=10.0.0.1",
+                         "MASTER_PORT=29611", "PSYNC_HOST_ID=gpu7/node0"}) {
+    EXPECT_TRUE(Has(w.env, kv)) << kv;
+  }
+  EXPECT_TRUE(Has(w.argv, "--rank=3"));
+  EXPECT_TRUE(Has(w.argv, "--local-rank=1"));
+  EXPECT_FALSE(Has(WorkerCommand(Opts(), at, {}, RankSlot{0, 2, 0, 2}, 0).env, "PSYNC_HOST_ID=gpu7/node0"))
+      << "one host alone: the workers' own host identity";
+  Command s = StatusCommand(o, "10.0.0.1:29611");
+  EXPECT_EQ(s.argv, (Strings{"/b/psyncctl", "--coordinator=10.0.0.1:29611", "--json", "status"}));
+  ExpectTokenOnlyInEnv(s);
+}
+
 TEST(ChildCommands, Shutdown) {
   LaunchOptions o = Opts();
   Command c = ShutdownCommand(o, "127.0.0.1:29500");

@@ -81,6 +81,30 @@ TEST(HostStream, EachPlanOncePerStreamAndSameAsSingleRankStreams) {
   }
 }
 
+TEST(HostStream, StatusNumbersTheOpenTrainStreams) {
+  HostWorld w(5);  // hosts: {0,1} {2,3} {4}
+  auto b = w.Attach({3, 2});
+  auto a = w.Attach({0, 1});
+  v1::Hello single;
+  single.set_job_id("job");
+  single.set_rank(4);
+  single.set_generation(w.generation);
+  TestStream c = AttachOk(*w.job, single);
+  v1::StatusResponse st;
+  w.job->FillStatus(&st);
+  ASSERT_EQ(st.workers_size(), 5);
+  // Numbered by each stream's lowest rank, whatever the attach order: what
+  // `psyncctl status` shows as "train streams 3: ranks 0,1 | ranks 2,3 | rank 4".
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(st.workers(r).train_stream(), r / 2 + 1) << "rank " << r;
+  v1::RankClosed rc;
+  rc.set_rank(3);
+  rc.set_cause("stream closed (relayed)");
+  ASSERT_TRUE(w.job->RankClosed(b.ref, rc).ok());
+  v1::WorkersResponse ws;
+  w.job->FillWorkers(&ws);
+  EXPECT_EQ(ws.workers(3).train_stream(), 0) << "a rank whose stream is closed is on none";
+}
+
 TEST(HostStream, SingleReportsAndHeartbeatsNameTheirRank) {
   HostWorld w(2);
   auto a = w.Attach({0, 1});

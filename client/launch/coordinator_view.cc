@@ -1,0 +1,65 @@
+#include "client/launch/coordinator_view.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/status_macros.h"
+
+namespace psync::launch {
+namespace {
+
+// A proto JSON integer: a number, or a string for 64-bit fields; absent = 0.
+absl::StatusOr<int64_t> IntField(const json::Json& v, const char* key) {
+  if (!v.contains(key)) return 0;
+  const json::Json& f = v[key];
+  int64_t out = 0;
+  if (f.is_number_integer()) return f.get<int64_t>();
+  if (f.is_string() && absl::SimpleAtoi(f.get<std::string>(), &out)) return out;
+  return absl::InvalidArgumentError(absl::StrCat("status field '", key, "' is ", json::TypeName(f), ", not an integer"));
+}
+
+std::string StringField(const json::Json& v, const char* key) {
+  return v.contains(key) && v[key].is_string() ? v[key].get<std::string>() : std::string();
+}
+
+}  // namespace
+
+absl::StatusOr<CoordinatorView> ParseStatusJson(absl::string_view text) {
+  PSYNC_ASSIGN_OR_RETURN(json::Json v, json::Parse(text));
+  if (!v.is_object() || !v.contains("state")) {
+    return absl::InvalidArgumentError("psyncctl status printed no job state");
+  }
+  CoordinatorView out;
+  out.job_id = StringField(v, "job_id");
+  out.state = StringField(v, "state");
+  out.reason = StringField(v, "reason");
+  out.last_restart_reason = StringField(v, "last_restart_reason");
+  PSYNC_ASSIGN_OR_RETURN(out.generation, IntField(v, "generation"));
+  PSYNC_ASSIGN_OR_RETURN(int64_t restarts, IntField(v, "restarts"));
+  PSYNC_ASSIGN_OR_RETURN(int64_t max_restarts, IntField(v, "max_restarts"));
+  PSYNC_ASSIGN_OR_RETURN(int64_t world, IntField(v, "world_size"));
+  out.restarts = static_cast<int>(restarts);
+  out.max_restarts = static_cast<int>(max_restarts);
+  out.world_size = static_cast<int>(world);
+  return out;
+}
+
+Judgement Judge(const CoordinatorView& v, int restarts_seen, bool local_failure) {
+  if (v.restarts > restarts_seen) {
+    return {Verdict::kRestart, absl::StrCat("the coordinator opened generation ", v.generation, " (restart ",
+                                            v.restarts, " of ", v.max_restarts,
+                                            v.last_restart_reason.empty() ? "" : "; ", v.last_restart_reason, ")")};
+  }
+  if (v.Over()) {
+    return {Verdict::kNoRestart, absl::StrCat("the job is ", v.state.substr(v.state.rfind('_') + 1),
+                                              v.reason.empty() ? "" : ": ", v.reason)};
+  }
+  if (local_failure && v.state == "JOB_WAITING") {
+    return {Verdict::kNoRestart,
+            absl::StrCat("the coordinator still waits for the world of generation ", v.generation,
+                         ", so no generation ended and none follows")};
+  }
+  return {Verdict::kGoOn, ""};
+}
+
+}  // namespace psync::launch
