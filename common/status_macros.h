@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 #define PSYNC_STATUS_CONCAT_INNER(a, b) a##b
@@ -27,11 +28,14 @@
 
 namespace psync {
 
-// Prefixes a status message with context, keeping the code:
+// Prefixes a status message with context, keeping the code and the payloads
+// (an exit code, common/exit_code.h):
 //   return Annotate(st, "reading --init /x.safetensors");
 inline absl::Status Annotate(const absl::Status& st, const std::string& context) {
   if (st.ok()) return st;
-  return absl::Status(st.code(), absl::StrCat(context, ": ", std::string(st.message())));
+  absl::Status out(st.code(), absl::StrCat(context, ": ", std::string(st.message())));
+  st.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 inline std::string ToString(const absl::Status& st) { return st.ToString(); }

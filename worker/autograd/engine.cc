@@ -1,12 +1,13 @@
 #include "worker/autograd/engine.h"
 
 #include <algorithm>
-#include <exception>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_from_exception.h"
 #include "worker/autograd/accumulate_grad.h"
 #include "worker/autograd/graph_task.h"
 
@@ -32,24 +33,12 @@ std::string Describe(const Node& node) {
   return absl::StrCat(node.name(), " (sequence_nr ", node.sequence_nr(), ")");
 }
 
-// Runs `fn`, converting the exceptions of node, hook and callback code into
-// a Status prefixed with `where`.
+// Runs node, hook and callback code; what it throws becomes a Status
+// prefixed with `where` (common/status_from_exception.h; an exception that
+// names no code is Unknown).
 template <typename Fn>
 absl::Status Guarded(const std::string& where, Fn&& fn) {
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (const GraphFreedError& e) {
-    return absl::FailedPreconditionError(absl::StrCat(where, ": ", e.what()));
-  } catch (const TensorError& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.what()));
-  } catch (const InternalError& e) {
-    return absl::InternalError(absl::StrCat(where, ": ", e.what()));
-  } catch (const std::exception& e) {
-    return absl::UnknownError(absl::StrCat(where, ": ", e.what()));
-  } catch (...) {
-    return absl::UnknownError(absl::StrCat(where, ": unknown exception"));
-  }
+  return RunCatching(where, std::forward<Fn>(fn), absl::StatusCode::kUnknown);
 }
 
 // Step 2 for one node: observer, pre-hooks, Apply, post-hooks, observer.

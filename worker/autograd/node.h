@@ -34,7 +34,7 @@ using TensorList = std::vector<Tensor>;
 // naming the node.
 class GraphFreedError : public TensorError {
  public:
-  using TensorError::TensorError;
+  explicit GraphFreedError(const std::string& what) : TensorError(absl::StatusCode::kFailedPrecondition, what) {}
 };
 
 constexpr int kDefaultPriority = 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/status_from_exception.h"
 #include "worker/safetensors/safetensors.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -51,12 +52,11 @@ absl::StatusOr<std::string> ContentChecksum(const Metadata& metadata, const Name
     for (int64_t d : t.shape()) crc.U64(static_cast<uint64_t>(d));
     crc.U64(t.nbytes());
     if (t.nbytes() == 0) continue;
-    try {
+    absl::Status st = RunCatching(absl::StrCat("checksum of tensor '", name, "' (", t.DebugString(), ")"), [&] {
       const Tensor host = t.To(Device::CPU()).Contiguous();  // the same handle for a contiguous CPU tensor
       crc.Bytes(host.raw_data(), host.nbytes());
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("checksum of tensor '", name, "' (", t.DebugString(), "): ", e.what()));
-    }
+    });
+    if (!st.ok()) return st;
   }
   return absl::StrFormat("crc32:%08x", crc.value());
 }

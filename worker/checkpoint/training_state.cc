@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/tensor/ops.h"
 
@@ -59,12 +60,9 @@ absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::str
                                                    checkpoint.manifest.model, "): ", absl::StrJoin(problems, "; ")));
   }
   for (const auto& [name, p] : params) {
-    try {
-      ops::Copy(p.mutable_data(), *saved.at(name));
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("checkpoint ", source, ": copying parameter ", json::Quote(name),
-                                              " into the model: ", e.what()));
-    }
+    PSYNC_RETURN_IF_ERROR(RunCatching(
+        absl::StrCat("checkpoint ", source, ": copying parameter ", json::Quote(name), " into the model"),
+        [&] { ops::Copy(p.mutable_data(), *saved.at(name)); }));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/build_info.h"
 #include "worker/checkpoint/checksum.h"
@@ -33,13 +34,8 @@ absl::StatusOr<NamedTensors> FileTensors(const CheckpointContents& c) {
   out.reserve(c.params.size() + c.optimizer_state.size());
   auto add = [&](std::string name, const Tensor& t) -> absl::Status {
     if (!t.defined()) return Invalid(absl::StrCat("tensor ", json::Quote(name), " is undefined"));
-    try {
-      out.emplace_back(std::move(name), t.To(Device::CPU()).Contiguous());
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("cannot write checkpoint: copying tensor ", json::Quote(name),
-                                              " to the host: ", e.what()));
-    }
-    return absl::OkStatus();
+    return RunCatching(absl::StrCat("cannot write checkpoint: copying tensor ", json::Quote(name), " to the host"),
+                       [&] { out.emplace_back(std::move(name), t.To(Device::CPU()).Contiguous()); });
   };
   for (const auto& [name, t] : c.params) {
     if (name.empty() || absl::StartsWith(name, kOptimizerPrefix)) {

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
 #include "worker/comm/then_work.h"
 #include "worker/tensor/ops/pointwise.h"
 
@@ -15,11 +16,7 @@ absl::Status ThenWork::Wait(std::chrono::milliseconds timeout) {
   if (then_) {
     std::function<void()> fn = std::move(then_);
     then_ = nullptr;
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      then_status_ = absl::InternalError(absl::StrCat(inner_->Describe(), ": after the collective: ", e.what()));
-    }
+    then_status_ = RunCatching(absl::StrCat(inner_->Describe(), ": after the collective"), fn);
   }
   return then_status_;
 }

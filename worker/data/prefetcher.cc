@@ -1,8 +1,7 @@
 #include "worker/data/prefetcher.h"
 
-#include <exception>
-
 #include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 
 namespace psync::data {
@@ -33,11 +32,8 @@ absl::StatusOr<StepBatches> Prefetcher::Prepare(int64_t step) const {
     spec.accumulate = opt_.accumulate;
     spec.global_batch = opt_.global_batch;
     absl::StatusOr<Batch> b;
-    try {
-      b = data_.Get(spec);
-    } catch (const std::exception& e) {  // tensor allocation and the like: not user input, but never lost
-      b = absl::InternalError(e.what());
-    }
+    // Tensor allocation and the like throw: not user input, but never lost.
+    if (absl::Status thrown = RunCatching("", [&] { b = data_.Get(spec); }); !thrown.ok()) b = thrown;
     if (!b.ok()) return Annotate(b.status(), absl::StrCat("data for step ", step, " micro-batch ", m));
     out.micro.push_back(*std::move(b));
   }

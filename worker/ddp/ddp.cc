@@ -1,9 +1,9 @@
 #include "worker/ddp/ddp.h"
 
-#include <exception>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/tensor/ops.h"
 
@@ -11,18 +11,6 @@ namespace psync::ddp {
 namespace {
 
 size_t MbToBytes(double mb) { return static_cast<size_t>(mb * static_cast<double>(kMiB)); }
-
-template <typename Fn>
-absl::Status RunForward(Fn&& fn) {
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (const TensorError& e) {
-    return absl::InvalidArgumentError(absl::StrCat("forward: ", e.what()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("forward: ", e.what()));
-  }
-}
 
 }  // namespace
 
@@ -55,8 +43,8 @@ absl::Status BroadcastParameters(const std::vector<autograd::Variable>& params, 
         offset += params[i].data().numel();
       }
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("DDP: broadcasting rank 0's parameters: ", e.what()));
+  } catch (...) {
+    return StatusFromException("DDP: broadcasting rank 0's parameters");
   }
   return absl::OkStatus();
 }
@@ -107,7 +95,7 @@ absl::StatusOr<std::vector<autograd::Variable>> DistributedDataParallel::Forward
   // unfinished (the error names the parameters that got no gradient).
   PSYNC_RETURN_IF_ERROR(reducer_->CheckReadyForForward());
   std::vector<autograd::Variable> outputs;
-  PSYNC_RETURN_IF_ERROR(RunForward([&] { outputs = forward(); }));
+  PSYNC_RETURN_IF_ERROR(RunCatching("forward", [&] { outputs = forward(); }));
   PSYNC_RETURN_IF_ERROR(reducer_->PrepareForBackward(outputs));
   return outputs;
 }

@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_code.h"
 #include "common/logging.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/autograd/engine.h"
 #include "worker/tensor/ops.h"
@@ -17,18 +19,6 @@ namespace {
 
 std::string ParamName(const autograd::Variable& v, size_t index) {
   return v.name().empty() ? absl::StrCat("parameter #", index) : v.name();
-}
-
-// Runs tensor code that reports errors by throwing (TensorError, a failed
-// check) and turns the exception into a Status.
-template <typename Fn>
-absl::Status Catching(const std::string& where, Fn&& fn) {
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(where, ": ", e.what()));
-  }
 }
 
 }  // namespace
@@ -57,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(group), options, std::move(source)));
   const std::vector<size_t> order = ReverseOrder(reducer->params_.size());
-  absl::Status st = Catching("building buckets", [&] { reducer->InstallBuckets(reducer->PlanFromOrder(order)); });
+  absl::Status st = RunCatching("building buckets", [&] { reducer->InstallBuckets(reducer->PlanFromOrder(order)); });
   if (!st.ok()) return st;
   reducer->AttachHooks();
   return reducer;
@@ -161,7 +151,7 @@ absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
   if (plan == bucket_plan()) return absl::OkStatus();
   // Why: a new layout (the observed order, or the coordinator's plan) takes
   // effect at this iteration boundary, identically on every rank.
-  return Catching("rebuilding buckets", [&] { InstallBuckets(plan); });
+  return RunCatching("rebuilding buckets", [&] { InstallBuckets(plan); });
 }
 
 // ---------------------------------------------------------------- forward side
@@ -229,7 +219,7 @@ void Reducer::OnGradAccumulated(size_t param) {
     // The engine stops and returns this as the backward's error.
     throw std::runtime_error(absl::StrCat("DDP reducer failed earlier: ", failure_.ToString()));
   }
-  absl::Status st = Catching(absl::StrCat("DDP hook of ", ParamName(params_[param], param)), [&] {
+  absl::Status st = RunCatching(absl::StrCat("DDP hook of ", ParamName(params_[param], param)), [&] {
     if (state_ != State::kInBackward) BeginBackward();
     // Why: usage is what the global unused map is made of; OR-ed over a
     // no_sync window because the flags are only cleared by a synced Finalize.
@@ -381,8 +371,8 @@ absl::Status Reducer::Finalize() {
     }
     global_used = std::move(*used);
   }
-  absl::Status st = Catching("DDP: averaging gradients",
-                             [&] { WriteBackGradients(options_.find_unused_parameters ? &global_used : nullptr); });
+  absl::Status st = RunCatching("DDP: averaging gradients",
+                                [&] { WriteBackGradients(options_.find_unused_parameters ? &global_used : nullptr); });
   if (!st.ok()) return Fail(st);
 
   if (recording_order_) {
@@ -408,7 +398,7 @@ absl::Status Reducer::Finalize() {
 void Reducer::IssueStepCheck() {
   if (!options_.check_in_step || group_->size() == 1) return;
   step_tag_ = StepTag{declared_iteration_.value_or(iteration_), iteration_, plan_id_};
-  absl::Status st = Catching("DDP: step check", [&] {
+  absl::Status st = RunCatching("DDP: step check", [&] {
     Tensor mine = EncodeStepTag(step_tag_, group_->rank(), group_->size(), device_);
     if (fuse_step_tag_) {
       // Bucket 0 launches after this (launches wait for the first hook).
@@ -444,8 +434,9 @@ absl::Status Reducer::VerifyStepCheck(TraceClock::time_point deadline) {
   // The default hook averaged the tags with the gradients.
   const float scale = fuse_step_tag_ ? 1.0f / static_cast<float>(group_->size()) : 1.0f;
   absl::StatusOr<std::vector<StepTag>> tags;
-  st = Catching("DDP: step check", [&] { tags = DecodeStepTags(step_tensor_, group_->size(), scale); });
-  if (st.ok() && !tags.ok()) st = absl::AbortedError(std::string(tags.status().message()));
+  st = RunCatching("DDP: step check", [&] { tags = DecodeStepTags(step_tensor_, group_->size(), scale); });
+  // Not a tag at all: a rank paired this exchange with another collective (out of step).
+  if (st.ok() && !tags.ok()) st = WithExitCode(absl::AbortedError(std::string(tags.status().message())), kExitPeerLost);
   if (st.ok()) st = CompareStepTags(*tags, last_agreed_, group_->rank());
   if (st.ok()) {
     last_agreed_ = step_tag_;

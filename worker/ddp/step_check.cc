@@ -4,10 +4,12 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_code.h"
 
 namespace psync::ddp {
 namespace {
@@ -190,12 +192,15 @@ absl::Status CompareStepTags(const std::vector<StepTag>& tags, const std::option
   } else {
     agreed = "; no earlier backward was checked";
   }
-  return absl::AbortedError(absl::StrCat(
+  absl::Status verdict = absl::AbortedError(absl::StrCat(
       head, ": ", absl::StrJoin(each, ", "), agreed,
       ". Every rank must run exactly one synchronised backward per iteration, with the same bucket plan (a rank "
       "skipped a backward, ran an extra one, or applied a plan at another iteration); the bucket collectives would "
       "otherwise average gradients of different iterations. No gradient of this backward was applied. (seen on rank ",
       me, " of ", world, ")"));
+  // A verdict that names the ranks out of step is the cause, decided here
+  // (exit 4, common/exit_code.h); without names a peer may still be lost.
+  return out.empty() ? verdict : WithExitCode(std::move(verdict), kExitPeerLost);
 }
 
 }  // namespace psync::ddp

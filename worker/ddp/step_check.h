@@ -59,10 +59,10 @@ Tensor EncodeStepTag(const StepTag& tag, int rank, int world, Device device);
 // exchange with another collective).
 absl::StatusOr<std::vector<StepTag>> DecodeStepTags(const Tensor& reduced, int world, float scale = 1.0f);
 
-// OK when every tag equals every other. Otherwise Aborted (the worker maps
-// it to exit 4, like a lost peer), naming the rank(s) out of step and every
-// rank's iteration: "DDP: rank 1 is out of step: it is at iteration 6, rank 0
-// at iteration 5, ...". Who is out of step: with `last_agreed` (the tag of
+// OK when every tag equals every other. Otherwise Aborted, naming the
+// rank(s) out of step and every rank's iteration: "DDP: rank 1 is out of
+// step: it is at iteration 6, rank 0 at iteration 5, ..." (tagged with exit
+// code 4, common/exit_code.h, when it names them). Who is out of step: with `last_agreed` (the tag of
 // the previous synchronised backward every rank agreed on), the ranks whose
 // iteration moved differently from their sequence since then; else the
 // minority. `me` is the rank reporting.

@@ -1,25 +1,17 @@
-// psync-worker's exit codes (docs/cli-contract.md), and how an error carries
-// its code across module boundaries: a Status made by WithExitCode keeps the
-// code as a payload, so the worker's main path can return any builder's
-// error as is and still exit with the right number.
+// Moved to common/exit_code.h, so ddp and comm can tag their errors too;
+// the runtime's includes move with the restructuring of worker/runtime.
 #pragma once
 
-#include "absl/status/status.h"
+#include "common/exit_code.h"
 
 namespace psync::runtime {
-
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitInternal = 1,
-  kExitBadInput = 2,
-  kExitRendezvous = 3,
-  kExitPeerLost = 4,
-  kExitCoordinatorLost = 5,
-};
-
-// `status` (not OK) tagged with `code`.
-absl::Status WithExitCode(absl::Status status, int code);
-// The code WithExitCode attached, else `fallback`.
-int ExitCodeOf(const absl::Status& status, int fallback);
-
+using psync::ExitCode;
+using psync::ExitCodeOf;
+using psync::kExitBadInput;
+using psync::kExitCoordinatorLost;
+using psync::kExitInternal;
+using psync::kExitOk;
+using psync::kExitPeerLost;
+using psync::kExitRendezvous;
+using psync::WithExitCode;
 }  // namespace psync::runtime

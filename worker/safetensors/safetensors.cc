@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
 #include "common/json.h"
+#include "common/status_from_exception.h"
 #include "common/status_macros.h"
 
 // The format is little-endian; we copy bytes straight into tensor storage.
@@ -440,15 +441,15 @@ template <typename Sink>
 absl::Status ForEachTensorBytes(const NamedTensors& tensors, Sink sink) {
   for (const auto& [name, t] : tensors) {
     if (t.nbytes() == 0) continue;
-    try {
-      // Row-major bytes on the host (a copy for CUDA tensors and strided views).
-      const Tensor host = t.To(Device::CPU()).Contiguous();
-      absl::Status st = sink(static_cast<const char*>(host.raw_data()), host.nbytes());
-      if (!st.ok()) return st;
-    } catch (const std::exception& ex) {
-      return absl::InternalError(absl::StrCat("cannot copy ", TensorRef(name), " (", t.DebugString(),
-                                              ") to the host for saving: ", ex.what()));
-    }
+    absl::Status st;
+    absl::Status thrown = RunCatching(
+        absl::StrCat("cannot copy ", TensorRef(name), " (", t.DebugString(), ") to the host for saving"), [&] {
+          // Row-major bytes on the host (a copy for CUDA tensors and strided views).
+          const Tensor host = t.To(Device::CPU()).Contiguous();
+          st = sink(static_cast<const char*>(host.raw_data()), host.nbytes());
+        });
+    if (!thrown.ok()) return thrown;
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }

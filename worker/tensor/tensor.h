@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status_from_exception.h"
 #include "worker/tensor/device.h"
 #include "worker/tensor/dtype.h"
 #include "worker/tensor/storage.h"
@@ -35,9 +36,13 @@ std::string ShapeToString(const Shape& shape);  // "[2, 3]"
 int64_t NumelOf(const Shape& shape);            // product of dims; 1 for []
 Strides ContiguousStrides(const Shape& shape);  // row-major
 
-class TensorError : public std::runtime_error {
+// InvalidArgument where it becomes a Status (common/status_from_exception.h).
+class TensorError : public StatusError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit TensorError(const std::string& what) : StatusError(absl::StatusCode::kInvalidArgument, what) {}
+
+ protected:
+  TensorError(absl::StatusCode code, const std::string& what) : StatusError(code, what) {}
 };
 
 class Tensor {
