@@ -5,20 +5,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_code.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/checkpoint/writer.h"
-#include "worker/runtime/exit_codes.h"
 
 namespace psync::runtime {
 namespace {
 
 // What this run's checkpoints say about it after `steps` steps (the
 // optimizer kind comes from CaptureTrainingState).
-checkpoint::CheckpointManifest RunManifest(const WorkerOptions& opt, int world_size,
+checkpoint::CheckpointManifest RunManifest(const CheckpointOptions& opt, int world_size,
                                            const nn::ModelOptions& model_options, int64_t steps) {
   checkpoint::CheckpointManifest m;
   m.step = steps;
@@ -31,18 +31,18 @@ checkpoint::CheckpointManifest RunManifest(const WorkerOptions& opt, int world_s
 
 }  // namespace
 
-absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Module& model,
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const CheckpointOptions& opt, nn::Module& model,
                                              optim::Optimizer& optimizer) {
   if (!opt.resume) return 0;
   std::vector<checkpoint::SkippedCheckpoint> skipped;
   absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> latest =
-      checkpoint::LoadLatestCheckpoint(opt.checkpoint_dir, &skipped);
+      checkpoint::LoadLatestCheckpoint(opt.dir, &skipped);
   for (const auto& s : skipped) PSYNC_LOG(WARNING) << "--resume: skipped " << s.path << ": " << s.reason;
   if (!latest.ok()) {
     return absl::Status(latest.status().code(), absl::StrCat("--resume: ", latest.status().message()));
   }
   if (!latest->has_value()) {
-    PSYNC_LOG(INFO) << "--resume: no checkpoint in " << opt.checkpoint_dir << "; starting from step 0";
+    PSYNC_LOG(INFO) << "--resume: no checkpoint in " << opt.dir << "; starting from step 0";
     return 0;
   }
   const checkpoint::LoadedCheckpoint& c = **latest;
@@ -62,18 +62,18 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Modul
   return m.step;
 }
 
-std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& opt, int rank, int world_size,
+std::function<absl::Status(int64_t)> MakeCheckpointSaver(const CheckpointOptions& opt, int rank, int world_size,
                                                          const nn::ModelOptions& model_options, nn::Module* model,
                                                          optim::Optimizer* optimizer) {
-  if (opt.checkpoint_dir.empty()) return nullptr;
-  return [&opt, rank, world_size, model_options, model, optimizer](int64_t steps) -> absl::Status {
+  if (opt.dir.empty()) return nullptr;
+  return [opt, rank, world_size, model_options, model, optimizer](int64_t steps) -> absl::Status {
     // Every rank holds the same weights (the averaged gradients made them
     // so); one writer is enough and avoids racing renames in a shared dir.
     if (rank != 0) return absl::OkStatus();
     checkpoint::WriteOptions w;
-    w.keep = static_cast<int>(opt.keep_checkpoints);
+    w.keep = static_cast<int>(opt.keep);
     absl::StatusOr<checkpoint::WrittenCheckpoint> out = checkpoint::WriteCheckpoint(
-        opt.checkpoint_dir,
+        opt.dir,
         checkpoint::CaptureTrainingState(model->named_parameters(), optimizer,
                                          RunManifest(opt, world_size, model_options, steps)),
         w);
@@ -87,7 +87,7 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& op
   };
 }
 
-absl::Status SaveWeights(const WorkerOptions& opt, int world_size, const nn::ModelOptions& model_options,
+absl::Status SaveWeights(const CheckpointOptions& opt, int world_size, const nn::ModelOptions& model_options,
                          const nn::Module& model, int64_t steps) {
   // The model's options ride along in the manifest, so psync-sample can rebuild it from this file alone.
   absl::StatusOr<uint64_t> bytes = checkpoint::WriteCheckpointFile(

@@ -22,27 +22,37 @@
 #include "absl/status/statusor.h"
 #include "worker/nn/models/model.h"
 #include "worker/optim/optimizer.h"
-#include "worker/runtime/worker_flags.h"
 
 namespace psync::runtime {
+
+// What checkpointing takes from the flags (run_options.h builds it).
+struct CheckpointOptions {
+  std::string model;          // --model: recorded in every checkpoint, checked by --resume
+  std::string dir;            // --checkpoint-dir; empty = no checkpoints
+  int64_t keep = 3;           // --keep-checkpoints (0 = all)
+  bool resume = false;        // --resume
+  std::string save_path;      // --save; empty = none
+  int64_t steps = 0;          // --steps: a checkpoint past it is refused
+  int64_t global_batch = 0;   // recorded as the data position
+};
 
 // --resume: the step to start at (0 when --resume is off or the directory
 // holds no loadable checkpoint). Prints which file it took and any newer
 // file it skipped (damaged or torn). Errors name the file and the tensor.
-absl::StatusOr<int64_t> ResumeFromCheckpoint(const WorkerOptions& opt, nn::Module& model,
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const CheckpointOptions& opt, nn::Module& model,
                                              optim::Optimizer& optimizer);
 
 // The trainer's save hook (TrainContext::save_checkpoint): on rank 0 writes
 // DIR/ckpt-<steps>.safetensors with the weights, the optimizer state and a
 // manifest, keeping the newest --keep-checkpoints; other ranks do nothing.
-std::function<absl::Status(int64_t)> MakeCheckpointSaver(const WorkerOptions& opt, int rank, int world_size,
+std::function<absl::Status(int64_t)> MakeCheckpointSaver(const CheckpointOptions& opt, int rank, int world_size,
                                                          const nn::ModelOptions& model_options, nn::Module* model,
                                                          optim::Optimizer* optimizer);
 
 // --save (rank 0, after a clean end): writes the model's weights after
 // `steps` steps to --save as a weights-only checkpoint. Errors name --save
 // and the file.
-absl::Status SaveWeights(const WorkerOptions& opt, int world_size, const nn::ModelOptions& model_options,
+absl::Status SaveWeights(const CheckpointOptions& opt, int world_size, const nn::ModelOptions& model_options,
                          const nn::Module& model, int64_t steps);
 
 }  // namespace psync::runtime

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/runtime/objective.h"
 
@@ -51,12 +52,14 @@ absl::StatusOr<EvalResult> EvaluateSharded(nn::Model& model, const data::Dataset
     for (int64_t b = begin; b < end; b += options.batch) {
       absl::StatusOr<data::Batch> batch = val.Examples(b, std::min(options.batch, end - b));
       if (!batch.ok()) return batch.status();
-      try {
-        autograd::Variable out = model.Forward(autograd::Variable(batch->inputs.To(device)));
-        mine.Add(Evaluate(task, out.data(), batch->targets));
-      } catch (const std::exception& e) {
-        return absl::InvalidArgumentError(absl::StrCat("evaluation forward at example ", b, ": ", e.what()));
-      }
+      absl::Status st = RunCatching(
+          absl::StrCat("evaluation forward at example ", b),
+          [&] {
+            autograd::Variable out = model.Forward(autograd::Variable(batch->inputs.To(device)));
+            mine.Add(Evaluate(task, out.data(), batch->targets));
+          },
+          absl::StatusCode::kInvalidArgument);
+      if (!st.ok()) return st;
     }
   }
 

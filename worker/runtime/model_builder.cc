@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_from_exception.h"
 #include "worker/nn/models/registry.h"
 #include "worker/runtime/init_weights.h"
 
@@ -13,21 +14,13 @@ namespace psync::runtime {
 namespace {
 
 // The model's options from the flags, checked against what the data holds.
-absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data::DataInfo& data, Device device) {
-  nn::ModelOptions m;
+absl::StatusOr<nn::ModelOptions> OptionsFor(const ModelSpec& spec, const data::DataInfo& data, Device device) {
+  nn::ModelOptions m = spec.options;
   m.device = device;
-  m.seed = opt.seed;
-  m.widths = opt.widths;
-  m.vocab_size = opt.vocab_size;
-  m.block_size = opt.block_size;
-  m.n_layer = opt.n_layer;
-  m.n_head = opt.n_head;
-  m.n_embd = opt.n_embd;
   m.input_shape = data.example_shape;
   m.num_classes = data.num_outputs;
-  m.cnn_channels = opt.cnn_channels;
   const std::string task = data::TaskName(data.task);
-  if (opt.model == "gpt") {
+  if (spec.name == "gpt") {
     if (data.task != data::Task::kLanguageModel) {
       return absl::InvalidArgumentError(absl::StrCat("--model=gpt trains on token data, but --data holds ", task,
                                                      " data (use --data-format=tokens or bytes)"));
@@ -38,7 +31,7 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
                                                      data.max_token_id, " (use --vocab-size=", data.max_token_id + 1,
                                                      " or more)"));
     }
-  } else if (opt.model == "mlp") {
+  } else if (spec.name == "mlp") {
     if (data.task == data::Task::kLanguageModel) {
       return absl::InvalidArgumentError("--model=mlp trains on rows or images; for token data use --model=gpt");
     }
@@ -61,25 +54,24 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
 
 }  // namespace
 
-absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::DataInfo& data, Device device) {
-  absl::StatusOr<nn::ModelOptions> mopt = OptionsFor(opt, data, device);
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, const data::DataInfo& data, Device device) {
+  absl::StatusOr<nn::ModelOptions> mopt = OptionsFor(spec, data, device);
   if (!mopt.ok()) return mopt.status();
   absl::StatusOr<std::unique_ptr<nn::Model>> model;
-  try {
-    model = nn::Models().Create(opt.model, *mopt);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("building the model: ", e.what()));
+  if (absl::Status thrown = RunCatching("building the model", [&] { model = nn::Models().Create(spec.name, *mopt); });
+      !thrown.ok()) {
+    return thrown;
   }
   if (!model.ok()) return absl::InvalidArgumentError(absl::StrCat("--model: ", model.status().message()));
-  if (opt.skip_layer >= 0) {
-    absl::Status st = (*model)->ValidateSkip({opt.skip_layer});
+  if (spec.skip_layer >= 0) {
+    absl::Status st = (*model)->ValidateSkip({spec.skip_layer});
     if (!st.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(opt.model == "gpt" ? "--skip-block: " : "--skip-layer: ", st.message()));
+          absl::StrCat(spec.name == "gpt" ? "--skip-block: " : "--skip-layer: ", st.message()));
     }
   }
-  if (!opt.init_path.empty()) {
-    absl::Status st = LoadInitialWeights(opt.init_path, **model);
+  if (!spec.init_path.empty()) {
+    absl::Status st = LoadInitialWeights(spec.init_path, **model);
     if (!st.ok()) return st;
   }
   return BuiltModel{std::move(*model), *mopt};

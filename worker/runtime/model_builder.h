@@ -5,19 +5,30 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/models/model.h"
-#include "worker/runtime/worker_flags.h"
 
 namespace psync::runtime {
+
+// The model the flags ask for (run_options.h builds it).
+struct ModelSpec {
+  std::string name = "mlp";  // --model (nn/models/registry.h)
+  // From the flags: seed, widths, vocab_size, block_size, n_layer, n_head,
+  // n_embd, cnn_channels. BuildModel adds the device and what the data says
+  // (example shape, classes or vocabulary).
+  nn::ModelOptions options;
+  int skip_layer = -1;        // --skip-layer / --skip-block; -1 = none
+  std::string init_path;      // --init; empty = the seeded initialisation
+};
 
 struct BuiltModel {
   std::unique_ptr<nn::Model> model;
   nn::ModelOptions options;  // what it was built from (checkpoints and --save record it)
 };
 
-absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::DataInfo& data, Device device);
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, const data::DataInfo& data, Device device);
 
 }  // namespace psync::runtime

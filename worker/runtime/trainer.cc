@@ -7,29 +7,29 @@
 #include <limits>
 #include <optional>
 #include <set>
-#include <thread>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
+#include "worker/control/plan_window.h"
 #include "worker/data/prefetcher.h"
 #include "worker/optim/clip.h"
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
-#include "worker/runtime/plan_window.h"
 #include "worker/runtime/summary.h"
 #include "worker/runtime/train_tracing.h"
+#include "worker/runtime/worker_exit.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::runtime {
 
 namespace {
 
+using control::IterationPlan;
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -48,11 +48,11 @@ class TrainLoop {
  public:
   explicit TrainLoop(const TrainContext& ctx)
       : ctx_(ctx),
-        opt_(*ctx.options),
+        opt_(ctx.options),
         reducer_(ctx.ddp->reducer()),
         window_(ctx.plan_lookahead, ctx.first_step),
         task_(ctx.train->info().task),
-        skip_set_(opt_.skip_layer >= 0 ? std::set<int>{opt_.skip_layer} : std::set<int>{}) {
+        skip_set_(opt_.skip.layer >= 0 ? std::set<int>{opt_.skip.layer} : std::set<int>{}) {
     result_.final_loss = result_.val_loss = result_.val_accuracy = std::numeric_limits<double>::quiet_NaN();
     const auto& params = reducer_.parameters();
     for (size_t p = 0; p < params.size(); ++p) param_of_accumulator_[params[p].grad_accumulator().get()] = p;
@@ -68,8 +68,24 @@ class TrainLoop {
   TrainResult Run();
 
  private:
-  TrainResult Fail(const absl::Status& st, int64_t iteration, const char* where);
+  // Why the run cannot go on: the error, the iteration it belongs to, where.
+  struct Failure {
+    absl::Status status;
+    int64_t iteration;
+    const char* where;
+  };
+
+  TrainResult Fail(const Failure& f);
   TrainResult Stopped(int64_t last_step);
+  // Before step `step`: the plans it needs (Plan{step-K}) and a bucket plan
+  // due now; sets *stop when one of them stops every rank before this step.
+  std::optional<Failure> BeforeStep(int64_t step, bool* stop);
+  // The rest of the step that began at `t0` (its plans taken): data,
+  // forward/backward, optimizer, evaluation, metrics, progress, a periodic
+  // checkpoint.
+  std::optional<Failure> Step(int64_t step, data::Prefetcher& prefetch, Clock::time_point t0);
+  // After the last step: the remaining plans, the final evaluation and checkpoint.
+  std::optional<Failure> AfterLastStep();
   // Waits for, consumes and releases every plan through `through`, in order.
   absl::Status TakePlans(int64_t through, int64_t step);
   absl::Status ApplyBucketPlan(int64_t step);
@@ -93,9 +109,9 @@ class TrainLoop {
   }
 
   const TrainContext& ctx_;
-  const WorkerOptions& opt_;
+  const TrainOptions& opt_;
   ddp::Reducer& reducer_;
-  PlanWindow window_;
+  control::PlanWindow window_;
   const data::Task task_;
   const std::set<int> skip_set_;
   std::unordered_map<const autograd::Node*, size_t> param_of_accumulator_;
@@ -108,37 +124,14 @@ class TrainLoop {
   int64_t last_checkpoint_ = -1;
 };
 
-TrainResult TrainLoop::Fail(const absl::Status& st, int64_t iteration, const char* where) {
-  // Classifies a failed iteration: ABORT from the coordinator (4), the
-  // coordinator gone (5), a collective that failed because a peer died (4),
-  // anything else (1). The reader thread may learn the cause a moment after
-  // the data plane failed, so give it a short while.
-  auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (Clock::now() < deadline) {
-    if (ctx_.plans->abort_plan() || !ctx_.plans->closed_status().ok() ||
-        (ctx_.fatal_code && ctx_.fatal_code->load() != 0)) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (std::optional<IterationPlan> ab = ctx_.plans->abort_plan()) {
-    result_.exit_code = kExitPeerLost;
-    result_.reason = absl::StrCat("job aborted at iteration ", iteration, ": ",
-                                  ab->reason.empty() ? "aborted by the coordinator" : ab->reason);
-  } else if (absl::Status closed = ctx_.plans->closed_status(); !closed.ok()) {
-    result_.exit_code = kExitCoordinatorLost;
-    result_.reason = absl::StrCat("coordinator lost at iteration ", iteration, ": ", std::string(closed.message()));
-  } else if (st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded ||
-             st.code() == absl::StatusCode::kAborted) {
-    result_.exit_code = kExitPeerLost;
-    // The step check's Aborted names the ranks out of step: no guessing then.
-    const bool out_of_step = absl::StrContains(st.message(), "out of step");
-    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where,
-                                  out_of_step ? ": " : " (a peer was lost?): ", std::string(st.message()));
-  } else {
-    result_.exit_code = ExitCodeOf(st, kExitInternal);
-    result_.reason = absl::StrCat("iteration ", iteration, " failed in ", where, ": ", std::string(st.message()));
-  }
+TrainResult TrainLoop::Fail(const Failure& f) {
+  // The client's reader may learn why (an ABORT, the stream lost) a moment
+  // after the data plane failed, so give it a short while: the mailbox wakes
+  // us as soon as it knows.
+  const absl::Status control_failure = ctx_.plans->WaitForFailure(std::chrono::seconds(3));
+  WorkerExit e = FailedIteration(f.status, control_failure, f.iteration, f.where);
+  result_.exit_code = e.code;
+  result_.reason = std::move(e.reason);
   return result_;
 }
 
@@ -158,8 +151,7 @@ absl::Status TrainLoop::TakePlans(int64_t through, int64_t step) {
                               {{"iteration", std::to_string(it)}, {"step", std::to_string(step)}});
       plan = ctx_.plans->Wait(it, opt_.timeout);
     }
-    if (!plan.ok()) return plan.status();
-    if (plan->action == PlanAction::kAbort) return absl::AbortedError(plan->reason);
+    if (!plan.ok()) return plan.status();  // an ABORT fails the wait: it is the mailbox's failure
     PSYNC_RETURN_IF_ERROR(window_.Consume(*plan));
     ctx_.plans->Release(it);
   }
@@ -190,7 +182,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
   for (int64_t m = 0; m < M; ++m) {
     const data::Batch& batch = batches.micro[static_cast<size_t>(m)];
     const Tensor inputs = batch.inputs.To(ctx_.device);
-    const bool skip = opt_.SkipActive(step, m);
+    const bool skip = opt_.skip.Active(step, m, M);
     std::optional<ddp::NoSync> no_sync;
     if (m + 1 < M) no_sync.emplace(ddp.NoSync());
 
@@ -280,6 +272,91 @@ void TrainLoop::PrintProgress(int64_t step, const StepMetrics& m, Clock::time_po
   std::fflush(stdout);
 }
 
+std::optional<TrainLoop::Failure> TrainLoop::BeforeStep(int64_t step, bool* stop) {
+  // The plans this step needs (Plan{step-K}); a stop announced in them ends
+  // the run before this step, on every rank alike.
+  if (absl::Status st = TakePlans(window_.NeededBeforeStep(step), step); !st.ok()) {
+    return Failure{st, step, "waiting for the coordinator's plan"};
+  }
+  *stop = window_.StopsBefore(step);
+  if (*stop) {
+    if (absl::Status st = TakePlans(step - 1, step); !st.ok()) {
+      return Failure{st, step - 1, "waiting for the coordinator's last plans"};
+    }
+    return std::nullopt;
+  }
+  if (ctx_.trace && step > 0 && ctx_.plans->latest() < step - 1) {
+    ctx_.trace->Instant("ahead of plans", "control", TraceWriter::kControl, Clock::now(),
+                        {{"step", std::to_string(step)}, {"latest_plan", std::to_string(ctx_.plans->latest())}});
+  }
+  if (absl::Status st = ApplyBucketPlan(step); !st.ok()) {
+    return Failure{st, step, "applying the coordinator's bucket plan"};
+  }
+  return std::nullopt;
+}
+
+std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher& prefetch, Clock::time_point t0) {
+  absl::StatusOr<data::StepBatches> batches;
+  {
+    TraceWriter::Scope span(ctx_.trace, "wait data", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
+    batches = prefetch.Next();
+  }
+  if (!batches.ok()) return Failure{WithExitCode(batches.status(), kExitBadInput), step, "reading the data"};
+  // The step check (ddp/step_check.h) compares this across the ranks in
+  // the first bucket: a rank that skipped or repeated a backward is named.
+  reducer_.DeclareIteration(step);
+  absl::StatusOr<double> loss = ForwardBackward(step, *batches);
+  if (!loss.ok()) return Failure{loss.status(), step, "forward/backward"};
+
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = *loss;
+  if (absl::Status st = OptimizerStep(step, &m); !st.ok()) return Failure{st, step, "optimizer step"};
+  const auto t1 = Clock::now();
+  last_step_ms_ = Ms(t1 - t0);
+  prev_loss_ = *loss;
+  result_.step_ms.push_back(last_step_ms_);
+  result_.losses.push_back(*loss);
+  result_.steps_completed = step + 1;
+  result_.final_loss = *loss;
+  m.step_ms = last_step_ms_;
+  m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
+  if (EvaluatesAfter(step)) {
+    if (absl::Status st = Evaluate(step, &m); !st.ok()) return Failure{st, step, "evaluation"};
+  }
+  if (ctx_.metrics) {
+    if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
+  }
+  PrintProgress(step, m, Clock::now());
+  if (ctx_.save_checkpoint && opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0 &&
+      step + 1 < opt_.steps) {
+    if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Failure{st, step, "writing a checkpoint"};
+  }
+  return std::nullopt;
+}
+
+std::optional<TrainLoop::Failure> TrainLoop::AfterLastStep() {
+  // Before Done: the plans of the last steps (the coordinator closes every
+  // iteration this rank reported; a stop announced there changes nothing).
+  const int64_t last = result_.steps_completed - 1;
+  if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
+    return Failure{st, last, "waiting for the coordinator's last plans"};
+  }
+  // A run stopped early is evaluated on what it learned, on every rank alike.
+  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last) {
+    StepMetrics m;
+    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "evaluation"};
+  }
+  // The end of the run, or a stop (psyncctl shutdown): a checkpoint a later
+  // --resume continues from.
+  if (ctx_.save_checkpoint && result_.steps_completed > ctx_.first_step && last_checkpoint_ != result_.steps_completed) {
+    if (absl::Status st = SaveCheckpoint(result_.steps_completed); !st.ok()) {
+      return Failure{st, last, "writing the final checkpoint"};
+    }
+  }
+  return std::nullopt;
+}
+
 TrainResult TrainLoop::Run() {
   start_ = Clock::now();
   data::Prefetcher::Options po;
@@ -293,80 +370,13 @@ TrainResult TrainLoop::Run() {
 
   result_.steps_completed = ctx_.first_step;
   for (int64_t step = ctx_.first_step; step < opt_.steps; ++step) {
-    const auto t0 = Clock::now();
-    // The plans this step needs (Plan{step-K}); a stop announced in them ends
-    // the run before this step, on every rank alike.
-    if (absl::Status st = TakePlans(window_.NeededBeforeStep(step), step); !st.ok()) {
-      return Fail(st, step, "waiting for the coordinator's plan");
-    }
-    if (window_.StopsBefore(step)) {
-      if (absl::Status st = TakePlans(step - 1, step); !st.ok()) {
-        return Fail(st, step - 1, "waiting for the coordinator's last plans");
-      }
-      break;
-    }
-    if (ctx_.trace && step > 0 && ctx_.plans->latest() < step - 1) {
-      ctx_.trace->Instant("ahead of plans", "control", TraceWriter::kControl, Clock::now(),
-                          {{"step", std::to_string(step)}, {"latest_plan", std::to_string(ctx_.plans->latest())}});
-    }
-    if (absl::Status st = ApplyBucketPlan(step); !st.ok()) {
-      return Fail(st, step, "applying the coordinator's bucket plan");
-    }
-    absl::StatusOr<data::StepBatches> batches;
-    {
-      TraceWriter::Scope span(ctx_.trace, "wait data", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
-      batches = prefetch.Next();
-    }
-    if (!batches.ok()) return Fail(WithExitCode(batches.status(), kExitBadInput), step, "reading the data");
-    // The step check (ddp/step_check.h) compares this across the ranks in
-    // the first bucket: a rank that skipped or repeated a backward is named.
-    reducer_.DeclareIteration(step);
-    absl::StatusOr<double> loss = ForwardBackward(step, *batches);
-    if (!loss.ok()) return Fail(loss.status(), step, "forward/backward");
-
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = *loss;
-    if (absl::Status st = OptimizerStep(step, &m); !st.ok()) return Fail(st, step, "optimizer step");
-    const auto t1 = Clock::now();
-    last_step_ms_ = Ms(t1 - t0);
-    prev_loss_ = *loss;
-    result_.step_ms.push_back(last_step_ms_);
-    result_.losses.push_back(*loss);
-    result_.steps_completed = step + 1;
-    result_.final_loss = *loss;
-    m.step_ms = last_step_ms_;
-    m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
-    if (EvaluatesAfter(step)) {
-      if (absl::Status st = Evaluate(step, &m); !st.ok()) return Fail(st, step, "evaluation");
-    }
-    if (ctx_.metrics) {
-      if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
-    }
-    PrintProgress(step, m, Clock::now());
-    if (ctx_.save_checkpoint && ctx_.checkpoint_every > 0 && (step + 1) % ctx_.checkpoint_every == 0 &&
-        step + 1 < opt_.steps) {
-      if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Fail(st, step, "writing a checkpoint");
-    }
+    const auto t0 = Clock::now();  // a step's time includes waiting for its plans
+    bool stop = false;
+    if (std::optional<Failure> f = BeforeStep(step, &stop)) return Fail(*f);
+    if (stop) break;
+    if (std::optional<Failure> f = Step(step, prefetch, t0)) return Fail(*f);
   }
-  // Before Done: the plans of the last steps (the coordinator closes every
-  // iteration this rank reported; a stop announced there changes nothing).
-  const int64_t last = result_.steps_completed - 1;
-  if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
-    return Fail(st, last, "waiting for the coordinator's last plans");
-  }
-  // A run stopped early is evaluated on what it learned, on every rank alike.
-  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last) {
-    StepMetrics m;
-    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Fail(st, last, "evaluation");
-  }
-  // The end of the run, or a stop (psyncctl shutdown): a checkpoint a later
-  // --resume continues from.
-  if (ctx_.save_checkpoint && result_.steps_completed > ctx_.first_step && last_checkpoint_ != result_.steps_completed) {
-    if (absl::Status st = SaveCheckpoint(result_.steps_completed); !st.ok()) {
-      return Fail(st, last, "writing the final checkpoint");
-    }
-  }
+  if (std::optional<Failure> f = AfterLastStep()) return Fail(*f);
   RunSummary s;
   s.step_ms = result_.step_ms;
   result_.items_per_s = items_per_step_ / (s.median_step_ms() / 1000.0);

@@ -16,11 +16,12 @@
 // one of them says so, and applies a new bucket plan at its applies_from
 // iteration; after the last step it takes the remaining plans before Done.
 //
-// The trainer knows nothing about gRPC: reports go out through a
-// ReportChannel, plans come in through a PlanMailbox.
+// The trainer knows nothing about gRPC or the command line: reports go out
+// through a control::ReportChannel, plans come in through a
+// control::PlanMailbox, its settings are a TrainOptions (train_options.h).
+// How a failed iteration ends the run is worker_exit.h's FailedIteration.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,29 +29,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/exit_code.h"
 #include "worker/comm/process_group.h"
+#include "worker/control/plan_mailbox.h"
+#include "worker/control/report_channel.h"
 #include "worker/data/dataset.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models/model.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/schedule.h"
-#include "worker/runtime/exit_codes.h"
 #include "worker/runtime/metrics_writer.h"
-#include "worker/runtime/plan_source.h"
 #include "worker/runtime/trace_writer.h"
-#include "worker/runtime/worker_flags.h"
+#include "worker/runtime/train_options.h"
 
 namespace psync::runtime {
 
-class ReportChannel {
- public:
-  virtual ~ReportChannel() = default;
-  virtual absl::Status SendReport(int64_t iteration, const std::vector<uint8_t>& used, double loss,
-                                  double last_step_ms, const std::vector<size_t>& ready_order) = 0;
-};
-
 struct TrainContext {
-  const WorkerOptions* options = nullptr;
+  TrainOptions options;
   int rank = 0;
   int world_size = 1;
   Device device;
@@ -61,8 +56,10 @@ struct TrainContext {
   optim::Optimizer* optimizer = nullptr;
   const optim::LrSchedule* schedule = nullptr;
   comm::ProcessGroup* group = nullptr;  // for the evaluation's exchange of sums
-  ReportChannel* reports = nullptr;
-  std::shared_ptr<PlanMailbox> plans;
+  control::ReportChannel* reports = nullptr;
+  // Plans as the client's reader delivers them; its failure() (an ABORT, the
+  // stream lost) decides how a failed iteration ends.
+  std::shared_ptr<control::PlanMailbox> plans;
   int plan_lookahead = 1;  // K, from the coordinator (JoinResult::plan_lookahead)
   TraceWriter* trace = nullptr;
   MetricsWriter* metrics = nullptr;  // null: no --metrics
@@ -70,14 +67,10 @@ struct TrainContext {
   // optimizer state already; the data position and the schedule follow the step).
   int64_t first_step = 0;
   // Called on every rank after step s (s = steps completed) when a
-  // checkpoint is due: every --checkpoint-every steps, after the last step,
-  // and when a stop ends the run. Null: no checkpoints. The callee decides
-  // which rank writes (rank 0).
+  // checkpoint is due: every options.checkpoint_every steps, after the last
+  // step, and when a stop ends the run. Null: no checkpoints. The callee
+  // decides which rank writes (rank 0).
   std::function<absl::Status(int64_t steps_completed)> save_checkpoint;
-  int64_t checkpoint_every = 0;
-  // Set (from any thread) when the coordinator stream failed: 5; or when an
-  // ABORT plan arrived: 4. Read when an iteration fails to classify it.
-  const std::atomic<int>* fatal_code = nullptr;
 };
 
 struct TrainResult {

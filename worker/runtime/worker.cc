@@ -4,25 +4,29 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_from_exception.h"
+#include "common/status_macros.h"
 #include "worker/comm/shm/segment_name.h"
+#include "worker/control/job_session.h"
+#include "worker/control/unused_source.h"
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/optim/registry.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
-#include "worker/runtime/exit_codes.h"
-#include "worker/runtime/job_session.h"
 #include "worker/runtime/metrics_writer.h"
 #include "worker/runtime/model_builder.h"
-#include "worker/runtime/plan_pump.h"
+#include "worker/runtime/run_options.h"
 #include "worker/runtime/summary.h"
 #include "worker/runtime/trace_writer.h"
 #include "worker/runtime/trainer.h"
+#include "worker/runtime/worker_exit.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 
 namespace psync::runtime {
@@ -30,18 +34,6 @@ namespace psync::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The one-line reason is printed by RunWorker after every object of the run
-// (process group, client) is gone, so it is the last line on stderr.
-thread_local std::string* g_reason = nullptr;
-// The rank once known (requested or assigned by Join), for the last line:
-// psync-launch shows every rank's stderr, so the line must say whose it is.
-thread_local int g_rank = -1;
-int Exit(int code, const std::string& reason) {
-  if (g_reason) *g_reason = reason;
-  return code;
-}
-int Exit(const absl::Status& st, int fallback) { return Exit(ExitCodeOf(st, fallback), std::string(st.message())); }
 
 // --device: the worker's device, made current for this thread.
 absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
@@ -55,11 +47,10 @@ absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
     // Make cuda:LOCAL_RANK this thread's current device before any tensor
     // work: the ops' device guards would otherwise switch back to cuda:0
     // after each op and put a CUDA context on GPU 0 in every rank's process.
-    try {
-      cuda_device::SetCurrentDevice(device->index);
-    } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": ", e.what()));
-    }
+    absl::Status st = RunCatching(absl::StrCat("--device ", text),
+                                  [&] { cuda_device::SetCurrentDevice(device->index); },
+                                  absl::StatusCode::kInvalidArgument);
+    if (!st.ok()) return st;
   }
   return device;
 }
@@ -84,148 +75,154 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
   return optim::Optimizers().Create(opt.optimizer, args);
 }
 
-absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp(const WorkerOptions& opt,
-                                                                       std::shared_ptr<nn::Model> model,
-                                                                       JobSession& session) {
+// One run of psync-worker, in phases; each error ends the run with the exit
+// code it carries or its phase's (worker_exit.h). The members are built in
+// declaration order and destroyed in reverse, so DDP and the trainer's
+// outputs go before the job session, which goes before the model and data.
+// Owned by the main thread.
+class WorkerRun {
+ public:
+  explicit WorkerRun(const WorkerOptions& opt) : opt_(opt), started_(Clock::now()) {}
+  WorkerExit Run();
+
+ private:
+  // Device, data, model, optimizer, --resume, schedule: bad input fails
+  // here (exit 2), before joining.
+  absl::Status Prepare();
+  // After Join: the batch geometry and --metrics (exit 2), DDP (exit 3, or
+  // the job's failure once the plans stopped).
+  absl::Status SetUpTraining();
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp();
+  void PrintBanner() const;
+  TrainResult Train();
+  // --save (rank 0), --trace, rank 0's summary line.
+  void Outputs(TrainResult& tr);
+  // Done to the coordinator, --summary; the run's exit.
+  WorkerExit Finish(int code, const std::string& reason, const TrainResult* tr);
+
+  const WorkerOptions& opt_;
+  const Clock::time_point started_;
+  int rank_ = -1, world_ = 0;
+  Device device_;
+  std::optional<data::OpenedData> data_;
+  std::shared_ptr<nn::Model> model_;
+  nn::ModelOptions model_options_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<optim::LrSchedule> schedule_;
+  int64_t first_step_ = 0;
+  std::unique_ptr<control::JobSession> session_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::unique_ptr<TraceWriter> trace_;
+};
+
+absl::Status WorkerRun::Prepare() {
+  PSYNC_ASSIGN_OR_RETURN(device_, SetUpDevice(opt_));
+  absl::StatusOr<data::OpenedData> data = data::Open(DataOptionsFor(opt_));
+  if (!data.ok()) return data.status();
+  data_ = std::move(*data);
+  PSYNC_ASSIGN_OR_RETURN(BuiltModel built, BuildModel(ModelSpecFrom(opt_), data_->train->info(), device_));
+  model_ = std::move(built.model);
+  model_options_ = built.options;
+  PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_));
+  PSYNC_ASSIGN_OR_RETURN(first_step_, ResumeFromCheckpoint(CheckpointOptionsFrom(opt_), *model_, *optimizer_));
+  absl::StatusOr<optim::LrSchedule> schedule =
+      optim::LrSchedule::Create(opt_.lr_schedule, opt_.lr, opt_.warmup_steps, std::max<int64_t>(1, opt_.steps));
+  if (!schedule.ok()) return schedule.status();
+  schedule_.emplace(std::move(*schedule));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDdp() {
   ddp::DdpOptions dopt;
-  dopt.bucket_cap_mb = opt.bucket_cap_mb;
-  dopt.first_bucket_cap_mb = opt.first_bucket_mb;
-  dopt.find_unused_parameters = opt.find_unused_parameters;
-  dopt.timeout = opt.timeout;
+  dopt.bucket_cap_mb = opt_.bucket_cap_mb;
+  dopt.first_bucket_cap_mb = opt_.first_bucket_mb;
+  dopt.find_unused_parameters = opt_.find_unused_parameters;
+  dopt.timeout = opt_.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
-  dopt.comm_hook = *ddp::CommHookFromFlag(opt.grad_compression);  // validated with the flags
-  auto source = std::make_shared<CoordinatorUnusedSource>(session.mailbox());
+  dopt.comm_hook = *ddp::CommHookFromFlag(opt_.grad_compression);  // validated with the flags
+  auto source = std::make_shared<control::CoordinatorUnusedSource>(session_->mailbox());
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
-      ddp::DistributedDataParallel::Create(std::move(model), session.group(), dopt, source);
+      ddp::DistributedDataParallel::Create(model_, session_->group(), dopt, source);
   if (!ddp.ok()) {
-    const int code = session.fatal_code()->load();
+    // Parameters are broadcast from rank 0 here: a rendezvous failure, unless
+    // the job failed meanwhile (an ABORT, the coordinator lost).
     return WithExitCode(absl::Status(ddp.status().code(), absl::StrCat("setting up DDP: ", ddp.status().message())),
-                        code ? code : kExitRendezvous);
+                        ExitCodeOf(session_->mailbox()->failure(), kExitRendezvous));
   }
-  if (!session.initial_bucket_plan().empty()) {
-    if (absl::Status st = (*ddp)->reducer().ApplyBucketPlan(session.initial_bucket_plan()); !st.ok()) {
+  if (!session_->initial_bucket_plan().empty()) {
+    if (absl::Status st = (*ddp)->reducer().ApplyBucketPlan(session_->initial_bucket_plan()); !st.ok()) {
       return WithExitCode(absl::Status(st.code(), absl::StrCat("initial bucket plan: ", st.message())), kExitInternal);
     }
   }
   return ddp;
 }
 
-int RunWorkerImpl(const WorkerOptions& opt) {
-  const auto started = Clock::now();
-  if (opt.rank >= 0) SetLogRank(opt.rank);
-  g_rank = opt.rank;
-
-  // ---- build data, model, optimizer: bad input fails here (exit 2), before joining.
-  absl::StatusOr<Device> device = SetUpDevice(opt);
-  if (!device.ok()) return Exit(device.status(), kExitBadInput);
-  absl::StatusOr<data::OpenedData> data = data::Open(DataOptionsFor(opt));
-  if (!data.ok()) return Exit(data.status(), kExitBadInput);
-  absl::StatusOr<BuiltModel> built = BuildModel(opt, data->train->info(), *device);
-  if (!built.ok()) return Exit(built.status(), kExitBadInput);
-  std::shared_ptr<nn::Model> model = std::move(built->model);
-  absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = BuildOptimizer(opt, *model);
-  if (!optimizer.ok()) return Exit(optimizer.status(), kExitBadInput);
-  absl::StatusOr<int64_t> first_step = ResumeFromCheckpoint(opt, *model, **optimizer);
-  if (!first_step.ok()) return Exit(first_step.status(), kExitBadInput);
-  absl::StatusOr<optim::LrSchedule> schedule =
-      optim::LrSchedule::Create(opt.lr_schedule, opt.lr, opt.warmup_steps, std::max<int64_t>(1, opt.steps));
-  if (!schedule.ok()) return Exit(schedule.status(), kExitBadInput);
-  // A killed job's shared-memory segments go at the next job's start.
-  if (!device->is_cuda()) comm::shm::RemoveStaleSegments();
-
-  // ---- join the job: rank, group, plans.
-  absl::StatusOr<std::unique_ptr<JobSession>> session = JobSession::Start(opt, *device, model->named_parameters(), *first_step);
-  if (!session.ok()) return Exit(session.status(), kExitRendezvous);
-  JobSession& job = **session;
-  const int rank = job.rank(), world = job.world_size();
-  g_rank = rank;
-  auto finish = [&](int code, const std::string& reason, const TrainResult* tr) {
-    job.Finish(code, reason);
-    if (!opt.summary_path.empty()) {
-      RunSummary s;
-      s.rank = rank;
-      s.world_size = world;
-      s.steps_requested = opt.steps;
-      s.backend = job.backend();
-      s.device = device->ToString();
-      s.model = model->Describe();
-      s.data = data->train->Describe();
-      s.exit_reason = reason;
-      s.exit_code = code;
-      s.final_loss = s.val_loss = s.val_accuracy = std::nan("");
-      if (tr) {
-        s.steps_completed = tr->steps_completed;
-        s.final_loss = tr->final_loss;
-        s.val_loss = tr->val_loss;
-        s.val_accuracy = tr->val_accuracy;
-        s.items_per_s = tr->items_per_s;
-        s.step_ms = tr->step_ms;
-      }
-      s.total_s = std::chrono::duration<double>(Clock::now() - started).count();
-      absl::Status st = s.WriteJson(ExpandRank(opt.summary_path, rank));
-      if (!st.ok()) PSYNC_LOG(WARNING) << st.message();
-    }
-    return Exit(code, reason);
-  };
-  if (absl::Status st = ValidateBatchGeometry(opt, world); !st.ok()) return finish(kExitBadInput, std::string(st.message()), nullptr);
-  std::unique_ptr<MetricsWriter> metrics;
-  if (!opt.metrics_path.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsWriter>> m = MetricsWriter::Open(ExpandRank(opt.metrics_path, rank));
-    if (!m.ok()) return finish(kExitBadInput, std::string(m.status().message()), nullptr);
-    metrics = std::move(*m);
+absl::Status WorkerRun::SetUpTraining() {
+  if (absl::Status st = ValidateBatchGeometry(opt_, world_); !st.ok()) return WithExitCode(st, kExitBadInput);
+  if (!opt_.metrics_path.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsWriter>> m = MetricsWriter::Open(ExpandRank(opt_.metrics_path, rank_));
+    if (!m.ok()) return WithExitCode(m.status(), kExitBadInput);
+    metrics_ = std::move(*m);
   }
-  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp(opt, model, job);
-  if (!ddp.ok()) return finish(ExitCodeOf(ddp.status(), kExitInternal), std::string(ddp.status().message()), nullptr);
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp();
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = std::move(*ddp);
+  trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
+  return absl::OkStatus();
+}
 
-  // ---- train
-  TraceWriter trace(!opt.trace_path.empty(), rank);
+void WorkerRun::PrintBanner() const {
+  if (rank_ != 0 || opt_.quiet) return;
+  std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s\n  data %s%s\n"
+              "  optimizer %s, lr %g (%s, warmup %lld), global batch %lld x %lld micro-batches, %lld steps\n",
+              world_, session_->backend().c_str(), device_.ToString().c_str(), opt_.backend.c_str(),
+              session_->backend_reason().c_str(), model_->Describe().c_str(), data_->train->Describe().c_str(),
+              data_->val ? absl::StrCat("; held out: ", data_->val->Describe()).c_str() : "", opt_.optimizer.c_str(),
+              opt_.lr, opt_.lr_schedule.c_str(), static_cast<long long>(opt_.warmup_steps),
+              static_cast<long long>(opt_.global_batch), static_cast<long long>(opt_.accumulate),
+              static_cast<long long>(opt_.steps));
+  std::fflush(stdout);
+}
+
+TrainResult WorkerRun::Train() {
   TrainContext ctx;
-  ctx.options = &opt;
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.device = *device;
-  ctx.train = data->train.get();
-  ctx.val = data->val.get();
-  ctx.model = model.get();
-  ctx.ddp = ddp->get();
-  ctx.optimizer = optimizer->get();
-  ctx.schedule = &*schedule;
-  ctx.group = job.group().get();
-  ctx.reports = job.reports();
-  ctx.plans = job.mailbox();
-  ctx.plan_lookahead = job.plan_lookahead();
-  ctx.trace = &trace;
-  ctx.metrics = metrics.get();
-  ctx.fatal_code = job.fatal_code();
-  ctx.first_step = *first_step;
-  ctx.save_checkpoint = MakeCheckpointSaver(opt, rank, world, built->options, model.get(), optimizer->get());
-  ctx.checkpoint_every = opt.checkpoint_every;
-  if (rank == 0 && !opt.quiet) {
-    std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s\n  data %s%s\n"
-                "  optimizer %s, lr %g (%s, warmup %lld), global batch %lld x %lld micro-batches, %lld steps\n",
-                world, job.backend().c_str(), device->ToString().c_str(), opt.backend.c_str(),
-                job.backend_reason().c_str(), model->Describe().c_str(), data->train->Describe().c_str(),
-                data->val ? absl::StrCat("; held out: ", data->val->Describe()).c_str() : "", opt.optimizer.c_str(),
-                opt.lr, opt.lr_schedule.c_str(), static_cast<long long>(opt.warmup_steps),
-                static_cast<long long>(opt.global_batch), static_cast<long long>(opt.accumulate),
-                static_cast<long long>(opt.steps));
-    std::fflush(stdout);
-  }
-  TrainResult tr = Train(ctx);
+  ctx.options = TrainOptionsFrom(opt_);
+  ctx.rank = rank_;
+  ctx.world_size = world_;
+  ctx.device = device_;
+  ctx.train = data_->train.get();
+  ctx.val = data_->val.get();
+  ctx.model = model_.get();
+  ctx.ddp = ddp_.get();
+  ctx.optimizer = optimizer_.get();
+  ctx.schedule = &*schedule_;
+  ctx.group = session_->group().get();
+  ctx.reports = session_->reports();
+  ctx.plans = session_->mailbox();
+  ctx.plan_lookahead = session_->plan_lookahead();
+  ctx.trace = trace_.get();
+  ctx.metrics = metrics_.get();
+  ctx.first_step = first_step_;
+  ctx.save_checkpoint = MakeCheckpointSaver(CheckpointOptionsFrom(opt_), rank_, world_, model_options_, model_.get(),
+                                            optimizer_.get());
+  PrintBanner();
+  return runtime::Train(ctx);
+}
 
-  // ---- save
-  if (tr.exit_code == kExitOk && rank == 0 && !opt.save_path.empty()) {
-    absl::Status st = SaveWeights(opt, world, built->options, *model, tr.steps_completed);
+void WorkerRun::Outputs(TrainResult& tr) {
+  if (tr.exit_code == kExitOk && rank_ == 0 && !opt_.save_path.empty()) {
+    absl::Status st = SaveWeights(CheckpointOptionsFrom(opt_), world_, model_options_, *model_, tr.steps_completed);
     if (!st.ok()) {
       tr.exit_code = kExitInternal;
       tr.reason = std::string(st.message());
     }
   }
-  if (!opt.trace_path.empty()) {
-    absl::Status st = trace.Write(ExpandRank(opt.trace_path, rank));
+  if (!opt_.trace_path.empty()) {
+    absl::Status st = trace_->Write(ExpandRank(opt_.trace_path, rank_));
     if (!st.ok()) PSYNC_LOG(WARNING) << st.message();
   }
-  if (rank == 0 && !opt.quiet) {
+  if (rank_ == 0 && !opt_.quiet) {
     RunSummary s;
     s.step_ms = tr.step_ms;
     std::string val;
@@ -235,24 +232,85 @@ int RunWorkerImpl(const WorkerOptions& opt) {
                 tr.final_loss, val.c_str(), s.median_step_ms(), s.p90_step_ms());
     std::fflush(stdout);
   }
-  return finish(tr.exit_code, tr.reason, &tr);
+}
+
+WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainResult* tr) {
+  session_->Finish(code, reason);
+  if (!opt_.summary_path.empty()) {
+    RunSummary s;
+    s.rank = rank_;
+    s.world_size = world_;
+    s.steps_requested = opt_.steps;
+    s.backend = session_->backend();
+    s.device = device_.ToString();
+    s.model = model_->Describe();
+    s.data = data_->train->Describe();
+    s.exit_reason = reason;
+    s.exit_code = code;
+    s.final_loss = s.val_loss = s.val_accuracy = std::nan("");
+    if (tr) {
+      s.steps_completed = tr->steps_completed;
+      s.final_loss = tr->final_loss;
+      s.val_loss = tr->val_loss;
+      s.val_accuracy = tr->val_accuracy;
+      s.items_per_s = tr->items_per_s;
+      s.step_ms = tr->step_ms;
+    }
+    s.total_s = std::chrono::duration<double>(Clock::now() - started_).count();
+    absl::Status st = s.WriteJson(ExpandRank(opt_.summary_path, rank_));
+    if (!st.ok()) PSYNC_LOG(WARNING) << st.message();
+  }
+  return WorkerExit{code, reason, rank_};
+}
+
+WorkerExit WorkerRun::Run() {
+  rank_ = opt_.rank;
+  if (rank_ >= 0) SetLogRank(rank_);
+  if (absl::Status st = Prepare(); !st.ok()) {
+    WorkerExit e = ExitFor(st, kExitBadInput);
+    e.rank = rank_;
+    return e;
+  }
+  // A killed job's shared-memory segments go at the next job's start.
+  if (!device_.is_cuda()) comm::shm::RemoveStaleSegments();
+
+  absl::StatusOr<std::unique_ptr<control::JobSession>> session =
+      control::JobSession::Start(SessionOptionsFrom(opt_), device_, model_->named_parameters(), first_step_);
+  if (!session.ok()) {
+    WorkerExit e = ExitFor(session.status(), kExitRendezvous);
+    e.rank = rank_;
+    return e;
+  }
+  session_ = std::move(*session);
+  rank_ = session_->rank();
+  world_ = session_->world_size();
+  if (absl::Status st = SetUpTraining(); !st.ok()) {
+    return Finish(ExitCodeOf(st, kExitInternal), std::string(st.message()), nullptr);
+  }
+  TrainResult tr = Train();
+  Outputs(tr);
+  return Finish(tr.exit_code, tr.reason, &tr);
 }
 
 }  // namespace
 
 int RunWorker(const WorkerOptions& opt) {
-  std::string reason;
-  g_reason = &reason;
-  const int code = RunWorkerImpl(opt);
-  g_reason = nullptr;
+  WorkerExit e;
+  {
+    // Every object of the run (process group, client) is gone before the
+    // reason is printed, so it is the last line on stderr.
+    WorkerRun run(opt);
+    e = run.Run();
+  }
   std::fflush(stdout);
-  if (g_rank >= 0) {
-    std::fprintf(stderr, "psync-worker rank %d: %s\n", g_rank, reason.c_str());
+  // psync-launch shows every rank's stderr: the line says whose it is.
+  if (e.rank >= 0) {
+    std::fprintf(stderr, "psync-worker rank %d: %s\n", e.rank, e.reason.c_str());
   } else {
-    std::fprintf(stderr, "psync-worker: %s\n", reason.c_str());
+    std::fprintf(stderr, "psync-worker: %s\n", e.reason.c_str());
   }
   std::fflush(stderr);
-  return code;
+  return e.code;
 }
 
 }  // namespace psync::runtime

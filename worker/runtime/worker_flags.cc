@@ -5,7 +5,9 @@
 #include <cstring>
 #include <fstream>
 #include <cstdlib>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -14,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/status_macros.h"
 #include "worker/nn/models/registry.h"
 
 // ---- control plane
@@ -117,38 +120,262 @@ const std::set<std::string>& WorkerFlagNames() {
   return names;
 }
 
+// The environment variables that stand in for a flag the command line does
+// not give (torchrun and Kubeflow set the first four). --coordinator is
+// made of two (MASTER_ADDR, MASTER_PORT): CoordinatorFrom.
+struct EnvFallback {
+  const char* flag;  // underscore form
+  const char* env;
+};
+constexpr EnvFallback kEnvFallbacks[] = {
+    {"rank", "RANK"}, {"world_size", "WORLD_SIZE"}, {"local_rank", "LOCAL_RANK"},
+    {"local_world_size", "LOCAL_WORLD_SIZE"}, {"token", "PSYNC_TOKEN"}, {"tls_ca", "PSYNC_TLS_CA"},
+};
+
 absl::Status Bad(const std::string& flag, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", msg));
 }
 
-absl::StatusOr<int> EnvInt(const EnvLookup& env, const std::string& var) {
-  std::optional<std::string> v = env(var);
-  int out = 0;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("environment variable ", var, "='", *v, "' is not an integer"));
+bool IsHostPort(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  int port = 0;
+  return colon != std::string::npos && colon != 0 && absl::SimpleAtoi(s.substr(colon + 1), &port) && port > 0 &&
+         port <= 65535;
+}
+
+// Where each value comes from: the command line, else the flag's
+// environment variable (kEnvFallbacks), else the flag's default.
+class FlagSource {
+ public:
+  FlagSource(const ParsedArgs& parsed, const EnvLookup& env) : parsed_(parsed), env_(env) {}
+
+  bool given(const char* flag) const { return parsed_.specified.count(flag) > 0; }
+  const EnvLookup& env() const { return env_; }
+
+  absl::StatusOr<int> Int(const absl::Flag<int>& flag, const char* name) const {
+    std::optional<std::pair<std::string, std::string>> e = FromEnv(name);
+    if (!e) return absl::GetFlag(flag);
+    int out = 0;
+    if (!absl::SimpleAtoi(e->second, &out)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", e->first, "='", e->second, "' is not an integer"));
+    }
+    return out;
+  }
+  std::string String(const absl::Flag<std::string>& flag, const char* name) const {
+    std::optional<std::pair<std::string, std::string>> e = FromEnv(name);
+    return e ? e->second : absl::GetFlag(flag);
+  }
+
+ private:
+  // {variable, value} when the command line lacks flag `name` and its variable is set.
+  std::optional<std::pair<std::string, std::string>> FromEnv(const char* name) const {
+    if (given(name)) return std::nullopt;
+    for (const EnvFallback& f : kEnvFallbacks) {
+      if (std::string(f.flag) != name) continue;
+      std::optional<std::string> v = env_(f.env);
+      if (v) return std::make_pair(std::string(f.env), *v);
+    }
+    return std::nullopt;
+  }
+
+  const ParsedArgs& parsed_;
+  const EnvLookup& env_;
+};
+
+// --coordinator, else MASTER_ADDR:MASTER_PORT (either may default: 127.0.0.1, 29500).
+absl::Status CoordinatorFrom(const FlagSource& src, WorkerOptions& o) {
+  if (src.given("coordinator")) {
+    o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  } else if (src.env()("MASTER_ADDR")) {
+    std::string port = src.env()("MASTER_PORT").value_or("29500");
+    o.coordinator = absl::StrCat(*src.env()("MASTER_ADDR"), ":", port);
+  } else if (src.env()("MASTER_PORT")) {
+    o.coordinator = absl::StrCat("127.0.0.1:", *src.env()("MASTER_PORT"));
+  }
+  if (!IsHostPort(o.coordinator)) return Bad("coordinator", absl::StrCat("'", o.coordinator, "' is not HOST:PORT"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseControlPlane(const FlagSource& src, WorkerOptions& o) {
+  PSYNC_RETURN_IF_ERROR(CoordinatorFrom(src, o));
+  PSYNC_ASSIGN_OR_RETURN(o.rank, src.Int(FLAGS_rank, "rank"));
+  if (o.rank < -1) return Bad("rank", absl::StrCat(o.rank, " is negative (use -1 for any)"));
+  PSYNC_ASSIGN_OR_RETURN(o.world_size, src.Int(FLAGS_world_size, "world_size"));
+  if (o.world_size < 0) return Bad("world-size", absl::StrCat(o.world_size, " is negative"));
+  if (o.world_size > 0 && o.rank >= o.world_size) {
+    return Bad("rank", absl::StrCat(o.rank, " is not below --world-size ", o.world_size));
+  }
+  PSYNC_ASSIGN_OR_RETURN(o.local_rank, src.Int(FLAGS_local_rank, "local_rank"));
+  if (o.local_rank < 0) return Bad("local-rank", absl::StrCat(o.local_rank, " is negative"));
+  PSYNC_ASSIGN_OR_RETURN(o.local_world_size, src.Int(FLAGS_local_world_size, "local_world_size"));
+  if (o.local_world_size < 0) return Bad("local-world-size", absl::StrCat(o.local_world_size, " is negative"));
+  if (o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
+    return Bad("local-rank", absl::StrCat(o.local_rank, " is not below the local world size ", o.local_world_size));
+  }
+  o.job_id = absl::GetFlag(FLAGS_job_id);
+  if (o.job_id.empty()) return Bad("job-id", "must not be empty");
+  o.token = src.String(FLAGS_token, "token");
+  o.tls_ca = src.String(FLAGS_tls_ca, "tls_ca");
+  if (!o.tls_ca.empty() && std::ifstream(o.tls_ca).fail()) {
+    return Bad("tls-ca", absl::StrCat("cannot read '", o.tls_ca, "': ", std::strerror(errno)));
+  }
+  o.plan_relay = absl::GetFlag(FLAGS_plan_relay);
+  if (!o.plan_relay.empty() && !IsHostPort(o.plan_relay)) {
+    return Bad("plan-relay", absl::StrCat("'", o.plan_relay, "' is not HOST:PORT"));
+  }
+  o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
+  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");
+  o.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  return absl::OkStatus();
+}
+
+// `text` as comma-separated positive integers; `what` says what it should be.
+absl::StatusOr<std::vector<int64_t>> PositiveList(const char* flag, const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) return Bad(flag, absl::StrCat("'", text, "' is not ", what));
+    out.push_back(v);
   }
   return out;
 }
 
-}  // namespace
-
-const char* SkipPatternName(SkipPattern p) {
-  switch (p) {
-    case SkipPattern::kAlways: return "always";
-    case SkipPattern::kOdd: return "odd";
-    case SkipPattern::kLastMicro: return "lastmicro";
+// The model's flags (validated against the data and built in model_builder.cc).
+absl::Status ParseModel(const FlagSource& src, WorkerOptions& o) {
+  o.model = absl::GetFlag(FLAGS_model);
+  if (!nn::Models().Contains(o.model)) {
+    return Bad("model", absl::StrCat("'", o.model, "' is not one of ", absl::StrJoin(nn::Models().Names(), "|")));
   }
-  return "?";
+  PSYNC_ASSIGN_OR_RETURN(o.widths, PositiveList("widths", absl::GetFlag(FLAGS_widths),
+                                                "a comma-separated list of positive integers"));
+  if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
+  PSYNC_ASSIGN_OR_RETURN(o.cnn_channels, PositiveList("cnn-channels", absl::GetFlag(FLAGS_cnn_channels),
+                                                      "two positive integers (c1,c2)"));
+  if (o.cnn_channels.size() != 2) return Bad("cnn-channels", "wants two channel counts (c1,c2)");
+  o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  if (o.vocab_size < 0) return Bad("vocab-size", "must not be negative (0 = the data's)");
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  if (o.block_size <= 0) return Bad("block-size", "must be positive");
+  o.n_layer = absl::GetFlag(FLAGS_n_layer);
+  o.n_head = absl::GetFlag(FLAGS_n_head);
+  o.n_embd = absl::GetFlag(FLAGS_n_embd);
+  if (src.given("skip_layer") && src.given("skip_block")) {
+    return Bad("skip-block", "give --skip-layer (mlp) or --skip-block (gpt), not both");
+  }
+  const bool block = src.given("skip_block");
+  o.skip_layer = block ? absl::GetFlag(FLAGS_skip_block) : absl::GetFlag(FLAGS_skip_layer);
+  if (o.skip_layer < -1) return Bad(block ? "skip-block" : "skip-layer", "must be -1 (none) or an index");
+  const std::string pattern = absl::GetFlag(FLAGS_skip_pattern);
+  if (pattern == "always") o.skip_pattern = SkipPattern::kAlways;
+  else if (pattern == "odd") o.skip_pattern = SkipPattern::kOdd;
+  else if (pattern == "lastmicro") o.skip_pattern = SkipPattern::kLastMicro;
+  else return Bad("skip-pattern", absl::StrCat("'", pattern, "' is not one of always|odd|lastmicro"));
+  o.init_path = absl::GetFlag(FLAGS_init);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  return absl::OkStatus();
 }
 
-bool WorkerOptions::SkipActive(int64_t step, int64_t micro) const {
-  if (skip_layer < 0) return false;
-  switch (skip_pattern) {
-    case SkipPattern::kAlways: return true;
-    case SkipPattern::kOdd: return step % 2 == 1;
-    case SkipPattern::kLastMicro: return micro == accumulate - 1;
+// The data's flags (the files are opened and validated by data::Open before joining).
+absl::Status ParseData(WorkerOptions& o) {
+  o.data.path = absl::GetFlag(FLAGS_data);
+  o.data.format = absl::GetFlag(FLAGS_data_format);
+  o.data.val_path = absl::GetFlag(FLAGS_val_data);
+  o.data.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  o.data.shuffle = absl::GetFlag(FLAGS_shuffle);
+  o.data.seed = o.seed;
+  o.data.block_size = o.block_size;
+  o.data.synthetic_rows = absl::GetFlag(FLAGS_synthetic_rows);
+  if (o.data.synthetic_rows <= 0) return Bad("synthetic-rows", "must be positive");
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  if (o.eval_every < 0) return Bad("eval-every", "must not be negative");
+  o.eval_examples = absl::GetFlag(FLAGS_eval_examples);
+  if (o.eval_examples < 0) return Bad("eval-examples", "must not be negative");
+  o.eval_batch = absl::GetFlag(FLAGS_eval_batch);
+  if (o.eval_batch <= 0) return Bad("eval-batch", "must be positive");
+  return absl::OkStatus();
+}
+
+absl::Status ParseOptimisation(WorkerOptions& o) {
+  o.global_batch = absl::GetFlag(FLAGS_global_batch);
+  if (o.global_batch <= 0) return Bad("global-batch", absl::StrCat(o.global_batch, " must be positive"));
+  o.accumulate = absl::GetFlag(FLAGS_accumulate);
+  if (o.accumulate <= 0) return Bad("accumulate", absl::StrCat(o.accumulate, " must be positive"));
+  o.steps = absl::GetFlag(FLAGS_steps);
+  if (o.steps < 0) return Bad("steps", absl::StrCat(o.steps, " must not be negative"));
+  o.lr = absl::GetFlag(FLAGS_lr);
+  if (!std::isfinite(o.lr) || o.lr < 0) return Bad("lr", "must be a finite number >= 0");
+  // The optimizer's own options are validated by its factory (optim/registry.h).
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.momentum = absl::GetFlag(FLAGS_momentum);
+  // torch accepts momentum 1, but the velocity then never decays: a typo, not a choice.
+  if (!(o.momentum >= 0 && o.momentum < 1)) return Bad("momentum", "must be in [0, 1)");
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) return Bad("weight-decay", "must be a finite value >= 0");
+  o.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.eps = absl::GetFlag(FLAGS_eps);
+  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0) return Bad("clip-grad-norm", "must be >= 0 (0 = off)");
+  o.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (o.world_size > 0) PSYNC_RETURN_IF_ERROR(ValidateBatchGeometry(o, o.world_size));
+  return absl::OkStatus();
+}
+
+absl::Status ParseDdp(WorkerOptions& o) {
+  o.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb)) return Bad("bucket-cap-mb", "must be positive");
+  o.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  if (!(o.first_bucket_mb > 0) || !std::isfinite(o.first_bucket_mb)) return Bad("first-bucket-mb", "must be positive");
+  o.device = absl::GetFlag(FLAGS_device);
+  if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
+    return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));
   }
-  return false;
+  o.backend = absl::GetFlag(FLAGS_backend);
+  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "shm" && o.backend != "hier" &&
+      o.backend != "nccl") {
+    return Bad("backend", absl::StrCat("'", o.backend, "' is not one of auto|gloo|shm|hier|nccl"));
+  }
+  o.grad_compression = absl::GetFlag(FLAGS_grad_compression);
+  if (o.grad_compression != "none" && o.grad_compression != "bf16" && o.grad_compression != "fp16") {
+    return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
+  }
+  const bool cuda = o.device != "cpu";
+  if (cuda && o.backend != "auto" && o.backend != "nccl") {
+    return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,
+                                       " use nccl (or auto)"));
+  }
+  if (!cuda && o.backend == "nccl") return Bad("backend", "nccl needs --device=cuda; on CPU use auto, gloo, shm or hier");
+  return absl::OkStatus();
+}
+
+absl::Status ParseOutputs(WorkerOptions& o) {
+  o.save_path = absl::GetFlag(FLAGS_save);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (o.checkpoint_every < 0) return Bad("checkpoint-every", "must not be negative (0 = only at the end or on a stop)");
+  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (o.keep_checkpoints < 0) return Bad("keep-checkpoints", "must not be negative (0 = keep all)");
+  o.resume = absl::GetFlag(FLAGS_resume);
+  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
+    return Bad(o.resume ? "resume" : "checkpoint-every", "needs --checkpoint-dir");
+  }
+  o.trace_path = absl::GetFlag(FLAGS_trace);
+  o.summary_path = absl::GetFlag(FLAGS_summary);
+  o.metrics_path = absl::GetFlag(FLAGS_metrics);
+  o.progress_every = absl::GetFlag(FLAGS_progress_every);
+  if (o.progress_every < 0) return Bad("progress-every", "must not be negative");
+  o.quiet = absl::GetFlag(FLAGS_quiet);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool WorkerOptions::SkipActive(int64_t step, int64_t micro) const {
+  return SkipSchedule{skip_layer, skip_pattern}.Active(step, micro, accumulate);
 }
 
 EnvLookup ProcessEnv() {
@@ -187,215 +414,14 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", parsed->positional.front(), "' (flags look like --name=value)"));
   }
-  auto given = [&](const char* name) { return parsed->specified.count(name) > 0; };
-
+  const FlagSource src(*parsed, env);
   WorkerOptions o;
-  // ---- control plane, with environment fallbacks
-  if (given("coordinator")) {
-    o.coordinator = absl::GetFlag(FLAGS_coordinator);
-  } else if (env("MASTER_ADDR")) {
-    std::string port = env("MASTER_PORT").value_or("29500");
-    o.coordinator = absl::StrCat(*env("MASTER_ADDR"), ":", port);
-  } else if (env("MASTER_PORT")) {
-    o.coordinator = absl::StrCat("127.0.0.1:", *env("MASTER_PORT"));
-  }
-  {
-    size_t colon = o.coordinator.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(o.coordinator.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
-      return Bad("coordinator", absl::StrCat("'", o.coordinator, "' is not HOST:PORT"));
-    }
-  }
-  o.rank = absl::GetFlag(FLAGS_rank);
-  if (!given("rank") && env("RANK")) {
-    absl::StatusOr<int> r = EnvInt(env, "RANK");
-    if (!r.ok()) return r.status();
-    o.rank = *r;
-  }
-  if (o.rank < -1) return Bad("rank", absl::StrCat(o.rank, " is negative (use -1 for any)"));
-  o.world_size = absl::GetFlag(FLAGS_world_size);
-  if (!given("world_size") && env("WORLD_SIZE")) {
-    absl::StatusOr<int> r = EnvInt(env, "WORLD_SIZE");
-    if (!r.ok()) return r.status();
-    o.world_size = *r;
-  }
-  if (o.world_size < 0) return Bad("world-size", absl::StrCat(o.world_size, " is negative"));
-  if (o.world_size > 0 && o.rank >= o.world_size) {
-    return Bad("rank", absl::StrCat(o.rank, " is not below --world-size ", o.world_size));
-  }
-  o.local_rank = absl::GetFlag(FLAGS_local_rank);
-  if (!given("local_rank") && env("LOCAL_RANK")) {
-    absl::StatusOr<int> r = EnvInt(env, "LOCAL_RANK");
-    if (!r.ok()) return r.status();
-    o.local_rank = *r;
-  }
-  if (o.local_rank < 0) return Bad("local-rank", absl::StrCat(o.local_rank, " is negative"));
-  o.local_world_size = absl::GetFlag(FLAGS_local_world_size);
-  if (!given("local_world_size") && env("LOCAL_WORLD_SIZE")) {
-    absl::StatusOr<int> r = EnvInt(env, "LOCAL_WORLD_SIZE");
-    if (!r.ok()) return r.status();
-    o.local_world_size = *r;
-  }
-  if (o.local_world_size < 0) return Bad("local-world-size", absl::StrCat(o.local_world_size, " is negative"));
-  if (o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
-    return Bad("local-rank", absl::StrCat(o.local_rank, " is not below the local world size ", o.local_world_size));
-  }
-  o.job_id = absl::GetFlag(FLAGS_job_id);
-  if (o.job_id.empty()) return Bad("job-id", "must not be empty");
-  o.token = absl::GetFlag(FLAGS_token);
-  if (!given("token") && env("PSYNC_TOKEN")) o.token = *env("PSYNC_TOKEN");
-  o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  if (!given("tls_ca") && env("PSYNC_TLS_CA")) o.tls_ca = *env("PSYNC_TLS_CA");
-  if (!o.tls_ca.empty() && std::ifstream(o.tls_ca).fail()) {
-    return Bad("tls-ca", absl::StrCat("cannot read '", o.tls_ca, "': ", std::strerror(errno)));
-  }
-  o.plan_relay = absl::GetFlag(FLAGS_plan_relay);
-  if (!o.plan_relay.empty()) {
-    const size_t colon = o.plan_relay.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(o.plan_relay.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
-      return Bad("plan-relay", absl::StrCat("'", o.plan_relay, "' is not HOST:PORT"));
-    }
-  }
-  o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
-  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
-  if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");
-  o.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
-
-  // ---- model (validated against the data and built in model_builder.cc)
-  o.model = absl::GetFlag(FLAGS_model);
-  if (!nn::Models().Contains(o.model)) {
-    return Bad("model", absl::StrCat("'", o.model, "' is not one of ", absl::StrJoin(nn::Models().Names(), "|")));
-  }
-  o.widths.clear();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_widths), ',')) {
-    int64_t w = 0;
-    if (!absl::SimpleAtoi(part, &w) || w <= 0) {
-      return Bad("widths", absl::StrCat("'", absl::GetFlag(FLAGS_widths),
-                                        "' is not a comma-separated list of positive integers"));
-    }
-    o.widths.push_back(w);
-  }
-  if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
-  o.cnn_channels.clear();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_cnn_channels), ',')) {
-    int64_t c = 0;
-    if (!absl::SimpleAtoi(part, &c) || c <= 0) {
-      return Bad("cnn-channels", absl::StrCat("'", absl::GetFlag(FLAGS_cnn_channels), "' is not two positive integers (c1,c2)"));
-    }
-    o.cnn_channels.push_back(c);
-  }
-  if (o.cnn_channels.size() != 2) return Bad("cnn-channels", "wants two channel counts (c1,c2)");
-  o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
-  if (o.vocab_size < 0) return Bad("vocab-size", "must not be negative (0 = the data's)");
-  o.block_size = absl::GetFlag(FLAGS_block_size);
-  if (o.block_size <= 0) return Bad("block-size", "must be positive");
-  o.n_layer = absl::GetFlag(FLAGS_n_layer);
-  o.n_head = absl::GetFlag(FLAGS_n_head);
-  o.n_embd = absl::GetFlag(FLAGS_n_embd);
-  if (given("skip_layer") && given("skip_block")) {
-    return Bad("skip-block", "give --skip-layer (mlp) or --skip-block (gpt), not both");
-  }
-  o.skip_layer = given("skip_block") ? absl::GetFlag(FLAGS_skip_block) : absl::GetFlag(FLAGS_skip_layer);
-  if (o.skip_layer < -1) return Bad(given("skip_block") ? "skip-block" : "skip-layer", "must be -1 (none) or an index");
-  const std::string pattern = absl::GetFlag(FLAGS_skip_pattern);
-  if (pattern == "always") o.skip_pattern = SkipPattern::kAlways;
-  else if (pattern == "odd") o.skip_pattern = SkipPattern::kOdd;
-  else if (pattern == "lastmicro") o.skip_pattern = SkipPattern::kLastMicro;
-  else return Bad("skip-pattern", absl::StrCat("'", pattern, "' is not one of always|odd|lastmicro"));
-  o.init_path = absl::GetFlag(FLAGS_init);
-  o.seed = absl::GetFlag(FLAGS_seed);
-
-  // ---- data (the files are opened and validated by data::Open before joining)
-  o.data.path = absl::GetFlag(FLAGS_data);
-  o.data.format = absl::GetFlag(FLAGS_data_format);
-  o.data.val_path = absl::GetFlag(FLAGS_val_data);
-  o.data.val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  o.data.shuffle = absl::GetFlag(FLAGS_shuffle);
-  o.data.seed = o.seed;
-  o.data.block_size = o.block_size;
-  o.data.synthetic_rows = absl::GetFlag(FLAGS_synthetic_rows);
-  if (o.data.synthetic_rows <= 0) return Bad("synthetic-rows", "must be positive");
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  if (o.eval_every < 0) return Bad("eval-every", "must not be negative");
-  o.eval_examples = absl::GetFlag(FLAGS_eval_examples);
-  if (o.eval_examples < 0) return Bad("eval-examples", "must not be negative");
-  o.eval_batch = absl::GetFlag(FLAGS_eval_batch);
-  if (o.eval_batch <= 0) return Bad("eval-batch", "must be positive");
-
-  // ---- optimisation
-  o.global_batch = absl::GetFlag(FLAGS_global_batch);
-  if (o.global_batch <= 0) return Bad("global-batch", absl::StrCat(o.global_batch, " must be positive"));
-  o.accumulate = absl::GetFlag(FLAGS_accumulate);
-  if (o.accumulate <= 0) return Bad("accumulate", absl::StrCat(o.accumulate, " must be positive"));
-  o.steps = absl::GetFlag(FLAGS_steps);
-  if (o.steps < 0) return Bad("steps", absl::StrCat(o.steps, " must not be negative"));
-  o.lr = absl::GetFlag(FLAGS_lr);
-  if (!std::isfinite(o.lr) || o.lr < 0) return Bad("lr", "must be a finite number >= 0");
-  // The optimizer's own options are validated by its factory (optim/registry.h).
-  o.optimizer = absl::GetFlag(FLAGS_optimizer);
-  o.momentum = absl::GetFlag(FLAGS_momentum);
-  // torch accepts momentum 1, but the velocity then never decays: a typo, not a choice.
-  if (!(o.momentum >= 0 && o.momentum < 1)) return Bad("momentum", "must be in [0, 1)");
-  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) return Bad("weight-decay", "must be a finite value >= 0");
-  o.beta1 = absl::GetFlag(FLAGS_beta1);
-  o.beta2 = absl::GetFlag(FLAGS_beta2);
-  o.eps = absl::GetFlag(FLAGS_eps);
-  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
-  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0) return Bad("clip-grad-norm", "must be >= 0 (0 = off)");
-  o.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  if (o.world_size > 0) {
-    absl::Status st = ValidateBatchGeometry(o, o.world_size);
-    if (!st.ok()) return st;
-  }
-
-  // ---- DDP
-  o.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
-  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
-  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb)) return Bad("bucket-cap-mb", "must be positive");
-  o.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
-  if (!(o.first_bucket_mb > 0) || !std::isfinite(o.first_bucket_mb)) return Bad("first-bucket-mb", "must be positive");
-  o.device = absl::GetFlag(FLAGS_device);
-  if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
-    return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));
-  }
-  o.backend = absl::GetFlag(FLAGS_backend);
-  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "shm" && o.backend != "hier" &&
-      o.backend != "nccl") {
-    return Bad("backend", absl::StrCat("'", o.backend, "' is not one of auto|gloo|shm|hier|nccl"));
-  }
-  o.grad_compression = absl::GetFlag(FLAGS_grad_compression);
-  if (o.grad_compression != "none" && o.grad_compression != "bf16" && o.grad_compression != "fp16") {
-    return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
-  }
-  const bool cuda = o.device != "cpu";
-  if (cuda && o.backend != "auto" && o.backend != "nccl") {
-    return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,
-                                       " use nccl (or auto)"));
-  }
-  if (!cuda && o.backend == "nccl") return Bad("backend", "nccl needs --device=cuda; on CPU use auto, gloo, shm or hier");
-
-  // ---- outputs
-  o.save_path = absl::GetFlag(FLAGS_save);
-  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
-  if (o.checkpoint_every < 0) return Bad("checkpoint-every", "must not be negative (0 = only at the end or on a stop)");
-  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
-  if (o.keep_checkpoints < 0) return Bad("keep-checkpoints", "must not be negative (0 = keep all)");
-  o.resume = absl::GetFlag(FLAGS_resume);
-  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
-    return Bad(o.resume ? "resume" : "checkpoint-every", "needs --checkpoint-dir");
-  }
-  o.trace_path = absl::GetFlag(FLAGS_trace);
-  o.summary_path = absl::GetFlag(FLAGS_summary);
-  o.metrics_path = absl::GetFlag(FLAGS_metrics);
-  o.progress_every = absl::GetFlag(FLAGS_progress_every);
-  if (o.progress_every < 0) return Bad("progress-every", "must not be negative");
-  o.quiet = absl::GetFlag(FLAGS_quiet);
+  PSYNC_RETURN_IF_ERROR(ParseControlPlane(src, o));
+  PSYNC_RETURN_IF_ERROR(ParseModel(src, o));
+  PSYNC_RETURN_IF_ERROR(ParseData(o));
+  PSYNC_RETURN_IF_ERROR(ParseOptimisation(o));
+  PSYNC_RETURN_IF_ERROR(ParseDdp(o));
+  PSYNC_RETURN_IF_ERROR(ParseOutputs(o));
   return o;
 }
 

@@ -1,7 +1,13 @@
 // psync-worker's options: Abseil flags (docs/cli-contract.md) plus the
 // torchrun / Kubeflow environment (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, PSYNC_TOKEN). A flag given on the command line
-// wins over the environment.
+// MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, PSYNC_TOKEN, PSYNC_TLS_CA: a
+// table of flag / variable fallbacks in worker_flags.cc). A flag given on
+// the command line wins over the environment.
+//
+// WorkerOptions is the whole command line; only psync-worker's flow
+// (worker.cc) holds it. Each part it drives takes a small struct built once
+// from it (run_options.h): TrainOptions, control::SessionOptions,
+// CheckpointOptions, ModelSpec.
 #pragma once
 
 #include <chrono>
@@ -13,11 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/data_options.h"
+#include "worker/runtime/train_options.h"
 
 namespace psync::runtime {
-
-enum class SkipPattern { kAlways, kOdd, kLastMicro };
-const char* SkipPatternName(SkipPattern p);
 
 struct WorkerOptions {
   // control plane
@@ -30,7 +34,7 @@ struct WorkerOptions {
   std::string token;
   std::string tls_ca;                            // PEM CA file; empty = plaintext
   std::string plan_relay;                        // this host's psync-relay (HOST:PORT); empty = none
-  std::string gloo_host;                         // empty = derived (see trainer)
+  std::string gloo_host;                         // empty = derived (control/gloo_host.h)
   std::chrono::milliseconds timeout{30000};
   // model (nn/models/registry.h)
   std::string model = "mlp";

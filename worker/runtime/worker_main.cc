@@ -1,13 +1,13 @@
 // psync-worker: one data-parallel training process. See worker/runtime/worker.h
 // and docs/cli-contract.md.
 #include <cstdio>
-#include <exception>
 #include <string>
 
-#include "worker/runtime/trainer.h"
-#include "worker/tensor/cpu/blas_core.h"
+#include "common/exit_code.h"
+#include "common/status_from_exception.h"
 #include "worker/runtime/worker.h"
 #include "worker/runtime/worker_flags.h"
+#include "worker/tensor/cpu/blas_core.h"
 
 int main(int argc, char** argv) {
   // Why first: OpenBLAS's kernels are fixed when it loads; on a VM that hides
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
       psync::runtime::ParseWorkerOptions(argc, argv, psync::runtime::ProcessEnv(), &help);
   if (!opt.ok()) {
     std::fprintf(stderr, "psync-worker: %s\n", std::string(opt.status().message()).c_str());
-    return psync::runtime::kExitBadInput;
+    return psync::kExitBadInput;
   }
   if (!help.empty()) {
     std::fputs(help.c_str(), stdout);
@@ -26,8 +26,9 @@ int main(int argc, char** argv) {
   }
   try {
     return psync::runtime::RunWorker(*opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "psync-worker: internal error: %s\n", e.what());
-    return psync::runtime::kExitInternal;
+  } catch (...) {
+    const absl::Status st = psync::StatusFromException("internal error");
+    std::fprintf(stderr, "psync-worker: %s\n", std::string(st.message()).c_str());
+    return psync::kExitInternal;
   }
 }

@@ -1,7 +1,7 @@
 // CoordinatorStore (comm::Store over the coordinator's StoreSet/StoreGet)
 // against a real in-process coordinator on 127.0.0.1: keys get the job's
 // prefix, Get waits for a later Set, and errors name the key.
-#include "worker/runtime/coordinator/coordinator_store.h"
+#include "worker/control/coordinator_store.h"
 
 #include <gtest/gtest.h>
 
@@ -21,12 +21,12 @@ TEST(CoordinatorStore, PrefixesKeysAndWaitsForSet) {
   auto srv = server::CoordinatorServer::Start(test_support::TestServerOptions(1, 10000ms));
   ASSERT_TRUE(srv.ok()) << srv.status();
   const std::string target = "127.0.0.1:" + std::to_string((*srv)->port());
-  auto ca = coordinator::CoordinatorClient::Connect(target, "", 5000ms);
-  auto cb = coordinator::CoordinatorClient::Connect(target, "", 5000ms);
+  auto ca = control::CoordinatorClient::Connect(target, "", 5000ms);
+  auto cb = control::CoordinatorClient::Connect(target, "", 5000ms);
   ASSERT_TRUE(ca.ok() && cb.ok());
-  coordinator::CoordinatorStore a(ca->get(), "psync/g1-7/");
-  coordinator::CoordinatorStore b(cb->get(), "psync/g1-7/");
-  coordinator::CoordinatorStore other(cb->get(), "psync/g2-9/");
+  control::CoordinatorStore a(ca->get(), "psync/g1-7/");
+  control::CoordinatorStore b(cb->get(), "psync/g1-7/");
+  control::CoordinatorStore other(cb->get(), "psync/g2-9/");
 
   ASSERT_TRUE(a.Set("rank0", std::string("addr\0bytes", 10)).ok());
   auto raw = (*cb)->StoreGet("psync/g1-7/rank0", 1000ms);  // the prefix is really on the wire

@@ -23,7 +23,7 @@
 #include "server/kv_store.h"
 #include "tests/common/subprocess.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 extern char** environ;
 
@@ -31,11 +31,12 @@ namespace psync {
 namespace {
 
 using namespace std::chrono_literals;
-using coordinator::Action;
-using coordinator::CoordinatorClient;
+using control::CoordinatorClient;
+using control::PlanAction;
 using test_support::AllUsed;
 using test_support::kParams;
 using test_support::WaitFor;
+using test_support::WaitPlan;
 
 server::ServerOptions Options(int world, const std::string& token, std::chrono::milliseconds report) {
   server::ServerOptions o = test_support::TestServerOptions(world, report);
@@ -66,7 +67,7 @@ struct Server : test_support::TestServer {
   grpc::Status last;
 };
 
-coordinator::JoinRequest Req(int rank, int params = kParams) { return test_support::TestJoinRequest(rank, params); }
+control::JoinRequest Req(int rank, int params = kParams) { return test_support::TestJoinRequest(rank, params); }
 
 std::unique_ptr<CoordinatorClient> Connect(const Server& s, const std::string& token = "") {
   auto c = CoordinatorClient::Connect(s.target, token, 5000ms);
@@ -76,7 +77,8 @@ std::unique_ptr<CoordinatorClient> Connect(const Server& s, const std::string& t
 
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
-  coordinator::JoinResult joined;
+  control::JoinResult joined;
+  std::shared_ptr<control::PlanMailbox> plans = std::make_shared<control::PlanMailbox>();  // the client delivers here
 };
 
 // Joins `n` workers concurrently (any rank) and opens their streams; indexed by rank.
@@ -96,7 +98,7 @@ std::vector<Worker> StartWorld(const Server& s, int n) {
   for (auto& f : fs) {
     Worker w = f.get();
     if (w.joined.rank < 0) continue;
-    EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+    EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
     out[static_cast<size_t>(w.joined.rank)] = std::move(w);
   }
   return out;
@@ -118,10 +120,11 @@ TEST(Coordinator, RendezvousOfFourAndOneIteration) {
     ASSERT_TRUE(ws[r].client->SendReport({0, bitmap::Pack(used), 1.0, 5.0 + r, {}}).ok());
   }
   for (int r = 0; r < 4; ++r) {
-    auto p = ws[r].client->WaitPlan(0, 5000ms);
+    auto p = WaitPlan(*ws[r].plans, 0, 5000ms);
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->action, Action::kContinue);
-    auto unused = bitmap::Unpack(p->globally_unused, kParams);
+    EXPECT_EQ(p->action, PlanAction::kContinue);
+    const std::vector<uint8_t>& unused = p->globally_unused;  // decoded for the manifest Join sent
+    ASSERT_EQ(unused.size(), static_cast<size_t>(kParams));
     for (int i = 0; i < kParams; ++i) EXPECT_EQ(unused[i], i == 9) << i;
   }
   auto st = s.Status();
@@ -150,7 +153,7 @@ TEST(Coordinator, MalformedBitmapLengthGetsInvalidArgument) {
   Server s(1);
   auto ws = StartWorld(s, 1);
   ASSERT_TRUE(ws[0].client->SendReport({0, std::string(5, '\xff'), 0, 0, {}}).ok());
-  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  auto p = WaitPlan(*ws[0].plans, 0, 5000ms);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);
   const std::string msg(p.status().message());
@@ -207,9 +210,9 @@ TEST(Coordinator, GarbageStreamsDoNotDisturbTheJob) {
     EXPECT_EQ(st->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   ASSERT_TRUE(ws[0].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  auto p = WaitPlan(*ws[0].plans, 0, 5000ms);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->action, Action::kContinue);
+  EXPECT_EQ(p->action, PlanAction::kContinue);
 }
 
 TEST(Coordinator, DuplicateRankAndMismatchedModelRefused) {
@@ -258,13 +261,13 @@ TEST(Coordinator, DroppedStreamAbortsOthersNamingIt) {
   Server s(3);
   auto ws = StartWorld(s, 3);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(WaitPlan(*ws[r].plans, 0, 5000ms).ok());
   ASSERT_TRUE(ws[0].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
   ws[1].client->Close();  // rank 1 dies without Done
   for (int r : {0, 2}) {
-    auto p = ws[r].client->WaitPlan(1, 5000ms);
+    auto p = WaitPlan(*ws[r].plans, 1, 5000ms);
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->action, Action::kAbort);
+    EXPECT_EQ(p->action, PlanAction::kAbort);
     EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
     EXPECT_NE(p->reason.find("lost: stream closed"), std::string::npos) << p->reason;
   }
@@ -281,9 +284,9 @@ TEST(Coordinator, ReportTimeoutAbortsNamingIteration) {
   Server s(2, "", 300ms);
   auto ws = StartWorld(s, 2);
   ASSERT_TRUE(ws[0].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  auto p = WaitPlan(*ws[0].plans, 0, 5000ms);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_EQ(p->action, PlanAction::kAbort);
   EXPECT_NE(p->reason.find("no report for iteration 0 within 300ms"), std::string::npos) << p->reason;
 }
 
@@ -292,7 +295,7 @@ TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
   auto ws = StartWorld(s, 3);
   ASSERT_EQ(ws[0].joined.plan_lookahead, 2);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(WaitPlan(*ws[r].plans, 0, 5000ms).ok());
   ASSERT_TRUE(ws[2].client->SendReport({1, AllUsed(), 0, 0, {}}).ok());
   ASSERT_TRUE(ws[2].client->SendReport({2, AllUsed(), 0, 0, {}}).ok());  // runs ahead (lookahead 2)
   auto ch = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
@@ -307,11 +310,11 @@ TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
   }
   for (int r = 0; r < 3; ++r) {
     for (int64_t it : {1, 2}) {
-      auto p = ws[r].client->WaitPlan(it, 5000ms);
+      auto p = WaitPlan(*ws[r].plans, it, 5000ms);
       ASSERT_TRUE(p.ok()) << p.status();
       EXPECT_EQ(p->iteration, it);
-      EXPECT_EQ(p->action, Action::kStopAfter);
-      EXPECT_EQ(p->stop_after_iteration, 2);
+      EXPECT_EQ(p->action, PlanAction::kStopAfter);
+      EXPECT_EQ(p->stop_after, 2);
     }
   }
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(ws[r].client->SendDone("stopped after iteration 2").ok());
@@ -320,7 +323,7 @@ TEST(Coordinator, ShutdownStopsAllAtSameIteration) {
 
 TEST(Coordinator, HostIdsOfEveryRankInJoinResultAndWorkers) {
   Server s(3);
-  std::vector<std::future<absl::StatusOr<coordinator::JoinResult>>> fs;
+  std::vector<std::future<absl::StatusOr<control::JoinResult>>> fs;
   std::vector<std::unique_ptr<CoordinatorClient>> cs;
   for (int r = 0; r < 3; ++r) cs.push_back(Connect(s));
   for (int r = 0; r < 3; ++r) {
@@ -350,9 +353,9 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
   // Plan 0 on both: both streams are attached before the job aborts (a
   // stream opened after the abort is refused instead: next test).
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ws[r].client->WaitPlan(0, 5000ms).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(WaitPlan(*ws[r].plans, 0, 5000ms).ok());
   ASSERT_TRUE(ws[0].client->SendReport({1, AllUsed(), 0, 0, {0, 1, 1}}).ok());  // 1 twice
-  auto p = ws[0].client->WaitPlan(1, 5000ms);
+  auto p = WaitPlan(*ws[0].plans, 1, 5000ms);
   ASSERT_FALSE(p.ok());
   const std::string msg(p.status().message());
   EXPECT_NE(msg.find("INVALID_ARGUMENT"), std::string::npos) << msg;
@@ -362,9 +365,9 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
   ASSERT_TRUE(WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
   (void)ws[1].client->SendReport({1, AllUsed(), 0, 0, {}});
   // Rank 1 hears that rank 0 was lost for it.
-  auto q = ws[1].client->WaitPlan(1, 5000ms);
+  auto q = WaitPlan(*ws[1].plans, 1, 5000ms);
   ASSERT_TRUE(q.ok()) << q.status();
-  EXPECT_EQ(q->action, Action::kAbort);
+  EXPECT_EQ(q->action, PlanAction::kAbort);
   EXPECT_NE(q->reason.find("rank 0 ("), std::string::npos) << q->reason;
   EXPECT_NE(q->reason.find("protocol error"), std::string::npos) << q->reason;
   EXPECT_NE(q->reason.find("ready_order"), std::string::npos) << q->reason;
@@ -378,8 +381,12 @@ TEST(Coordinator, BadReadyOrderOnALiveStreamNamesIt) {
 TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
   Server s(2);
   std::vector<std::unique_ptr<CoordinatorClient>> cs;
-  for (int r = 0; r < 2; ++r) cs.push_back(Connect(s));
-  std::vector<std::future<absl::StatusOr<coordinator::JoinResult>>> joins;
+  std::vector<std::shared_ptr<control::PlanMailbox>> plans;
+  for (int r = 0; r < 2; ++r) {
+    cs.push_back(Connect(s));
+    plans.push_back(std::make_shared<control::PlanMailbox>());
+  }
+  std::vector<std::future<absl::StatusOr<control::JoinResult>>> joins;
   for (int r = 0; r < 2; ++r) {
     joins.push_back(std::async(std::launch::async, [&, r] { return cs[static_cast<size_t>(r)]->Join(Req(r), 10000ms); }));
   }
@@ -389,7 +396,7 @@ TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
     ASSERT_TRUE(j.ok()) << j.status();
     generation = j->generation;
   }
-  ASSERT_TRUE(cs[1]->OpenTrainStream(1, generation).ok());
+  ASSERT_TRUE(cs[1]->OpenTrainStream(1, generation, plans[1]).ok());
   ASSERT_TRUE(WaitFor([&] {
     v1::StatusResponse st;
     s.srv->job().FillStatus(&st);
@@ -400,8 +407,8 @@ TEST(Coordinator, StreamOpenedAfterAbortIsAbortedNamingTheCause) {
   }));
   cs[1]->Close();  // rank 1 dies without Done: the job aborts
   ASSERT_TRUE(WaitFor([&] { return s.srv->job().state() == v1::JOB_ABORTED; }));
-  (void)cs[0]->OpenTrainStream(0, generation);  // may fail at once, or end the stream just after
-  auto p = cs[0]->WaitPlan(0, 5000ms);
+  (void)cs[0]->OpenTrainStream(0, generation, plans[0]);  // may fail at once, or end the stream just after
+  auto p = WaitPlan(*plans[0], 0, 5000ms);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kAborted) << p.status();
   EXPECT_NE(p.status().message().find("job aborted: rank 1 ("), std::string::npos) << p.status();

@@ -1,6 +1,6 @@
 // Shared by the coordinator integration tests: the in-process server (its
 // options, a running one), a worker's Join request for a small fixed
-// manifest, and waiting for an event.
+// manifest, waiting for an event, and a test worker's plans.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,13 +8,14 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/used_bitmap.h"
 #include "server/coordinator_server.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 namespace psync::test_support {
 
@@ -58,8 +59,8 @@ inline bool WaitFor(const std::function<bool()>& pred) {
 }
 
 // Join as `rank` (-1 = any) with `params` parameters and tiny bucket caps.
-inline coordinator::JoinRequest TestJoinRequest(int rank, int params = kParams) {
-  coordinator::JoinRequest r;
+inline control::JoinRequest TestJoinRequest(int rank, int params = kParams) {
+  control::JoinRequest r;
   r.requested_rank = rank;
   r.bucket_cap_bytes = 16;
   r.first_bucket_cap_bytes = 8;
@@ -69,5 +70,16 @@ inline coordinator::JoinRequest TestJoinRequest(int rank, int params = kParams) 
 
 // A used bitmap with every parameter of the test manifest used.
 inline std::string AllUsed() { return bitmap::Pack(std::vector<uint8_t>(kParams, 1)); }
+
+// The plan of `iteration` from the mailbox a test worker's client delivers
+// into, or the ABORT plan once one arrived (the tests look at the ABORT as a
+// plan); the mailbox's failure when its stream ended without one.
+inline absl::StatusOr<control::IterationPlan> WaitPlan(control::PlanMailbox& plans, int64_t iteration,
+                                                       std::chrono::milliseconds timeout) {
+  absl::StatusOr<control::IterationPlan> p = plans.Wait(iteration, timeout);
+  if (p.ok()) return p;
+  if (std::optional<control::IterationPlan> abort = plans.abort_plan()) return *abort;
+  return p.status();
+}
 
 }  // namespace psync::test_support

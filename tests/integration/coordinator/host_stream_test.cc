@@ -11,16 +11,17 @@
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 namespace psync {
 namespace {
 
 using namespace std::chrono_literals;
-using coordinator::Action;
-using coordinator::CoordinatorClient;
+using control::CoordinatorClient;
+using control::PlanAction;
 using test_support::AllUsed;
 using test_support::WaitFor;
+using test_support::WaitPlan;
 
 server::ServerOptions Options(int world, const std::string& token, int max_restarts) {
   server::ServerOptions o = test_support::TestServerOptions(world, 10000ms);
@@ -38,7 +39,8 @@ struct Server : test_support::TestServer {
 
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
-  coordinator::JoinResult joined;
+  control::JoinResult joined;
+  std::shared_ptr<control::PlanMailbox> plans = std::make_shared<control::PlanMailbox>();  // the client delivers here
 };
 
 // Joins ranks 0..n-1 concurrently; rank r on host "host<r / per_host>".
@@ -50,7 +52,7 @@ std::vector<Worker> JoinWorld(const Server& s, int n, int per_host, const std::s
       auto c = CoordinatorClient::Connect(s.target, token, 5000ms);
       EXPECT_TRUE(c.ok()) << c.status();
       w.client = std::move(*c);
-      coordinator::JoinRequest req = test_support::TestJoinRequest(r);
+      control::JoinRequest req = test_support::TestJoinRequest(r);
       req.host_id = "host" + std::to_string(r / per_host);
       auto j = w.client->Join(req, 10000ms);
       EXPECT_TRUE(j.ok()) << j.status();
@@ -143,7 +145,7 @@ TEST(HostStreamGrpc, HostileHellosGetErrorsAndTheServerStaysUp) {
   refused({0, 0}, grpc::StatusCode::INVALID_ARGUMENT, "names rank 0 twice");
   refused({4}, grpc::StatusCode::INVALID_ARGUMENT, "out of range");
   // A rank attached on its own stream cannot also be carried by a host stream.
-  ASSERT_TRUE(ws[3].client->OpenTrainStream(3, 1).ok());
+  ASSERT_TRUE(ws[3].client->OpenTrainStream(3, 1, ws[3].plans).ok());
   ASSERT_TRUE(WaitFor([&] {
     v1::WorkersResponse w;
     s.srv->job().FillWorkers(&w);
@@ -159,9 +161,9 @@ TEST(HostStreamGrpc, HostileHellosGetErrorsAndTheServerStaysUp) {
   v1::Plan p;
   ASSERT_TRUE(ok.stream->Read(&p));
   EXPECT_EQ(p.iteration(), 0);
-  auto p3 = ws[3].client->WaitPlan(0, 5000ms);
+  auto p3 = WaitPlan(*ws[3].plans, 0, 5000ms);
   ASSERT_TRUE(p3.ok()) << p3.status();
-  EXPECT_EQ(p3->action, Action::kContinue);
+  EXPECT_EQ(p3->action, PlanAction::kContinue);
 }
 
 TEST(HostStreamGrpc, ReportForARankNotOnTheStreamEndsItAndLosesItsRanks) {
@@ -240,16 +242,16 @@ TEST(PlanRelay, CarriesAHostsRanksOnOneStreamWithOneBatchAndPlanPerIteration) {
   auto ws = JoinWorld(s, 2, 2, token);
   for (auto& w : ws) {
     ASSERT_TRUE(w.client->UseTrainRelay(RelayTarget(*relay), 5000ms).ok());
-    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
   }
   constexpr int kIters = 6;
   for (int it = 0; it < kIters; ++it) {
     for (auto& w : ws) ASSERT_TRUE(w.client->SendReport({it, AllUsed(), 0.5, 1.0, {}}).ok());
     for (auto& w : ws) {
-      auto p = w.client->WaitPlan(it, 5000ms);
+      auto p = WaitPlan(*w.plans, it, 5000ms);
       ASSERT_TRUE(p.ok()) << p.status();
       EXPECT_EQ(p->iteration, it);
-      EXPECT_EQ(p->action, Action::kContinue);
+      EXPECT_EQ(p->action, PlanAction::kContinue);
     }
   }
   relay::RelayStats st = relay->stats();
@@ -274,14 +276,14 @@ TEST(PlanRelay, AWorkerGoneWithoutDoneIsLostNamingIt) {
   auto ws = JoinWorld(s, 2, 2);
   for (auto& w : ws) {
     ASSERT_TRUE(w.client->UseTrainRelay(RelayTarget(*relay), 5000ms).ok());
-    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
   }
   for (auto& w : ws) ASSERT_TRUE(w.client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  for (auto& w : ws) ASSERT_TRUE(w.client->WaitPlan(0, 5000ms).ok());
+  for (auto& w : ws) ASSERT_TRUE(WaitPlan(*w.plans, 0, 5000ms).ok());
   ws[1].client->Close();  // rank 1 goes away without Done
-  auto p = ws[0].client->WaitPlan(1, 5000ms);
+  auto p = WaitPlan(*ws[0].plans, 1, 5000ms);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_EQ(p->action, PlanAction::kAbort);
   EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
   EXPECT_NE(p->reason.find("lost: stream closed (relayed by psync-relay)"), std::string::npos) << p->reason;
   EXPECT_EQ(p->reason.find("rank 0 ("), std::string::npos) << p->reason;
@@ -294,7 +296,7 @@ TEST(PlanRelay, ALaggingRankDoesNotHoldTheOthersReportsBeyondTheBound) {
   auto ws = JoinWorld(s, 2, 2);
   for (auto& w : ws) {
     ASSERT_TRUE(w.client->UseTrainRelay(RelayTarget(*relay), 5000ms).ok());
-    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+    ASSERT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
   }
   ASSERT_TRUE(ws[0].client->SendReport({0, AllUsed(), 0.25, 3.0, {}}).ok());
   // Rank 0's report reaches the coordinator within the bound although rank 1 has not reported.
@@ -306,9 +308,9 @@ TEST(PlanRelay, ALaggingRankDoesNotHoldTheOthersReportsBeyondTheBound) {
   EXPECT_EQ(relay->stats().report_batches, 1);
   ASSERT_TRUE(ws[1].client->SendReport({0, AllUsed(), 0, 0, {}}).ok());
   for (auto& w : ws) {
-    auto p = w.client->WaitPlan(0, 5000ms);
+    auto p = WaitPlan(*w.plans, 0, 5000ms);
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->action, Action::kContinue);
+    EXPECT_EQ(p->action, PlanAction::kContinue);
   }
   EXPECT_EQ(relay->stats().report_batches, 2);
   EXPECT_EQ(relay->stats().plans_in, 1);
@@ -362,8 +364,9 @@ TEST(PlanRelay, UnreachableCoordinatorEndsTheWorkersStreamsNamingIt) {
   auto c = CoordinatorClient::Connect(RelayTarget(**relay), "", 5000ms);  // any reachable target for the channel
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE((*c)->UseTrainRelay(RelayTarget(**relay), 5000ms).ok());
-  ASSERT_TRUE((*c)->OpenTrainStream(0, 1).ok());
-  auto p = (*c)->WaitPlan(0, 10000ms);
+  auto plans = std::make_shared<control::PlanMailbox>();
+  ASSERT_TRUE((*c)->OpenTrainStream(0, 1, plans).ok());
+  auto p = WaitPlan(*plans, 0, 10000ms);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable) << p.status();
   EXPECT_NE(p.status().message().find("via the plan relay at"), std::string::npos) << p.status();

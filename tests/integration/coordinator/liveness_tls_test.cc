@@ -21,16 +21,17 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 namespace psync {
 namespace {
 
 using namespace std::chrono_literals;
-using coordinator::Action;
-using coordinator::CoordinatorClient;
+using control::CoordinatorClient;
+using control::PlanAction;
 using test_support::AllUsed;
 using test_support::kParams;
+using test_support::WaitPlan;
 
 std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds report,
                                                        std::chrono::milliseconds heartbeat = 0ms,
@@ -44,7 +45,7 @@ std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-coordinator::JoinRequest Req(int rank) { return test_support::TestJoinRequest(rank); }
+control::JoinRequest Req(int rank) { return test_support::TestJoinRequest(rank); }
 
 v1::JoinRequest RawReq(int rank) {
   v1::JoinRequest r;
@@ -120,6 +121,7 @@ v1::WorkersResponse Workers(const std::string& target) {
 // client heartbeats, rank 1 is silent.
 void JoinAndFinishIterationZero(const std::string& target, SilentWorker& silent,
                                 std::unique_ptr<CoordinatorClient>* client,
+                                std::shared_ptr<control::PlanMailbox>* plans,
                                 std::chrono::milliseconds* heartbeat_interval) {
   auto silent_join = std::async(std::launch::async, [&] { return silent.Join(1); });
   auto c = CoordinatorClient::Connect(target, "", 5000ms);
@@ -130,12 +132,13 @@ void JoinAndFinishIterationZero(const std::string& target, SilentWorker& silent,
   auto sj = silent_join.get();
   ASSERT_TRUE(sj.ok()) << sj.status();
   ASSERT_TRUE(silent.Open(1, sj->generation()));
-  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation).ok());
+  *plans = std::make_shared<control::PlanMailbox>();
+  ASSERT_TRUE((*c)->OpenTrainStream(0, joined->generation, *plans).ok());
   ASSERT_TRUE(silent.Report(0));
   ASSERT_TRUE((*c)->SendReport({0, AllUsed(), 0, 0, {}}).ok());
-  auto p0 = (*c)->WaitPlan(0, 5000ms);
+  auto p0 = WaitPlan(**plans, 0, 5000ms);
   ASSERT_TRUE(p0.ok()) << p0.status();
-  ASSERT_EQ(p0->action, Action::kContinue);
+  ASSERT_EQ(p0->action, PlanAction::kContinue);
   *client = std::move(*c);
 }
 
@@ -146,14 +149,15 @@ TEST(CoordinatorLiveness, SilentRankLostBeforeBlockedHeartbeatingRank) {
   const std::string target = "127.0.0.1:" + std::to_string(srv->port());
   SilentWorker silent(target);
   std::unique_ptr<CoordinatorClient> c;
+  std::shared_ptr<control::PlanMailbox> plans;
   std::chrono::milliseconds heartbeat_interval{0};
-  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &heartbeat_interval));
+  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &plans, &heartbeat_interval));
   EXPECT_EQ(heartbeat_interval, 500ms);
   const auto t0 = std::chrono::steady_clock::now();
-  auto p1 = c->WaitPlan(1, 10000ms);
+  auto p1 = WaitPlan(*plans, 1, 10000ms);
   const auto dt = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(p1.ok()) << p1.status();
-  EXPECT_EQ(p1->action, Action::kAbort);
+  EXPECT_EQ(p1->action, PlanAction::kAbort);
   EXPECT_NE(p1->reason.find("rank 1 (silent:4242) lost: no message"), std::string::npos) << p1->reason;
   EXPECT_LT(dt, 3800ms) << "the silent rank must be found by the heartbeat timeout, before the report timeout";
   bool saw0 = false, saw1 = false;
@@ -181,13 +185,14 @@ TEST(CoordinatorLiveness, HeartbeatingRankOutlivesReportTimeoutWhileAnotherIsQui
   const std::string target = "127.0.0.1:" + std::to_string(srv->port());
   SilentWorker silent(target);
   std::unique_ptr<CoordinatorClient> c;
+  std::shared_ptr<control::PlanMailbox> plans;
   std::chrono::milliseconds heartbeat_interval{0};
-  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &heartbeat_interval));
+  ASSERT_NO_FATAL_FAILURE(JoinAndFinishIterationZero(target, silent, &c, &plans, &heartbeat_interval));
   const auto t0 = std::chrono::steady_clock::now();
-  auto p1 = c->WaitPlan(1, 10000ms);
+  auto p1 = WaitPlan(*plans, 1, 10000ms);
   const auto dt = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(p1.ok()) << p1.status();
-  EXPECT_EQ(p1->action, Action::kAbort);
+  EXPECT_EQ(p1->action, PlanAction::kAbort);
   EXPECT_NE(p1->reason.find("rank 1 (silent:4242) lost: no message"), std::string::npos) << p1->reason;
   EXPECT_GT(dt, 3000ms) << "past the report timeout, at the heartbeat timeout";
 }

@@ -17,19 +17,21 @@
 #include "server/kv_store.h"
 #include "tests/common/subprocess.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 namespace psync {
 namespace {
 
 using namespace std::chrono_literals;
-using coordinator::Action;
-using coordinator::CoordinatorClient;
+using control::CoordinatorClient;
+using control::PlanAction;
 using test_support::AllUsed;
+using test_support::WaitPlan;
 
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
-  coordinator::JoinResult joined;
+  control::JoinResult joined;
+  std::shared_ptr<control::PlanMailbox> plans = std::make_shared<control::PlanMailbox>();  // the client delivers here
 };
 
 class RestartTest : public ::testing::Test {
@@ -55,7 +57,7 @@ class RestartTest : public ::testing::Test {
         EXPECT_TRUE(c.ok()) << c.status();
         if (!c.ok()) return w;
         w.client = std::move(*c);
-        coordinator::JoinRequest req = test_support::TestJoinRequest(r);
+        control::JoinRequest req = test_support::TestJoinRequest(r);
         req.start_iteration = start;
         auto j = w.client->Join(req, 10000ms);
         EXPECT_TRUE(j.ok()) << j.status();
@@ -67,7 +69,7 @@ class RestartTest : public ::testing::Test {
     for (auto& f : fs) out.push_back(f.get());
     for (Worker& w : out) {
       if (w.client && w.joined.rank >= 0) {
-        EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation).ok());
+        EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
       }
     }
     return out;
@@ -77,10 +79,10 @@ class RestartTest : public ::testing::Test {
   void Iteration(std::vector<Worker>& ws, int64_t it) {
     for (Worker& w : ws) ASSERT_TRUE(w.client->SendReport({it, AllUsed(), 0.5, 1.0, {}}).ok());
     for (Worker& w : ws) {
-      auto p = w.client->WaitPlan(it, 10000ms);
+      auto p = WaitPlan(*w.plans, it, 10000ms);
       ASSERT_TRUE(p.ok()) << p.status();
       EXPECT_EQ(p->iteration, it);
-      EXPECT_EQ(p->action, Action::kContinue);
+      EXPECT_EQ(p->action, PlanAction::kContinue);
     }
   }
 
@@ -118,9 +120,9 @@ TEST_F(RestartTest, DeadRankAbortsGenerationAndTheWorldRejoinsFromStartIteration
 
   // Rank 1 dies (its connection goes away without Done).
   g1[1].client.reset();
-  auto abort = g1[0].client->WaitPlan(2, 10000ms);
+  auto abort = WaitPlan(*g1[0].plans, 2, 10000ms);
   ASSERT_TRUE(abort.ok()) << abort.status();
-  EXPECT_EQ(abort->action, Action::kAbort);
+  EXPECT_EQ(abort->action, PlanAction::kAbort);
   EXPECT_NE(abort->reason.find("generation 1 aborted: rank 1 ("), std::string::npos) << abort->reason;
   EXPECT_NE(abort->reason.find("restart 1 of 1: every rank must Join generation 2"), std::string::npos)
       << abort->reason;
@@ -164,9 +166,9 @@ TEST_F(RestartTest, DeadRankAbortsGenerationAndTheWorldRejoinsFromStartIteration
 
   // Restarts used up: the next death aborts the job.
   g2[0].client.reset();
-  auto final_abort = g2[1].client->WaitPlan(4, 10000ms);
+  auto final_abort = WaitPlan(*g2[1].plans, 4, 10000ms);
   ASSERT_TRUE(final_abort.ok()) << final_abort.status();
-  EXPECT_EQ(final_abort->action, Action::kAbort);
+  EXPECT_EQ(final_abort->action, PlanAction::kAbort);
   EXPECT_NE(final_abort->reason.find("(generation 2; all 1 restarts used)"), std::string::npos)
       << final_abort->reason;
   ASSERT_TRUE(WaitFor([](const v1::StatusResponse& s) { return s.state() == v1::JOB_ABORTED; }));
@@ -193,7 +195,7 @@ TEST_F(RestartTest, WorkerOfAnEndedGenerationIsRejected) {
   // A Join that names generation 1 is refused, naming both generations.
   auto c = CoordinatorClient::Connect(target_, "", 5000ms);
   ASSERT_TRUE(c.ok());
-  coordinator::JoinRequest old = test_support::TestJoinRequest(0);
+  control::JoinRequest old = test_support::TestJoinRequest(0);
   old.generation = 1;
   auto j = (*c)->Join(old, 5000ms);
   EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -205,9 +207,9 @@ TEST_F(RestartTest, WorkerOfAnEndedGenerationIsRejected) {
   // Rank 0 of generation 1 goes on with its old stream: the stream is ended
   // with the reason (the client sees the coordinator's status).
   ASSERT_TRUE(g1[0].client->SendReport({1, AllUsed(), 0.5, 1.0, {}}).ok());
-  auto p = g1[0].client->WaitPlan(1, 10000ms);
+  auto p = WaitPlan(*g1[0].plans, 1, 10000ms);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->action, Action::kAbort) << "the ABORT of generation 1 is what it gets";
+  EXPECT_EQ(p->action, PlanAction::kAbort) << "the ABORT of generation 1 is what it gets";
 
   // A hello for generation 1 on a new stream is refused.
   auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
@@ -241,7 +243,7 @@ TEST_F(RestartTest, StartIterationsThatDisagreeFailTheJoinNamingTheRank) {
   auto c0 = CoordinatorClient::Connect(target_, "", 5000ms);
   auto c1 = CoordinatorClient::Connect(target_, "", 5000ms);
   ASSERT_TRUE(c0.ok() && c1.ok());
-  coordinator::JoinRequest r0 = test_support::TestJoinRequest(0), r1 = test_support::TestJoinRequest(1);
+  control::JoinRequest r0 = test_support::TestJoinRequest(0), r1 = test_support::TestJoinRequest(1);
   r0.start_iteration = 300;
   r1.start_iteration = 200;
   auto waiting = std::async(std::launch::async, [&] { return (*c0)->Join(r0, 3000ms); });

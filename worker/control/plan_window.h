@@ -20,9 +20,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "worker/runtime/plan_source.h"
+#include "worker/control/plan_mailbox.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 class PlanWindow {
  public:
@@ -54,4 +54,4 @@ class PlanWindow {
   std::optional<IterationPlan> bucket_plan_;
 };
 
-}  // namespace psync::runtime
+}  // namespace psync::control

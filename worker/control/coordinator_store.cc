@@ -1,6 +1,6 @@
-#include "worker/runtime/coordinator/coordinator_store.h"
+#include "worker/control/coordinator_store.h"
 
-namespace psync::coordinator {
+namespace psync::control {
 
 absl::Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
   return client_->StoreSet(prefix_ + key, value);
@@ -10,4 +10,4 @@ absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key, std::c
   return client_->StoreGet(prefix_ + key, timeout);
 }
 
-}  // namespace psync::coordinator
+}  // namespace psync::control

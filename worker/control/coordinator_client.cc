@@ -1,4 +1,4 @@
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -16,10 +15,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_code.h"
 #include "common/grpc_client.h"
+#include "common/used_bitmap.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 
-namespace psync::coordinator {
+namespace psync::control {
 
 namespace {
 
@@ -43,24 +44,28 @@ const char* CodeName(grpc::StatusCode c) {
   return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
 }
 
-BucketPlan FromProto(const v1::BucketPlan& p) {
-  BucketPlan out;
-  out.id = p.id();
-  out.applies_from_iteration = p.applies_from_iteration();
-  for (const auto& b : p.buckets()) out.buckets.emplace_back(b.param_index().begin(), b.param_index().end());
+ddp::BucketPlan FromProto(const v1::BucketPlan& p) {
+  ddp::BucketPlan out;
+  for (const auto& b : p.buckets()) out.emplace_back(b.param_index().begin(), b.param_index().end());
   return out;
 }
 
-Plan FromProto(const v1::Plan& p) {
-  Plan out;
+// The one decoding of a Plan: the bitmap unpacked for `num_params`
+// parameters, the bucket plan as the reducer takes it.
+IterationPlan FromProto(const v1::Plan& p, size_t num_params) {
+  IterationPlan out;
   out.iteration = p.iteration();
-  out.globally_unused = p.globally_unused();
-  if (p.has_bucket_plan()) out.bucket_plan = FromProto(p.bucket_plan());
-  out.action = p.action() == v1::STOP_AFTER ? Action::kStopAfter
-               : p.action() == v1::ABORT    ? Action::kAbort
-                                            : Action::kContinue;
+  out.globally_unused = bitmap::Unpack(p.globally_unused(), num_params);
+  if (p.has_bucket_plan()) {
+    out.bucket_plan = FromProto(p.bucket_plan());
+    out.bucket_plan_id = p.bucket_plan().id();
+    out.applies_from = p.bucket_plan().applies_from_iteration();
+  }
+  out.action = p.action() == v1::STOP_AFTER ? PlanAction::kStopAfter
+               : p.action() == v1::ABORT    ? PlanAction::kAbort
+                                            : PlanAction::kContinue;
   out.reason = p.reason();
-  out.stop_after_iteration = p.action() == v1::STOP_AFTER ? p.stop_after_iteration() : -1;
+  out.stop_after = p.action() == v1::STOP_AFTER ? p.stop_after_iteration() : -1;
   return out;
 }
 
@@ -81,16 +86,19 @@ struct CoordinatorClient::Impl {
   std::unique_ptr<grpc::ClientReaderWriter<v1::TrainUp, v1::Plan>> stream;
   std::thread reader;
 
-  // Plans buffered by the reader thread.
+  // The reader thread delivers every plan here (set by OpenTrainStream).
+  std::shared_ptr<PlanMailbox> plans;
+  size_t num_params = 0;  // the manifest Join sent: how plans are decoded
+
+  // The stream's end, for the writers' errors. mu guards both.
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Plan> plans;
   bool ended = false;        // reader saw the end of the stream
   // Why (if not a clean end after Done): Aborted when the coordinator ended
   // the stream because the job was aborted (a peer's fault: exit 4),
-  // Unavailable otherwise (the coordinator is lost: exit 5).
+  // Unavailable otherwise (the coordinator is lost: exit 5). Tagged with its
+  // exit code (common/exit_code.h).
   absl::Status end_status;
-  bool done_sent = false;
 
   // Heartbeats (see the header). writes_closed (under write_mu): Done was
   // written, nothing may follow it.
@@ -134,35 +142,46 @@ struct CoordinatorClient::Impl {
 
   void ReadLoop() {
     v1::Plan p;
-    while (stream->Read(&p)) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        plans.push_back(FromProto(p));
-      }
-      cv.notify_all();
-    }
+    while (stream->Read(&p)) plans->Deliver(FromProto(p, num_params));
     grpc::Status st;
     {
       std::lock_guard<std::mutex> wl(write_mu);
       writes_closed = true;
       st = stream->Finish();
     }
+    absl::Status why;
+    if (st.error_code() == grpc::StatusCode::ABORTED) {
+      // Why: the coordinator is alive and says the job was aborted (its
+      // ABORT plan, which names the rank at fault, normally comes first).
+      why = WithExitCode(absl::AbortedError(absl::StrCat("coordinator at ", stream_target,
+                                                         " ended the Train stream: ", st.error_message())),
+                         kExitPeerLost);
+    } else {
+      why = Lost(st.ok() ? std::string("Train stream ended by the coordinator")
+                         : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message()));
+    }
     {
       std::lock_guard<std::mutex> l(mu);
       ended = true;
-      if (st.error_code() == grpc::StatusCode::ABORTED) {
-        // Why: the coordinator is alive and says the job was aborted (its
-        // ABORT plan, which names the rank at fault, normally comes first).
-        end_status = absl::AbortedError(
-            absl::StrCat("coordinator at ", stream_target, " ended the Train stream: ", st.error_message()));
-      } else {
-        end_status = absl::UnavailableError(
-            absl::StrCat("coordinator at ", stream_target, " lost: ",
-                         st.ok() ? std::string("Train stream ended by the coordinator")
-                                 : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message())));
-      }
+      end_status = why;
     }
     cv.notify_all();
+    plans->Close(why);
+  }
+
+  // "coordinator at TARGET lost: <what>", Unavailable, exit code 5.
+  absl::Status Lost(const std::string& what) const {
+    return WithExitCode(absl::UnavailableError(absl::StrCat("coordinator at ", stream_target, " lost: ", what)),
+                        kExitCoordinatorLost);
+  }
+
+  // After a failed write: the reader's reason once the stream ended (it
+  // normally has within moments), else "lost: <what>".
+  absl::Status WriteFailed(const std::string& what) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, std::chrono::seconds(5), [&] { return ended; });
+    if (!ended) return Lost(what);
+    return WithExitCode(absl::UnavailableError(end_status.message()), ExitCodeOf(end_status, kExitCoordinatorLost));
   }
 };
 
@@ -233,6 +252,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.start_iteration = resp.start_iteration();
   out.store_prefix = resp.store_prefix();
   out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
+  impl_->num_params = req.manifest.size();
   if (resp.heartbeat_interval_ms() > 0) out.heartbeat_interval = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   impl_->heartbeat_interval = out.heartbeat_interval;
   out.plan_lookahead = std::max(1, resp.plan_lookahead());
@@ -290,9 +310,11 @@ absl::Status CoordinatorClient::UseTrainRelay(const std::string& relay_target, s
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
+absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation, std::shared_ptr<PlanMailbox> plans) {
   if (impl_->stream) return absl::FailedPreconditionError("Train stream already open");
+  if (!plans) return absl::InvalidArgumentError("OpenTrainStream needs a PlanMailbox to deliver plans into");
   if (impl_->stream_target.empty()) impl_->stream_target = impl_->target;
+  impl_->plans = std::move(plans);
   impl_->train_ctx = std::make_unique<grpc::ClientContext>();
   impl_->Prepare(impl_->train_ctx.get());
   impl_->stream = (impl_->relay_stub ? impl_->relay_stub : impl_->stub)->Train(impl_->train_ctx.get());
@@ -308,13 +330,7 @@ absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation) {
   impl_->reader = std::thread([this] { impl_->ReadLoop(); });
   impl_->rank = rank;
   impl_->heartbeat = std::thread([this] { impl_->HeartbeatLoop(); });
-  if (!ok) {
-    std::unique_lock<std::mutex> l(impl_->mu);
-    impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
-    return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
-                                               : absl::StrCat("coordinator at ", impl_->stream_target,
-                                                              " lost: cannot send hello"));
-  }
+  if (!ok) return impl_->WriteFailed("cannot send hello");
   return absl::OkStatus();
 }
 
@@ -333,38 +349,8 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
     std::lock_guard<std::mutex> l(impl_->write_mu);
     ok = impl_->stream->Write(up);
   }
-  if (!ok) {
-    std::unique_lock<std::mutex> l(impl_->mu);
-    impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
-    return absl::UnavailableError(impl_->ended ? std::string(impl_->end_status.message())
-                                               : absl::StrCat("coordinator at ", impl_->stream_target,
-                                                              " lost: report write failed"));
-  }
+  if (!ok) return impl_->WriteFailed("report write failed");
   return absl::OkStatus();
-}
-
-absl::StatusOr<Plan> CoordinatorClient::WaitPlan(int64_t iteration, std::chrono::milliseconds timeout) {
-  if (!impl_->stream) return absl::FailedPreconditionError("WaitPlan before OpenTrainStream");
-  std::unique_lock<std::mutex> l(impl_->mu);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    while (!impl_->plans.empty()) {
-      Plan& front = impl_->plans.front();
-      if (front.action == Action::kAbort || front.iteration >= iteration) {
-        Plan p = std::move(front);
-        impl_->plans.pop_front();
-        return p;
-      }
-      impl_->plans.pop_front();  // an older iteration nobody waited for
-    }
-    if (impl_->ended) return impl_->end_status;
-    if (impl_->cv.wait_until(l, deadline) == std::cv_status::timeout && impl_->plans.empty() &&
-        !impl_->ended) {
-      return absl::DeadlineExceededError(absl::StrCat("no plan for iteration ", iteration,
-                                                      " from coordinator at ", impl_->stream_target, " within ",
-                                                      timeout.count(), " ms"));
-    }
-  }
 }
 
 absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exit_code) {
@@ -382,10 +368,9 @@ absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exi
   impl_->StopHeartbeats();
   {
     std::unique_lock<std::mutex> l(impl_->mu);
-    impl_->done_sent = true;
     impl_->cv.wait_for(l, std::chrono::seconds(5), [&] { return impl_->ended; });
   }
-  if (!ok) return absl::UnavailableError(absl::StrCat("coordinator at ", impl_->stream_target, " lost: cannot send done"));
+  if (!ok) return impl_->Lost("cannot send done");
   return absl::OkStatus();
 }
 
@@ -406,4 +391,4 @@ void CoordinatorClient::Close() {
   }
 }
 
-}  // namespace psync::coordinator
+}  // namespace psync::control

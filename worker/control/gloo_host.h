@@ -5,11 +5,11 @@
 
 #include "absl/status/statusor.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 // For a coordinator at `coordinator` (HOST:PORT): 127.0.0.1 when the
 // coordinator is on loopback, else the local address of a socket connected
 // towards it (the interface peers can reach this host on).
 absl::StatusOr<std::string> DeriveGlooHost(const std::string& coordinator);
 
-}  // namespace psync::runtime
+}  // namespace psync::control

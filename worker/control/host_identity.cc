@@ -1,4 +1,4 @@
-#include "worker/runtime/host_identity.h"
+#include "worker/control/host_identity.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace psync::runtime {
+namespace psync::control {
 namespace {
 
 bool Printable(char c) {
@@ -69,4 +69,4 @@ absl::StatusOr<std::string> LocalHostId() {
   return MakeHostId(std::getenv("PSYNC_HOST_ID"), host, boot_id, mnt_ns);
 }
 
-}  // namespace psync::runtime
+}  // namespace psync::control

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "worker/comm/store.h"
-#include "worker/runtime/coordinator/coordinator_client.h"
+#include "worker/control/coordinator_client.h"
 
-namespace psync::coordinator {
+namespace psync::control {
 
 class CoordinatorStore : public psync::comm::Store {
  public:
@@ -23,4 +23,4 @@ class CoordinatorStore : public psync::comm::Store {
   std::string prefix_;
 };
 
-}  // namespace psync::coordinator
+}  // namespace psync::control

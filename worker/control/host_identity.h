@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 inline constexpr size_t kMaxHostIdBytes = 256;  // as the coordinator enforces
 
@@ -26,4 +26,4 @@ absl::StatusOr<std::string> MakeHostId(const char* env, const std::string& hostn
 // /proc/sys/kernel/random/boot_id and /proc/self/ns/mnt).
 absl::StatusOr<std::string> LocalHostId();
 
-}  // namespace psync::runtime
+}  // namespace psync::control

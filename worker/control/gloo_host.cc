@@ -1,4 +1,4 @@
-#include "worker/runtime/gloo_host.h"
+#include "worker/control/gloo_host.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 absl::StatusOr<std::string> DeriveGlooHost(const std::string& coordinator) {
   const size_t colon = coordinator.rfind(':');
@@ -44,4 +44,4 @@ absl::StatusOr<std::string> DeriveGlooHost(const std::string& coordinator) {
   return out;
 }
 
-}  // namespace psync::runtime
+}  // namespace psync::control

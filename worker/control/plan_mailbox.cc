@@ -1,10 +1,12 @@
-#include "worker/runtime/plan_source.h"
+#include "worker/control/plan_mailbox.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_code.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 const char* PlanActionName(PlanAction a) {
   switch (a) {
@@ -46,8 +48,38 @@ void PlanMailbox::Close(absl::Status why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!is_closed_) {
     is_closed_ = true;
-    closed_ = why.ok() ? absl::UnavailableError("coordinator stream ended") : why;
+    closed_ = why.ok() ? WithExitCode(absl::UnavailableError("coordinator stream ended"), kExitCoordinatorLost) : why;
   }
+  cv_.notify_all();
+}
+
+absl::Status PlanMailbox::FailureLocked() const {
+  if (abort_) {
+    return WithExitCode(absl::AbortedError(abort_->reason.empty() ? "aborted by the coordinator" : abort_->reason),
+                        kExitPeerLost);
+  }
+  return is_closed_ ? closed_ : absl::OkStatus();
+}
+
+absl::Status PlanMailbox::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FailureLocked();
+}
+
+absl::Status PlanMailbox::WaitForFailure(std::chrono::milliseconds timeout,
+                                         const std::function<bool()>& cancelled) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto done = [&] { return !FailureLocked().ok() || (cancelled && cancelled()); };
+  if (timeout == std::chrono::milliseconds::max()) {
+    cv_.wait(lock, done);
+  } else {
+    cv_.wait_for(lock, timeout, done);
+  }
+  return FailureLocked();
+}
+
+void PlanMailbox::Wake() const {
+  std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();
 }
 
@@ -61,8 +93,7 @@ absl::StatusOr<IterationPlan> PlanMailbox::Wait(int64_t iteration, std::chrono::
   while (true) {
     auto it = plans_.find(iteration);
     if (it != plans_.end()) return it->second;
-    if (abort_) return absl::AbortedError(abort_->reason.empty() ? "job aborted by the coordinator" : abort_->reason);
-    if (is_closed_) return closed_;
+    if (absl::Status failed = FailureLocked(); !failed.ok()) return failed;
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
       it = plans_.find(iteration);
       if (it != plans_.end()) return it->second;
@@ -82,15 +113,4 @@ absl::Status PlanMailbox::closed_status() const {
   return is_closed_ ? closed_ : absl::OkStatus();
 }
 
-void CoordinatorUnusedSource::Submit(int64_t, const std::vector<uint8_t>&) {}
-
-absl::StatusOr<std::vector<uint8_t>> CoordinatorUnusedSource::GlobalUsed(int64_t iteration,
-                                                                         std::chrono::milliseconds timeout) {
-  absl::StatusOr<IterationPlan> plan = mailbox_->Wait(iteration, timeout);
-  if (!plan.ok()) return plan.status();
-  std::vector<uint8_t> used(plan->globally_unused.size());
-  for (size_t p = 0; p < used.size(); ++p) used[p] = plan->globally_unused[p] ? 0 : 1;
-  return used;
-}
-
-}  // namespace psync::runtime
+}  // namespace psync::control

@@ -1,14 +1,15 @@
 // PlanWindow (which plan the trainer needs when) and the worker's
 // PlanMailbox (plans from the coordinator, dropped once consumed).
-#include "worker/runtime/plan_window.h"
+#include "worker/control/plan_window.h"
 
 #include <gtest/gtest.h>
 
 #include <future>
 
-#include "worker/runtime/plan_source.h"
+#include "worker/control/plan_mailbox.h"
+#include "worker/control/unused_source.h"
 
-namespace psync::runtime {
+namespace psync::control {
 namespace {
 
 using namespace std::chrono_literals;
@@ -135,4 +136,4 @@ TEST(CoordinatorUnusedSource, GlobalUsedIsTheComplementOfThePlansUnusedSet) {
 }
 
 }  // namespace
-}  // namespace psync::runtime
+}  // namespace psync::control

@@ -1,10 +1,10 @@
-#include "worker/runtime/host_identity.h"
+#include "worker/control/host_identity.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-namespace psync::runtime {
+namespace psync::control {
 namespace {
 
 TEST(HostIdentity, EnvironmentWinsAndIsValidated) {
@@ -43,4 +43,4 @@ TEST(HostIdentity, LocalIdIsStableAndPrintable) {
 }
 
 }  // namespace
-}  // namespace psync::runtime
+}  // namespace psync::control

@@ -1,10 +1,10 @@
-#include "worker/runtime/plan_window.h"
+#include "worker/control/plan_window.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace psync::runtime {
+namespace psync::control {
 
 PlanWindow::PlanWindow(int lookahead, int64_t first_iteration)
     : k_(std::max(1, lookahead)), next_(first_iteration) {}
@@ -45,4 +45,4 @@ std::optional<IterationPlan> PlanWindow::TakeBucketPlanFor(int64_t step) {
   return out;
 }
 
-}  // namespace psync::runtime
+}  // namespace psync::control

@@ -2,26 +2,25 @@
 // (protos/psync/v1/coordinator.proto), with no gRPC or protobuf types in
 // this header.
 //
-// Typical use in psync-worker:
+// Typical use in psync-worker (worker/control/job_session.h does this):
 //
 //   PSYNC_ASSIGN_OR_RETURN(auto client,
 //       CoordinatorClient::Connect("10.0.0.1:29500", token, std::chrono::seconds(30)));
 //   JoinRequest req;  req.job_id = "psync"; req.requested_rank = -1; req.manifest = {...};
 //   PSYNC_ASSIGN_OR_RETURN(JoinResult joined, client->Join(req, std::chrono::seconds(300)));
 //   CoordinatorStore store(client.get(), joined.store_prefix);  // for Gloo / NCCL bootstrap
-//   PSYNC_RETURN_IF_ERROR(client->OpenTrainStream(joined.rank, joined.generation));
+//   auto plans = std::make_shared<PlanMailbox>();                // owned by the runtime
+//   PSYNC_RETURN_IF_ERROR(client->OpenTrainStream(joined.rank, joined.generation, plans));
 //   for (int64_t i = 0; ; ++i) {
 //     forward ...
 //     PSYNC_RETURN_IF_ERROR(client->SendReport({i, bitmap::Pack(used), loss, step_ms, ready_order}));
 //     backward ...
-//     PSYNC_ASSIGN_OR_RETURN(Plan plan, client->WaitPlan(i, timeout));   // same Plan on every rank
-//     if (plan.bucket_plan) reducer.SetPlanFrom(plan.bucket_plan->applies_from_iteration, ...);
-//     if (plan.action == Action::kAbort) -> exit code 4 (plan.reason names the lost rank)
-//     optimizer step;
-//     if (plan.action == Action::kStopAfter && i == plan.stop_after_iteration) break;
+//     PSYNC_ASSIGN_OR_RETURN(IterationPlan plan, plans->Wait(i, timeout));  // same plan on every rank
+//     ... (an ABORT or a lost stream fails the wait: plans->failure() says why)
+//     optimizer step; plans->Release(i);
 //   }
 //   (psync-worker waits less: only for Plan{i-K} before step i, see
-//   worker/runtime/plan_window.h and JoinResult::plan_lookahead.)
+//   plan_window.h and JoinResult::plan_lookahead.)
 //   client->SendDone("completed", 0);
 //   client->Close();
 //
@@ -31,11 +30,13 @@
 //         AlreadyExists (duplicate rank), ResourceExhausted (world full),
 //         DeadlineExceeded (world incomplete), Unauthenticated (token),
 //         Unavailable ("coordinator at HOST:PORT unreachable: ...").
-//   SendReport / WaitPlan: Unavailable "coordinator at HOST:PORT lost: ..." when
-//         the stream breaks (the server's status message is included, e.g.
-//         an INVALID_ARGUMENT about the bitmap length); WaitPlan: Aborted
-//         when the coordinator ended the stream because the job was aborted;
-//         DeadlineExceeded when no plan for the iteration arrived in time.
+//   SendReport: Unavailable "coordinator at HOST:PORT lost: ..." when the
+//         stream breaks (the server's status message is included, e.g. an
+//         INVALID_ARGUMENT about the bitmap length).
+//   The end of the Train stream closes the mailbox with why: Aborted when the
+//         coordinator ended the stream because the job was aborted (exit code
+//         4, common/exit_code.h), Unavailable "coordinator at HOST:PORT lost:
+//         ..." otherwise (exit code 5).
 //
 // Liveness: OpenTrainStream also starts a heartbeat thread that sends
 // Heartbeat{rank, last reported iteration} every JoinResult.heartbeat_interval
@@ -43,7 +44,7 @@
 // a worker blocked in a collective keeps being heard, and the coordinator
 // blames a rank whose messages stop. The channel uses gRPC keepalive (ping
 // every 2 s, 3 s timeout, also without calls), so a connection that died
-// without a TCP reset ends the Train stream (WaitPlan -> Unavailable
+// without a TCP reset ends the Train stream (the mailbox fails: Unavailable
 // "coordinator ... lost") within about 5 s.
 //
 // TLS: Connect with a CA file (PEM) uses TLS and trusts the certificates it
@@ -51,22 +52,25 @@
 // channel is plaintext.
 //
 // Threads: all methods are thread-safe. OpenTrainStream starts one reader
-// thread that buffers incoming Plans and the heartbeat thread;
-// SendReport/SendDone write from the caller's thread (serialized
-// internally). Close() (or the destructor) ends the stream and joins both.
+// thread, which decodes each incoming Plan into an IterationPlan and
+// delivers it into the caller's PlanMailbox (no other queue: the plan goes
+// straight to the runtime), and the heartbeat thread; SendReport/SendDone
+// write from the caller's thread (serialized internally). Close() (or the
+// destructor) ends the stream and joins both.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/control/plan_mailbox.h"
+#include "worker/ddp/bucket_assignment.h"
 
-namespace psync::coordinator {
+namespace psync::control {
 
 struct ParamSpec {
   std::string name;            // e.g. "layers.0.weight"
@@ -97,19 +101,13 @@ struct JoinRequest {
   int64_t generation = 0;
 };
 
-struct BucketPlan {
-  int64_t id = 0;              // 0 = initial (reverse manifest order), 1 = from rank 0's ready order
-  int64_t applies_from_iteration = 0;
-  std::vector<std::vector<int>> buckets;  // manifest indices, bucket 0 first
-};
-
 struct JoinResult {
   int rank = -1;
   int world_size = 0;
   int64_t generation = 0;      // 1, 2, ... (coordinator.proto, "Generations"); pass to OpenTrainStream
   int64_t start_iteration = 0;  // the iteration every rank starts at (JoinRequest::start_iteration)
   std::string store_prefix;    // prefix for every bootstrap store key
-  BucketPlan initial_bucket_plan;
+  ddp::BucketPlan initial_bucket_plan;  // manifest indices, bucket 0 first
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
   int plan_lookahead = 1;      // K (coordinator.proto, "Plan lookahead")
   std::vector<std::string> host_ids;  // host_ids[r] = rank r's host id (JoinRequest.host_id)
@@ -123,18 +121,7 @@ struct Report {
   std::vector<int> ready_order;  // rank 0, once (report of iteration 1); else empty
 };
 
-enum class Action { kContinue, kStopAfter, kAbort };
-
-struct Plan {
-  int64_t iteration = 0;
-  std::string globally_unused;   // bitmap, same layout as Report::used_bitmap
-  std::optional<BucketPlan> bucket_plan;
-  Action action = Action::kContinue;
-  std::string reason;
-  int64_t stop_after_iteration = -1;  // with kStopAfter: every rank stops after this iteration
-};
-
-// Bitmaps: byte p/8, bit p%8 (LSB first).
+// Bitmaps: common/used_bitmap.h (byte p/8, bit p%8, LSB first).
 
 class CoordinatorClient {
  public:
@@ -165,12 +152,12 @@ class CoordinatorClient {
   // before OpenTrainStream; Unavailable naming the relay when it is not
   // reachable within `timeout`. Without it the stream goes to the coordinator.
   absl::Status UseTrainRelay(const std::string& relay_target, std::chrono::milliseconds timeout);
-  // Opens the Train stream and sends Hello; starts the plan reader thread.
-  absl::Status OpenTrainStream(int rank, int64_t generation);
+  // Opens the Train stream and sends Hello; starts the reader thread, which
+  // delivers every plan into `plans` (decoded for the manifest Join sent:
+  // globally_unused has one entry per parameter) and closes it with why
+  // when the stream ends.
+  absl::Status OpenTrainStream(int rank, int64_t generation, std::shared_ptr<PlanMailbox> plans);
   absl::Status SendReport(const Report& report);
-  // Returns the Plan for `iteration` (plans for older iterations are dropped).
-  // An ABORT plan is returned for any iteration it arrives for.
-  absl::StatusOr<Plan> WaitPlan(int64_t iteration, std::chrono::milliseconds timeout);
   // Sends Done and half-closes the stream; waits briefly for the server to finish it.
   absl::Status SendDone(const std::string& exit_reason, int exit_code = 0);
   // Cancels the stream if still open and joins the reader and heartbeat
@@ -184,4 +171,4 @@ class CoordinatorClient {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace psync::coordinator
+}  // namespace psync::control

@@ -1,0 +1,194 @@
+#include "worker/control/job_session.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/exit_code.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/used_bitmap.h"
+#include "worker/comm/backend_choice.h"
+#include "worker/comm/process_group_factory.h"
+#include "worker/comm/topology.h"
+#include "worker/control/coordinator_client.h"
+#include "worker/control/coordinator_store.h"
+#include "worker/control/failure_watchdog.h"
+#include "worker/control/gloo_host.h"
+#include "worker/control/host_identity.h"
+
+namespace psync::control {
+
+namespace {
+
+class ClientReports : public ReportChannel {
+ public:
+  explicit ClientReports(CoordinatorClient* client) : client_(client) {}
+  absl::Status SendReport(int64_t iteration, const std::vector<uint8_t>& used, double loss, double last_step_ms,
+                          const std::vector<size_t>& ready_order) override {
+    Report r;
+    r.iteration = iteration;
+    r.used_bitmap = bitmap::Pack(used);
+    r.loss = std::isfinite(loss) ? loss : 0.0;
+    r.last_step_ms = last_step_ms;
+    for (size_t i : ready_order) r.ready_order.push_back(static_cast<int>(i));
+    return client_->SendReport(r);
+  }
+
+ private:
+  CoordinatorClient* client_;
+};
+
+absl::Status Rendezvous(const std::string& what, const absl::Status& st) {
+  return WithExitCode(absl::Status(st.code(), absl::StrCat(what, ": ", st.message())), kExitRendezvous);
+}
+
+int64_t MbToBytes(double mb) { return static_cast<int64_t>(mb * 1024 * 1024); }
+
+}  // namespace
+
+// Destruction order matters: the watchdog reads the mailbox and aborts the
+// group, so it goes first (declared last); the client's reader delivers
+// into the mailbox until the client is gone.
+struct JobSession::State {
+  std::shared_ptr<PlanMailbox> mailbox = std::make_shared<PlanMailbox>();
+  std::unique_ptr<CoordinatorClient> client;
+  JoinResult joined;
+  comm::Topology topology;
+  comm::BackendChoice choice;
+  std::shared_ptr<comm::ProcessGroup> group;
+  std::unique_ptr<ClientReports> reports;
+  std::unique_ptr<FailureWatchdog> watchdog;
+  bool finished = false;
+
+  absl::Status Join(const SessionOptions& opt, Device device,
+                    const std::vector<std::pair<std::string, autograd::Variable>>& params, int64_t start_iteration);
+  absl::Status ChooseBackend(const SessionOptions& opt, Device device);
+  absl::Status CreateGroup(const SessionOptions& opt, Device device);
+  absl::Status OpenTrainStream(const SessionOptions& opt);
+};
+
+absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
+                                     const std::vector<std::pair<std::string, autograd::Variable>>& params,
+                                     int64_t start_iteration) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> c =
+      CoordinatorClient::Connect(opt.coordinator, opt.token, opt.timeout, opt.tls_ca);
+  if (!c.ok()) return Rendezvous(absl::StrCat("cannot reach the coordinator at ", opt.coordinator), c.status());
+  client = std::move(*c);
+
+  absl::StatusOr<std::string> host_id = LocalHostId();
+  if (!host_id.ok()) return WithExitCode(host_id.status(), kExitBadInput);
+  JoinRequest req;
+  req.job_id = opt.job_id;
+  req.host_id = *host_id;
+  req.requested_rank = opt.rank;
+  req.world_size = opt.world_size;
+  req.device = device.ToString();
+  req.backend = opt.backend;  // as requested: every rank must ask for the same
+  // A resumed run starts at its checkpoint's step; the coordinator checks
+  // that every rank agrees and starts this generation's plans there.
+  req.start_iteration = start_iteration;
+  for (const auto& [name, p] : params) {
+    req.manifest.push_back({name, p.shape(), static_cast<int>(p.data().element_size())});
+  }
+  req.bucket_cap_bytes = MbToBytes(opt.bucket_cap_mb);
+  req.first_bucket_cap_bytes = MbToBytes(opt.first_bucket_mb);
+  absl::StatusOr<JoinResult> j = client->Join(req, std::chrono::hours(1));
+  if (!j.ok()) return Rendezvous("rendezvous failed", j.status());
+  joined = std::move(*j);
+  SetLogRank(joined.rank);
+  return absl::OkStatus();
+}
+
+absl::Status JobSession::State::ChooseBackend(const SessionOptions& opt, Device device) {
+  // Which ranks share a host: the coordinator collected every rank's host id
+  // at Join (PSYNC_HOST_ID, else hostname + boot id + mount namespace).
+  absl::StatusOr<comm::Topology> t = comm::Topology::FromHostIds(joined.host_ids);
+  if (!t.ok()) return Rendezvous("host layout", t.status());
+  topology = *t;
+  if (opt.local_world_size > 0) {
+    const int local = topology.local_size(joined.rank);
+    if (local != opt.local_world_size) {
+      PSYNC_LOG(WARNING) << "LOCAL_WORLD_SIZE=" << opt.local_world_size << " but " << local
+                         << " ranks share this host by the coordinator's host ids; using the host ids";
+    }
+  }
+  absl::StatusOr<comm::BackendChoice> c = comm::ChooseBackend(opt.backend, topology, joined.world_size, device.is_cuda());
+  if (!c.ok()) return WithExitCode(c.status(), kExitBadInput);
+  choice = *c;
+  return absl::OkStatus();
+}
+
+absl::Status JobSession::State::CreateGroup(const SessionOptions& opt, Device device) {
+  auto store = std::make_shared<CoordinatorStore>(client.get(), joined.store_prefix);
+  comm::GroupOptions gopt;
+  gopt.timeout = opt.timeout;
+  gopt.prefix = "pg0";
+  gopt.device = device.is_cuda() ? device.index : -1;
+  gopt.topology = topology;
+  gopt.job_tag = absl::StrCat(opt.job_id, ".g", joined.generation);
+  if (!opt.gloo_host.empty()) {
+    gopt.hostname = opt.gloo_host;
+  } else {
+    absl::StatusOr<std::string> host = DeriveGlooHost(opt.coordinator);
+    if (!host.ok()) return Rendezvous("Gloo address", host.status());
+    gopt.hostname = *host;
+  }
+  absl::StatusOr<std::unique_ptr<comm::ProcessGroup>> pg =
+      comm::CreateProcessGroup(choice.backend, store, joined.rank, joined.world_size, gopt);
+  if (!pg.ok()) return Rendezvous(absl::StrCat("creating the ", choice.backend, " process group"), pg.status());
+  group = std::move(*pg);
+  return absl::OkStatus();
+}
+
+absl::Status JobSession::State::OpenTrainStream(const SessionOptions& opt) {
+  if (!opt.plan_relay.empty()) {
+    // Why: the host's relay carries this rank's Train stream to the
+    // coordinator together with the host's other ranks (client/relay/README.md).
+    if (absl::Status st = client->UseTrainRelay(opt.plan_relay, opt.timeout); !st.ok()) {
+      return Rendezvous("reaching the plan relay", st);
+    }
+  }
+  if (absl::Status st = client->OpenTrainStream(joined.rank, joined.generation, mailbox); !st.ok()) {
+    return Rendezvous("opening the train stream", st);
+  }
+  reports = std::make_unique<ClientReports>(client.get());
+  watchdog = std::make_unique<FailureWatchdog>(
+      mailbox, [g = group](const absl::Status& reason) { g->Abort(reason); });
+  return absl::OkStatus();
+}
+
+JobSession::JobSession(std::unique_ptr<State> state) : s_(std::move(state)) {}
+
+JobSession::~JobSession() { Finish(kExitInternal, "worker ended without a reason"); }
+
+absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
+    const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+    int64_t start_iteration) {
+  auto s = std::make_unique<State>();
+  PSYNC_RETURN_IF_ERROR(s->Join(opt, device, params, start_iteration));
+  PSYNC_RETURN_IF_ERROR(s->ChooseBackend(opt, device));
+  PSYNC_RETURN_IF_ERROR(s->CreateGroup(opt, device));
+  PSYNC_RETURN_IF_ERROR(s->OpenTrainStream(opt));
+  return std::unique_ptr<JobSession>(new JobSession(std::move(s)));
+}
+
+void JobSession::Finish(int code, const std::string& reason) {
+  if (s_->finished) return;
+  s_->finished = true;
+  s_->watchdog->Stop();
+  s_->client->SendDone(reason, code).IgnoreError();
+  s_->client->Close();
+}
+
+int JobSession::rank() const { return s_->joined.rank; }
+int JobSession::world_size() const { return s_->joined.world_size; }
+int64_t JobSession::generation() const { return s_->joined.generation; }
+int JobSession::plan_lookahead() const { return s_->joined.plan_lookahead; }
+const std::string& JobSession::backend() const { return s_->choice.backend; }
+const std::string& JobSession::backend_reason() const { return s_->choice.reason; }
+const ddp::BucketPlan& JobSession::initial_bucket_plan() const { return s_->joined.initial_bucket_plan; }
+std::shared_ptr<comm::ProcessGroup> JobSession::group() const { return s_->group; }
+std::shared_ptr<PlanMailbox> JobSession::mailbox() const { return s_->mailbox; }
+ReportChannel* JobSession::reports() const { return s_->reports.get(); }
+
+}  // namespace psync::control

@@ -1,0 +1,81 @@
+// JobSession: this worker's membership in the job, from Join to Done.
+//
+// Start: connect to the coordinator, Join with the model's manifest (rank,
+// world size, store prefix, initial bucket plan, plan lookahead, every
+// rank's host id), learn which ranks share this host, pick the backend
+// (--backend, comm/backend_choice.h), create the process group through the
+// coordinator's store, open the Train stream (its plans go straight into the
+// session's PlanMailbox) and start the failure watchdog.
+// Finish: stop the watchdog, send Done with the exit code and reason, close.
+//
+// Threads: the training thread owns the session; the client's stream reader
+// and heartbeat and the watchdog run on threads of their own
+// (coordinator_client.h, failure_watchdog.h).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/autograd/variable.h"
+#include "worker/comm/process_group.h"
+#include "worker/control/plan_mailbox.h"
+#include "worker/control/report_channel.h"
+#include "worker/ddp/bucket_assignment.h"
+
+namespace psync::control {
+
+// What the session needs from psync-worker's flags (docs/cli-contract.md).
+struct SessionOptions {
+  std::string coordinator = "127.0.0.1:29500";  // HOST:PORT
+  std::string token;
+  std::string tls_ca;           // PEM CA file; empty = plaintext
+  std::string plan_relay;       // this host's psync-relay (HOST:PORT); empty = none
+  std::string gloo_host;        // empty = derived from the coordinator's address (gloo_host.h)
+  std::string job_id = "psync";
+  int rank = -1;                // -1 = any
+  int world_size = 0;           // 0 = the coordinator's
+  int local_world_size = 0;     // LOCAL_WORLD_SIZE; 0 = unknown (only checked against the host ids)
+  std::string backend = "auto";  // --backend, as requested: every rank must ask for the same
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  std::chrono::milliseconds timeout{30000};  // connecting, collectives of the group
+};
+
+class JobSession {
+ public:
+  // Errors carry their exit code (common/exit_code.h): kExitRendezvous when
+  // the coordinator or the peers cannot be reached or refuse, kExitBadInput
+  // for a host layout or backend the flags make impossible.
+  static absl::StatusOr<std::unique_ptr<JobSession>> Start(
+      const SessionOptions& opt, Device device,
+      const std::vector<std::pair<std::string, autograd::Variable>>& params, int64_t start_iteration = 0);
+  ~JobSession();
+  JobSession(const JobSession&) = delete;
+  JobSession& operator=(const JobSession&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int64_t generation() const;
+  int plan_lookahead() const;
+  const std::string& backend() const;         // the group's: gloo, shm, hier or nccl
+  const std::string& backend_reason() const;  // why --backend chose it
+  const ddp::BucketPlan& initial_bucket_plan() const;  // empty: the reducer's own
+  std::shared_ptr<comm::ProcessGroup> group() const;
+  std::shared_ptr<PlanMailbox> mailbox() const;
+  ReportChannel* reports() const;
+
+  // Stops the watchdog, sends Done{reason, code} and closes the stream.
+  // Idempotent (the destructor calls it with the last code given, or 1).
+  void Finish(int code, const std::string& reason);
+
+ private:
+  struct State;
+  explicit JobSession(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace psync::control

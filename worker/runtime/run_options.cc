@@ -1,0 +1,70 @@
+#include "worker/runtime/run_options.h"
+
+namespace psync::runtime {
+
+TrainOptions TrainOptionsFrom(const WorkerOptions& opt) {
+  TrainOptions t;
+  t.steps = opt.steps;
+  t.global_batch = opt.global_batch;
+  t.accumulate = opt.accumulate;
+  t.block_size = opt.block_size;
+  t.skip = SkipSchedule{opt.skip_layer, opt.skip_pattern};
+  t.find_unused_parameters = opt.find_unused_parameters;
+  t.clip_grad_norm = opt.clip_grad_norm;
+  t.eval_every = opt.eval_every;
+  t.eval_examples = opt.eval_examples;
+  t.eval_batch = opt.eval_batch;
+  t.checkpoint_every = opt.checkpoint_every;
+  t.progress_every = opt.progress_every;
+  t.quiet = opt.quiet;
+  t.timeout = opt.timeout;
+  return t;
+}
+
+control::SessionOptions SessionOptionsFrom(const WorkerOptions& opt) {
+  control::SessionOptions s;
+  s.coordinator = opt.coordinator;
+  s.token = opt.token;
+  s.tls_ca = opt.tls_ca;
+  s.plan_relay = opt.plan_relay;
+  s.gloo_host = opt.gloo_host;
+  s.job_id = opt.job_id;
+  s.rank = opt.rank;
+  s.world_size = opt.world_size;
+  s.local_world_size = opt.local_world_size;
+  s.backend = opt.backend;
+  s.bucket_cap_mb = opt.bucket_cap_mb;
+  s.first_bucket_mb = opt.first_bucket_mb;
+  s.timeout = opt.timeout;
+  return s;
+}
+
+CheckpointOptions CheckpointOptionsFrom(const WorkerOptions& opt) {
+  CheckpointOptions c;
+  c.model = opt.model;
+  c.dir = opt.checkpoint_dir;
+  c.keep = opt.keep_checkpoints;
+  c.resume = opt.resume;
+  c.save_path = opt.save_path;
+  c.steps = opt.steps;
+  c.global_batch = opt.global_batch;
+  return c;
+}
+
+ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
+  ModelSpec m;
+  m.name = opt.model;
+  m.options.seed = opt.seed;
+  m.options.widths = opt.widths;
+  m.options.vocab_size = opt.vocab_size;
+  m.options.block_size = opt.block_size;
+  m.options.n_layer = opt.n_layer;
+  m.options.n_head = opt.n_head;
+  m.options.n_embd = opt.n_embd;
+  m.options.cnn_channels = opt.cnn_channels;
+  m.skip_layer = opt.skip_layer;
+  m.init_path = opt.init_path;
+  return m;
+}
+
+}  // namespace psync::runtime
