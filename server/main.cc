@@ -62,6 +62,32 @@ bool ReadFile(const std::string& path, std::string* out) {
 
 int BadFlag(const std::string& msg) { psync::ExitBadFlag("psync-coordinator", msg); }
 
+void LogJob(const psync::server::ServerOptions& opt) {
+  PSYNC_LOG(INFO) << "job '" << opt.job.job_id << "' world size " << opt.job.world_size
+                  << (opt.token.empty() ? ", no token" : ", token required")
+                  << (opt.tls_cert_pem.empty() ? "" : ", TLS") << (opt.reflection ? ", reflection on" : "")
+                  << ", plan lookahead " << opt.job.plan_lookahead
+                  << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts"
+                                               : std::string())
+                  << (opt.job.test_only_plan_delay.count() > 0
+                          ? ", TEST-ONLY plan delay " + std::to_string(opt.job.test_only_plan_delay.count()) + " ms"
+                          : std::string());
+}
+
+// Until SIGINT/SIGTERM (blocked in every thread: `sigs`), or with
+// --exit-when-done until the job has ended.
+void WaitForTheEnd(const sigset_t& sigs, psync::server::CoordinatorServer& server, bool exit_when_done) {
+  timespec tick{0, 200 * 1000 * 1000};
+  while (true) {
+    int sig = sigtimedwait(&sigs, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      PSYNC_LOG(INFO) << "signal " << sig << ": shutting down";
+      return;
+    }
+    if (exit_when_done && server.job().Ended()) return;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,26 +161,8 @@ int main(int argc, char** argv) {
     }
   }
   std::cout << "psync-coordinator listening on " << opt.host << ":" << port << std::endl;
-  PSYNC_LOG(INFO) << "job '" << opt.job.job_id << "' world size " << opt.job.world_size
-                  << (opt.token.empty() ? ", no token" : ", token required")
-                  << (cert.empty() ? "" : ", TLS") << (opt.reflection ? ", reflection on" : "")
-                  << ", plan lookahead " << opt.job.plan_lookahead
-                  << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts"
-                                               : std::string())
-                  << (opt.job.test_only_plan_delay.count() > 0
-                          ? ", TEST-ONLY plan delay " + std::to_string(opt.job.test_only_plan_delay.count()) + " ms"
-                          : std::string());
-
-  const bool exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
-  timespec tick{0, 200 * 1000 * 1000};
-  while (true) {
-    int sig = sigtimedwait(&sigs, nullptr, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      PSYNC_LOG(INFO) << "signal " << sig << ": shutting down";
-      break;
-    }
-    if (exit_when_done && (*server)->job().Ended()) break;
-  }
+  LogJob(opt);
+  WaitForTheEnd(sigs, **server, absl::GetFlag(FLAGS_exit_when_done));
   (*server)->Shutdown();
   return 0;
 }
