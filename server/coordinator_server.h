@@ -22,12 +22,12 @@ class Server;
 
 namespace psync {
 class TimerQueue;  // common/timer_queue.h
+class TokenGate;   // common/token_gate.h
 }  // namespace psync
 
 namespace psync::server {
 
 class KvStore;
-class TokenAuth;
 class CoordinatorService;
 class ControlService;
 class LivenessTicker;
@@ -68,7 +68,7 @@ class CoordinatorServer {
   std::unique_ptr<PlanFanOut> fanout_;  // before job_: JobState uses it
   std::unique_ptr<JobState> job_;
   std::unique_ptr<KvStore> kv_;
-  std::unique_ptr<TokenAuth> auth_;
+  std::shared_ptr<TokenGate> gate_;  // null without a token
   std::unique_ptr<CoordinatorService> coordinator_;
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;

@@ -3,6 +3,7 @@
 // enforces them. No gRPC.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -10,7 +11,17 @@
 
 namespace psync::server {
 
+// The transport's limit: the largest request any method takes (a Join,
+// below); each method's own, smaller limit is request_limits.h's.
 inline constexpr int kMaxReceiveMessageBytes = 16 << 20;
+// Streams (calls) one connection may have open at once. A worker uses 3 at
+// most (Train, Join, a StoreGet), psync-relay one per generation; the
+// coordinator bench simulates up to 512 workers on one connection.
+inline constexpr int kMaxConcurrentStreamsPerConnection = 1024;
+// gRPC's own memory (transport buffers, call arenas) across every
+// connection; above it gRPC shrinks buffers and closes idle connections.
+// The coordinator of 4096 simulated workers peaks at ~130 MB in all.
+inline constexpr size_t kGrpcMemoryQuotaBytes = size_t{256} << 20;
 inline constexpr int kMaxParams = 1 << 20;              // bitmap <= 128 KiB
 inline constexpr int kMaxNameBytes = 1024;
 inline constexpr int kMaxShapeRank = 16;
