@@ -78,7 +78,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // registered; used only with options.reflection
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.token.empty()) {
-    s->gate_ = MakeCoordinatorGate(options.token, std::make_shared<RefusalCounters>(CoordinatorMethods()));
+    s->refusals_ = std::make_shared<RefusalCounters>(CoordinatorMethods());
+    s->gate_ = MakeCoordinatorGate(options.token, s->refusals_);
     creds = GatedServerCredentials(s->gate_, options.tls_cert_pem, options.tls_key_pem);
   } else if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl;

@@ -2,6 +2,7 @@
 // streams"): an in-process coordinator, raw host streams, and psync-relay's
 // core (PlanRelay) carrying CoordinatorClient workers' streams.
 #include <gtest/gtest.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <future>
@@ -371,3 +372,97 @@ TEST(PlanRelay, UnreachableCoordinatorEndsTheWorkersStreamsNamingIt) {
 
 }  // namespace
 }  // namespace psync
+
+// ---- Garbage on a Train stream (issue 25 item 2): bytes that do not decode
+// after a valid hello are a protocol error, not a clean close.
+
+// A raw Train stream on `target`: writes each of `messages` (bytes as they
+// are), half-closes, reads to the end; the final status.
+grpc::Status RawTrainStream(const std::string& target, const std::vector<std::string>& messages,
+                            const std::string& token = "") {
+  grpc::GenericStub stub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, "/psync.v1.Coordinator/Train", &cq);
+  void* tag;
+  bool ok;
+  intptr_t next = 1;
+  auto step = [&] {  // one operation at a time: its completion
+    cq.Next(&tag, &ok);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(next++));
+  step();
+  for (const std::string& m : messages) {
+    grpc::Slice slice(m);
+    grpc::ByteBuffer bb(&slice, 1);
+    call->Write(bb, reinterpret_cast<void*>(next++));
+    if (!step()) break;
+  }
+  call->WritesDone(reinterpret_cast<void*>(next++));
+  step();
+  grpc::ByteBuffer in;
+  do {
+    call->Read(&in, reinterpret_cast<void*>(next++));
+  } while (step());
+  grpc::Status st;
+  call->Finish(&st, reinterpret_cast<void*>(next++));
+  step();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return st;
+}
+
+std::string HelloBytes(int rank, int64_t generation) {
+  v1::TrainUp up;
+  up.mutable_hello()->set_job_id("psync");
+  up.mutable_hello()->set_rank(rank);
+  up.mutable_hello()->set_generation(generation);
+  return up.SerializeAsString();
+}
+
+// Ten continuation bytes: a varint that never ends, so no protobuf message.
+const std::string kGarbage(10, '\xff');
+
+TEST(HostStreamGrpc, GarbageAfterHelloIsAProtocolErrorNamingTheRank) {
+  Server s(2, "tok");
+  auto ws = JoinWorld(s, 2, 1, "tok");
+  ASSERT_TRUE(ws[0].client->OpenTrainStream(0, ws[0].joined.generation).ok());
+  const grpc::Status st = RawTrainStream(s.target, {HelloBytes(1, ws[1].joined.generation), kGarbage}, "tok");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
+  EXPECT_NE(p->reason.find("protocol error: undecodable message"), std::string::npos) << p->reason;
+  EXPECT_EQ(s.State(), v1::JOB_ABORTED);
+}
+
+TEST(HostStreamGrpc, GarbageInsteadOfHelloIsRefused) {
+  Server s(1);
+  const grpc::Status st = RawTrainStream(s.target, {kGarbage});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  EXPECT_EQ(s.State(), v1::JOB_WAITING);  // nothing attached, nothing lost
+}
+
+TEST(PlanRelay, GarbageFromAWorkerIsAProtocolErrorNamingTheRank) {
+  Server s(2, "tok");
+  auto relay = StartRelay(s, 2, "tok");
+  auto ws = JoinWorld(s, 2, 2, "tok");
+  ASSERT_TRUE(ws[0].client->UseTrainRelay(RelayTarget(*relay), 5000ms).ok());
+  ASSERT_TRUE(ws[0].client->OpenTrainStream(0, ws[0].joined.generation).ok());
+  const grpc::Status st =
+      RawTrainStream(RelayTarget(*relay), {HelloBytes(1, ws[1].joined.generation), kGarbage}, "tok");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  auto p = ws[0].client->WaitPlan(0, 10000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
+  EXPECT_NE(p->reason.find("protocol error: undecodable message"), std::string::npos) << p->reason;
+}
