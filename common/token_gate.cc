@@ -4,8 +4,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 
-#include <cstdio>
-#include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,36 +17,41 @@ absl::string_view View(const grpc_slice& s) {
   return absl::string_view(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(s)), GRPC_SLICE_LENGTH(s));
 }
 
-// What the auth context says about the connection (the client certificate's
-// subject on mutual TLS; the transport kind otherwise).
-std::string Describe(grpc_auth_context* ctx) {
-  std::string out;
-  grpc_auth_property_iterator it = grpc_auth_context_property_iterator(ctx);
-  const bool debug = std::getenv("PSYNC_DEBUG_GATE") != nullptr;
-  while (const grpc_auth_property* p = grpc_auth_property_iterator_next(&it)) {
-    if (debug) std::fprintf(stderr, "gate: auth property %s=%.*s\n", p->name, static_cast<int>(p->value_length), p->value);
-  }
-  return out;
+// What is known of the caller for the log line. gRPC 1.51 gives the
+// processor the call's headers and the connection's auth context (on
+// plaintext and server-only TLS: only the transport kind), not the peer
+// address, so the caller is named by what it sent: its user-agent and the
+// :authority it dialed, cut short and printable.
+std::string Describe(absl::string_view user_agent, absl::string_view authority) {
+  auto printable = [](absl::string_view s) {
+    std::string out;
+    for (char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return out;
+  };
+  return absl::StrCat("a client (user-agent '", printable(user_agent), "', dialing '", printable(authority), "')");
 }
 
 // gRPC core's processor: decides inline and answers at once.
-void Process(void* state, grpc_auth_context* ctx, const grpc_metadata* md, size_t num_md,
+void Process(void* state, grpc_auth_context*, const grpc_metadata* md, size_t num_md,
              grpc_process_auth_metadata_done_cb done, void* user_data) {
   TokenGate* gate = static_cast<std::shared_ptr<TokenGate>*>(state)->get();
-  absl::string_view path, authorization;
+  absl::string_view path, authorization, user_agent, authority;
   bool has_authorization = false;
-  const bool debug = std::getenv("PSYNC_DEBUG_GATE") != nullptr;
   for (size_t i = 0; i < num_md; ++i) {
     const absl::string_view key = View(md[i].key);
-    if (debug) std::fprintf(stderr, "gate: md %.*s\n", static_cast<int>(key.size()), key.data());
     if (key == ":path") {
       path = View(md[i].value);
     } else if (key == "authorization" && !has_authorization) {
       authorization = View(md[i].value);
       has_authorization = true;
+    } else if (key == "user-agent") {
+      user_agent = View(md[i].value);
+    } else if (key == ":authority") {
+      authority = View(md[i].value);
     }
   }
-  const std::string* refused = gate->Admit(path, has_authorization ? &authorization : nullptr, Describe(ctx));
+  const std::string* refused = gate->Admit(path, has_authorization ? &authorization : nullptr,
+                                           [&] { return Describe(user_agent, authority); });
   if (refused == nullptr) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
     return;
@@ -96,7 +99,7 @@ TokenGate::TokenGate(TokenGateOptions options, std::shared_ptr<RefusalCounters> 
     : options_(std::move(options)), counters_(std::move(counters)) {}
 
 const std::string* TokenGate::Admit(absl::string_view path, const absl::string_view* authorization,
-                                    absl::string_view peer) {
+                                    const std::function<std::string()>& caller) {
   for (const std::string& open : options_.open_prefixes) {
     if (absl::StartsWith(path, open)) return nullptr;
   }
@@ -106,7 +109,7 @@ const std::string* TokenGate::Admit(absl::string_view path, const absl::string_v
   uint64_t suppressed = 0;
   if (counters_->Count(path, &suppressed)) {
     PSYNC_LOG(WARNING) << options_.server_name << ": refused " << (path.empty() ? "(no path)" : path.substr(0, 128))
-                       << " from " << (peer.empty() ? "unknown peer" : peer) << ": "
+                       << " from " << caller() << ": "
                        << (authorization == nullptr ? "no token" : "wrong token")
                        << (suppressed > 0 ? absl::StrCat(" (", suppressed, " more refused since the last line)")
                                           : std::string());

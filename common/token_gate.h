@@ -18,14 +18,16 @@
 // under an open prefix (grpc.health, reflection) pass without a token;
 // everything else needs "Bearer <token>" (constant-time compare, as
 // common/token.h). Refusals are counted by method and logged at a bounded
-// rate (RefusalCounters) with the method and the caller's connection as
-// gRPC reports it (the auth context carries no peer address; see
-// Describe in token_gate.cc).
+// rate (RefusalCounters) with the method and what is known of the caller:
+// gRPC 1.51 hands the processor no peer address (the connection's auth
+// context holds only the transport kind), so the line names the caller's
+// user-agent and the address it dialed (Describe in token_gate.cc).
 //
 // Threads: the processor runs on gRPC's transport threads, inline (never
 // blocking: a compare and an atomic add), concurrently for many calls.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +53,10 @@ class TokenGate {
 
   // The decision for one call's headers: null when admitted, else the
   // message to refuse it with (counted, and logged at a bounded rate).
-  // `authorization`: null when the header is missing. `peer`: what is
-  // known of the caller, for the log line.
-  const std::string* Admit(absl::string_view path, const absl::string_view* authorization, absl::string_view peer);
+  // `authorization`: null when the header is missing. `caller`: what is
+  // known of the caller, for the log line (called only when it is logged).
+  const std::string* Admit(absl::string_view path, const absl::string_view* authorization,
+                           const std::function<std::string()>& caller);
 
   const TokenGateOptions& options() const { return options_; }
   RefusalCounters& counters() { return *counters_; }

@@ -24,14 +24,15 @@
 #include <grpcpp/support/status.h>
 
 #include "absl/strings/string_view.h"
+#include "server/limits.h"
 
 namespace psync::server {
 
 inline constexpr size_t kMaxControlRequestBytes = 4 << 10;
 inline constexpr size_t kMaxStoreGetRequestBytes = 4 << 10;
 inline constexpr size_t kMaxStoreSetRequestBytes = (1 << 20) + (8 << 10);
-inline constexpr size_t kMaxJoinRequestBytes = 16 << 20;
-inline constexpr size_t kMaxTrainMessageBytes = 16 << 20;
+inline constexpr size_t kMaxJoinRequestBytes = kMaxReceiveMessageBytes;
+inline constexpr size_t kMaxTrainMessageBytes = kMaxReceiveMessageBytes;
 
 // OK when `raw` is at most `max_bytes`, else RESOURCE_EXHAUSTED naming the
 // method, the size and the limit.
@@ -58,6 +59,7 @@ grpc::Status DecodeRequest(grpc::ByteBuffer* raw, absl::string_view method, size
 template <typename T>
 void EncodeResponse(const T& msg, grpc::ByteBuffer* out) {
   bool own = false;
+  out->Clear();  // Serialize needs an empty buffer (a writer reuses its own)
   (void)grpc::SerializationTraits<T>::Serialize(msg, out, &own);
 }
 

@@ -51,6 +51,7 @@ class LocalWriter final : public LocalSink {
     if (!q_.empty() && !failed_) {
       writing_ = true;
       bool own = false;
+      out_.Clear();  // Serialize needs an empty buffer
       (void)grpc::SerializationTraits<v1::Plan>::Serialize(*q_.front(), &out_, &own);
       r_->StartWrite(&out_);
       return;

@@ -21,7 +21,7 @@ struct PlanRelay::Impl : RankRegistry {
   RelayOptions opt;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
-  std::unique_ptr<v1::Coordinator::CallbackService> service;
+  std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   RelayCounters counters;

@@ -370,8 +370,6 @@ TEST(PlanRelay, UnreachableCoordinatorEndsTheWorkersStreamsNamingIt) {
   EXPECT_NE(p.status().message().find("via the plan relay at"), std::string::npos) << p.status();
 }
 
-}  // namespace
-}  // namespace psync
 
 // ---- Garbage on a Train stream (issue 25 item 2): bytes that do not decode
 // after a valid hello are a protocol error, not a clean close.
@@ -466,3 +464,6 @@ TEST(PlanRelay, GarbageFromAWorkerIsAProtocolErrorNamingTheRank) {
   EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
   EXPECT_NE(p->reason.find("protocol error: undecodable message"), std::string::npos) << p->reason;
 }
+
+}  // namespace
+}  // namespace psync

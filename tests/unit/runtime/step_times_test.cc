@@ -13,7 +13,7 @@ namespace {
 
 // `steps` more steps with a progress line every 10 (as psync-worker's
 // default --progress-every); the work they took.
-int64_t Run(StepTimes* t, int64_t steps) {
+int64_t RunSteps(StepTimes* t, int64_t steps) {
   const int64_t before = t->work();
   for (int64_t i = 0; i < steps; ++i) {
     t->Add(10.0 + static_cast<double>(i % 7));
@@ -24,10 +24,10 @@ int64_t Run(StepTimes* t, int64_t steps) {
 
 TEST(StepTimes, WorkPerStepIsFlatFromAThousandToAMillionSteps) {
   StepTimes t;
-  Run(&t, 1000);
-  const int64_t early = Run(&t, 10000);  // steps 1,000 .. 11,000
-  Run(&t, 1000000 - 11000);
-  const int64_t late = Run(&t, 10000);   // steps 1,000,000 .. 1,010,000
+  RunSteps(&t, 1000);
+  const int64_t early = RunSteps(&t, 10000);  // steps 1,000 .. 11,000
+  RunSteps(&t, 1000000 - 11000);
+  const int64_t late = RunSteps(&t, 10000);   // steps 1,000,000 .. 1,010,000
   EXPECT_EQ(t.count(), 1010000);
   // Per 10 steps: 10 adds + one window of kWindow values; the switch to the
   // histogram (4096 values once) falls in the early span.
