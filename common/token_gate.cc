@@ -4,7 +4,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"

@@ -28,6 +28,7 @@
 #include "tests/common/background_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
+#include "tests/integration/coordinator/raw_grpc.h"
 
 namespace psync {
 namespace {
@@ -94,40 +95,6 @@ std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& target, 
   return out;
 }
 
-// A raw stream call: writes `request`, half-closes, reads to the end.
-grpc::Status RawStream(const std::string& target, const std::string& method, const std::string& request) {
-  grpc::GenericStub stub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&ctx, method, &cq);
-  void* tag;
-  bool ok;
-  intptr_t next = 1;
-  auto step = [&] {
-    cq.Next(&tag, &ok);
-    return ok;
-  };
-  call->StartCall(reinterpret_cast<void*>(next++));
-  step();
-  grpc::ByteBuffer bb = Bytes(request);
-  call->Write(bb, reinterpret_cast<void*>(next++));
-  step();
-  call->WritesDone(reinterpret_cast<void*>(next++));
-  step();
-  grpc::ByteBuffer in;
-  do {
-    call->Read(&in, reinterpret_cast<void*>(next++));
-  } while (step());
-  grpc::Status st;
-  call->Finish(&st, reinterpret_cast<void*>(next++));
-  step();
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return st;
-}
-
 TEST(AuthGate, EveryServiceRefusesAndCountsCallsWithoutTheTokenHealthAnswers) {
   server::ServerOptions o = test_support::TestServerOptions(1, 10000ms);
   o.token = kToken;
@@ -150,7 +117,7 @@ TEST(AuthGate, EveryServiceRefusesAndCountsCallsWithoutTheTokenHealthAnswers) {
     EXPECT_EQ(refusals->Of(method), 1u) << method;
   }
   for (const char* method : {"/psync.v1.Coordinator/Train", "/psync.v1.Control/Watch"}) {
-    EXPECT_EQ(RawStream(s.target, method, "").error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    EXPECT_EQ(test_support::RawStream(s.target, method, {""}).error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
     EXPECT_EQ(refusals->Of(method), 1u) << method;
   }
   // A wrong token: refused too, with its own message.

@@ -2,7 +2,6 @@
 // streams"): an in-process coordinator, raw host streams, and psync-relay's
 // core (PlanRelay) carrying CoordinatorClient workers' streams.
 #include <gtest/gtest.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <future>
@@ -12,6 +11,7 @@
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
+#include "tests/integration/coordinator/raw_grpc.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
 
 namespace psync {
@@ -374,44 +374,10 @@ TEST(PlanRelay, UnreachableCoordinatorEndsTheWorkersStreamsNamingIt) {
 // ---- Garbage on a Train stream (issue 25 item 2): bytes that do not decode
 // after a valid hello are a protocol error, not a clean close.
 
-// A raw Train stream on `target`: writes each of `messages` (bytes as they
-// are), half-closes, reads to the end; the final status.
+// A raw Train stream (raw_grpc.h): the final status.
 grpc::Status RawTrainStream(const std::string& target, const std::vector<std::string>& messages,
                             const std::string& token = "") {
-  grpc::GenericStub stub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&ctx, "/psync.v1.Coordinator/Train", &cq);
-  void* tag;
-  bool ok;
-  intptr_t next = 1;
-  auto step = [&] {  // one operation at a time: its completion
-    cq.Next(&tag, &ok);
-    return ok;
-  };
-  call->StartCall(reinterpret_cast<void*>(next++));
-  step();
-  for (const std::string& m : messages) {
-    grpc::Slice slice(m);
-    grpc::ByteBuffer bb(&slice, 1);
-    call->Write(bb, reinterpret_cast<void*>(next++));
-    if (!step()) break;
-  }
-  call->WritesDone(reinterpret_cast<void*>(next++));
-  step();
-  grpc::ByteBuffer in;
-  do {
-    call->Read(&in, reinterpret_cast<void*>(next++));
-  } while (step());
-  grpc::Status st;
-  call->Finish(&st, reinterpret_cast<void*>(next++));
-  step();
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return st;
+  return test_support::RawStream(target, "/psync.v1.Coordinator/Train", messages, token);
 }
 
 std::string HelloBytes(int rank, int64_t generation) {
