@@ -7,10 +7,10 @@ PSYNC_WITH_BENCH_TOOLS=1 scripts/install-deps.sh).
                             [--mib=15] [--steps=20000]
 
 A psync-coordinator with a token (world 2) runs a job of two psync-workers
-(tiny MLP, --steps). While it runs: --rounds rounds, each --calls concurrent
-unauthenticated --mib MiB calls to Control/Status and as many to
-Coordinator/StoreSet at once (one connection each), and in every round a
-token holder's Status, timed. Reported: the coordinator's peak RSS (VmHWM,
+(tiny MLP, --steps). While it runs, round after round (at least --rounds,
+until the job ends): --calls concurrent unauthenticated --mib MiB calls to
+Control/Status and as many to Coordinator/StoreSet at once (one connection
+each), and in every round a token holder's Status, timed. Reported: the coordinator's peak RSS (VmHWM,
 /proc), the token holder's worst latency, the job's median step (its
 --summary) and wall time; then the same job without the flood (A/B, twice),
 and an authenticated Join of 1.1M manifest entries (refused): RSS before
@@ -37,6 +37,12 @@ def status_kb(pid, key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def unknown_fields(n):
@@ -75,13 +81,31 @@ def run_job(a, tmp, flood):
                                  "--global-batch=8", "--quiet", f"--summary={tmp}/sum_{r}.json"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(2)]
     t0 = time.monotonic()
-    worst_ms, codes = 0.0, set()
+    peak_kb, coord_cpu = [0], [0.0]
+    done = threading.Event()
+
+    def sample_rss():  # the coordinator exits with the job: sample while it runs
+        while not done.is_set():
+            try:
+                peak_kb[0] = max(peak_kb[0], status_kb(coord.pid, "VmHWM"))
+                coord_cpu[0] = cpu_s(coord.pid)
+            except (OSError, ValueError, IndexError):
+                return
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample_rss)
+    sampler.start()
+    worst_ms, codes, rounds, last = 0.0, set(), 0, []
     if flood:
+        # The attacker runs here, on the job's cores: at the lowest priority,
+        # as if it were elsewhere (the coordinator's own CPU is reported too).
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
         payload = unknown_fields(a.mib << 20)
         chans = [channel(port, i) for i in range(2 * a.calls)]
         mine = channel(port, "token-holder")
         call(mine, "/psync.v1.Control/Status", b"", TOKEN)  # connected
-        for _ in range(a.rounds):
+        # Rounds back to back for as long as the job runs (at least --rounds).
+        while rounds < a.rounds or all(w.poll() is None for w in workers):
             with cf.ThreadPoolExecutor(2 * a.calls) as ex:
                 futs = [ex.submit(call, chans[i], "/psync.v1.Control/Status" if i % 2 else
                                   "/psync.v1.Coordinator/StoreSet", payload) for i in range(2 * a.calls)]
@@ -89,16 +113,22 @@ def run_job(a, tmp, flood):
                 t = time.monotonic()
                 ok = call(mine, "/psync.v1.Control/Status", b"", TOKEN, timeout=30)
                 worst_ms = max(worst_ms, (time.monotonic() - t) * 1000)
-                codes.update(f.result() for f in futs)
-                if ok != "OK":
-                    codes.add("token holder: " + ok)
+                results = [f.result() for f in futs] + ([] if ok == "OK" else ["token holder: " + ok])
+            # The last round may be cut short by the job's end (the coordinator
+            # exits with it): only the rounds before it count.
+            codes.update(last)
+            last = results
+            rounds += 1
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
     for w in workers:
         w.wait()
     wall = time.monotonic() - t0
-    peak_mb = status_kb(coord.pid, "VmHWM") / 1024
+    done.set()
+    sampler.join()
+    peak_mb = peak_kb[0] / 1024
     coord.wait(timeout=30)
     median = json.load(open(f"{tmp}/sum_0.json"))["median_step_ms"]
-    return wall, median, peak_mb, worst_ms, codes
+    return wall, median, peak_mb, worst_ms, codes, rounds, coord_cpu[0]
 
 
 def join_rss(a, tmp):
@@ -136,12 +166,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         print(f"coordinator {a.coordinator_bin}; load average {os.getloadavg()[0]:.2f}")
         for flood in (False, True, False, True):
-            wall, median, peak, worst, codes = run_job(a, tmp, flood)
-            what = (f"flood {a.rounds} x {a.calls} Status + {a.calls} StoreSet of {a.mib} MiB" if flood
+            wall, median, peak, worst, codes, rounds, cpu = run_job(a, tmp, flood)
+            what = (f"flood {rounds} rounds x ({a.calls} Status + {a.calls} StoreSet) of {a.mib} MiB" if flood
                     else "no flood")
             extra = f", token holder's Status worst {worst:.1f} ms, refused: {sorted(codes)}" if flood else ""
-            print(f"RESULT {what}: job wall {wall:.2f} s, median step {median:.3f} ms, "
-                  f"coordinator peak RSS {peak:.1f} MB{extra}; load average {os.getloadavg()[0]:.2f}")
+            print(f"RESULT {what}: job wall {wall:.2f} s ({a.steps / wall:.0f} it/s), median step {median:.3f} ms, "
+                  f"coordinator peak RSS {peak:.1f} MB, CPU {cpu:.2f} s{extra}; load average {os.getloadavg()[0]:.2f}")
         size, code, before, after = join_rss(a, tmp)
         print(f"RESULT authenticated Join of 1.1M entries ({size / 1e6:.1f} MB): {code}; coordinator RSS "
               f"{before:.1f} MB before, {after:.1f} MB after")
