@@ -96,30 +96,30 @@ def run_job(a, tmp, flood):
     sampler = threading.Thread(target=sample_rss)
     sampler.start()
     worst_ms, codes, rounds, last = 0.0, set(), 0, []
-    if flood:
-        # The attacker runs here, on the job's cores: at the lowest priority,
-        # as if it were elsewhere (the coordinator's own CPU is reported too).
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
-        payload = unknown_fields(a.mib << 20)
-        chans = [channel(port, i) for i in range(2 * a.calls)]
-        mine = channel(port, "token-holder")
-        call(mine, "/psync.v1.Control/Status", b"", TOKEN)  # connected
-        # Rounds back to back for as long as the job runs (at least --rounds).
-        while rounds < a.rounds or all(w.poll() is None for w in workers):
-            with cf.ThreadPoolExecutor(2 * a.calls) as ex:
-                futs = [ex.submit(call, chans[i], "/psync.v1.Control/Status" if i % 2 else
-                                  "/psync.v1.Coordinator/StoreSet", payload) for i in range(2 * a.calls)]
-                time.sleep(0.2)  # the flood is in flight
-                t = time.monotonic()
-                ok = call(mine, "/psync.v1.Control/Status", b"", TOKEN, timeout=30)
-                worst_ms = max(worst_ms, (time.monotonic() - t) * 1000)
-                results = [f.result() for f in futs] + ([] if ok == "OK" else ["token holder: " + ok])
-            # The last round may be cut short by the job's end (the coordinator
-            # exits with it): only the rounds before it count.
-            codes.update(last)
-            last = results
-            rounds += 1
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    # The attacker runs here, on the job's cores: at the lowest priority, as
+    # if it were elsewhere (the coordinator's own CPU is reported too).
+    os.setpriority(os.PRIO_PROCESS, 0, 19)
+    payload = unknown_fields(a.mib << 20)
+    chans = [channel(port, i) for i in range(2 * a.calls)] if flood else []
+    mine = channel(port, "token-holder")
+    call(mine, "/psync.v1.Control/Status", b"", TOKEN)  # connected
+    # Rounds back to back for as long as the job runs (at least --rounds
+    # with the flood); without it, the token holder's calls alone.
+    while (flood and rounds < a.rounds) or all(w.poll() is None for w in workers):
+        with cf.ThreadPoolExecutor(max(1, len(chans))) as ex:
+            futs = [ex.submit(call, chans[i], "/psync.v1.Control/Status" if i % 2 else
+                              "/psync.v1.Coordinator/StoreSet", payload) for i in range(len(chans))]
+            time.sleep(0.2)  # the flood is in flight
+            t = time.monotonic()
+            ok = call(mine, "/psync.v1.Control/Status", b"", TOKEN, timeout=30)
+            worst_ms = max(worst_ms, (time.monotonic() - t) * 1000)
+            results = [f.result() for f in futs] + ([] if ok == "OK" else ["token holder: " + ok])
+        # The last round may be cut short by the job's end (the coordinator
+        # exits with it): only the rounds before it count.
+        codes.update(last)
+        last = results
+        rounds += 1
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
     for w in workers:
         w.wait()
     wall = time.monotonic() - t0
@@ -169,7 +169,7 @@ def main():
             wall, median, peak, worst, codes, rounds, cpu = run_job(a, tmp, flood)
             what = (f"flood {rounds} rounds x ({a.calls} Status + {a.calls} StoreSet) of {a.mib} MiB" if flood
                     else "no flood")
-            extra = f", token holder's Status worst {worst:.1f} ms, refused: {sorted(codes)}" if flood else ""
+            extra = f", token holder's Status worst {worst:.1f} ms" + (f", refused: {sorted(codes)}" if flood else "")
             print(f"RESULT {what}: job wall {wall:.2f} s ({a.steps / wall:.0f} it/s), median step {median:.3f} ms, "
                   f"coordinator peak RSS {peak:.1f} MB, CPU {cpu:.2f} s{extra}; load average {os.getloadavg()[0]:.2f}")
         size, code, before, after = join_rss(a, tmp)

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   // a few MB is read once per rank), so the bigger windows buy nothing.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kMaxReadChunkBytes);
   grpc::ResourceQuota quota("psync-coordinator");
   quota.Resize(kGrpcMemoryQuotaBytes);
   builder.SetResourceQuota(quota);

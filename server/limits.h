@@ -19,9 +19,16 @@ inline constexpr int kMaxReceiveMessageBytes = 16 << 20;
 // coordinator bench simulates up to 512 workers on one connection.
 inline constexpr int kMaxConcurrentStreamsPerConnection = 1024;
 // gRPC's own memory (transport buffers, call arenas) across every
-// connection; above it gRPC shrinks buffers and closes idle connections.
-// The coordinator of 4096 simulated workers peaks at ~130 MB in all.
-inline constexpr size_t kGrpcMemoryQuotaBytes = size_t{256} << 20;
+// connection, as gRPC accounts it (reservations, not resident pages);
+// above it gRPC shrinks buffers and closes idle connections, so it is a
+// backstop against many connections, sized well above normal use (the
+// coordinator of 4096 simulated workers peaks at ~130 MB RSS in all). At
+// 256 MB a flood of 64 connections' 4 MiB read reservations reached it and
+// gRPC closed a token holder's idle connection (bench/auth_flood_bench.py).
+inline constexpr size_t kGrpcMemoryQuotaBytes = size_t{1} << 30;
+// The most one read from a connection takes (gRPC's default is 4 MiB and
+// reserves that much per connection under load); a 16 MiB Join needs 64.
+inline constexpr int kMaxReadChunkBytes = 256 << 10;
 inline constexpr int kMaxParams = 1 << 20;              // bitmap <= 128 KiB
 inline constexpr int kMaxNameBytes = 1024;
 inline constexpr int kMaxShapeRank = 16;
