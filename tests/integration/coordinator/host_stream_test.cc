@@ -395,6 +395,12 @@ TEST(HostStreamGrpc, GarbageAfterHelloIsAProtocolErrorNamingTheRank) {
   Server s(2, "tok");
   auto ws = JoinWorld(s, 2, 1, "tok");
   ASSERT_TRUE(ws[0].client->OpenTrainStream(0, ws[0].joined.generation).ok());
+  // Rank 0 attached first, so the loss reaches it as an ABORT plan.
+  ASSERT_TRUE(WaitFor([&] {
+    v1::WorkersResponse w;
+    s.srv->job().FillWorkers(&w);
+    return w.workers_size() == 2 && w.workers(0).train_stream() > 0;
+  }));
   const grpc::Status st = RawTrainStream(s.target, {HelloBytes(1, ws[1].joined.generation), kGarbage}, "tok");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
