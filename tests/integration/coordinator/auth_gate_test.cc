@@ -209,7 +209,8 @@ TEST(AuthGate, AFloodOfLargeUnauthenticatedCallsLeavesThePeakRssAndTheTokenHolde
   std::printf("coordinator RSS: peak %.1f MB before, %.1f MB after 2 x 64 refused 15 MiB calls\n", before.peak_mb,
               after.peak_mb);
   EXPECT_LT(after.peak_mb - before.peak_mb, 64.0) << "the refused messages were read or decoded";
-  EXPECT_NE(c.proc->Output().find("refused /psync.v1.Control/Status from"), std::string::npos) << c.proc->Output();
+  // Logged at most once a second: the first line may name either method.
+  EXPECT_NE(c.proc->Output().find("psync-coordinator: refused /psync.v1."), std::string::npos) << c.proc->Output();
 }
 
 TEST(AuthGate, AnOverLargeAuthenticatedJoinIsRefusedBeforeItIsDecoded) {
