@@ -70,6 +70,12 @@ class FailingAllreduceGroup : public comm::ProcessGroup {
   std::shared_ptr<comm::Work> AllreduceSum(Tensor, const std::string&) override {
     return std::make_shared<FailingWork>();
   }
+  std::shared_ptr<comm::Work> ReduceScatterSum(Tensor, const std::string&) override {
+    return std::make_shared<FailingWork>();
+  }
+  std::shared_ptr<comm::Work> AllgatherShards(Tensor, const std::string&) override {
+    return std::make_shared<FailingWork>();
+  }
   std::shared_ptr<comm::Work> Broadcast(Tensor, int, const std::string&) override {
     return std::make_shared<OkWork>();
   }
