@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   ro.rebuild = options.rebuild;
   ro.comm_hook = options.comm_hook;
   ro.check_in_step = options.check_in_step;
+  ro.zero_stage = options.zero_stage;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                          Reducer::Create(std::move(params), group, ro, std::move(source)));
   return std::unique_ptr<DistributedDataParallel>(

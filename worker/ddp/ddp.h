@@ -52,6 +52,9 @@ struct DdpOptions {
   // step_check.h; declare it with reducer().DeclareIteration). Off only to
   // measure what the check costs.
   bool check_in_step = true;
+  // ZeRO stage (ReducerOptions::zero_stage, zero_buckets.h): 1 or 2 needs
+  // the sharded optimizer attached to reducer().zero_buckets().
+  int zero_stage = 0;
 };
 
 class DistributedDataParallel {

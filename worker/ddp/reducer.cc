@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/autograd/engine.h"
+#include "worker/ddp/unused_buckets.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp {
@@ -44,6 +45,14 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
   if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {
     return absl::InvalidArgumentError("bucket caps must be positive");
   }
+  if (options.zero_stage < 0 || options.zero_stage > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--zero must be 0, 1 or 2, got ", options.zero_stage));
+  }
+  if (options.zero_stage > 0 && options.comm_hook) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--zero=", options.zero_stage, " reduce-scatters the plain gradients: it cannot be combined with the comm "
+        "hook '", options.comm_hook->name(), "' (--grad-compression)"));
+  }
   std::unordered_set<const autograd::VariableState*> seen;
   for (size_t i = 0; i < params.size(); ++i) {
     const autograd::Variable& p = params[i];
@@ -68,13 +77,19 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
     : params_(std::move(params)),
       group_(std::move(group)),
       options_(options),
-      hook_(options.comm_hook ? options.comm_hook : AllreduceHook()),
+      hook_(options.zero_stage > 0 ? ReduceScatterHook()
+                                   : (options.comm_hook ? options.comm_hook : AllreduceHook())),
       source_(std::move(source)),
       device_(params_.front().data().device()) {
+  if (options_.zero_stage > 0) {
+    zero_ = std::make_shared<ZeroBuckets>(params_, group_, options_.zero_stage, options_.timeout);
+  }
+  if (options_.zero_stage >= 2) staging_ = std::make_unique<ZeroStaging>(*zero_, params_, accumulators_, options_.timeout);
   if (!source_ && options_.find_unused_parameters) {
     source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
   }
   fuse_step_tag_ = options_.check_in_step && group_->size() > 1 && hook_->CarriesStepTag();
+  skip_unused_ = options_.find_unused_parameters && source_->KnowsAhead();
   ready_.assign(params_.size(), 0);
   local_used_.assign(params_.size(), 0);
 }
@@ -90,7 +105,13 @@ void Reducer::PointDestinationsAtBuckets() {
   // Why: a gradient computed from scratch (grad undefined, e.g. after
   // ZeroGrad(set_to_none)) is then written by its producer straight into
   // the bucket slot (gradient_as_bucket_view without the copy-in).
+  // --zero=2: only the bucket holding the staging buffer has slots to write
+  // (zero_staging.h sets its destinations).
   for (size_t i = 0; i < accumulators_.size(); ++i) {
+    if (staging_) {
+      accumulators_[i]->SetGradDestination(Tensor());
+      continue;
+    }
     const Location loc = locations_[i];
     accumulators_[i]->SetGradDestination(buckets_[loc.bucket].slots()[loc.slot].view);
   }
@@ -126,20 +147,44 @@ BucketPlan Reducer::bucket_plan() const {
 void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
+  std::vector<int64_t> padded(plan.size(), 0);
+  for (size_t b = 0; b < plan.size() && zero_; ++b) {
+    for (size_t i : plan[b]) padded[b] += params_[i].data().numel();
+    padded[b] = ZeroPaddedCount(padded[b], group_->size());
+  }
+  Tensor staging;
+  if (staging_) {
+    // --zero=2: every bucket is a view of one staging buffer (zero_staging.h).
+    const int64_t largest = *std::max_element(padded.begin(), padded.end());
+    absl::StatusOr<Tensor> buf = group_->NewCollectiveBuffer({largest}, kFloat32, device_);
+    if (!buf.ok()) throw std::runtime_error(absl::StrCat("staging buffer of ", largest, " floats: ", buf.status().ToString()));
+    staging = std::move(*buf);
+  }
   for (size_t b = 0; b < plan.size(); ++b) {
     const int64_t tail = b == 0 && fuse_step_tag_ ? group_->size() * kStepTagFloats : 0;
-    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get(), tail));
+    buckets.push_back(staging_ ? Bucket::BuildOn(staging, b, plan[b], params_, padded[b])
+                               : Bucket::Build(b, plan[b], params_, group_.get(), tail, padded[b]));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),
-  // so a rebuild between backward and optimizer step loses nothing.
-  for (size_t i = 0; i < params_.size(); ++i) {
+  // so a rebuild between backward and optimizer step loses nothing. (With
+  // --zero=2 no bucket owns its slots: gradients stay where they are.)
+  for (size_t i = 0; i < params_.size() && !staging_; ++i) {
     MoveGradIntoSlot(buckets[locations[i].bucket].slots_mutable()[locations[i].slot], params_[i]);
   }
+  if (staging_) staging_->Reset(std::move(staging));
   buckets_ = std::move(buckets);
   locations_ = std::move(locations);
   plan_id_ = BucketPlanId(plan);
+  if (zero_) zero_->Install(buckets_);
   PointDestinationsAtBuckets();
+}
+
+int64_t Reducer::gradient_bytes() const {
+  if (staging_) return zero_->shard_bytes() + static_cast<int64_t>(staging_->buffer().nbytes());
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += static_cast<int64_t>(b.nbytes());
+  return bytes;
 }
 
 absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
@@ -151,6 +196,7 @@ absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
   // Between forward and backward (kPrepared) nothing is ready yet; only the
   // per-bucket trace slots must follow the new layout.
   trace_.buckets.assign(buckets_.size(), BucketTrace{});
+  skipped_.assign(buckets_.size(), 0);
   return absl::OkStatus();
 }
 
@@ -178,6 +224,8 @@ void Reducer::ResetIteration(bool sync) {
   step_tensor_ = Tensor();
   expect_sync_ = sync;
   observed_order_.clear();
+  global_used_now_.reset();
+  skipped_.assign(buckets_.size(), 0);
   trace_ = IterationTrace{};
   trace_.iteration = iteration_;
   trace_.synced = sync;
@@ -274,7 +322,13 @@ void Reducer::MarkReady(size_t param) {
   Bucket& bucket = buckets_[loc.bucket];
   // Copy-in: the accumulated gradient (also one accumulated locally under
   // no_sync, or zeros when unused here) goes into the bucket slot now.
-  CopyGradIntoSlot(bucket.slots_mutable()[loc.slot], params_[param]);
+  // --zero=2: only once the bucket holds the staging buffer (zero_staging.h).
+  if (!staging_ || staging_->holds(loc.bucket)) {
+    CopyGradIntoSlot(bucket.slots_mutable()[loc.slot], params_[param]);
+  } else if (loc.bucket == next_bucket_to_launch_) {
+    absl::StatusOr<bool> got = staging_->Acquire(loc.bucket, buckets_, ready_, /*wait=*/false);
+    if (!got.ok()) RecordError(got.status());
+  }
   if (--bucket.pending == 0) LaunchReadyBuckets();
   PollCompletions();
 }
@@ -283,6 +337,30 @@ void Reducer::LaunchReadyBuckets() {
   // Why strictly in index order: every rank must issue the same collectives
   // in the same order; a ready bucket waits for all lower-indexed ones.
   while (next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
+    // Unused on every rank: not sent (unused_buckets.h). Not the bucket
+    // carrying the step tags.
+    if (skip_unused_ && !(next_bucket_to_launch_ == 0 && fuse_step_tag_)) {
+      const Bucket& next = buckets_[next_bucket_to_launch_];
+      BucketFate fate = DecideBucket(next, local_used_, global_used_now_);
+      if (fate == BucketFate::kWait) {
+        global_used_now_ = source_->TryGlobalUsed(iteration_);
+        fate = DecideBucket(next, local_used_, global_used_now_);
+      }
+      if (fate == BucketFate::kWait) return;  // a later hook, or finalize, decides
+      if (fate == BucketFate::kSkip) {
+        SkipBucket(next_bucket_to_launch_++);
+        continue;
+      }
+    }
+    if (staging_) {
+      // --zero=2: the bucket's gradients go into the staging buffer first
+      // (waiting for the previous holder's reduce-scatter if needed).
+      absl::StatusOr<bool> got = staging_->Acquire(next_bucket_to_launch_, buckets_, ready_, /*wait=*/true);
+      if (!got.ok()) {
+        RecordError(got.status());
+        return;
+      }
+    }
     Bucket& b = buckets_[next_bucket_to_launch_++];
     b.launch_time = TraceClock::now();
     b.work = hook_->Run(*group_, GradBucket{b.index(), b.buffer()});
@@ -300,6 +378,17 @@ void Reducer::LaunchReadyBuckets() {
     // parameter was marked).
     source_->Submit(iteration_, local_used_);
   }
+}
+
+void Reducer::SkipBucket(size_t index) {
+  Bucket& b = buckets_[index];
+  b.launch_time = TraceClock::now();
+  b.work = SkippedBucketWork(index);
+  b.launched = true;
+  skipped_[index] = 1;
+  ++trace_.skipped_buckets;
+  trace_.buckets[index] = BucketTrace{index, 0, b.slots().size(), b.launch_time, {}};
+  trace_.launch_order.push_back(index);
 }
 
 void Reducer::PollCompletions() {
@@ -350,6 +439,16 @@ absl::Status Reducer::Finalize() {
   trace_.finalize_begin = TraceClock::now();
   const TraceClock::time_point deadline = trace_.finalize_begin + options_.timeout;
   if (!hook_error_.ok()) return Fail(hook_error_);
+  if (skip_unused_ && next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
+    // A bucket unused here waits for this iteration's global set.
+    const auto remaining = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                      deadline - TraceClock::now()));
+    absl::StatusOr<std::vector<uint8_t>> used = source_->GlobalUsed(iteration_, remaining);
+    if (!used.ok()) return Fail(Annotate(used.status(), "DDP: global unused-parameter map (to skip unused buckets)"));
+    global_used_now_ = std::move(*used);
+    LaunchReadyBuckets();
+    if (!hook_error_.ok()) return Fail(hook_error_);
+  }
   if (next_bucket_to_launch_ < buckets_.size()) {
     // Why here, before any optimizer step: a parameter without a gradient
     // left its bucket (and all later ones) unlaunched on this rank.
@@ -367,6 +466,10 @@ absl::Status Reducer::Finalize() {
   // named cause beats the collective's own error.
   PSYNC_RETURN_IF_ERROR(VerifyStepCheck(deadline));
   PSYNC_RETURN_IF_ERROR(WaitForBuckets(deadline));
+  if (staging_) {
+    absl::Status released = staging_->Release(buckets_);
+    if (!released.ok()) return Fail(released);
+  }
 
   std::vector<uint8_t> global_used;
   if (options_.find_unused_parameters) {
@@ -495,6 +598,25 @@ absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
 }
 
 void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
+  if (zero_) {
+    // ZeRO: only this rank's shard of each bucket holds averages; the
+    // sharded optimizer reads them there. No parameter exposes a grad that
+    // is partly someone else's unreduced values.
+    std::vector<uint8_t> used(params_.size(), 1);
+    size_t globally_unused = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (global_used && !(*global_used)[i]) {
+        used[i] = 0;
+        ++globally_unused;
+      }
+      params_[i].set_grad(Tensor());
+    }
+    trace_.globally_unused = globally_unused;
+    std::vector<uint8_t> reduced(buckets_.size(), 1);
+    for (size_t b = 0; b < buckets_.size(); ++b) reduced[b] = skipped_[b] ? 0 : 1;
+    zero_->Finalized(std::move(used), std::move(reduced));
+    return;
+  }
   // The buckets already hold the averages (the hook's Work divided).
   size_t globally_unused = 0;
   for (size_t i = 0; i < params_.size(); ++i) {

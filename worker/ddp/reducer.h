@@ -78,6 +78,8 @@
 #include "worker/ddp/reducer_trace.h"
 #include "worker/ddp/step_check.h"
 #include "worker/ddp/unused_parameter_source.h"
+#include "worker/ddp/zero_buckets.h"
+#include "worker/ddp/zero_staging.h"
 
 namespace psync::ddp {
 
@@ -105,6 +107,13 @@ struct ReducerOptions {
   // Exchange and compare the step tags (step_check.h) in every synchronised
   // backward (world > 1). Off only to measure what the check costs.
   bool check_in_step = true;
+  // ZeRO (zero_buckets.h): 0 = every rank averages every gradient
+  // (allreduce); 1 = each bucket is reduce-scattered (this rank keeps the
+  // average of its 1/W shard) and the parameters live in flat buffers the
+  // sharded optimizer all-gathers; 2 = also only the shards are kept
+  // between steps (one staging bucket for backward). Needs the default
+  // comm hook.
+  int zero_stage = 0;
 };
 
 class Reducer {
@@ -168,6 +177,12 @@ class Reducer {
   absl::Status status() const { return failure_; }
   const std::vector<autograd::Variable>& parameters() const { return params_; }
   size_t num_buckets() const { return buckets_.size(); }
+  // ZeRO's shards (null without zero_stage): what the sharded optimizer
+  // attaches to (optim/sharded_optimizer.h).
+  std::shared_ptr<ZeroBuckets> zero_buckets() const { return zero_; }
+  // Bytes of gradient storage this rank holds between steps: the bucket
+  // buffers (stage 2: the shards and the staging buffer).
+  int64_t gradient_bytes() const;
   // The slot of parameter `param` in its bucket: its grad after a synced backward.
   const Tensor& bucket_view(size_t param) const {
     return buckets_[locations_[param].bucket].slots()[locations_[param].slot].view;
@@ -196,6 +211,7 @@ class Reducer {
   void BeginBackward();
   void MarkReady(size_t param);
   void LaunchReadyBuckets();
+  void SkipBucket(size_t index);  // unused on every rank: not sent (unused_buckets.h)
   void PollCompletions();
   void RecordError(const absl::Status& status);
 
@@ -224,6 +240,8 @@ class Reducer {
   std::shared_ptr<UnusedParameterSource> source_;
   std::shared_ptr<ReducerObserver> observer_;
   Device device_;  // of the first parameter: where small control tensors live
+  std::shared_ptr<ZeroBuckets> zero_;     // ZeRO's side; null without zero_stage
+  std::unique_ptr<ZeroStaging> staging_;  // --zero=2's gradient memory; null below stage 2
 
   // ---- layout (changed only at iteration boundaries)
   std::vector<Bucket> buckets_;
@@ -240,6 +258,7 @@ class Reducer {
   std::optional<int64_t> declared_iteration_;  // DeclareIteration; sticky
   uint32_t plan_id_ = 0;                       // BucketPlanId of buckets_ (InstallBuckets)
   bool fuse_step_tag_ = false;                 // tags ride in bucket 0 (hook CarriesStepTag); fixed at Create
+  bool skip_unused_ = false;                   // skip buckets unused everywhere (source KnowsAhead); fixed at Create
   std::optional<StepTag> last_agreed_;         // tag of the last backward every rank agreed on
   // Per backward (reset by ResetIteration):
   bool step_issued_ = false;                   // this backward carries a check
@@ -251,6 +270,8 @@ class Reducer {
   std::vector<uint8_t> ready_;             // marked ready in this backward
   std::vector<size_t> locally_unused_;     // from the graph walk; marked at the first hook
   size_t next_bucket_to_launch_ = 0;
+  std::optional<std::vector<uint8_t>> global_used_now_;  // this iteration's global used set, once known
+  std::vector<uint8_t> skipped_;           // per bucket: skipped (unused on every rank)
   size_t next_bucket_to_complete_ = 0;     // completion polling cursor
   absl::Status hook_error_;                // first error inside a hook; Finalize returns it
   IterationTrace trace_;

@@ -1,0 +1,95 @@
+#include "worker/ddp/zero_buckets.h"
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::ddp {
+
+int64_t ZeroPaddedCount(int64_t elements, int world) {
+  const int64_t unit = kZeroShardAlign * static_cast<int64_t>(world < 1 ? 1 : world);
+  return (elements + unit - 1) / unit * unit;
+}
+
+ZeroBuckets::ZeroBuckets(std::vector<autograd::Variable> params, std::shared_ptr<comm::ProcessGroup> group,
+                         int stage, std::chrono::milliseconds timeout)
+    : params_(std::move(params)), group_(std::move(group)), stage_(stage), timeout_(timeout) {
+  used_.assign(params_.size(), 0);
+}
+
+void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
+  optim::ShardPlan plan;
+  plan.world = group_->size();
+  plan.rank = group_->rank();
+  std::vector<Tensor> param_buffers;
+  std::vector<Tensor> grad_shards;
+  for (const Bucket& b : buckets) {
+    optim::FlatBucket fb;
+    int64_t elements = 0;
+    const Tensor& first = params_[b.slots().front().param].data();
+    for (const BucketSlot& s : b.slots()) {
+      const Tensor& d = params_[s.param].data();
+      if (d.dtype() != first.dtype()) {
+        throw std::runtime_error(absl::StrCat("bucket ", b.index(), " mixes parameter dtypes (", DTypeName(d.dtype()),
+                                              " and ", DTypeName(first.dtype()), "); --zero needs one per bucket"));
+      }
+      fb.params.push_back(s.param);
+      fb.offsets.push_back(s.offset);
+      elements = s.offset + d.numel();
+    }
+    fb.padded = ZeroPaddedCount(elements, plan.world);
+    if (b.buffer().numel() < fb.padded) {
+      throw std::runtime_error(absl::StrCat("bucket ", b.index(), ": gradient buffer of ", b.buffer().numel(),
+                                            " elements, ZeRO needs ", fb.padded));
+    }
+    // The parameters' values, flat in the bucket's layout; the group's
+    // collective buffer so the all-gather runs in place (shm).
+    absl::StatusOr<Tensor> buf = group_->NewCollectiveBuffer({fb.padded}, first.dtype(), first.device());
+    if (!buf.ok()) {
+      throw std::runtime_error(absl::StrCat("bucket ", b.index(), ": parameter buffer of ", fb.padded,
+                                            " elements: ", buf.status().ToString()));
+    }
+    for (size_t k = 0; k < fb.params.size(); ++k) {
+      const autograd::Variable& p = params_[fb.params[k]];
+      Tensor view = buf->View(fb.offsets[k], p.data().shape());
+      ops::Copy(view, p.data());
+      // Why: the optimizer updates this rank's shard of the buffer in place
+      // and the all-gather fills the rest, so the model reads the new values.
+      p.mutable_data() = view;
+    }
+    const int64_t s = fb.padded / plan.world;
+    grad_shards.push_back(stage_ >= 2 ? Tensor::Zeros({s}, kFloat32, first.device())
+                                      : b.buffer().View(static_cast<int64_t>(plan.rank) * s, {s}));
+    param_buffers.push_back(std::move(*buf));
+    plan.buckets.push_back(std::move(fb));
+  }
+  plan_ = std::move(plan);
+  param_buffers_ = std::move(param_buffers);
+  grad_shards_ = std::move(grad_shards);
+  reduced_.assign(buckets.size(), 0);
+  ++version_;
+}
+
+void ZeroBuckets::Finalized(std::vector<uint8_t> used, std::vector<uint8_t> reduced) {
+  used_ = std::move(used);
+  reduced_ = std::move(reduced);
+}
+
+Tensor ZeroBuckets::GradShard(size_t b) const {
+  if (b >= reduced_.size() || !reduced_[b]) return Tensor();
+  return grad_shards_[b];
+}
+
+std::shared_ptr<comm::Work> ZeroBuckets::GatherParameters(size_t b) {
+  return group_->AllgatherShards(param_buffers_[b], absl::StrCat("parameters of bucket ", b));
+}
+
+int64_t ZeroBuckets::shard_bytes() const {
+  if (stage_ < 2) return 0;
+  int64_t bytes = 0;
+  for (const Tensor& t : grad_shards_) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+}  // namespace psync::ddp
