@@ -88,7 +88,7 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
   if (!source_ && options_.find_unused_parameters) {
     source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
   }
-  fuse_step_tag_ = options_.check_in_step && group_->size() > 1 && hook_->CarriesStepTag();
+  step_check_ = std::make_unique<StepChecker>(*group_, device_, options_.check_in_step, hook_->CarriesStepTag());
   skip_unused_ = options_.find_unused_parameters && source_->KnowsAhead();
   ready_.assign(params_.size(), 0);
   local_used_.assign(params_.size(), 0);
@@ -161,7 +161,7 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
     staging = std::move(*buf);
   }
   for (size_t b = 0; b < plan.size(); ++b) {
-    const int64_t tail = b == 0 && fuse_step_tag_ ? group_->size() * kStepTagFloats : 0;
+    const int64_t tail = b == 0 ? step_check_->tail_elements() : 0;
     buckets.push_back(staging_ ? Bucket::BuildOn(staging, b, plan[b], params_, padded[b])
                                : Bucket::Build(b, plan[b], params_, group_.get(), tail, padded[b]));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
@@ -204,9 +204,25 @@ absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
   std::vector<Device> devices;
   for (const auto& p : params_) devices.push_back(p.data().device());
   PSYNC_RETURN_IF_ERROR(ValidateBucketPlan(plan, devices));
+  if (zero_ && state_ != State::kPrepared) {
+    // ZeRO: the last backward's reduced shards (and the parameters' layout)
+    // must reach the optimizer's step first; the plan takes effect at the
+    // next forward (PrepareForBackward), the same iteration on every rank.
+    deferred_plan_.reset();
+    if (plan != bucket_plan()) deferred_plan_ = plan;
+    return absl::OkStatus();
+  }
+  deferred_plan_.reset();
   if (plan == bucket_plan()) return absl::OkStatus();
   // Why: a new layout (the observed order, or the coordinator's plan) takes
   // effect at this iteration boundary, identically on every rank.
+  return Catching("rebuilding buckets", [&] { InstallBuckets(plan); });
+}
+
+absl::Status Reducer::ApplyDeferredPlan() {
+  if (!deferred_plan_) return absl::OkStatus();
+  const BucketPlan plan = std::move(*deferred_plan_);
+  deferred_plan_.reset();
   return Catching("rebuilding buckets", [&] { InstallBuckets(plan); });
 }
 
@@ -219,9 +235,7 @@ void Reducer::ResetIteration(bool sync) {
   next_bucket_to_complete_ = 0;
   locally_unused_.clear();
   hook_error_ = absl::OkStatus();
-  step_issued_ = false;
-  step_work_.reset();
-  step_tensor_ = Tensor();
+  step_check_->Reset();
   expect_sync_ = sync;
   observed_order_.clear();
   global_used_now_.reset();
@@ -249,6 +263,7 @@ absl::Status Reducer::CheckReadyForForward() {
 
 absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& outputs) {
   PSYNC_RETURN_IF_ERROR(CheckReadyForForward());
+  if (absl::Status st = ApplyDeferredPlan(); !st.ok()) return Fail(st);
   // Why: a new forward starts a new backward's bookkeeping. From kPrepared
   // this is the "output discarded without backward" case; nothing was
   // launched, so resetting is safe. A no_sync backward needs no finishing.
@@ -292,6 +307,7 @@ void Reducer::BeginBackward() {
   if (state_ == State::kIdle) {
     // Why: forward did not go through PrepareForBackward (module called
     // directly); treat it as a forward with every parameter expected.
+    if (absl::Status st = ApplyDeferredPlan(); !st.ok()) RecordError(st);
     ResetIteration(sync_enabled_);
   }
   state_ = State::kInBackward;
@@ -302,7 +318,7 @@ void Reducer::BeginBackward() {
   if (!expect_sync_) return;
   // Why before marking anything ready: the check's collective must precede
   // bucket 0 in every rank's issue order.
-  IssueStepCheck();
+  if (absl::Status st = step_check_->Issue(iteration_, plan_id_, buckets_.front().tail()); !st.ok()) RecordError(st);
   // Why at the first hook and not in PrepareForBackward: only now is this
   // backward certain to run, so the caller could discard the outputs before.
   for (size_t i : locally_unused_) MarkReady(i);
@@ -339,7 +355,7 @@ void Reducer::LaunchReadyBuckets() {
   while (next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
     // Unused on every rank: not sent (unused_buckets.h). Not the bucket
     // carrying the step tags.
-    if (skip_unused_ && !(next_bucket_to_launch_ == 0 && fuse_step_tag_)) {
+    if (skip_unused_ && !(next_bucket_to_launch_ == 0 && step_check_->fused())) {
       const Bucket& next = buckets_[next_bucket_to_launch_];
       BucketFate fate = DecideBucket(next, local_used_, global_used_now_);
       if (fate == BucketFate::kWait) {
@@ -464,7 +480,10 @@ absl::Status Reducer::Finalize() {
   // Why before the buckets: a rank out of step may have paired buckets of
   // different shapes too (a plan applied at another iteration), and the
   // named cause beats the collective's own error.
-  PSYNC_RETURN_IF_ERROR(VerifyStepCheck(deadline));
+  // Bucket 0 was launched: every bucket was, checked above.
+  if (absl::Status st = step_check_->Verify(buckets_.front().work, buckets_.size(), deadline); !st.ok()) {
+    return Fail(st);
+  }
   PSYNC_RETURN_IF_ERROR(WaitForBuckets(deadline));
   if (staging_) {
     absl::Status released = staging_->Release(buckets_);
@@ -506,64 +525,6 @@ absl::Status Reducer::Finalize() {
   last_trace_ = trace_;
   if (observer_) observer_->OnIterationFinalized(last_trace_);
   return absl::OkStatus();
-}
-
-void Reducer::IssueStepCheck() {
-  if (!options_.check_in_step || group_->size() == 1) return;
-  step_tag_ = StepTag{declared_iteration_.value_or(iteration_), iteration_, plan_id_};
-  absl::Status st = Catching("DDP: step check", [&] {
-    Tensor mine = EncodeStepTag(step_tag_, group_->rank(), group_->size(), device_);
-    if (fuse_step_tag_) {
-      // Bucket 0 launches after this (launches wait for the first hook).
-      step_tensor_ = buckets_.front().tail();
-      ops::Copy(step_tensor_, mine);
-    } else {
-      step_tensor_ = mine;
-      // Why a constant name: groups that compare collective names (shm) must
-      // see the same collective on every rank; the tags do the comparing.
-      step_work_ = group_->AllreduceSum(step_tensor_, "step check");
-    }
-  });
-  if (!st.ok()) {
-    RecordError(st);
-    return;
-  }
-  step_issued_ = true;
-}
-
-absl::Status Reducer::VerifyStepCheck(TraceClock::time_point deadline) {
-  if (!step_issued_) return absl::OkStatus();
-  // Bucket 0 was launched: Finalize checked every bucket was.
-  const std::shared_ptr<comm::Work> work = fuse_step_tag_ ? buckets_.front().work : step_work_;
-  const auto remaining = std::max(std::chrono::milliseconds(0),
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
-  absl::Status st = work->Wait(remaining);
-  if (!st.ok()) {
-    return Fail(Annotate(st, fuse_step_tag_ ? absl::StrCat("DDP: reducing bucket 0 of ", buckets_.size(), " (rank ",
-                                                           group_->rank(), ", iteration ", step_tag_.iteration, ")")
-                                            : absl::StrCat("DDP: step check (rank ", group_->rank(), ", iteration ",
-                                                           step_tag_.iteration, ")")));
-  }
-  // The default hook averaged the tags with the gradients.
-  const float scale = fuse_step_tag_ ? 1.0f / static_cast<float>(group_->size()) : 1.0f;
-  absl::StatusOr<std::vector<StepTag>> tags;
-  st = Catching("DDP: step check", [&] { tags = DecodeStepTags(step_tensor_, group_->size(), scale); });
-  if (st.ok() && !tags.ok()) st = absl::AbortedError(std::string(tags.status().message()));
-  if (st.ok()) st = CompareStepTags(*tags, last_agreed_, group_->rank());
-  if (st.ok()) {
-    last_agreed_ = step_tag_;
-    return absl::OkStatus();
-  }
-  // Why a barrier before aborting: every peer reaches the same verdict from
-  // its own copy of the tags, but only once its exchange has finished, and
-  // aborting closes the connections (Gloo) under it. A peer enters this
-  // barrier only after it decoded the tags, so once the barrier is through
-  // every peer has its verdict. Bounded: a peer whose collectives no longer
-  // pair with ours may never come.
-  const auto grace = std::min(std::chrono::milliseconds(5000), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                   deadline - TraceClock::now()));
-  (void)group_->Barrier(std::max(std::chrono::milliseconds(0), grace));
-  return Fail(st);
 }
 
 absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {

@@ -76,7 +76,7 @@
 #include "worker/ddp/bucket_assignment.h"
 #include "worker/ddp/comm_hook.h"
 #include "worker/ddp/reducer_trace.h"
-#include "worker/ddp/step_check.h"
+#include "worker/ddp/step_checker.h"
 #include "worker/ddp/unused_parameter_source.h"
 #include "worker/ddp/zero_buckets.h"
 #include "worker/ddp/zero_staging.h"
@@ -150,7 +150,8 @@ class Reducer {
   // parameters, each once, one device per bucket). Call at an iteration
   // boundary (after Finalize, before the next backward; FailedPrecondition
   // during one) with the same plan on every rank. Existing gradients are
-  // moved into the new buckets.
+  // moved into the new buckets. With ZeRO the plan takes effect at the next
+  // forward (PrepareForBackward), after the optimizer consumed the shards.
   absl::Status ApplyBucketPlan(BucketPlan plan);
   // The order parameters became ready in the first synchronised backward
   // (empty before it finished).
@@ -168,7 +169,7 @@ class Reducer {
   // every rank). The step check compares it across ranks, so a rank that
   // skipped a backward or ran an extra one is named. Until it is called the
   // check uses iteration() (and then cannot tell a skipped backward).
-  void DeclareIteration(int64_t iteration) { declared_iteration_ = iteration; }
+  void DeclareIteration(int64_t iteration) { step_check_->Declare(iteration); }
 
   void SetObserver(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
   const IterationTrace& last_iteration_trace() const { return last_trace_; }
@@ -205,6 +206,7 @@ class Reducer {
   // AccumulateGrad::SetGradDestination).
   void PointDestinationsAtBuckets();
   absl::Status RebuildBuckets(const BucketPlan& plan);  // validated InstallBuckets, no state check
+  absl::Status ApplyDeferredPlan();  // ZeRO: a plan given between a backward and its step
 
   // Hook path (backward thread).
   void OnGradAccumulated(size_t param);
@@ -221,10 +223,6 @@ class Reducer {
   absl::Status WaitForBuckets(TraceClock::time_point deadline);
   void WriteBackGradients(const std::vector<uint8_t>* global_used);
   absl::Status RebuildFromRank0(TraceClock::time_point deadline);
-  // The step check (step_check.h): issued at the first hook of a synced
-  // backward, verified first thing in Finalize.
-  void IssueStepCheck();
-  absl::Status VerifyStepCheck(TraceClock::time_point deadline);
 
   void ResetIteration(bool sync);
   absl::Status Fail(absl::Status status);
@@ -246,6 +244,7 @@ class Reducer {
   // ---- layout (changed only at iteration boundaries)
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;  // parameter -> (bucket, slot)
+  std::optional<BucketPlan> deferred_plan_;  // ZeRO: applied at the next PrepareForBackward
 
   // ---- state machine (backward thread)
   State state_ = State::kIdle;
@@ -254,17 +253,11 @@ class Reducer {
   bool expect_sync_ = true;      // captured at PrepareForBackward for its backward
   int64_t iteration_ = 0;
 
-  // ---- step check (backward thread)
-  std::optional<int64_t> declared_iteration_;  // DeclareIteration; sticky
+  // ---- step check (backward thread): issued at the first hook of a synced
+  // backward, verified first thing in Finalize (step_checker.h)
+  std::unique_ptr<StepChecker> step_check_;
   uint32_t plan_id_ = 0;                       // BucketPlanId of buckets_ (InstallBuckets)
-  bool fuse_step_tag_ = false;                 // tags ride in bucket 0 (hook CarriesStepTag); fixed at Create
   bool skip_unused_ = false;                   // skip buckets unused everywhere (source KnowsAhead); fixed at Create
-  std::optional<StepTag> last_agreed_;         // tag of the last backward every rank agreed on
-  // Per backward (reset by ResetIteration):
-  bool step_issued_ = false;                   // this backward carries a check
-  StepTag step_tag_;                           // this rank's tag
-  Tensor step_tensor_;                         // where the reduced tags land: bucket 0's tail, or its own buffer
-  std::shared_ptr<comm::Work> step_work_;      // the check's own allreduce (not fused)
 
   // ---- iteration-scoped (reset by PrepareForBackward)
   std::vector<uint8_t> ready_;             // marked ready in this backward

@@ -84,6 +84,10 @@ class CoordinatorUnusedSource : public ddp::UnusedParameterSource {
   // round trip overlaps backward); the reducer's copy is only kept for checks.
   void Submit(int64_t iteration, const std::vector<uint8_t>& local_used) override;
   absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, std::chrono::milliseconds timeout) override;
+  // Plan{iteration} arrives while the iteration's backward runs: the reducer
+  // skips buckets unused on every rank once it is there.
+  bool KnowsAhead() const override { return true; }
+  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override;
 
  private:
   std::shared_ptr<PlanMailbox> mailbox_;

@@ -18,7 +18,6 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/data/prefetcher.h"
-#include "worker/optim/clip.h"
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
 #include "worker/runtime/plan_window.h"
@@ -234,8 +233,8 @@ absl::Status TrainLoop::OptimizerStep(int64_t step, StepMetrics* m) {
                           {{"iteration", std::to_string(step)}});
   if (opt_.clip_grad_norm > 0) {
     // The gradients are averaged over the ranks already (finalize), so every
-    // rank computes the same norm.
-    absl::StatusOr<double> norm = optim::ClipGradNorm(ctx_.optimizer->params(), opt_.clip_grad_norm);
+    // rank computes the same norm (a sharded optimizer combines its shards').
+    absl::StatusOr<double> norm = ctx_.optimizer->ClipGradNorm(opt_.clip_grad_norm);
     if (!norm.ok()) return norm.status();
     m->grad_norm = *norm;
   }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/optim/registry.h"
+#include "worker/optim/sharded_optimizer.h"
+#include "worker/optim/update_rule.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/exit_codes.h"
@@ -64,6 +67,20 @@ absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
   return device;
 }
 
+struct MemoryReport {
+  int64_t optimizer_state_bytes = -1;
+  int64_t gradient_bytes = -1;
+  int64_t peak_device_bytes = -1;
+};
+
+int64_t PeakDeviceBytes(Device device) {
+  try {
+    return cuda_device::PeakAllocatedBytes(device.index);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   data::DataOptions d = opt.data;
   if (opt.model == "mlp") {  // rows: x and y widths are the MLP's ends
@@ -81,7 +98,14 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
   args.options.beta1 = opt.beta1;
   args.options.beta2 = opt.beta2;
   args.options.eps = opt.eps;
-  return optim::Optimizers().Create(opt.optimizer, args);
+  if (opt.zero == 0) return optim::Optimizers().Create(opt.optimizer, args);
+  // --zero: the same update on this rank's shards (attached once DDP exists).
+  absl::StatusOr<std::unique_ptr<optim::UpdateRule>> rule = optim::UpdateRules().Create(opt.optimizer, args.options);
+  if (!rule.ok()) return rule.status();
+  absl::StatusOr<std::unique_ptr<optim::ShardedOptimizer>> sharded =
+      optim::ShardedOptimizer::Create(args.params, std::move(*rule));
+  if (!sharded.ok()) return sharded.status();
+  return std::unique_ptr<optim::Optimizer>(std::move(*sharded));
 }
 
 absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp(const WorkerOptions& opt,
@@ -94,6 +118,7 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp(const Wor
   dopt.timeout = opt.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
   dopt.comm_hook = *ddp::CommHookFromFlag(opt.grad_compression);  // validated with the flags
+  dopt.zero_stage = opt.zero;
   auto source = std::make_shared<CoordinatorUnusedSource>(session.mailbox());
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
       ddp::DistributedDataParallel::Create(std::move(model), session.group(), dopt, source);
@@ -139,6 +164,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   JobSession& job = **session;
   const int rank = job.rank(), world = job.world_size();
   g_rank = rank;
+  std::function<MemoryReport()> memory;  // set once DDP exists
   auto finish = [&](int code, const std::string& reason, const TrainResult* tr) {
     job.Finish(code, reason);
     if (!opt.summary_path.empty()) {
@@ -162,6 +188,12 @@ int RunWorkerImpl(const WorkerOptions& opt) {
         s.step_ms = tr->step_ms;
       }
       s.total_s = std::chrono::duration<double>(Clock::now() - started).count();
+      if (memory) {
+        const MemoryReport m = memory();
+        s.optimizer_state_bytes = m.optimizer_state_bytes;
+        s.gradient_bytes = m.gradient_bytes;
+        s.peak_device_bytes = m.peak_device_bytes;
+      }
       absl::Status st = s.WriteJson(ExpandRank(opt.summary_path, rank));
       if (!st.ok()) PSYNC_LOG(WARNING) << st.message();
     }
@@ -176,6 +208,18 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   }
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp(opt, model, job);
   if (!ddp.ok()) return finish(ExitCodeOf(ddp.status(), kExitInternal), std::string(ddp.status().message()), nullptr);
+  if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer->get())) {
+    if (absl::Status st = sharded->Attach((*ddp)->reducer().zero_buckets()); !st.ok()) {
+      return finish(kExitInternal, absl::StrCat("--zero: ", st.message()), nullptr);
+    }
+  }
+  memory = [&] {
+    MemoryReport m;
+    m.optimizer_state_bytes = (*optimizer)->state_bytes();
+    m.gradient_bytes = (*ddp)->reducer().gradient_bytes();
+    if (device->is_cuda()) m.peak_device_bytes = PeakDeviceBytes(*device);
+    return m;
+  };
 
   // ---- train
   TraceWriter trace(!opt.trace_path.empty(), rank);

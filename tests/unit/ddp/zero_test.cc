@@ -38,9 +38,40 @@ struct ZeroCase {
   bool replan = false;        // a different bucket plan from step 2 on
   std::vector<int64_t> widths = {8, 32, 32, 32, 4};
   int steps = 5;
+  bool scripted = false;      // the global unused set known ahead (ScriptedSource): unused buckets skipped
 };
 
 std::string CaseName(const ::testing::TestParamInfo<ZeroCase>& info) { return info.param.name; }
+
+std::set<int> Skips(const ZeroCase& zc, int step, int rank);
+
+// Knows every rank's skips, so it has each iteration's global used set
+// while backward runs, as the coordinator's plan does (KnowsAhead): the
+// reducer skips buckets unused on every rank.
+class ScriptedSource : public UnusedParameterSource {
+ public:
+  ScriptedSource(const ZeroCase& zc, size_t params) : zc_(zc), params_(params) {}
+  void Submit(int64_t, const std::vector<uint8_t>&) override {}
+  absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, std::chrono::milliseconds) override {
+    return Used(iteration);
+  }
+  bool KnowsAhead() const override { return true; }
+  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override { return Used(iteration); }
+
+ private:
+  // MLP parameters: layer k's weight and bias are 2k and 2k+1.
+  std::vector<uint8_t> Used(int64_t iteration) const {
+    std::vector<uint8_t> used(params_, 0);
+    for (size_t i = 0; i < params_; ++i) {
+      for (int r = 0; r < zc_.world; ++r) {
+        if (!Skips(zc_, static_cast<int>(iteration), r).count(static_cast<int>(i / 2))) used[i] = 1;
+      }
+    }
+    return used;
+  }
+  const ZeroCase zc_;
+  const size_t params_;
+};
 
 struct RunResult {
   std::vector<std::vector<float>> weights;
@@ -48,6 +79,7 @@ struct RunResult {
   int64_t gradient_bytes = 0;
   size_t largest_bucket_bytes = 0;
   NamedTensors state;  // the full optimizer state (CheckpointState)
+  size_t skipped_buckets = 0;  // over the run
 };
 
 std::set<int> Skips(const ZeroCase& zc, int step, int rank) {
@@ -78,14 +110,18 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
   opts.first_bucket_cap_mb = 0.001;
   opts.find_unused_parameters = zc.skip_odd || zc.skip_rank1;
   opts.timeout = std::chrono::milliseconds(20000);
-  opts.rebuild = RebuildMode::kNone;
+  opts.rebuild = RebuildMode::kBroadcastFromRank0;  // the default: a new layout after the first backward
   opts.zero_stage = zero;
-  auto ddp_or = DistributedDataParallel::Create(mlp, pg, opts);
+  std::shared_ptr<UnusedParameterSource> source;
+  if (zc.scripted) source = std::make_shared<ScriptedSource>(zc, mlp->parameters().size());
+  auto ddp_or = DistributedDataParallel::Create(mlp, pg, opts, source);
   if (!ddp_or.ok()) {
     std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp_or.status().ToString().c_str());
     return std::nullopt;
   }
   auto ddp = std::move(*ddp_or);
+  auto observer = std::make_shared<OrderObserver>();
+  ddp->reducer().SetObserver(observer);
   optim::OptimizerOptions oo;
   oo.weight_decay = 0.1;
   std::unique_ptr<optim::Optimizer> opt;
@@ -147,6 +183,7 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
     opt->ZeroGrad();
   }
   RunResult r;
+  for (const auto& t : observer->traces) r.skipped_buckets += t.skipped_buckets;
   for (const auto& p : mlp->parameters()) r.weights.push_back(p.data().ToVector());
   r.state_bytes = opt->state_bytes();
   r.gradient_bytes = ddp->reducer().gradient_bytes();
@@ -215,6 +252,12 @@ TEST_P(Zero, ShardedEqualsUnsharded) {
               CHILD_CHECK(rank, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0, ref->state[k].first);
             }
           }
+          if (zc.scripted) {
+            // Layer 1's weight fills a bucket of its own: not sent on the odd steps, with and without ZeRO.
+            CHILD_CHECK(rank, ref->skipped_buckets > 0 && got->skipped_buckets == ref->skipped_buckets,
+                        absl::StrCat("skipped buckets: zero=0 ", ref->skipped_buckets, ", zero=", zero, " ",
+                                     got->skipped_buckets));
+          }
           if (rank == 0) {
             std::fprintf(stderr, "%s zero=%d: optimizer state %lld B (unsharded %lld B), gradients %lld B "
                          "(unsharded %lld B, largest bucket %zu B)\n", zc.name.c_str(), zero,
@@ -235,7 +278,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ZeroCase{"shm2_clip", "shm", 2, 1, false, false, 0.05},
                       ZeroCase{"shm3_replan", "shm", 3, 1, true, false, 0, true},
                       ZeroCase{"gloo3_accumulate_skip", "gloo", 3, 2, true, true},
-                      ZeroCase{"hier4_skip_clip", "hier", 4, 1, true, false, 0.05}),
+                      ZeroCase{"hier4_skip_clip", "hier", 4, 1, true, false, 0.05},
+                      ZeroCase{"shm3_unused_buckets_skipped", "shm", 3, 2, true, true, 0, false, {8, 32, 32, 32, 4}, 5,
+                               true},
+                      ZeroCase{"gloo2_unused_buckets_skipped", "gloo", 2, 1, true, false, 0.05, true,
+                               {8, 32, 32, 32, 4}, 5, true}),
     CaseName);
 
 // At world 4 each rank holds about a quarter of the optimizer state (plus
