@@ -181,6 +181,27 @@ equal_to_single() {
   same_weights "$T/w1.st" "$T/wn.st" "${EQUAL_TOL:-1e-5}"
 }
 
+# gpt_vs_torch CFG...: each CFG "WORLD|flags both take|psync-only flags": gpt_reference.py (PyTorch,
+# one process on the full batch) and a psync job of WORLD ranks train the GPT 20 AdamW steps from the
+# same initial weights and data; the weights must agree within 1e-4.
+gpt_vs_torch() {
+  if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+  local R=$HERE/gpt_reference.py cfg n common extra
+  local MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
+  /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
+    --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
+  for cfg in "$@"; do
+    IFS='|' read -r n common extra <<<"$cfg"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
+      --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
+    # shellcheck disable=SC2086
+    run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
+      --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 $common $extra
+    same_weights "$T/torch.st" "$T/psync.st" 1e-4
+  done
+}
+
 case $CASE in
   equal_2)            equal_to_single 2 --steps=40 ;;
   equal_4_accumulate) equal_to_single 4 --steps=30 --accumulate=2 ;;
@@ -219,26 +240,10 @@ case $CASE in
     done ;;
 
   gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch), 20 AdamW steps
-    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
-    R=$HERE/gpt_reference.py
-    MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
-    /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
-      --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
-    # world | flags both take | psync-only flags
-    for cfg in "2|--global-batch=8|" \
-               "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
-               "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
-               "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters"; do
-      IFS='|' read -r n common extra <<<"$cfg"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
-        --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
-      # shellcheck disable=SC2086
-      run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
-        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 $common $extra
-      same_weights "$T/torch.st" "$T/psync.st" 1e-4
-    done ;;
-
+    gpt_vs_torch "2|--global-batch=8|" \
+                 "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
+                 "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
+                 "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters" ;;
   zero_equal)  # --zero=1 and --zero=2 end with the weights of --zero=0: bit for bit on shm without
                # clipping (the reduce-scatter sums in the allreduce's order), within 1e-6 with it
     python3 -c 'import random,sys; random.seed(9); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
@@ -293,28 +298,13 @@ sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g
     same_weights "$T/whole.st" "$T/r0.st" 0 ;;
   gpt_torch_zero)  # --zero=1|2 against gpt_reference.py (one PyTorch process, full batch): W=2, 3, 4,
                    # a block skipped on odd steps, accumulation with a block skipped in the last micro-batch
-    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
-    R=$HERE/gpt_reference.py
-    MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
-    /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
-      --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
-    # world | flags both take | psync-only flags
-    for cfg in "2|--global-batch=12 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|--zero=1" \
-               "3|--global-batch=12 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=1" \
-               "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=2" \
-               "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=2" \
-               "3|--global-batch=12 --accumulate=2 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=1" \
-               "4|--global-batch=8 --accumulate=2 --skip-block=1 --skip-pattern=lastmicro --clip-grad-norm=0.5|--find-unused-parameters --zero=1"; do
-      IFS='|' read -r n common extra <<<"$cfg"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
-        --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
-      # shellcheck disable=SC2086
-      run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
-        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 --bucket-cap-mb=0.01 \
-        --first-bucket-mb=0.005 $common $extra
-      same_weights "$T/torch.st" "$T/psync.st" 1e-4
-    done ;;
+    Z=(--bucket-cap-mb=0.01 --first-bucket-mb=0.005)
+    gpt_vs_torch "2|--global-batch=12 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|--zero=1 ${Z[*]}" \
+                 "3|--global-batch=12 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=1 ${Z[*]}" \
+                 "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=2 ${Z[*]}" \
+                 "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=2 ${Z[*]}" \
+                 "3|--global-batch=12 --accumulate=2 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=1 ${Z[*]}" \
+                 "4|--global-batch=8 --accumulate=2 --skip-block=1 --skip-pattern=lastmicro --clip-grad-norm=0.5|--find-unused-parameters --zero=1 ${Z[*]}" ;;
   resume)  # a run cut at step 8 and resumed from its checkpoint == an uninterrupted run, bit for bit;
            # psync-sample and --init read checkpoints and --save files; --resume refuses a --save file
     head -c 20000 /dev/urandom >"$T/tokens.bin"

@@ -67,6 +67,12 @@ absl::Status Barrier(ShmContext& ctx, const std::string& desc);
 absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
                               DType type, float scale = 1.0f);
+// The first half both in-place collectives share: every rank's data in
+// place (kCopied, descriptors checked), this rank's shard summed from every
+// rank's buffer into its own, times `scale` (kReduced published). Returns
+// the step. allreduce_in_place.cc.
+absl::StatusOr<uint64_t> ReduceOwnShardInPlace(ShmContext& ctx, ShmContext::Op& op, const std::vector<char*>& bases,
+                                                size_t offset_bytes, size_t count, DType type, float scale);
 // Every rank's byte string, in local rank order.
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const std::string& desc,
                                                         const std::string& mine);

@@ -7,33 +7,17 @@
 //      caller may write to the buffer again once this returns (kConsumed).
 // Each rank reads 1x and writes 1/n of the tensor, two synchronisations:
 // the first half of allreduce_in_place.cc.
-#include "absl/container/inlined_vector.h"
 #include "common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
-#include "worker/comm/shm/shard_layout.h"
 
 namespace psync::comm::shm {
 
 absl::Status ReduceScatterInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                                   const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes,
                                   size_t count, DType type, float scale) {
-  const int n = ctx.local_size(), me = ctx.local_rank();
-  if (n == 1) return absl::OkStatus();
+  if (ctx.local_size() == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kReduceScatterInPlace, name, count, type, static_cast<int>(buffer_id));
-  op.d.aux = offset_bytes;
-  ctx.BeginOp(op);
-  PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
-  ctx.Publish(kCopied, s);
-  PSYNC_RETURN_IF_ERROR(ctx.WaitAll(kCopied, s, op, "data"));
-  PSYNC_RETURN_IF_ERROR(ctx.CheckAllDescriptors(op));
-  const size_t es = ElementSize(type);
-  const ShardLayout lay(count, n, es, ctx.slot_bytes());
-  const Range own = lay.shard(me);
-  absl::InlinedVector<const void*, 16> in(static_cast<size_t>(n));
-  for (int q = 0; q < n; ++q) in[static_cast<size_t>(q)] = bases[static_cast<size_t>(q)] + offset_bytes + own.begin * es;
-  SumInto(type, bases[static_cast<size_t>(me)] + offset_bytes + own.begin * es, nullptr, in.data(), n, own.size(),
-          scale);
-  ctx.Publish(kReduced, s);
+  PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ReduceOwnShardInPlace(ctx, op, bases, offset_bytes, count, type, scale));
   PSYNC_RETURN_IF_ERROR(ctx.WaitAll(kReduced, s, op, "reduction of its shard"));
   ctx.Publish(kConsumed, s);
   return absl::OkStatus();
