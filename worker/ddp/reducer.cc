@@ -147,23 +147,15 @@ BucketPlan Reducer::bucket_plan() const {
 void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
-  std::vector<int64_t> padded(plan.size(), 0);
-  for (size_t b = 0; b < plan.size() && zero_; ++b) {
-    for (size_t i : plan[b]) padded[b] += params_[i].data().numel();
-    padded[b] = ZeroPaddedCount(padded[b], group_->size());
-  }
-  Tensor staging;
-  if (staging_) {
-    // --zero=2: every bucket is a view of one staging buffer (zero_staging.h).
-    const int64_t largest = *std::max_element(padded.begin(), padded.end());
-    absl::StatusOr<Tensor> buf = group_->NewCollectiveBuffer({largest}, kFloat32, device_);
-    if (!buf.ok()) throw std::runtime_error(absl::StrCat("staging buffer of ", largest, " floats: ", buf.status().ToString()));
-    staging = std::move(*buf);
+  Tensor staging;  // --zero=2: every bucket is a view of it (zero_staging.h)
+  if (zero_) {
+    buckets = zero_->BuildBuckets(plan, staging_ ? &staging : nullptr);
+  } else {
+    for (size_t b = 0; b < plan.size(); ++b) {
+      buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get(), b == 0 ? step_check_->tail_elements() : 0));
+    }
   }
   for (size_t b = 0; b < plan.size(); ++b) {
-    const int64_t tail = b == 0 ? step_check_->tail_elements() : 0;
-    buckets.push_back(staging_ ? Bucket::BuildOn(staging, b, plan[b], params_, padded[b])
-                               : Bucket::Build(b, plan[b], params_, group_.get(), tail, padded[b]));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),
@@ -560,22 +552,8 @@ absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
 
 void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
   if (zero_) {
-    // ZeRO: only this rank's shard of each bucket holds averages; the
-    // sharded optimizer reads them there. No parameter exposes a grad that
-    // is partly someone else's unreduced values.
-    std::vector<uint8_t> used(params_.size(), 1);
-    size_t globally_unused = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (global_used && !(*global_used)[i]) {
-        used[i] = 0;
-        ++globally_unused;
-      }
-      params_[i].set_grad(Tensor());
-    }
-    trace_.globally_unused = globally_unused;
-    std::vector<uint8_t> reduced(buckets_.size(), 1);
-    for (size_t b = 0; b < buckets_.size(); ++b) reduced[b] = skipped_[b] ? 0 : 1;
-    zero_->Finalized(std::move(used), std::move(reduced));
+    // ZeRO: only this rank's shard of each bucket holds averages.
+    trace_.globally_unused = zero_->Finalized(global_used, skipped_);
     return;
   }
   // The buckets already hold the averages (the hook's Work divided).
@@ -601,16 +579,9 @@ absl::Status Reducer::RebuildFromRank0(TraceClock::time_point deadline) {
     return absl::InternalError(
         absl::StrCat("DDP: observed ready order has ", observed_order_.size(), " of ", n, " parameters"));
   }
-  // Indices as floats are exact up to 2^24 parameters.
-  std::vector<float> values(observed_order_.begin(), observed_order_.end());
-  Tensor order_tensor = Tensor::FromVector(values, {static_cast<int64_t>(n)}, device_);
-  std::shared_ptr<comm::Work> work = group_->Broadcast(order_tensor, 0, "bucket order");
   const auto remaining = std::max(std::chrono::milliseconds(0),
                                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
-  PSYNC_RETURN_IF_ERROR(Annotate(work->Wait(remaining), "DDP: broadcasting rank 0's bucket order"));
-  std::vector<size_t> order;
-  for (float v : order_tensor.ToVector()) order.push_back(static_cast<size_t>(v));
-  PSYNC_RETURN_IF_ERROR(Annotate(ValidateOrder(order, n), "DDP: rank 0's bucket order"));
+  PSYNC_ASSIGN_OR_RETURN(std::vector<size_t> order, BroadcastOrder(*group_, observed_order_, device_, remaining));
   PSYNC_RETURN_IF_ERROR(RebuildBuckets(PlanFromOrder(order)));
   trace_.rebuilt_buckets = true;
   return absl::OkStatus();

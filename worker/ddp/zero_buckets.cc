@@ -1,5 +1,6 @@
 #include "worker/ddp/zero_buckets.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
@@ -71,9 +72,43 @@ void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
   ++version_;
 }
 
-void ZeroBuckets::Finalized(std::vector<uint8_t> used, std::vector<uint8_t> reduced) {
-  used_ = std::move(used);
-  reduced_ = std::move(reduced);
+std::vector<Bucket> ZeroBuckets::BuildBuckets(const std::vector<std::vector<size_t>>& plan, Tensor* staging) const {
+  std::vector<int64_t> padded(plan.size(), 0);
+  for (size_t b = 0; b < plan.size(); ++b) {
+    for (size_t i : plan[b]) padded[b] += params_[i].data().numel();
+    padded[b] = ZeroPaddedCount(padded[b], group_->size());
+  }
+  const Device device = params_.front().data().device();
+  if (staging) {
+    const int64_t largest = *std::max_element(padded.begin(), padded.end());
+    absl::StatusOr<Tensor> buf = group_->NewCollectiveBuffer({largest}, kFloat32, device);
+    if (!buf.ok()) {
+      throw std::runtime_error(absl::StrCat("staging buffer of ", largest, " floats: ", buf.status().ToString()));
+    }
+    *staging = std::move(*buf);
+  }
+  std::vector<Bucket> buckets;
+  for (size_t b = 0; b < plan.size(); ++b) {
+    // No step tags in ZeRO's buckets: they travel in an allreduce of their own.
+    buckets.push_back(staging ? Bucket::BuildOn(*staging, b, plan[b], params_, padded[b])
+                              : Bucket::Build(b, plan[b], params_, group_.get(), /*tail_elements=*/0, padded[b]));
+  }
+  return buckets;
+}
+
+size_t ZeroBuckets::Finalized(const std::vector<uint8_t>* global_used, const std::vector<uint8_t>& skipped) {
+  size_t unused = 0;
+  used_.assign(params_.size(), 1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (global_used && !(*global_used)[i]) {
+      used_[i] = 0;
+      ++unused;
+    }
+    params_[i].set_grad(Tensor());
+  }
+  reduced_.assign(skipped.size(), 1);
+  for (size_t b = 0; b < skipped.size(); ++b) reduced_[b] = skipped[b] ? 0 : 1;
+  return unused;
 }
 
 Tensor ZeroBuckets::GradShard(size_t b) const {

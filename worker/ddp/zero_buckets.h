@@ -51,15 +51,23 @@ class ZeroBuckets : public optim::GradientShards {
               std::chrono::milliseconds timeout);
 
   int stage() const { return stage_; }
+  // The reducer's gradient buckets for `plan`, padded; with `staging`
+  // (--zero=2) all cut from one new staging buffer the size of the largest,
+  // returned there. Collective (the group's collective buffers). Throws
+  // std::runtime_error.
+  std::vector<Bucket> BuildBuckets(const std::vector<std::vector<size_t>>& plan, Tensor* staging) const;
   // After the reducer (re)built `buckets`: the flat parameter buffers of the
   // same layout, every parameter's data moved into its bucket's buffer, a
   // new version(). Collective (collective buffers). Throws std::runtime_error.
   void Install(const std::vector<Bucket>& buckets);
   // Stage 2: this rank's shard of bucket b lives here between steps.
   Tensor& shard_storage(size_t b) { return grad_shards_[b]; }
-  // After a synchronised backward: `used` per parameter (some rank got a
-  // gradient), `reduced` per bucket (its collective ran).
-  void Finalized(std::vector<uint8_t> used, std::vector<uint8_t> reduced);
+  // After a synchronised backward: records which parameters got a gradient
+  // on some rank (`global_used`; null: all) and which buckets were reduced
+  // (not `skipped`), and clears every parameter's grad: no parameter exposes
+  // a grad that is partly other ranks' unreduced values. Returns the number
+  // of parameters unused on every rank.
+  size_t Finalized(const std::vector<uint8_t>* global_used, const std::vector<uint8_t>& skipped);
   // Bytes of gradient storage this rank holds between steps (stage 2: the
   // shards; the reducer adds its buffers).
   int64_t shard_bytes() const;
