@@ -126,7 +126,7 @@ printf '%s\n' "$results" | grep '^RESULT' | awk '
       if (c !~ /^(ddp|zero)/) continue
       split(c, p, "/")
       floor = "psync compute/" p[2]
-      if ((floor in med) && med[floor] > 0)
+      if ((floor in med) && med[floor] > 0 && (("psync " c) in med))
         printf "%-44s %5.2fx\n", "psync " c " / own no-communication step", med["psync " c] / med[floor]
     }
   }'

@@ -238,8 +238,16 @@ void Reducer::ResetIteration(bool sync) {
   trace_.buckets.resize(buckets_.size());
 }
 
-absl::Status Reducer::CheckReadyForForward() {
+absl::Status Reducer::WaitForParameters() {
   if (state_ == State::kFailed) return failure_;
+  if (!zero_) return absl::OkStatus();
+  absl::Status st = zero_->WaitParameters();
+  if (st.ok()) return st;
+  return Fail(Annotate(st, absl::StrCat("DDP: gathering the updated parameters (rank ", group_->rank(), ")")));
+}
+
+absl::Status Reducer::CheckReadyForForward() {
+  PSYNC_RETURN_IF_ERROR(WaitForParameters());
   if (state_ == State::kInBackward && expect_sync_) {
     // Why: hooks fired but Finalize never ran (backward failed midway, or
     // its error was ignored); buckets may be in flight on some ranks only.

@@ -138,8 +138,13 @@ class Reducer {
   absl::Status PrepareForBackward(const std::vector<autograd::Variable>& outputs);
   // The check PrepareForBackward starts with, for callers that want to fail
   // before running forward: the sticky error, or the unfinished-backward
-  // error (which also enters kFailed).
+  // error (which also enters kFailed). With ZeRO it first waits for the
+  // last step's parameter all-gathers (WaitForParameters).
   absl::Status CheckReadyForForward();
+  // ZeRO: waits for the parameter all-gathers the sharded optimizer's last
+  // step started; call it before reading the parameters outside a forward
+  // through DDP (evaluation, saving). A failure fails the reducer.
+  absl::Status WaitForParameters();
 
   // false = no_sync: hooks only record usage and gradients accumulate
   // locally. Captured by PrepareForBackward (i.e. at forward time).

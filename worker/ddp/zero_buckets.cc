@@ -20,6 +20,8 @@ ZeroBuckets::ZeroBuckets(std::vector<autograd::Variable> params, std::shared_ptr
 }
 
 void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
+  // The parameters' values move: the last gathers must have landed.
+  if (absl::Status st = WaitParameters(); !st.ok()) throw std::runtime_error(st.ToString());
   optim::ShardPlan plan;
   plan.world = group_->size();
   plan.rank = group_->rank();
@@ -116,8 +118,18 @@ Tensor ZeroBuckets::GradShard(size_t b) const {
   return grad_shards_[b];
 }
 
-std::shared_ptr<comm::Work> ZeroBuckets::GatherParameters(size_t b) {
-  return group_->AllgatherShards(param_buffers_[b], absl::StrCat("parameters of bucket ", b));
+void ZeroBuckets::GatherParameters(size_t b) {
+  gathers_.push_back(group_->AllgatherShards(param_buffers_[b], absl::StrCat("parameters of bucket ", b)));
+}
+
+absl::Status ZeroBuckets::WaitParameters() {
+  absl::Status first;
+  for (const auto& w : gathers_) {
+    absl::Status st = w->Wait(timeout_);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  gathers_.clear();
+  return first;
 }
 
 int64_t ZeroBuckets::shard_bytes() const {

@@ -14,7 +14,9 @@
 // ReduceScatterHook: the average lands in this rank's shard); Finalized
 // records which buckets were reduced and which parameters got a gradient
 // on some rank; the optimizer reads GradShard(b) and calls
-// GatherParameters(b).
+// GatherParameters(b); the next forward (Reducer::CheckReadyForForward)
+// waits for the gathers, so they overlap whatever runs between the step and
+// it (the trainer's plans, data, metrics).
 //
 // Gradient memory: stage 1 keeps the reducer's full bucket buffers (the
 // shard is a view of them). Stage 2 keeps only this rank's shards between
@@ -78,7 +80,8 @@ class ZeroBuckets : public optim::GradientShards {
   uint64_t version() const override { return version_; }
   Tensor GradShard(size_t b) const override;
   bool HasGrad(size_t i) const override { return i < used_.size() && used_[i] != 0; }
-  std::shared_ptr<comm::Work> GatherParameters(size_t b) override;
+  void GatherParameters(size_t b) override;
+  absl::Status WaitParameters() override;
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
@@ -93,6 +96,7 @@ class ZeroBuckets : public optim::GradientShards {
   std::vector<Tensor> grad_shards_;    // per bucket: this rank's averaged gradient shard
   std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward
   std::vector<uint8_t> reduced_;       // per bucket, likewise
+  std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
 };
 
 }  // namespace psync::ddp

@@ -21,7 +21,6 @@
 
 #include "worker/autograd/variable.h"
 #include "worker/comm/process_group.h"
-#include "worker/comm/work.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync::optim {
@@ -57,8 +56,14 @@ class GradientShards {
   // synchronised backward (else the optimizer leaves it untouched).
   virtual bool HasGrad(size_t i) const = 0;
   // Starts the all-gather of bucket b's parameter values, once this rank
-  // wrote its shard of them (the same buckets in the same order on every rank).
-  virtual std::shared_ptr<comm::Work> GatherParameters(size_t b) = 0;
+  // wrote its shard of them (the same buckets in the same order on every
+  // rank). Nothing may read the parameters until WaitParameters returned:
+  // the data-parallel layer waits before the next forward (so the gathers
+  // overlap whatever runs between the step and it), the optimizer before it
+  // touches them again.
+  virtual void GatherParameters(size_t b) = 0;
+  // Waits for every gather started so far; the first failure (named), once.
+  virtual absl::Status WaitParameters() = 0;
   virtual comm::ProcessGroup& group() const = 0;
   // Bound on the optimizer's waits for its collectives.
   virtual std::chrono::milliseconds timeout() const = 0;

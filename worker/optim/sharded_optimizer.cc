@@ -85,24 +85,19 @@ Tensor ShardedOptimizer::MasterSlice(const Segment& seg) const {
   return Slice1d(params_[seg.param].second.data(), seg.param_offset, seg.length);
 }
 
-absl::Status ShardedOptimizer::WaitAll(std::vector<std::shared_ptr<comm::Work>>& works, const char* what) const {
-  absl::Status first;
-  for (auto& w : works) {
-    absl::Status st = w->Wait(shards_->timeout());
-    if (!st.ok() && first.ok()) first = Annotate(st, absl::StrCat(name(), " (sharded): ", what));
-  }
-  works.clear();
-  return first;
+absl::Status ShardedOptimizer::Gathered() {
+  // The last step's parameter gathers (normally done: the forward waited).
+  return Annotate(shards_->WaitParameters(), absl::StrCat(name(), " (sharded): gathering the updated parameters"));
 }
 
 absl::Status ShardedOptimizer::Step(double lr) {
   if (!shards_) return absl::FailedPreconditionError("sharded optimizer: Step before Attach");
+  PSYNC_RETURN_IF_ERROR(Gathered());
   if (shards_->version() != version_) PSYNC_RETURN_IF_ERROR(Reshard());
   // Every rank knows which parameters got a gradient: the counts stay replicated.
   for (size_t i = 0; i < params_.size(); ++i) {
     if (shards_->HasGrad(i)) ++steps_[i];
   }
-  std::vector<std::shared_ptr<comm::Work>> gathers;
   for (size_t b = 0; b < segments_.size(); ++b) {
     const Tensor grad = shards_->GradShard(b);
     // A bucket nobody reduced (every parameter unused everywhere): nothing changed, nothing to gather.
@@ -115,17 +110,19 @@ absl::Status ShardedOptimizer::Step(double lr) {
         rule_->Apply(MasterSlice(seg), grad.View(seg.shard_offset, {seg.length}), bufs,
                      ParamStep{params_[seg.param].second.data().dim(), steps_[seg.param]}, lr);
       } catch (const TensorError& e) {
-        (void)WaitAll(gathers, "gathering parameters");
+        (void)Gathered();
         return ParamError(seg.param, e, /*internal=*/false);
       } catch (const InternalError& e) {
-        (void)WaitAll(gathers, "gathering parameters");
+        (void)Gathered();
         return ParamError(seg.param, e, /*internal=*/true);
       }
     }
-    // Why launched here: the gather of this bucket overlaps the update of the next.
-    gathers.push_back(shards_->GatherParameters(b));
+    // Why launched here: the gather of this bucket overlaps the update of
+    // the next one, and the last ones whatever runs before the next forward
+    // (which waits for them).
+    shards_->GatherParameters(b);
   }
-  return WaitAll(gathers, "gathering the updated parameters");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
@@ -133,6 +130,7 @@ absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
     return absl::InvalidArgumentError(absl::StrCat("--clip-grad-norm must be a finite value > 0, got ", max_norm));
   }
   if (!shards_) return absl::FailedPreconditionError("sharded optimizer: ClipGradNorm before Attach");
+  PSYNC_RETURN_IF_ERROR(Gathered());
   if (shards_->version() != version_) PSYNC_RETURN_IF_ERROR(Reshard());
   // This rank's partial sum: its segments' sums of squares (ops::SumOfSquares,
   // as clip.h), added in bucket and segment order.
@@ -197,6 +195,7 @@ absl::StatusOr<NamedTensors> ShardedOptimizer::CheckpointState(bool keep) {
   if (!shards_) {
     return absl::FailedPreconditionError("sharded optimizer: CheckpointState before Attach");
   }
+  PSYNC_RETURN_IF_ERROR(Gathered());
   // Per parameter and buffer: the whole tensor (on the CPU), filled bucket
   // by bucket from an all-gather of every rank's shard.
   std::vector<std::vector<Tensor>> full(params_.size());

@@ -18,7 +18,8 @@
 // parameters got a gradient).
 //
 // Collectives (every rank calls these in the same order): Step (the
-// parameters' all-gathers), ClipGradNorm (the partial sums of squares,
+// parameters' all-gathers, left in flight for the next forward to wait
+// for), ClipGradNorm (the partial sums of squares,
 // combined in rank order), CheckpointState (an all-gather per bucket and
 // buffer), and a Step after the bucket layout changed (the state moves to
 // its new owners: gathered in full, then re-sliced).
@@ -59,9 +60,11 @@ class ShardedOptimizer final : public Optimizer {
   absl::Status Attach(std::shared_ptr<GradientShards> shards);
   bool attached() const { return shards_ != nullptr; }
 
-  // Updates this rank's shard of every reduced bucket, then all-gathers
-  // each bucket's parameters (launched bucket by bucket as their shards are
-  // done, waited for before returning).
+  // Updates this rank's shard of every reduced bucket, and starts the
+  // all-gather of each bucket's parameters as soon as its shard is done.
+  // Returns with the gathers in flight: the next forward waits for them
+  // (GradientShards::WaitParameters), as must anything else that reads the
+  // parameters before it (evaluation, --save).
   absl::Status Step(double lr) override;
   absl::StatusOr<double> ClipGradNorm(double max_norm) override;
   absl::StatusOr<NamedTensors> CheckpointState(bool keep = true) override;
@@ -91,7 +94,8 @@ class ShardedOptimizer final : public Optimizer {
   // The values the update runs on for `seg`, and where they go after it
   // (the parameter itself: both no-ops; see "Precision" above).
   Tensor MasterSlice(const Segment& seg) const;
-  absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works, const char* what) const;
+  // Waits for the last step's parameter gathers (before touching them again).
+  absl::Status Gathered();
 
   std::unique_ptr<UpdateRule> rule_;
   std::vector<std::string> buffer_names_;

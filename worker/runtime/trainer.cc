@@ -247,6 +247,8 @@ absl::Status TrainLoop::OptimizerStep(int64_t step, StepMetrics* m) {
 
 absl::Status TrainLoop::Evaluate(int64_t step, StepMetrics* m) {
   TraceWriter::Scope span(ctx_.trace, "evaluate", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
+  // --zero: the last step's parameter all-gathers land first.
+  PSYNC_RETURN_IF_ERROR(reducer_.WaitForParameters());
   EvalOptions eo;
   eo.batch = opt_.eval_batch;
   eo.max_examples = opt_.eval_examples;
@@ -351,6 +353,8 @@ TrainResult TrainLoop::Run() {
   // Before Done: the plans of the last steps (the coordinator closes every
   // iteration this rank reported; a stop announced there changes nothing).
   const int64_t last = result_.steps_completed - 1;
+  // --zero: the last step's parameter all-gathers (the weights --save writes).
+  if (absl::Status st = reducer_.WaitForParameters(); !st.ok()) return Fail(st, last, "gathering the parameters");
   if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
     return Fail(st, last, "waiting for the coordinator's last plans");
   }

@@ -182,6 +182,7 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
     }
     opt->ZeroGrad();
   }
+  if (!ddp->reducer().WaitForParameters().ok()) return std::nullopt;  // the last step's gathers
   RunResult r;
   for (const auto& t : observer->traces) r.skipped_buckets += t.skipped_buckets;
   for (const auto& p : mlp->parameters()) r.weights.push_back(p.data().ToVector());

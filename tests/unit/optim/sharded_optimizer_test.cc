@@ -18,13 +18,6 @@
 namespace psync::optim::testing {
 namespace {
 
-class DoneWork : public comm::Work {
- public:
-  absl::Status Wait(std::chrono::milliseconds) override { return absl::OkStatus(); }
-  bool IsCompleted() override { return true; }
-  std::string Describe() const override { return "done"; }
-};
-
 // Buckets of two parameters each (padded to 64 elements), world 1: this
 // rank owns everything. The gradients are copied into the flat buckets
 // (what the reduce-scatter leaves there) before each step.
@@ -66,7 +59,8 @@ class FakeShards : public GradientShards {
   uint64_t version() const override { return 1; }
   Tensor GradShard(size_t b) const override { return grads_[b]; }
   bool HasGrad(size_t i) const override { return used_[i] != 0; }
-  std::shared_ptr<comm::Work> GatherParameters(size_t) override { return std::make_shared<DoneWork>(); }
+  void GatherParameters(size_t) override {}
+  absl::Status WaitParameters() override { return absl::OkStatus(); }
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(5000); }
 
