@@ -26,9 +26,9 @@
 //
 // Precision: the update runs on the parameter's own elements (the master
 // copy is the parameter). A precision policy with lower-precision
-// parameters plugs in at MasterSlice/PublishSlice: it keeps the master
-// values for this rank's shard only and writes the rounded values into the
-// parameter buffer before the all-gather.
+// parameters plugs in at MasterSlice: it keeps the master values for this
+// rank's shard only (sharded like the moments) and writes the rounded
+// values into the parameter buffer before the bucket's all-gather.
 //
 // Threads: the training thread only.
 #pragma once

@@ -286,6 +286,30 @@ INSTANTIATE_TEST_SUITE_P(
                                {8, 32, 32, 32, 4}, 5, true}),
     CaseName);
 
+// A rank with another --zero than its peers would pair other collectives:
+// DDP's construction names it on every rank instead.
+TEST(ZeroMismatch, RanksReducingDifferentlyAreNamed) {
+  TempDir dir;
+  ExpectAllRanksOk(RunRanks(
+      2,
+      [&](int rank) -> int {
+        std::shared_ptr<comm::ProcessGroup> pg = MakeGroup(dir.path(), rank, 2, std::chrono::milliseconds(20000), "shm");
+        CHILD_CHECK(rank, pg != nullptr, "group");
+        auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
+        DdpOptions opts;
+        opts.zero_stage = rank == 0 ? 1 : 0;
+        auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
+        CHILD_CHECK(rank, !ddp.ok() && ddp.status().code() == absl::StatusCode::kInvalidArgument,
+                    ddp.ok() ? "accepted" : ddp.status().ToString());
+        const std::string msg(ddp.status().message());
+        CHILD_CHECK(rank, msg.find("zero 1") != std::string::npos && msg.find("zero 0") != std::string::npos &&
+                              msg.find("--zero") != std::string::npos,
+                    msg);
+        return 0;
+      },
+      std::chrono::seconds(60)));
+}
+
 // At world 4 each rank holds about a quarter of the optimizer state (plus
 // the step counts) and, with --zero=2, a quarter of the gradients plus one
 // staging bucket.
