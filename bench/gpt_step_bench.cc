@@ -13,6 +13,9 @@
 //              compute       the same per-rank step without communication
 //              ddp           DistributedDataParallel over each of --backends
 //                            (gloo: TCP on 127.0.0.1; shm: /dev/shm)
+//              zero1, zero2  the same with --zero=1 / 2 (reduce-scatter, the
+//                            sharded AdamW, all-gather of the parameters),
+//                            for each stage in --zero (default none)
 //
 // Per mode: median step time, and the medians of its phases (forward incl.
 // the loss, backward incl. the reducer's end-of-backward wait, optimizer),
@@ -51,6 +54,8 @@
 #include "worker/nn/init.h"
 #include "worker/nn/models/gpt.h"
 #include "worker/optim/registry.h"
+#include "worker/optim/sharded_optimizer.h"
+#include "worker/optim/update_rule.h"
 #include "worker/tensor/cpu/blas_core.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/tensor/device.h"
@@ -68,6 +73,7 @@ ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
 ABSL_FLAG(double, bucket_cap_mb, 25.0, "ddp: bucket cap (MiB)");
+ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comma list of 1, 2; empty = none)");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
@@ -91,12 +97,13 @@ struct Config {
   std::string mode;
   int threads = 1, world = 2;
   std::vector<std::string> backends;
+  std::vector<int> zero_stages;  // ddp: extra runs with --zero
   double bucket_cap_mb = 25;
   int steps = 20, warmup = 3, rounds = 1;
 };
 
 struct ModeResult {
-  std::string mode;     // single, compute, ddp
+  std::string mode;     // single, compute, ddp, zero1, zero2
   std::string backend;  // ddp only
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double cpu_ms = 0;
@@ -116,11 +123,23 @@ std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::De
   return {Tensor::FromVector(x, {b, c.gpt.block_size}, device), Tensor::FromVector(y, {b, c.gpt.block_size}, device)};
 }
 
-std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) {
+// AdamW; with a ZeRO reducer the sharded one, attached to its shards.
+std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model,
+                                                   psync::ddp::DistributedDataParallel* ddp) {
   psync::optim::OptimizerOptions o;
   o.weight_decay = 0.1;
   o.beta1 = 0.9;
   o.beta2 = 0.95;
+  if (ddp != nullptr && ddp->reducer().zero_buckets()) {
+    auto sharded = psync::optim::ShardedOptimizer::Create(model.named_parameters(),
+                                                          std::make_unique<psync::optim::AdamWRule>(o));
+    absl::Status st = sharded.ok() ? (*sharded)->Attach(ddp->reducer().zero_buckets()) : sharded.status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s: %s\n", kName, st.ToString().c_str());
+      std::exit(1);
+    }
+    return std::move(*sharded);
+  }
   auto opt = psync::optim::Optimizers().Create("adamw", {model.named_parameters(), o});
   if (!opt.ok()) {
     std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
@@ -134,7 +153,7 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) 
 // error.
 bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device device,
                psync::ddp::DistributedDataParallel* ddp, int64_t b, ModeResult* r) {
-  auto opt = MakeAdamW(model);
+  auto opt = MakeAdamW(model, ddp);
   auto [x, y] = Tokens(c, b, rank, device);
   // CUDA work is asynchronous: each phase's time ends when the GPU is done.
   auto done = [&] {
@@ -208,7 +227,9 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     char exposed[32] = "-";
-    if (r.mode == "ddp" && compute >= 0) std::snprintf(exposed, sizeof(exposed), "%.2f", med - compute);
+    if (r.mode != "compute" && r.mode != "single" && compute >= 0) {
+      std::snprintf(exposed, sizeof(exposed), "%.2f", med - compute);
+    }
     std::printf("  %-12s %10.2f %9.2f %9.2f %9.2f %11s %11.2f %8.4f\n", r.key().c_str(), med, Median(r.fwd_ms),
                 Median(r.bwd_ms), Median(r.opt_ms), exposed, r.cpu_ms, r.loss);
   }
@@ -218,7 +239,7 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
                 "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
                 r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(), c.threads,
                 c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
-                Median(r.bwd_ms), Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0,
+                Median(r.bwd_ms), Median(r.opt_ms), r.mode != "compute" && r.mode != "single" && compute >= 0 ? med - compute : 0.0,
                 r.cpu_ms);
   }
   std::fflush(stdout);
@@ -317,21 +338,27 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
         if (!TimeSteps(c, rank, model, psync::Device::CPU(), nullptr, b, &r)) return 1;
         KeepBest(results, std::move(r));
       }
+      std::vector<int> stages = {0};
+      stages.insert(stages.end(), c.zero_stages.begin(), c.zero_stages.end());
       for (size_t g = 0; g < groups.size(); ++g) {
-        if (!groups.front()->Barrier(std::chrono::seconds(60)).ok()) return 1;
-        auto model = std::make_shared<psync::nn::GPT>(c.gpt, psync::Device::CPU(), /*seed=*/7);
-        psync::ddp::DdpOptions opts;
-        opts.bucket_cap_mb = c.bucket_cap_mb;
-        auto ddp = psync::ddp::DistributedDataParallel::Create(model, groups[g], opts);
-        if (!ddp.ok()) {
-          std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp.status().ToString().c_str());
-          return 1;
+        // Alternating: ddp then each ZeRO stage, on the same group.
+        for (int zero : stages) {
+          if (!groups.front()->Barrier(std::chrono::seconds(60)).ok()) return 1;
+          auto model = std::make_shared<psync::nn::GPT>(c.gpt, psync::Device::CPU(), /*seed=*/7);
+          psync::ddp::DdpOptions opts;
+          opts.bucket_cap_mb = c.bucket_cap_mb;
+          opts.zero_stage = zero;
+          auto ddp = psync::ddp::DistributedDataParallel::Create(model, groups[g], opts);
+          if (!ddp.ok()) {
+            std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp.status().ToString().c_str());
+            return 1;
+          }
+          ModeResult r;
+          r.mode = zero == 0 ? "ddp" : absl::StrCat("zero", zero);
+          r.backend = c.backends[g];
+          if (!TimeSteps(c, rank, *model, psync::Device::CPU(), ddp->get(), b, &r)) return 1;
+          KeepBest(results, std::move(r));
         }
-        ModeResult r;
-        r.mode = "ddp";
-        r.backend = c.backends[g];
-        if (!TimeSteps(c, rank, *model, psync::Device::CPU(), ddp->get(), b, &r)) return 1;
-        KeepBest(results, std::move(r));
       }
     }
   } catch (const std::exception& e) {
@@ -385,6 +412,10 @@ int main(int argc, char** argv) {
       psync::ExitBadFlag(kName, absl::StrCat("--backends: unknown backend \"", b, "\" (gloo, shm)"));
     }
     c.backends.emplace_back(b);
+  }
+  for (absl::string_view z : absl::StrSplit(absl::GetFlag(FLAGS_zero), ',', absl::SkipEmpty())) {
+    if (z != "1" && z != "2") psync::ExitBadFlag(kName, absl::StrCat("--zero: \"", z, "\" is not 1 or 2"));
+    c.zero_stages.push_back(z == "1" ? 1 : 2);
   }
   if (c.mode == "single") return RunSingle(c);
   if (c.mode != "ddp") psync::ExitBadFlag(kName, "--mode=" + c.mode + ": expected single or ddp");

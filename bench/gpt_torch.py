@@ -13,6 +13,9 @@ single-tensor path psync's AdamW matches bit for bit), random int64 tokens.
            free port), each on --batch/world sequences, --threads each:
              compute   the same per-rank step without DDP
              ddp       DistributedDataParallel (gradient_as_bucket_view)
+             zero1     with --zero: DDP + ZeroRedundancyOptimizer(AdamW)
+                       (torch's ZeRO-1: optimizer state sharded by
+                       parameter, updated parameters broadcast by owner)
 
 Prints a table and "RESULT impl=torch mode=... median_ms=..." lines (the
 same keys as psync-gpt-step-bench).
@@ -50,10 +53,16 @@ def make_model(torch, a):
     return model
 
 
-def make_adamw(torch, model):
+def make_adamw(torch, model, zero=False):
     params = list(model.parameters())
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                                      weight_decay=0.1, foreach=False)
+        opt.add_param_group({"params": no_decay, "weight_decay": 0.0})
+        return opt
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                              lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
 
@@ -65,10 +74,10 @@ def tokens(torch, a, b, rank):
     return x, y
 
 
-def time_steps(torch, a, model, x, y):
+def time_steps(torch, a, model, x, y, zero=False):
     """Per-step (step, forward incl. loss, backward, optimizer) ms lists, CPU ms per step, last loss."""
     import torch.nn.functional as F
-    opt = make_adamw(torch, model)
+    opt = make_adamw(torch, model, zero)
     step, fwd, bwd, optm = [], [], [], []
     cpu0 = 0.0
     loss = None
@@ -116,13 +125,13 @@ def report(torch, a, results, per_rank, world):
           f"{'cpu ms/step':>11} {'loss':>8}")
     for key, r in results.items():
         m = med(r["step"])
-        exposed = f"{m - compute:.2f}" if key.startswith("ddp") and compute is not None else "-"
+        exposed = f"{m - compute:.2f}" if not key.startswith(("compute", "single")) and compute is not None else "-"
         print(f"  {key:12} {m:10.2f} {med(r['fwd']):9.2f} {med(r['bwd']):9.2f} {med(r['opt']):9.2f} {exposed:>11} "
               f"{r['cpu']:11.2f} {r['loss']:8.4f}")
     for key, r in results.items():
         m = med(r["step"])
         mode, _, backend = key.partition("@")
-        exposed = m - compute if mode == "ddp" and compute is not None else 0.0
+        exposed = m - compute if mode not in ("compute", "single") and compute is not None else 0.0
         print(f"RESULT impl=torch mode={mode}{' backend=' + backend if backend else ''} threads={a.threads} "
               f"world={world} per_rank_batch={per_rank} median_ms={m:.3f} fwd_ms={med(r['fwd']):.3f} "
               f"bwd_ms={med(r['bwd']):.3f} opt_ms={med(r['opt']):.3f} exposed_ms={exposed:.3f} cpu_ms={r['cpu']:.3f}")
@@ -153,6 +162,11 @@ def ddp_worker(rank, a, port):
         model = torch.nn.parallel.DistributedDataParallel(make_model(torch, a), bucket_cap_mb=a.bucket_cap_mb,
                                                           gradient_as_bucket_view=True)
         keep_best(results, "ddp@gloo", time_steps(torch, a, model, x, y))
+        if a.zero:
+            dist.barrier()
+            model = torch.nn.parallel.DistributedDataParallel(make_model(torch, a), bucket_cap_mb=a.bucket_cap_mb,
+                                                              gradient_as_bucket_view=True)
+            keep_best(results, "zero1@gloo", time_steps(torch, a, model, x, y, zero=True))
     dist.barrier()
     if rank == 0:
         report(torch, a, results, per_rank, a.world)
@@ -175,6 +189,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--zero", default="", help="ddp: non-empty = also DDP + ZeroRedundancyOptimizer (zero1)")
     a, _unknown = ap.parse_known_args()  # psync-only flags (--backends, --timeout-s) are ignored
     if a.device != "cpu" and a.mode != "single":
         ap.error("--device=cuda: only with --mode=single")

@@ -16,8 +16,13 @@
 #   bench/run_gpt_bench.sh
 #   ROUNDS=3 BATCH=32 bench/run_gpt_bench.sh --n-layer=6   # extra flags go to both sides
 #
+# With ZERO=1 (or 1,2) the world-WORLD part also runs psync DDP with
+# --zero (zeroN/wW/BACKEND rows, against its own unsharded DDP: goal <=
+# 1.05x) and PyTorch DDP + ZeroRedundancyOptimizer (zero1/wW/gloo: goal
+# psync <= 0.8x of it).
+#
 # Environment: BATCH (16, global), STEPS (20), WARMUP (3), ROUNDS (3),
-# THREADS_LIST (1,2), WORLD (2), DDP_THREADS (1), BACKENDS (gloo,shm),
+# THREADS_LIST (1,2), WORLD (2), DDP_THREADS (1), BACKENDS (gloo,shm), ZERO (),
 # OMP_WAIT_POLICY (PASSIVE), BUILD_DIR (<repo>/build).
 #
 # OMP_WAIT_POLICY=PASSIVE is PyTorch's best case on a shared host: with
@@ -38,6 +43,7 @@ THREADS_LIST="${THREADS_LIST:-1,2}"
 WORLD="${WORLD:-2}"
 DDP_THREADS="${DDP_THREADS:-1}"
 BACKENDS="${BACKENDS:-gloo,shm}"
+ZERO="${ZERO:-}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 source "$ROOT/bench/lib.sh"
@@ -70,8 +76,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
     run psync "$t" --mode=single --threads="$t" "${common[@]}"
     ((have_torch)) && run torch "$t" --mode=single --threads="$t" "${common[@]}"
   done
-  run psync "$DDP_THREADS" --mode=ddp --world="$WORLD" --threads="$DDP_THREADS" --backends="$BACKENDS" "${common[@]}"
-  ((have_torch)) && run torch "$DDP_THREADS" --mode=ddp --world="$WORLD" --threads="$DDP_THREADS" "${common[@]}"
+  run psync "$DDP_THREADS" --mode=ddp --world="$WORLD" --threads="$DDP_THREADS" --backends="$BACKENDS" \
+    --zero="$ZERO" "${common[@]}"
+  ((have_torch)) && run torch "$DDP_THREADS" --mode=ddp --world="$WORLD" --threads="$DDP_THREADS" --zero="$ZERO" \
+    "${common[@]}"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -106,14 +114,19 @@ printf '%s\n' "$results" | grep '^RESULT' | awk '
       c = order[i]
       if (c ~ /^single/) ratio(c, "psync " c, "torch " c, "0.9")
       else if (c ~ /^ddp/) { split(c, p, "/"); ratio(c " vs PyTorch DDP", "psync " c, "torch " p[1] "/" p[2] "/gloo", "0.8") }
+      else if (c ~ /^zero/) {
+        split(c, p, "/")
+        ratio(c " vs its own unsharded DDP", "psync " c, "psync ddp/" p[2] "/" p[3], "1.05")
+        ratio(c " vs PyTorch DDP + ZeroRedundancyOptimizer", "psync " c, "torch zero1/" p[2] "/gloo", "0.8")
+      }
       else if (c ~ /^compute/) ratio(c " (no communication)", "psync " c, "torch " c, "")
     }
     for (i = 1; i <= n; i++) {
       c = order[i]
-      if (c !~ /^ddp/) continue
+      if (c !~ /^(ddp|zero)/) continue
       split(c, p, "/")
       floor = "psync compute/" p[2]
-      if ((floor in med) && med[floor] > 0)
+      if ((floor in med) && med[floor] > 0 && (("psync " c) in med))
         printf "%-44s %5.2fx\n", "psync " c " / own no-communication step", med["psync " c] / med[floor]
     }
   }'

@@ -20,14 +20,18 @@ std::string Describe(const Tensor& t) { return absl::StrCat(ShapeToString(t.shap
 
 CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const optim::Optimizer* optimizer,
                                         CheckpointManifest manifest) {
+  if (optimizer == nullptr) return CaptureTrainingState(params, "", {}, std::move(manifest));
+  return CaptureTrainingState(params, optimizer->name(), optimizer->State(), std::move(manifest));
+}
+
+CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const std::string& optimizer_name,
+                                        NamedTensors optimizer_state, CheckpointManifest manifest) {
   CheckpointContents c;
   c.params.reserve(params.size());
   for (const auto& [name, p] : params) c.params.emplace_back(name, p.data());
-  manifest.optimizer.clear();  // without an optimizer: a weights-only checkpoint
-  if (optimizer != nullptr) {
-    manifest.optimizer = optimizer->name();
-    c.optimizer_state = optimizer->State();
-  }
+  // Without an optimizer: a weights-only checkpoint.
+  manifest.optimizer = optimizer_name;
+  if (!optimizer_name.empty()) c.optimizer_state = std::move(optimizer_state);
   c.manifest = std::move(manifest);
   return c;
 }
@@ -76,7 +80,7 @@ absl::Status LoadOptimizerState(const CheckpointContents& checkpoint, const std:
                                               : absl::StrCat("state of optimizer ", checkpoint.manifest.optimizer),
         " but this run uses ", optimizer.name(), " (--optimizer must match to resume)"));
   }
-  return Annotate(optimizer.LoadState(checkpoint.optimizer_state), absl::StrCat("checkpoint ", source));
+  return Annotate(optimizer.LoadCheckpointState(checkpoint.optimizer_state), absl::StrCat("checkpoint ", source));
 }
 
 }  // namespace psync::checkpoint

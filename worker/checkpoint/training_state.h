@@ -25,6 +25,10 @@ namespace psync::checkpoint {
 // weights-only checkpoint (--save; manifest.optimizer empty, no state).
 CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const optim::Optimizer* optimizer,
                                         CheckpointManifest manifest);
+// The same with the optimizer's state given (Optimizer::CheckpointState:
+// gathered in full from a sharded optimizer); `optimizer_name` empty: weights only.
+CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const std::string& optimizer_name,
+                                        NamedTensors optimizer_state, CheckpointManifest manifest);
 
 // Copies the checkpoint's parameters into `params` (any device). Every
 // parameter must be there with the same shape and dtype and nothing else may
@@ -33,8 +37,9 @@ CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const 
 absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::string& source,
                             const optim::NamedParams& params);
 
-// Restores the optimizer's state (Optimizer::LoadState: exact, all or
-// nothing). The checkpoint's optimizer kind must be optimizer.name().
+// Restores the optimizer's state (Optimizer::LoadCheckpointState: exact,
+// all or nothing; a sharded optimizer takes its slices, at any world size).
+// The checkpoint's optimizer kind must be optimizer.name().
 // InvalidArgument names `source` and the entry.
 absl::Status LoadOptimizerState(const CheckpointContents& checkpoint, const std::string& source,
                                 optim::Optimizer& optimizer);

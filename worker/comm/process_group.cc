@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_from_exception.h"
+#include "worker/comm/flat_shard.h"
 #include "worker/comm/then_work.h"
 #include "worker/tensor/ops/pointwise.h"
 
@@ -27,6 +28,18 @@ std::shared_ptr<Work> ProcessGroup::AllreduceAverage(Tensor tensor, const std::s
   if (world == 1) return w;
   return std::make_shared<ThenWork>(std::move(w), [tensor, world] {
     ops::ScaleInPlace(tensor, 1.0f / static_cast<float>(world));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::ReduceScatterAverage(Tensor tensor, const std::string& name) {
+  std::shared_ptr<Work> w = ReduceScatterSum(tensor, name);
+  const int world = size();
+  if (world == 1 || !tensor.defined()) return w;
+  const ShardRange own = ShardOf(static_cast<size_t>(tensor.numel()), world, rank(), tensor.element_size());
+  if (own.empty()) return w;
+  return std::make_shared<ThenWork>(std::move(w), [tensor, own, world] {
+    ops::ScaleInPlace(tensor.Flatten().View(static_cast<int64_t>(own.begin), {static_cast<int64_t>(own.size())}),
+                      1.0f / static_cast<float>(world));
   });
 }
 

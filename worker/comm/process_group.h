@@ -1,6 +1,7 @@
 // ProcessGroup: the collectives data-parallel training needs, over a fixed
-// set of ranks. Implementations: gloo/gloo_group.h (CPU tensors, TCP) and
-// nccl/nccl_group.h (CUDA tensors).
+// set of ranks. Implementations: gloo/gloo_group.h (CPU tensors, TCP),
+// nccl/nccl_group.h (CUDA tensors), shm/shm_group.h (CPU, one host, shared
+// memory), hier/hier_group.h (CPU, shm within hosts + Gloo across).
 //
 // Ordering contract: collectives run in the order they are issued, and every
 // rank must issue the same collectives in the same order (the reducer
@@ -36,6 +37,22 @@ class ProcessGroup {
   // first successful Wait (ThenWork); shm fuses it into the reduction,
   // saving a pass over the tensor.
   virtual std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name);
+  // Reduce-scatter of a flat buffer, in place, asynchronously: afterwards
+  // this rank's shard of `tensor` (flat_shard.h: ShardOf(numel, size(),
+  // rank(), element size)) holds the sum of every rank's same shard; the
+  // rest of `tensor` is scratch (unspecified). Contiguous float32 (and, where
+  // AllreduceSum takes them, 16-bit floats); shards may be uneven or empty.
+  virtual std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) = 0;
+  // The same, then the shard multiplied by 1/size() (the same bits as
+  // ReduceScatterSum then ops::ScaleInPlace of the shard: float32/float64
+  // only). Default: the multiplication runs on the first successful Wait;
+  // shm fuses it into the reduction, as AllreduceAverage.
+  virtual std::shared_ptr<Work> ReduceScatterAverage(Tensor tensor, const std::string& name);
+  // All-gather of a flat buffer, in place, asynchronously: every rank's
+  // shard of `tensor` (the same rule) is copied into that range of every
+  // other rank's `tensor`; this rank's shard is only read. Any dtype (bytes
+  // are moved), contiguous.
+  virtual std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) = 0;
   // Copies root's `tensor` into every rank's `tensor`, asynchronously.
   virtual std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) = 0;
   // Every rank contributes `bytes` (any length); returns all ranks' in rank order.

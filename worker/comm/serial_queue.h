@@ -1,7 +1,6 @@
 // SerialQueue: runs a process group's collectives one at a time, in issue
 // order, on one communication thread, and hands out their Work handles.
-// Used by the shm and hier groups (GlooGroup keeps its own, Gloo-specific
-// loop).
+// Used by the gloo, shm and hier groups.
 //
 // Failure model (the ProcessGroup contract): the first failure (an op that
 // returned an error, a Work::Wait that timed out, Abort) poisons the queue.

@@ -13,4 +13,10 @@ absl::StatusOr<std::vector<uint8_t>> CoordinatorUnusedSource::GlobalUsed(int64_t
   return used;
 }
 
+std::optional<std::vector<uint8_t>> CoordinatorUnusedSource::TryGlobalUsed(int64_t iteration) {
+  absl::StatusOr<std::vector<uint8_t>> used = GlobalUsed(iteration, std::chrono::milliseconds(0));
+  if (!used.ok()) return std::nullopt;
+  return *std::move(used);
+}
+
 }  // namespace psync::control

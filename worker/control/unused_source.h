@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,10 @@ class CoordinatorUnusedSource : public ddp::UnusedParameterSource {
   // The reducer's copy is only kept for checks: the trainer sends the report.
   void Submit(int64_t iteration, const std::vector<uint8_t>& local_used) override;
   absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, std::chrono::milliseconds timeout) override;
+  // Plan{iteration} arrives while the iteration's backward runs: the reducer
+  // skips buckets unused on every rank once it is there.
+  bool KnowsAhead() const override { return true; }
+  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override;
 
  private:
   std::shared_ptr<PlanMailbox> mailbox_;

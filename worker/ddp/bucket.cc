@@ -1,5 +1,6 @@
 #include "worker/ddp/bucket.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
@@ -11,13 +12,13 @@ namespace psync::ddp {
 
 Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
                      const std::vector<autograd::Variable>& params, comm::ProcessGroup* group,
-                     int64_t tail_elements) {
+                     int64_t tail_elements, int64_t min_elements) {
   PSYNC_CHECK(!param_indices.empty()) << "bucket " << index << " has no parameters";
   const Device device = params[param_indices.front()].data().device();
   int64_t total = 0;
   for (size_t i : param_indices) total += params[i].data().numel();
   const int64_t slots_total = total;
-  total += tail_elements;
+  total = std::max(total + tail_elements, min_elements);
   Tensor buffer;
   if (group) {
     absl::StatusOr<Tensor> b = group->NewCollectiveBuffer({total}, kFloat32, device);
@@ -28,6 +29,25 @@ Bucket Bucket::Build(size_t index, const std::vector<size_t>& param_indices,
   } else {
     buffer = Tensor::Zeros({total}, device);
   }
+  return Cut(index, std::move(buffer), param_indices, params, slots_total, tail_elements);
+}
+
+Bucket Bucket::BuildOn(Tensor storage, size_t index, const std::vector<size_t>& param_indices,
+                       const std::vector<autograd::Variable>& params, int64_t min_elements) {
+  PSYNC_CHECK(!param_indices.empty()) << "bucket " << index << " has no parameters";
+  int64_t total = 0;
+  for (size_t i : param_indices) total += params[i].data().numel();
+  const int64_t n = std::max(total, min_elements);
+  if (storage.numel() < n) {
+    throw std::runtime_error(absl::StrCat("bucket ", index, ": staging buffer of ", storage.numel(),
+                                          " floats, the bucket needs ", n));
+  }
+  return Cut(index, storage.View(0, {n}), param_indices, params, total, 0);
+}
+
+Bucket Bucket::Cut(size_t index, Tensor buffer, const std::vector<size_t>& param_indices,
+                   const std::vector<autograd::Variable>& params, int64_t slots_total, int64_t tail_elements) {
+  const Device device = buffer.device();
   std::vector<BucketSlot> slots;
   slots.reserve(param_indices.size());
   int64_t offset = 0;

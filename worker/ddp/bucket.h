@@ -41,11 +41,17 @@ class Bucket {
   // (ProcessGroup::NewCollectiveBuffer: shared memory for shm, reduced in
   // place), and Build is collective: every rank builds the same buckets in
   // the same order. `tail_elements` more floats follow the slots (the
-  // reducer's step tags, reduced with the gradients). Throws
-  // std::runtime_error when the buffer cannot be made.
+  // reducer's step tags, reduced with the gradients); the buffer has at
+  // least `min_elements` (ZeRO pads it to equal shards, zero_buckets.h).
+  // Throws std::runtime_error when the buffer cannot be made.
   static Bucket Build(size_t index, const std::vector<size_t>& param_indices,
                       const std::vector<autograd::Variable>& params, comm::ProcessGroup* group = nullptr,
-                      int64_t tail_elements = 0);
+                      int64_t tail_elements = 0, int64_t min_elements = 0);
+  // The same bucket cut from the front of `storage` (float32, at least as
+  // long) instead of a buffer of its own: --zero=2's buckets share one
+  // staging buffer (zero_staging.h).
+  static Bucket BuildOn(Tensor storage, size_t index, const std::vector<size_t>& param_indices,
+                        const std::vector<autograd::Variable>& params, int64_t min_elements);
 
   size_t index() const { return index_; }
   const Tensor& buffer() const { return buffer_; }
@@ -71,6 +77,8 @@ class Bucket {
  private:
   Bucket(size_t index, Tensor buffer, std::vector<BucketSlot> slots, Tensor tail)
       : index_(index), buffer_(std::move(buffer)), slots_(std::move(slots)), tail_(std::move(tail)) {}
+  static Bucket Cut(size_t index, Tensor buffer, const std::vector<size_t>& param_indices,
+                    const std::vector<autograd::Variable>& params, int64_t slots_total, int64_t tail_elements);
   size_t index_ = 0;
   Tensor buffer_;
   std::vector<BucketSlot> slots_;

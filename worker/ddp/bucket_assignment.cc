@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace psync::ddp {
 namespace {
@@ -72,6 +73,24 @@ BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vect
 std::vector<size_t> FlattenPlan(const BucketPlan& plan) {
   std::vector<size_t> out;
   for (const auto& b : plan) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<size_t>> BroadcastOrder(comm::ProcessGroup& group, const std::vector<size_t>& order,
+                                                   Device device, std::chrono::milliseconds timeout) {
+  const size_t n = order.size();
+  std::vector<size_t> out;
+  try {
+    std::vector<float> values(order.begin(), order.end());
+    Tensor t = Tensor::FromVector(values, {static_cast<int64_t>(n)}, device);
+    absl::Status st = group.Broadcast(t, 0, "bucket order")->Wait(timeout);
+    if (!st.ok()) return Annotate(st, "DDP: broadcasting rank 0's bucket order");
+    for (float v : t.ToVector()) out.push_back(static_cast<size_t>(v));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("DDP: broadcasting rank 0's bucket order: ", e.what()));
+  }
+  absl::Status st = ValidateOrder(out, n);
+  if (!st.ok()) return Annotate(st, "DDP: rank 0's bucket order");
   return out;
 }
 

@@ -25,7 +25,11 @@
 #include <cstddef>
 #include <vector>
 
+#include <chrono>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/comm/process_group.h"
 #include "common/bucket_packer.h"
 #include "worker/tensor/device.h"
 
@@ -56,5 +60,11 @@ BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vect
 // The parameters of `plan`, bucket after bucket: the order AssignBuckets
 // would need to reproduce it (with the same caps).
 std::vector<size_t> FlattenPlan(const BucketPlan& plan);
+
+// Rank 0's `order` (a permutation of 0..n-1, n = order.size()) on every
+// rank: a broadcast over `group` (indices as floats: exact below 2^24),
+// validated. Collective; the reducer's RebuildMode::kBroadcastFromRank0.
+absl::StatusOr<std::vector<size_t>> BroadcastOrder(comm::ProcessGroup& group, const std::vector<size_t>& order,
+                                                   Device device, std::chrono::milliseconds timeout);
 
 }  // namespace psync::ddp

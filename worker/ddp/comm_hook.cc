@@ -17,8 +17,18 @@ class Allreduce : public CommHook {
   }
 };
 
+class ReduceScatter : public CommHook {
+ public:
+  std::string name() const override { return "reduce-scatter"; }
+  std::shared_ptr<comm::Work> Run(comm::ProcessGroup& group, const GradBucket& bucket) override {
+    // The same sum-then-divide as Allreduce, so the shard gets its bits.
+    return group.ReduceScatterAverage(bucket.buffer, absl::StrCat("bucket ", bucket.index));
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<CommHook> AllreduceHook() { return std::make_shared<Allreduce>(); }
+std::shared_ptr<CommHook> ReduceScatterHook() { return std::make_shared<ReduceScatter>(); }
 
 }  // namespace psync::ddp

@@ -55,6 +55,10 @@ class CommHook {
 
 // The default hook: AllreduceAverage.
 std::shared_ptr<CommHook> AllreduceHook();
+// ZeRO's hook (--zero=1|2): ReduceScatterAverage. Its Work leaves the
+// average in this rank's shard of the (padded) bucket only; the rest of the
+// buffer is scratch. The reducer installs it itself under ZeRO.
+std::shared_ptr<CommHook> ReduceScatterHook();
 
 
 }  // namespace psync::ddp

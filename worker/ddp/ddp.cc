@@ -60,6 +60,19 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   if (options.bucket_cap_mb <= 0 || options.first_bucket_cap_mb <= 0) {
     return absl::InvalidArgumentError("bucket_cap_mb and first_bucket_cap_mb must be positive");
   }
+  // Every rank must reduce the same way: a rank with another --zero or
+  // comm hook would pair other collectives with its peers' (a hang or
+  // garbage on some backends). Named here, once, before anything pairs.
+  const std::string mine = absl::StrCat("zero ", options.zero_stage, ", comm hook ",
+                                        options.comm_hook ? options.comm_hook->name() : "allreduce");
+  absl::StatusOr<std::vector<std::string>> all = group->Allgather(mine, options.timeout);
+  if (!all.ok()) return Annotate(all.status(), "DDP: comparing every rank's reduction options");
+  for (size_t r = 0; r < all->size(); ++r) {
+    if ((*all)[r] == mine) continue;
+    return absl::InvalidArgumentError(absl::StrCat("DDP: rank ", r, " reduces with ", (*all)[r], ", rank ",
+                                                   group->rank(), " with ", mine,
+                                                   ": every rank must pass the same --zero and --grad-compression"));
+  }
   std::vector<autograd::Variable> params = module->parameters();
   if (options.broadcast_parameters) {
     PSYNC_RETURN_IF_ERROR(BroadcastParameters(params, *group, options.timeout));
@@ -72,6 +85,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   ro.rebuild = options.rebuild;
   ro.comm_hook = options.comm_hook;
   ro.check_in_step = options.check_in_step;
+  ro.zero_stage = options.zero_stage;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                          Reducer::Create(std::move(params), group, ro, std::move(source)));
   return std::unique_ptr<DistributedDataParallel>(

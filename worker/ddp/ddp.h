@@ -11,8 +11,9 @@
 //     sgd.ZeroGrad();
 //   }
 //
-// Construction broadcasts rank 0's parameters (so every replica starts the
-// same). Gradients are always views into the buckets
+// Construction checks that every rank reduces the same way (--zero, the
+// comm hook: a mismatch is InvalidArgument naming both ranks) and broadcasts
+// rank 0's parameters (so every replica starts the same). Gradients are always views into the buckets
 // (gradient_as_bucket_view): ZeroGrad(set_to_none=false) zeroes them in
 // place, set_to_none drops them and the next backward copies them in again.
 //
@@ -52,6 +53,9 @@ struct DdpOptions {
   // step_check.h; declare it with reducer().DeclareIteration). Off only to
   // measure what the check costs.
   bool check_in_step = true;
+  // ZeRO stage (ReducerOptions::zero_stage, zero_buckets.h): 1 or 2 needs
+  // the sharded optimizer attached to reducer().zero_buckets().
+  int zero_stage = 0;
 };
 
 class DistributedDataParallel {

@@ -12,6 +12,7 @@
 #include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/autograd/engine.h"
+#include "worker/ddp/unused_buckets.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp {
@@ -33,6 +34,14 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
   if (params.empty()) return absl::InvalidArgumentError("Reducer needs at least one parameter");
   if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {
     return absl::InvalidArgumentError("bucket caps must be positive");
+  }
+  if (options.zero_stage < 0 || options.zero_stage > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--zero must be 0, 1 or 2, got ", options.zero_stage));
+  }
+  if (options.zero_stage > 0 && options.comm_hook) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--zero=", options.zero_stage, " reduce-scatters the plain gradients: it cannot be combined with the comm "
+        "hook '", options.comm_hook->name(), "' (--grad-compression)"));
   }
   std::unordered_set<const autograd::VariableState*> seen;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -58,13 +67,19 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
     : params_(std::move(params)),
       group_(std::move(group)),
       options_(options),
-      hook_(options.comm_hook ? options.comm_hook : AllreduceHook()),
+      hook_(options.zero_stage > 0 ? ReduceScatterHook()
+                                   : (options.comm_hook ? options.comm_hook : AllreduceHook())),
       source_(std::move(source)),
       device_(params_.front().data().device()) {
+  if (options_.zero_stage > 0) {
+    zero_ = std::make_shared<ZeroBuckets>(params_, group_, options_.zero_stage, options_.timeout);
+  }
+  if (options_.zero_stage >= 2) staging_ = std::make_unique<ZeroStaging>(*zero_, params_, accumulators_, options_.timeout);
   if (!source_ && options_.find_unused_parameters) {
     source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
   }
-  fuse_step_tag_ = options_.check_in_step && group_->size() > 1 && hook_->CarriesStepTag();
+  step_check_ = std::make_unique<StepChecker>(*group_, device_, options_.check_in_step, hook_->CarriesStepTag());
+  skip_unused_ = options_.find_unused_parameters && source_->KnowsAhead();
   ready_.assign(params_.size(), 0);
   local_used_.assign(params_.size(), 0);
 }
@@ -80,7 +95,13 @@ void Reducer::PointDestinationsAtBuckets() {
   // Why: a gradient computed from scratch (grad undefined, e.g. after
   // ZeroGrad(set_to_none)) is then written by its producer straight into
   // the bucket slot (gradient_as_bucket_view without the copy-in).
+  // --zero=2: only the bucket holding the staging buffer has slots to write
+  // (zero_staging.h sets its destinations).
   for (size_t i = 0; i < accumulators_.size(); ++i) {
+    if (staging_) {
+      accumulators_[i]->SetGradDestination(Tensor());
+      continue;
+    }
     const Location loc = locations_[i];
     accumulators_[i]->SetGradDestination(buckets_[loc.bucket].slots()[loc.slot].view);
   }
@@ -116,20 +137,36 @@ BucketPlan Reducer::bucket_plan() const {
 void Reducer::InstallBuckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   std::vector<Location> locations(params_.size());
+  Tensor staging;  // --zero=2: every bucket is a view of it (zero_staging.h)
+  if (zero_) {
+    buckets = zero_->BuildBuckets(plan, staging_ ? &staging : nullptr);
+  } else {
+    for (size_t b = 0; b < plan.size(); ++b) {
+      buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get(), b == 0 ? step_check_->tail_elements() : 0));
+    }
+  }
   for (size_t b = 0; b < plan.size(); ++b) {
-    const int64_t tail = b == 0 && fuse_step_tag_ ? group_->size() * kStepTagFloats : 0;
-    buckets.push_back(Bucket::Build(b, plan[b], params_, group_.get(), tail));
     for (size_t s = 0; s < plan[b].size(); ++s) locations[plan[b][s]] = Location{b, s};
   }
   // Gradients already living in the old buckets move along (values copied),
-  // so a rebuild between backward and optimizer step loses nothing.
-  for (size_t i = 0; i < params_.size(); ++i) {
+  // so a rebuild between backward and optimizer step loses nothing. (With
+  // --zero=2 no bucket owns its slots: gradients stay where they are.)
+  for (size_t i = 0; i < params_.size() && !staging_; ++i) {
     MoveGradIntoSlot(buckets[locations[i].bucket].slots_mutable()[locations[i].slot], params_[i]);
   }
+  if (staging_) staging_->Reset(std::move(staging));
   buckets_ = std::move(buckets);
   locations_ = std::move(locations);
   plan_id_ = BucketPlanId(plan);
+  if (zero_) zero_->Install(buckets_);
   PointDestinationsAtBuckets();
+}
+
+int64_t Reducer::gradient_bytes() const {
+  if (staging_) return zero_->shard_bytes() + static_cast<int64_t>(staging_->buffer().nbytes());
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += static_cast<int64_t>(b.nbytes());
+  return bytes;
 }
 
 absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
@@ -141,6 +178,7 @@ absl::Status Reducer::ApplyBucketPlan(BucketPlan plan) {
   // Between forward and backward (kPrepared) nothing is ready yet; only the
   // per-bucket trace slots must follow the new layout.
   trace_.buckets.assign(buckets_.size(), BucketTrace{});
+  skipped_.assign(buckets_.size(), 0);
   return absl::OkStatus();
 }
 
@@ -148,9 +186,25 @@ absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
   std::vector<Device> devices;
   for (const auto& p : params_) devices.push_back(p.data().device());
   PSYNC_RETURN_IF_ERROR(ValidateBucketPlan(plan, devices));
+  if (zero_ && state_ != State::kPrepared) {
+    // ZeRO: the last backward's reduced shards (and the parameters' layout)
+    // must reach the optimizer's step first; the plan takes effect at the
+    // next forward (PrepareForBackward), the same iteration on every rank.
+    deferred_plan_.reset();
+    if (plan != bucket_plan()) deferred_plan_ = plan;
+    return absl::OkStatus();
+  }
+  deferred_plan_.reset();
   if (plan == bucket_plan()) return absl::OkStatus();
   // Why: a new layout (the observed order, or the coordinator's plan) takes
   // effect at this iteration boundary, identically on every rank.
+  return RunCatching("rebuilding buckets", [&] { InstallBuckets(plan); });
+}
+
+absl::Status Reducer::ApplyDeferredPlan() {
+  if (!deferred_plan_) return absl::OkStatus();
+  const BucketPlan plan = std::move(*deferred_plan_);
+  deferred_plan_.reset();
   return RunCatching("rebuilding buckets", [&] { InstallBuckets(plan); });
 }
 
@@ -163,19 +217,27 @@ void Reducer::ResetIteration(bool sync) {
   next_bucket_to_complete_ = 0;
   locally_unused_.clear();
   hook_error_ = absl::OkStatus();
-  step_issued_ = false;
-  step_work_.reset();
-  step_tensor_ = Tensor();
+  step_check_->Reset();
   expect_sync_ = sync;
   observed_order_.clear();
+  global_used_now_.reset();
+  skipped_.assign(buckets_.size(), 0);
   trace_ = IterationTrace{};
   trace_.iteration = iteration_;
   trace_.synced = sync;
   trace_.buckets.resize(buckets_.size());
 }
 
-absl::Status Reducer::CheckReadyForForward() {
+absl::Status Reducer::WaitForParameters() {
   if (state_ == State::kFailed) return failure_;
+  if (!zero_) return absl::OkStatus();
+  absl::Status st = zero_->WaitParameters();
+  if (st.ok()) return st;
+  return Fail(Annotate(st, absl::StrCat("DDP: gathering the updated parameters (rank ", group_->rank(), ")")));
+}
+
+absl::Status Reducer::CheckReadyForForward() {
+  PSYNC_RETURN_IF_ERROR(WaitForParameters());
   if (state_ == State::kInBackward && expect_sync_) {
     // Why: hooks fired but Finalize never ran (backward failed midway, or
     // its error was ignored); buckets may be in flight on some ranks only.
@@ -191,6 +253,7 @@ absl::Status Reducer::CheckReadyForForward() {
 
 absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& outputs) {
   PSYNC_RETURN_IF_ERROR(CheckReadyForForward());
+  if (absl::Status st = ApplyDeferredPlan(); !st.ok()) return Fail(st);
   // Why: a new forward starts a new backward's bookkeeping. From kPrepared
   // this is the "output discarded without backward" case; nothing was
   // launched, so resetting is safe. A no_sync backward needs no finishing.
@@ -234,6 +297,7 @@ void Reducer::BeginBackward() {
   if (state_ == State::kIdle) {
     // Why: forward did not go through PrepareForBackward (module called
     // directly); treat it as a forward with every parameter expected.
+    if (absl::Status st = ApplyDeferredPlan(); !st.ok()) RecordError(st);
     ResetIteration(sync_enabled_);
   }
   state_ = State::kInBackward;
@@ -244,7 +308,7 @@ void Reducer::BeginBackward() {
   if (!expect_sync_) return;
   // Why before marking anything ready: the check's collective must precede
   // bucket 0 in every rank's issue order.
-  IssueStepCheck();
+  if (absl::Status st = step_check_->Issue(iteration_, plan_id_, buckets_.front().tail()); !st.ok()) RecordError(st);
   // Why at the first hook and not in PrepareForBackward: only now is this
   // backward certain to run, so the caller could discard the outputs before.
   for (size_t i : locally_unused_) MarkReady(i);
@@ -264,7 +328,13 @@ void Reducer::MarkReady(size_t param) {
   Bucket& bucket = buckets_[loc.bucket];
   // Copy-in: the accumulated gradient (also one accumulated locally under
   // no_sync, or zeros when unused here) goes into the bucket slot now.
-  CopyGradIntoSlot(bucket.slots_mutable()[loc.slot], params_[param]);
+  // --zero=2: only once the bucket holds the staging buffer (zero_staging.h).
+  if (!staging_ || staging_->holds(loc.bucket)) {
+    CopyGradIntoSlot(bucket.slots_mutable()[loc.slot], params_[param]);
+  } else if (loc.bucket == next_bucket_to_launch_) {
+    absl::StatusOr<bool> got = staging_->Acquire(loc.bucket, buckets_, ready_, /*wait=*/false);
+    if (!got.ok()) RecordError(got.status());
+  }
   if (--bucket.pending == 0) LaunchReadyBuckets();
   PollCompletions();
 }
@@ -273,6 +343,30 @@ void Reducer::LaunchReadyBuckets() {
   // Why strictly in index order: every rank must issue the same collectives
   // in the same order; a ready bucket waits for all lower-indexed ones.
   while (next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
+    // Unused on every rank: not sent (unused_buckets.h). Not the bucket
+    // carrying the step tags.
+    if (skip_unused_ && !(next_bucket_to_launch_ == 0 && step_check_->fused())) {
+      const Bucket& next = buckets_[next_bucket_to_launch_];
+      BucketFate fate = DecideBucket(next, local_used_, global_used_now_);
+      if (fate == BucketFate::kWait) {
+        global_used_now_ = source_->TryGlobalUsed(iteration_);
+        fate = DecideBucket(next, local_used_, global_used_now_);
+      }
+      if (fate == BucketFate::kWait) return;  // a later hook, or finalize, decides
+      if (fate == BucketFate::kSkip) {
+        SkipBucket(next_bucket_to_launch_++);
+        continue;
+      }
+    }
+    if (staging_) {
+      // --zero=2: the bucket's gradients go into the staging buffer first
+      // (waiting for the previous holder's reduce-scatter if needed).
+      absl::StatusOr<bool> got = staging_->Acquire(next_bucket_to_launch_, buckets_, ready_, /*wait=*/true);
+      if (!got.ok()) {
+        RecordError(got.status());
+        return;
+      }
+    }
     Bucket& b = buckets_[next_bucket_to_launch_++];
     b.launch_time = TraceClock::now();
     b.work = hook_->Run(*group_, GradBucket{b.index(), b.buffer()});
@@ -290,6 +384,17 @@ void Reducer::LaunchReadyBuckets() {
     // parameter was marked).
     source_->Submit(iteration_, local_used_);
   }
+}
+
+void Reducer::SkipBucket(size_t index) {
+  Bucket& b = buckets_[index];
+  b.launch_time = TraceClock::now();
+  b.work = SkippedBucketWork(index);
+  b.launched = true;
+  skipped_[index] = 1;
+  ++trace_.skipped_buckets;
+  trace_.buckets[index] = BucketTrace{index, 0, b.slots().size(), b.launch_time, {}};
+  trace_.launch_order.push_back(index);
 }
 
 void Reducer::PollCompletions() {
@@ -340,6 +445,16 @@ absl::Status Reducer::Finalize() {
   trace_.finalize_begin = TraceClock::now();
   const TraceClock::time_point deadline = trace_.finalize_begin + options_.timeout;
   if (!hook_error_.ok()) return Fail(hook_error_);
+  if (skip_unused_ && next_bucket_to_launch_ < buckets_.size() && buckets_[next_bucket_to_launch_].pending == 0) {
+    // A bucket unused here waits for this iteration's global set.
+    const auto remaining = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                      deadline - TraceClock::now()));
+    absl::StatusOr<std::vector<uint8_t>> used = source_->GlobalUsed(iteration_, remaining);
+    if (!used.ok()) return Fail(Annotate(used.status(), "DDP: global unused-parameter map (to skip unused buckets)"));
+    global_used_now_ = std::move(*used);
+    LaunchReadyBuckets();
+    if (!hook_error_.ok()) return Fail(hook_error_);
+  }
   if (next_bucket_to_launch_ < buckets_.size()) {
     // Why here, before any optimizer step: a parameter without a gradient
     // left its bucket (and all later ones) unlaunched on this rank.
@@ -355,8 +470,15 @@ absl::Status Reducer::Finalize() {
   // Why before the buckets: a rank out of step may have paired buckets of
   // different shapes too (a plan applied at another iteration), and the
   // named cause beats the collective's own error.
-  PSYNC_RETURN_IF_ERROR(VerifyStepCheck(deadline));
+  // Bucket 0 was launched: every bucket was, checked above.
+  if (absl::Status st = step_check_->Verify(buckets_.front().work, buckets_.size(), deadline); !st.ok()) {
+    return Fail(st);
+  }
   PSYNC_RETURN_IF_ERROR(WaitForBuckets(deadline));
+  if (staging_) {
+    absl::Status released = staging_->Release(buckets_);
+    if (!released.ok()) return Fail(released);
+  }
 
   std::vector<uint8_t> global_used;
   if (options_.find_unused_parameters) {
@@ -395,65 +517,6 @@ absl::Status Reducer::Finalize() {
   return absl::OkStatus();
 }
 
-void Reducer::IssueStepCheck() {
-  if (!options_.check_in_step || group_->size() == 1) return;
-  step_tag_ = StepTag{declared_iteration_.value_or(iteration_), iteration_, plan_id_};
-  absl::Status st = RunCatching("DDP: step check", [&] {
-    Tensor mine = EncodeStepTag(step_tag_, group_->rank(), group_->size(), device_);
-    if (fuse_step_tag_) {
-      // Bucket 0 launches after this (launches wait for the first hook).
-      step_tensor_ = buckets_.front().tail();
-      ops::Copy(step_tensor_, mine);
-    } else {
-      step_tensor_ = mine;
-      // Why a constant name: groups that compare collective names (shm) must
-      // see the same collective on every rank; the tags do the comparing.
-      step_work_ = group_->AllreduceSum(step_tensor_, "step check");
-    }
-  });
-  if (!st.ok()) {
-    RecordError(st);
-    return;
-  }
-  step_issued_ = true;
-}
-
-absl::Status Reducer::VerifyStepCheck(TraceClock::time_point deadline) {
-  if (!step_issued_) return absl::OkStatus();
-  // Bucket 0 was launched: Finalize checked every bucket was.
-  const std::shared_ptr<comm::Work> work = fuse_step_tag_ ? buckets_.front().work : step_work_;
-  const auto remaining = std::max(std::chrono::milliseconds(0),
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
-  absl::Status st = work->Wait(remaining);
-  if (!st.ok()) {
-    return Fail(Annotate(st, fuse_step_tag_ ? absl::StrCat("DDP: reducing bucket 0 of ", buckets_.size(), " (rank ",
-                                                           group_->rank(), ", iteration ", step_tag_.iteration, ")")
-                                            : absl::StrCat("DDP: step check (rank ", group_->rank(), ", iteration ",
-                                                           step_tag_.iteration, ")")));
-  }
-  // The default hook averaged the tags with the gradients.
-  const float scale = fuse_step_tag_ ? 1.0f / static_cast<float>(group_->size()) : 1.0f;
-  absl::StatusOr<std::vector<StepTag>> tags;
-  st = RunCatching("DDP: step check", [&] { tags = DecodeStepTags(step_tensor_, group_->size(), scale); });
-  // Not a tag at all: a rank paired this exchange with another collective (out of step).
-  if (st.ok() && !tags.ok()) st = WithExitCode(absl::AbortedError(std::string(tags.status().message())), kExitPeerLost);
-  if (st.ok()) st = CompareStepTags(*tags, last_agreed_, group_->rank());
-  if (st.ok()) {
-    last_agreed_ = step_tag_;
-    return absl::OkStatus();
-  }
-  // Why a barrier before aborting: every peer reaches the same verdict from
-  // its own copy of the tags, but only once its exchange has finished, and
-  // aborting closes the connections (Gloo) under it. A peer enters this
-  // barrier only after it decoded the tags, so once the barrier is through
-  // every peer has its verdict. Bounded: a peer whose collectives no longer
-  // pair with ours may never come.
-  const auto grace = std::min(std::chrono::milliseconds(5000), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                   deadline - TraceClock::now()));
-  (void)group_->Barrier(std::max(std::chrono::milliseconds(0), grace));
-  return Fail(st);
-}
-
 absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
   // Buckets PollCompletions already saw complete: IsCompleted() is also true
   // for a collective that FAILED (e.g. NCCL: the group was aborted/poisoned,
@@ -486,6 +549,11 @@ absl::Status Reducer::WaitForBuckets(TraceClock::time_point deadline) {
 }
 
 void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
+  if (zero_) {
+    // ZeRO: only this rank's shard of each bucket holds averages.
+    trace_.globally_unused = zero_->Finalized(global_used, skipped_);
+    return;
+  }
   // The buckets already hold the averages (the hook's Work divided).
   size_t globally_unused = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -509,16 +577,9 @@ absl::Status Reducer::RebuildFromRank0(TraceClock::time_point deadline) {
     return absl::InternalError(
         absl::StrCat("DDP: observed ready order has ", observed_order_.size(), " of ", n, " parameters"));
   }
-  // Indices as floats are exact up to 2^24 parameters.
-  std::vector<float> values(observed_order_.begin(), observed_order_.end());
-  Tensor order_tensor = Tensor::FromVector(values, {static_cast<int64_t>(n)}, device_);
-  std::shared_ptr<comm::Work> work = group_->Broadcast(order_tensor, 0, "bucket order");
   const auto remaining = std::max(std::chrono::milliseconds(0),
                                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TraceClock::now()));
-  PSYNC_RETURN_IF_ERROR(Annotate(work->Wait(remaining), "DDP: broadcasting rank 0's bucket order"));
-  std::vector<size_t> order;
-  for (float v : order_tensor.ToVector()) order.push_back(static_cast<size_t>(v));
-  PSYNC_RETURN_IF_ERROR(Annotate(ValidateOrder(order, n), "DDP: rank 0's bucket order"));
+  PSYNC_ASSIGN_OR_RETURN(std::vector<size_t> order, BroadcastOrder(*group_, observed_order_, device_, remaining));
   PSYNC_RETURN_IF_ERROR(RebuildBuckets(PlanFromOrder(order)));
   trace_.rebuilt_buckets = true;
   return absl::OkStatus();

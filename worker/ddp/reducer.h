@@ -76,8 +76,10 @@
 #include "worker/ddp/bucket_assignment.h"
 #include "worker/ddp/comm_hook.h"
 #include "worker/ddp/reducer_trace.h"
-#include "worker/ddp/step_check.h"
+#include "worker/ddp/step_checker.h"
 #include "worker/ddp/unused_parameter_source.h"
+#include "worker/ddp/zero_buckets.h"
+#include "worker/ddp/zero_staging.h"
 
 namespace psync::ddp {
 
@@ -105,6 +107,13 @@ struct ReducerOptions {
   // Exchange and compare the step tags (step_check.h) in every synchronised
   // backward (world > 1). Off only to measure what the check costs.
   bool check_in_step = true;
+  // ZeRO (zero_buckets.h): 0 = every rank averages every gradient
+  // (allreduce); 1 = each bucket is reduce-scattered (this rank keeps the
+  // average of its 1/W shard) and the parameters live in flat buffers the
+  // sharded optimizer all-gathers; 2 = also only the shards are kept
+  // between steps (one staging bucket for backward). Needs the default
+  // comm hook.
+  int zero_stage = 0;
 };
 
 class Reducer {
@@ -129,8 +138,13 @@ class Reducer {
   absl::Status PrepareForBackward(const std::vector<autograd::Variable>& outputs);
   // The check PrepareForBackward starts with, for callers that want to fail
   // before running forward: the sticky error, or the unfinished-backward
-  // error (which also enters kFailed).
+  // error (which also enters kFailed). With ZeRO it first waits for the
+  // last step's parameter all-gathers (WaitForParameters).
   absl::Status CheckReadyForForward();
+  // ZeRO: waits for the parameter all-gathers the sharded optimizer's last
+  // step started; call it before reading the parameters outside a forward
+  // through DDP (evaluation, saving). A failure fails the reducer.
+  absl::Status WaitForParameters();
 
   // false = no_sync: hooks only record usage and gradients accumulate
   // locally. Captured by PrepareForBackward (i.e. at forward time).
@@ -141,7 +155,8 @@ class Reducer {
   // parameters, each once, one device per bucket). Call at an iteration
   // boundary (after Finalize, before the next backward; FailedPrecondition
   // during one) with the same plan on every rank. Existing gradients are
-  // moved into the new buckets.
+  // moved into the new buckets. With ZeRO the plan takes effect at the next
+  // forward (PrepareForBackward), after the optimizer consumed the shards.
   absl::Status ApplyBucketPlan(BucketPlan plan);
   // The order parameters became ready in the first synchronised backward
   // (empty before it finished).
@@ -159,7 +174,7 @@ class Reducer {
   // every rank). The step check compares it across ranks, so a rank that
   // skipped a backward or ran an extra one is named. Until it is called the
   // check uses iteration() (and then cannot tell a skipped backward).
-  void DeclareIteration(int64_t iteration) { declared_iteration_ = iteration; }
+  void DeclareIteration(int64_t iteration) { step_check_->Declare(iteration); }
 
   void SetObserver(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
   const IterationTrace& last_iteration_trace() const { return last_trace_; }
@@ -168,6 +183,12 @@ class Reducer {
   absl::Status status() const { return failure_; }
   const std::vector<autograd::Variable>& parameters() const { return params_; }
   size_t num_buckets() const { return buckets_.size(); }
+  // ZeRO's shards (null without zero_stage): what the sharded optimizer
+  // attaches to (optim/sharded_optimizer.h).
+  std::shared_ptr<ZeroBuckets> zero_buckets() const { return zero_; }
+  // Bytes of gradient storage this rank holds between steps: the bucket
+  // buffers (stage 2: the shards and the staging buffer).
+  int64_t gradient_bytes() const;
   // The slot of parameter `param` in its bucket: its grad after a synced backward.
   const Tensor& bucket_view(size_t param) const {
     return buckets_[locations_[param].bucket].slots()[locations_[param].slot].view;
@@ -190,12 +211,14 @@ class Reducer {
   // AccumulateGrad::SetGradDestination).
   void PointDestinationsAtBuckets();
   absl::Status RebuildBuckets(const BucketPlan& plan);  // validated InstallBuckets, no state check
+  absl::Status ApplyDeferredPlan();  // ZeRO: a plan given between a backward and its step
 
   // Hook path (backward thread).
   void OnGradAccumulated(size_t param);
   void BeginBackward();
   void MarkReady(size_t param);
   void LaunchReadyBuckets();
+  void SkipBucket(size_t index);  // unused on every rank: not sent (unused_buckets.h)
   void PollCompletions();
   void RecordError(const absl::Status& status);
 
@@ -205,10 +228,6 @@ class Reducer {
   absl::Status WaitForBuckets(TraceClock::time_point deadline);
   void WriteBackGradients(const std::vector<uint8_t>* global_used);
   absl::Status RebuildFromRank0(TraceClock::time_point deadline);
-  // The step check (step_check.h): issued at the first hook of a synced
-  // backward, verified first thing in Finalize.
-  void IssueStepCheck();
-  absl::Status VerifyStepCheck(TraceClock::time_point deadline);
 
   void ResetIteration(bool sync);
   absl::Status Fail(absl::Status status);
@@ -224,10 +243,13 @@ class Reducer {
   std::shared_ptr<UnusedParameterSource> source_;
   std::shared_ptr<ReducerObserver> observer_;
   Device device_;  // of the first parameter: where small control tensors live
+  std::shared_ptr<ZeroBuckets> zero_;     // ZeRO's side; null without zero_stage
+  std::unique_ptr<ZeroStaging> staging_;  // --zero=2's gradient memory; null below stage 2
 
   // ---- layout (changed only at iteration boundaries)
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;  // parameter -> (bucket, slot)
+  std::optional<BucketPlan> deferred_plan_;  // ZeRO: applied at the next PrepareForBackward
 
   // ---- state machine (backward thread)
   State state_ = State::kIdle;
@@ -236,21 +258,18 @@ class Reducer {
   bool expect_sync_ = true;      // captured at PrepareForBackward for its backward
   int64_t iteration_ = 0;
 
-  // ---- step check (backward thread)
-  std::optional<int64_t> declared_iteration_;  // DeclareIteration; sticky
+  // ---- step check (backward thread): issued at the first hook of a synced
+  // backward, verified first thing in Finalize (step_checker.h)
+  std::unique_ptr<StepChecker> step_check_;
   uint32_t plan_id_ = 0;                       // BucketPlanId of buckets_ (InstallBuckets)
-  bool fuse_step_tag_ = false;                 // tags ride in bucket 0 (hook CarriesStepTag); fixed at Create
-  std::optional<StepTag> last_agreed_;         // tag of the last backward every rank agreed on
-  // Per backward (reset by ResetIteration):
-  bool step_issued_ = false;                   // this backward carries a check
-  StepTag step_tag_;                           // this rank's tag
-  Tensor step_tensor_;                         // where the reduced tags land: bucket 0's tail, or its own buffer
-  std::shared_ptr<comm::Work> step_work_;      // the check's own allreduce (not fused)
+  bool skip_unused_ = false;                   // skip buckets unused everywhere (source KnowsAhead); fixed at Create
 
   // ---- iteration-scoped (reset by PrepareForBackward)
   std::vector<uint8_t> ready_;             // marked ready in this backward
   std::vector<size_t> locally_unused_;     // from the graph walk; marked at the first hook
   size_t next_bucket_to_launch_ = 0;
+  std::optional<std::vector<uint8_t>> global_used_now_;  // this iteration's global used set, once known
+  std::vector<uint8_t> skipped_;           // per bucket: skipped (unused on every rank)
   size_t next_bucket_to_complete_ = 0;     // completion polling cursor
   absl::Status hook_error_;                // first error inside a hook; Finalize returns it
   IterationTrace trace_;

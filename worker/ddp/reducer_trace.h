@@ -38,6 +38,7 @@ struct IterationTrace {
   std::vector<BucketTrace> buckets;         // indexed by bucket
   size_t locally_unused = 0;                // parameters that got no gradient on this rank
   size_t globally_unused = 0;               // parameters unused on every rank
+  size_t skipped_buckets = 0;               // buckets not sent: unused on every rank (unused_buckets.h)
   bool rebuilt_buckets = false;             // buckets were rebuilt at the end of this iteration
 };
 

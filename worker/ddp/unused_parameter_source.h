@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,18 @@ class UnusedParameterSource {
   // up to `timeout`.
   virtual absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration,
                                                           std::chrono::milliseconds timeout) = 0;
+  // True when the global bitmap of an iteration can be known while its
+  // backward runs, before this rank launched its last bucket (the
+  // coordinator's plan: every rank reports its used set right after
+  // forward). Then the reducer skips buckets unused on every rank
+  // (unused_buckets.h). The allreduce source learns it only after the last
+  // launch: false.
+  virtual bool KnowsAhead() const { return false; }
+  // The global bitmap of `iteration` if known now (never blocks).
+  virtual std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) {
+    (void)iteration;
+    return std::nullopt;
+  }
 };
 
 class AllreduceUnusedParameterSource : public UnusedParameterSource {

@@ -7,7 +7,8 @@
 
 namespace psync::optim {
 
-AdamW::AdamW(NamedParams params, const OptimizerOptions& options) : Optimizer(std::move(params)), options_(options) {
+AdamW::AdamW(NamedParams params, const OptimizerOptions& options)
+    : Optimizer(std::move(params)), options_(options), rule_(options) {
   for (const auto& [name, p] : params_) {
     const Tensor& d = p.data();
     exp_avg_.push_back(Tensor::Zeros(d.shape(), d.dtype(), d.device()));
@@ -33,14 +34,7 @@ absl::Status AdamW::ValidateOptions(const OptimizerOptions& o) {
 absl::Status AdamW::Step(double lr) {
   return ForEachWithGrad([&](size_t i) {
     const autograd::Variable& p = params_[i].second;
-    ops::AdamWStep h;
-    h.lr = lr;
-    h.beta1 = options_.beta1;
-    h.beta2 = options_.beta2;
-    h.eps = options_.eps;
-    h.weight_decay = decays(i) ? options_.weight_decay : 0.0;
-    h.step = steps_[i];
-    ops::AdamWUpdate(p.data(), p.grad(), exp_avg_[i], exp_avg_sq_[i], h);
+    rule_.Apply(p.data(), p.grad(), {exp_avg_[i], exp_avg_sq_[i]}, ParamStep{p.data().dim(), steps_[i]}, lr);
   });
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/optim/optimizer.h"
+#include "worker/optim/update_rule.h"
 
 namespace psync::optim {
 
@@ -39,6 +40,7 @@ class AdamW final : public Optimizer {
 
  private:
   OptimizerOptions options_;
+  AdamWRule rule_;  // the update (update_rule.h), shared with the sharded optimizer
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter, zeros until its first step
 };
 

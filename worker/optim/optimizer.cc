@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "worker/optim/clip.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::optim {
@@ -66,32 +67,50 @@ NamedTensors Optimizer::State() const {
   return out;
 }
 
-absl::Status Optimizer::LoadState(const NamedTensors& state) {
+absl::StatusOr<NamedTensors> Optimizer::CheckpointState(bool keep) {
+  if (!keep) return NamedTensors();
+  return State();
+}
+
+absl::Status Optimizer::LoadCheckpointState(const NamedTensors& state) { return LoadState(state); }
+
+absl::StatusOr<double> Optimizer::ClipGradNorm(double max_norm) { return optim::ClipGradNorm(params_, max_norm); }
+
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    bytes += static_cast<int64_t>(sizeof(int64_t));  // the step count
+    for (const auto& [suffix, t] : StateBuffers(i)) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::map<std::string, const Tensor*>> Optimizer::MatchState(const std::vector<StateEntry>& expected,
+                                                                          const NamedTensors& state) const {
   std::map<std::string, const Tensor*> given;
   for (const auto& [key, t] : state) {
     if (!given.emplace(key, &t).second) {
       return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", key, "' appears twice"));
     }
   }
-  // Check everything before changing anything.
-  const NamedTensors expected = State();
-  for (const auto& [key, want] : expected) {
-    auto it = given.find(key);
+  for (const StateEntry& want : expected) {
+    auto it = given.find(want.key);
     if (it == given.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", key, "' is missing"));
+      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", want.key, "' is missing"));
     }
     const Tensor& got = *it->second;
-    if (!got.defined() || got.shape() != want.shape() || got.dtype() != want.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", key, "' is ",
-                                                     Describe(got), ", expected ", Describe(want)));
+    if (!got.defined() || got.shape() != want.shape || got.dtype() != want.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", want.key, "' is ", Describe(got),
+                                                     ", expected ", ShapeToString(want.shape), " ",
+                                                     DTypeName(want.dtype)));
     }
-    if (want.dtype() == kInt64 && got.To(Device::CPU()).Item<int64_t>() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", key, "' is negative"));
+    if (want.dtype == kInt64 && got.To(Device::CPU()).Item<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), " state: entry '", want.key, "' is negative"));
     }
   }
   if (given.size() != expected.size()) {
     std::set<std::string> known;
-    for (const auto& [key, t] : expected) known.insert(key);
+    for (const StateEntry& e : expected) known.insert(e.key);
     for (const auto& [key, t] : given) {
       if (!known.count(key)) {
         return absl::InvalidArgumentError(
@@ -99,6 +118,16 @@ absl::Status Optimizer::LoadState(const NamedTensors& state) {
       }
     }
   }
+  return given;
+}
+
+absl::Status Optimizer::LoadState(const NamedTensors& state) {
+  // Check everything before changing anything.
+  std::vector<StateEntry> expected;
+  for (const auto& [key, t] : State()) expected.push_back(StateEntry{key, t.shape(), t.dtype()});
+  absl::StatusOr<std::map<std::string, const Tensor*>> matched = MatchState(expected, state);
+  if (!matched.ok()) return matched.status();
+  const std::map<std::string, const Tensor*>& given = *matched;
   try {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& p = params_[i].first;

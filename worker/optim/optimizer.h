@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,23 @@ class Optimizer {
   NamedTensors State() const;
   absl::Status LoadState(const NamedTensors& state);
 
+  // What a checkpoint holds and restores: State() in full (every
+  // parameter's buffers with the parameter's shape), whoever holds it.
+  // Collective for a sharded optimizer (every rank calls it, in the same
+  // order; `keep` false: this rank takes part but gets an empty list, so
+  // only the writer holds the whole state). Default: State(), LoadState().
+  virtual absl::StatusOr<NamedTensors> CheckpointState(bool keep = true);
+  // Takes this rank's part of a full state as CheckpointState gives it, at
+  // any world size (a sharded optimizer keeps only its slices).
+  virtual absl::Status LoadCheckpointState(const NamedTensors& state);
+  // Clipping by the global gradient norm over the gradients this optimizer
+  // steps on (clip.h's semantics and rounding of the coefficient); returns
+  // the norm. A sharded optimizer sums its shards and combines the ranks'
+  // partial sums in rank order (collective).
+  virtual absl::StatusOr<double> ClipGradNorm(double max_norm);
+  // Bytes of optimizer state this rank holds (buffers and step counts).
+  virtual int64_t state_bytes() const;
+
   // (name, parameter) in registration order.
   const NamedParams& params() const { return params_; }
   // Steps parameter i has taken (the ones where it had a gradient).
@@ -83,6 +101,16 @@ class Optimizer {
   template <typename Fn>
   absl::Status ForEachWithGrad(Fn update);
   absl::Status ParamError(size_t i, const std::exception& e, bool internal) const;
+  // Checks `state` against the entries expected (each present once with its
+  // shape and dtype, step counts >= 0, nothing else) and maps name -> tensor;
+  // InvalidArgument naming the first bad entry.
+  struct StateEntry {
+    std::string key;
+    Shape shape;
+    DType dtype = kFloat32;
+  };
+  absl::StatusOr<std::map<std::string, const Tensor*>> MatchState(const std::vector<StateEntry>& expected,
+                                                                 const NamedTensors& state) const;
 
   NamedParams params_;
   std::vector<int64_t> steps_;

@@ -8,7 +8,7 @@
 namespace psync::optim {
 
 SGD::SGD(NamedParams params, const OptimizerOptions& options)
-    : Optimizer(std::move(params)), momentum_(options.momentum), weight_decay_(options.weight_decay) {
+    : Optimizer(std::move(params)), momentum_(options.momentum), weight_decay_(options.weight_decay), rule_(options) {
   if (momentum_ != 0) {
     for (const auto& [name, p] : params_) {
       buffers_.push_back(Tensor::Zeros(p.data().shape(), p.data().dtype(), p.data().device()));
@@ -30,12 +30,9 @@ absl::Status SGD::ValidateOptions(const OptimizerOptions& o) {
 absl::Status SGD::Step(double lr) {
   return ForEachWithGrad([&](size_t i) {
     const autograd::Variable& p = params_[i].second;
-    ops::SgdStep h;
-    h.lr = lr;
-    h.momentum = momentum_;
-    h.weight_decay = weight_decay_;
-    h.first = steps_[i] == 1;
-    ops::SgdUpdate(p.data(), p.grad(), momentum_ != 0 ? buffers_[i] : Tensor(), h);
+    std::vector<Tensor> state;
+    if (momentum_ != 0) state.push_back(buffers_[i]);
+    rule_.Apply(p.data(), p.grad(), state, ParamStep{p.data().dim(), steps_[i]}, lr);
   });
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "worker/optim/optimizer.h"
+#include "worker/optim/update_rule.h"
 
 namespace psync::optim {
 
@@ -33,6 +34,7 @@ class SGD final : public Optimizer {
 
  private:
   double momentum_, weight_decay_;
+  SgdRule rule_;  // the update (update_rule.h), shared with the sharded optimizer
   std::vector<Tensor> buffers_;  // momentum buffers (zeros until the first step); empty without momentum
 };
 

@@ -69,12 +69,19 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const CheckpointOptions
   return [opt, rank, world_size, model_options, model, optimizer](int64_t steps) -> absl::Status {
     // Every rank holds the same weights (the averaged gradients made them
     // so); one writer is enough and avoids racing renames in a shared dir.
+    // A sharded optimizer's state is gathered to it first (every rank takes
+    // part), so the file is the same one logical checkpoint at any --zero.
+    absl::StatusOr<NamedTensors> state = optimizer->CheckpointState(/*keep=*/rank == 0);
+    if (!state.ok()) {
+      return WithExitCode(absl::Status(state.status().code(), absl::StrCat("checkpoint: ", state.status().message())),
+                          kExitPeerLost);
+    }
     if (rank != 0) return absl::OkStatus();
     checkpoint::WriteOptions w;
     w.keep = static_cast<int>(opt.keep);
     absl::StatusOr<checkpoint::WrittenCheckpoint> out = checkpoint::WriteCheckpoint(
         opt.dir,
-        checkpoint::CaptureTrainingState(model->named_parameters(), optimizer,
+        checkpoint::CaptureTrainingState(model->named_parameters(), optimizer->name(), std::move(*state),
                                          RunManifest(opt, world_size, model_options, steps)),
         w);
     if (!out.ok()) {

@@ -30,6 +30,14 @@ struct RunSummary {
   int exit_code = 0;
   std::string backend, device;
   double total_s = 0;
+  // Memory this rank holds at the end of the run (-1: unknown, not written):
+  // optimizer state (moments, momentum, step counts; 1/W of it with
+  // --zero), gradient storage (the reducer's buckets; the shards and one
+  // staging bucket with --zero=2), and on CUDA the device memory pool's
+  // high-water mark.
+  int64_t optimizer_state_bytes = -1;
+  int64_t gradient_bytes = -1;
+  int64_t peak_device_bytes = -1;
 
   // Over the steps after the first 10 (all steps when there are 10 or
   // fewer); exact up to 4096 of them, then within 1% (step_times.h).

@@ -17,7 +17,6 @@
 #include "worker/autograd/functions.h"
 #include "worker/control/plan_window.h"
 #include "worker/data/prefetcher.h"
-#include "worker/optim/clip.h"
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
 #include "worker/runtime/summary.h"
@@ -226,8 +225,8 @@ absl::Status TrainLoop::OptimizerStep(int64_t step, StepMetrics* m) {
                           {{"iteration", std::to_string(step)}});
   if (opt_.clip_grad_norm > 0) {
     // The gradients are averaged over the ranks already (finalize), so every
-    // rank computes the same norm.
-    absl::StatusOr<double> norm = optim::ClipGradNorm(ctx_.optimizer->params(), opt_.clip_grad_norm);
+    // rank computes the same norm (a sharded optimizer combines its shards').
+    absl::StatusOr<double> norm = ctx_.optimizer->ClipGradNorm(opt_.clip_grad_norm);
     if (!norm.ok()) return norm.status();
     m->grad_norm = *norm;
   }
@@ -240,6 +239,8 @@ absl::Status TrainLoop::OptimizerStep(int64_t step, StepMetrics* m) {
 
 absl::Status TrainLoop::Evaluate(int64_t step, StepMetrics* m) {
   TraceWriter::Scope span(ctx_.trace, "evaluate", "train", TraceWriter::kMain, {{"iteration", std::to_string(step)}});
+  // --zero: the last step's parameter all-gathers land first.
+  PSYNC_RETURN_IF_ERROR(reducer_.WaitForParameters());
   EvalOptions eo;
   eo.batch = opt_.eval_batch;
   eo.max_examples = opt_.eval_examples;
@@ -337,6 +338,8 @@ std::optional<TrainLoop::Failure> TrainLoop::AfterLastStep() {
   // Before Done: the plans of the last steps (the coordinator closes every
   // iteration this rank reported; a stop announced there changes nothing).
   const int64_t last = result_.steps_completed - 1;
+  // --zero: the last step's parameter all-gathers (the weights --save writes).
+  if (absl::Status st = reducer_.WaitForParameters(); !st.ok()) return Failure{st, last, "gathering the parameters"};
   if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
     return Failure{st, last, "waiting for the coordinator's last plans"};
   }

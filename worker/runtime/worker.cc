@@ -18,6 +18,8 @@
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
 #include "worker/optim/registry.h"
+#include "worker/optim/sharded_optimizer.h"
+#include "worker/optim/update_rule.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/metrics_writer.h"
@@ -55,6 +57,13 @@ absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
   return device;
 }
 
+// The device memory pool's high-water mark (-1: unknown).
+int64_t PeakDeviceBytes(Device device) {
+  int64_t peak = -1;
+  (void)RunCatching("", [&] { peak = cuda_device::PeakAllocatedBytes(device.index); });
+  return peak;
+}
+
 data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   data::DataOptions d = opt.data;
   if (opt.model == "mlp") {  // rows: x and y widths are the MLP's ends
@@ -72,7 +81,14 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
   args.options.beta1 = opt.beta1;
   args.options.beta2 = opt.beta2;
   args.options.eps = opt.eps;
-  return optim::Optimizers().Create(opt.optimizer, args);
+  if (opt.zero == 0) return optim::Optimizers().Create(opt.optimizer, args);
+  // --zero: the same update on this rank's shards (attached once DDP exists).
+  absl::StatusOr<std::unique_ptr<optim::UpdateRule>> rule = optim::UpdateRules().Create(opt.optimizer, args.options);
+  if (!rule.ok()) return rule.status();
+  absl::StatusOr<std::unique_ptr<optim::ShardedOptimizer>> sharded =
+      optim::ShardedOptimizer::Create(args.params, std::move(*rule));
+  if (!sharded.ok()) return sharded.status();
+  return std::unique_ptr<optim::Optimizer>(std::move(*sharded));
 }
 
 // One run of psync-worker, in phases; each error ends the run with the exit
@@ -141,6 +157,7 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDd
   dopt.timeout = opt_.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
   dopt.comm_hook = *ddp::CommHookFromFlag(opt_.grad_compression);  // validated with the flags
+  dopt.zero_stage = opt_.zero;
   auto source = std::make_shared<control::CoordinatorUnusedSource>(session_->mailbox());
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
       ddp::DistributedDataParallel::Create(model_, session_->group(), dopt, source);
@@ -168,6 +185,12 @@ absl::Status WorkerRun::SetUpTraining() {
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp();
   if (!ddp.ok()) return ddp.status();
   ddp_ = std::move(*ddp);
+  // --zero: the optimizer updates the shards DDP's buckets hand it.
+  if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get())) {
+    if (absl::Status st = sharded->Attach(ddp_->reducer().zero_buckets()); !st.ok()) {
+      return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
+    }
+  }
   trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
   return absl::OkStatus();
 }
@@ -257,6 +280,11 @@ WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainRes
       s.step_ms = tr->step_ms;
     }
     s.total_s = std::chrono::duration<double>(Clock::now() - started_).count();
+    if (ddp_) {  // the memory this rank holds (1/W of the optimizer state with --zero)
+      s.optimizer_state_bytes = optimizer_->state_bytes();
+      s.gradient_bytes = ddp_->reducer().gradient_bytes();
+      if (device_.is_cuda()) s.peak_device_bytes = PeakDeviceBytes(device_);
+    }
     absl::Status st = s.WriteJson(ExpandRank(opt_.summary_path, rank_));
     if (!st.ok()) PSYNC_LOG(WARNING) << st.message();
   }

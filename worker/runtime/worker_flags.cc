@@ -85,6 +85,9 @@ ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cud
 ABSL_FLAG(std::string, grad_compression, "none",
           "none | bf16 | fp16: allreduce gradients cast to 16 bits (half the bytes; changes the numbers, see "
           "worker/ddp/README.md)");
+ABSL_FLAG(int, zero, 0,
+          "ZeRO: 0 = every rank holds all optimizer state; 1 = each rank keeps the optimizer state of 1/W of the "
+          "parameters (reduce-scatter, update, all-gather); 2 = also only 1/W of the gradients between steps");
 ABSL_FLAG(std::string, backend, "auto",
           "gradient transport: auto | gloo | shm (one host, shared memory) | hier (shm within hosts, Gloo across) | "
           "nccl (CUDA); auto picks the fastest one that works and the worker prints its choice");
@@ -114,7 +117,7 @@ const std::set<std::string>& WorkerFlagNames() {
       "eval_batch",
       "global_batch", "accumulate", "steps", "optimizer", "lr", "momentum", "weight_decay", "beta1", "beta2", "eps",
       "clip_grad_norm", "lr_schedule", "warmup_steps",
-      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression",
+      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression", "zero",
       "save", "trace", "summary", "metrics", "progress_every", "quiet",
       "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"};
   return names;
@@ -342,6 +345,12 @@ absl::Status ParseDdp(WorkerOptions& o) {
   o.grad_compression = absl::GetFlag(FLAGS_grad_compression);
   if (o.grad_compression != "none" && o.grad_compression != "bf16" && o.grad_compression != "fp16") {
     return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
+  }
+  o.zero = absl::GetFlag(FLAGS_zero);
+  if (o.zero < 0 || o.zero > 2) return Bad("zero", absl::StrCat(o.zero, " is not one of 0|1|2"));
+  if (o.zero > 0 && o.grad_compression != "none") {
+    return Bad("zero", absl::StrCat("--zero=", o.zero, " reduce-scatters plain float32 gradients; it cannot be "
+                                    "combined with --grad-compression=", o.grad_compression));
   }
   const bool cuda = o.device != "cpu";
   if (cuda && o.backend != "auto" && o.backend != "nccl") {

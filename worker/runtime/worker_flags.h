@@ -70,6 +70,7 @@ struct WorkerOptions {
   double first_bucket_mb = 1;
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
+  int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients (ddp/zero_buckets.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   // outputs
   std::vector<int64_t> cnn_channels = {16, 32};

@@ -181,6 +181,27 @@ equal_to_single() {
   same_weights "$T/w1.st" "$T/wn.st" "${EQUAL_TOL:-1e-5}"
 }
 
+# gpt_vs_torch CFG...: each CFG "WORLD|flags both take|psync-only flags": gpt_reference.py (PyTorch,
+# one process on the full batch) and a psync job of WORLD ranks train the GPT 20 AdamW steps from the
+# same initial weights and data; the weights must agree within 1e-4.
+gpt_vs_torch() {
+  if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+  local R=$HERE/gpt_reference.py cfg n common extra
+  local MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
+  /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
+    --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
+  for cfg in "$@"; do
+    IFS='|' read -r n common extra <<<"$cfg"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
+      --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
+    # shellcheck disable=SC2086
+    run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
+      --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 $common $extra
+    same_weights "$T/torch.st" "$T/psync.st" 1e-4
+  done
+}
+
 case $CASE in
   equal_2)            equal_to_single 2 --steps=40 ;;
   equal_4_accumulate) equal_to_single 4 --steps=30 --accumulate=2 ;;
@@ -219,26 +240,71 @@ case $CASE in
     done ;;
 
   gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch), 20 AdamW steps
-    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
-    R=$HERE/gpt_reference.py
-    MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
-    /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
-      --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
-    # world | flags both take | psync-only flags
-    for cfg in "2|--global-batch=8|" \
-               "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
-               "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
-               "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters"; do
-      IFS='|' read -r n common extra <<<"$cfg"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$R" train --n-head=2 --init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes \
-        --world-size="$n" --steps=20 --lr=0.003 --beta2=0.95 $common --out="$T/torch.st" || fail "gpt reference failed"
-      # shellcheck disable=SC2086
-      run_job "$n" "$T/psync.st" --model=gpt "${MODEL[@]}" --init="$T/init.st" --data="$T/tokens.bin" \
-        --data-format=bytes --optimizer=adamw --lr=0.003 --beta2=0.95 --steps=20 $common $extra
-      same_weights "$T/torch.st" "$T/psync.st" 1e-4
+    gpt_vs_torch "2|--global-batch=8|" \
+                 "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
+                 "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
+                 "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters" ;;
+  zero_equal)  # --zero=1 and --zero=2 end with the weights of --zero=0: bit for bit on shm without
+               # clipping (the reduce-scatter sums in the allreduce's order), within 1e-6 with it
+    python3 -c 'import random,sys; random.seed(9); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
+         --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --global-batch=12 --steps=12
+         --bucket-cap-mb=0.02 --first-bucket-mb=0.005 --skip-block=1 --skip-pattern=odd --find-unused-parameters)
+    # shm (BACKEND shm, or auto with one host's LOCAL_*) sums in one order; gloo and hier do not
+    [[ $BACKEND == shm || $BACKEND == auto ]] && exact=0 || exact=3e-5
+    for n in 2 3; do
+      run_job "$n" "$T/z0.st" "${GPT[@]}" --zero=0
+      for z in 1 2; do
+        run_job "$n" "$T/z$z.st" "${GPT[@]}" --zero="$z"
+        same_weights "$T/z0.st" "$T/z$z.st" "$exact"
+      done
+      run_job "$n" "$T/c0.st" "${GPT[@]}" --zero=0 --clip-grad-norm=0.5 --accumulate=2
+      run_job "$n" "$T/c1.st" "${GPT[@]}" --zero=1 --clip-grad-norm=0.5 --accumulate=2
+      same_weights "$T/c0.st" "$T/c1.st" "$([[ $exact == 0 ]] && echo 1e-6 || echo "$exact")"
     done ;;
-
+  zero_memory)  # the per-rank summary at W=4: optimizer state and gradients held, zero 0 / 1 / 2
+    head -c 40000 /dev/urandom >"$T/tokens.bin"
+    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=4 --n-head=2 --n-embd=64 --data="$T/tokens.bin"
+         --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 --steps=3 --bucket-cap-mb=0.05
+         --first-bucket-mb=0.05)
+    for z in 0 1 2; do run_job 4 "$T/m$z.st" "${GPT[@]}" --zero="$z" --summary="$T/m$z-{rank}.json"; done
+    for r in 0 1 2 3; do
+      s0=$(json_field "$T/m0-$r.json" optimizer_state_bytes); s1=$(json_field "$T/m1-$r.json" optimizer_state_bytes)
+      g0=$(json_field "$T/m0-$r.json" gradient_bytes); g2=$(json_field "$T/m2-$r.json" gradient_bytes)
+      note "rank $r: optimizer state $s1 of $s0 bytes, gradients (--zero=2) $g2 of $g0 bytes"
+      # one bucket: the largest (a 64 x 256 weight alone, over the 0.05 MiB cap), padded to 4 x 64 floats
+      /usr/bin/python3 -c "import sys; s0,s1,g0,g2=map(int,sys.argv[1:]); b=64*256*4+4*64*4; \
+sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g2" ||
+        fail "rank $r: state $s1/$s0, gradients $g2/$g0 over the bound"
+    done ;;
+  zero_reshard)  # a W=4 --zero=1 checkpoint resumes at W=4 (bit for bit), W=2 and W=3 (1e-4) of the
+                 # uninterrupted W=4 run: the optimizer state is one logical checkpoint, re-sliced
+    head -c 30000 /dev/urandom >"$T/tokens.bin"
+    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
+         --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=12
+         --lr-schedule=cosine --warmup-steps=3 --zero=1 --bucket-cap-mb=0.02 --first-bucket-mb=0.005)
+    # the uninterrupted run also leaves its step-10 checkpoint (the schedule spans all 20 steps)
+    run_job 4 "$T/whole.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --checkpoint-every=10 --keep-checkpoints=0
+    for n in 4 2 3; do
+      rm -rf "$T/ck$n" && mkdir "$T/ck$n" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck$n/"
+      run_job "$n" "$T/r$n.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ck$n" --resume
+      grep -q "resumed from .*ckpt-00000010" "$T/w0.log" || fail "W=$n did not resume from step 10"
+      [[ $n == 4 ]] && same_weights "$T/whole.st" "$T/r$n.st" 0 || same_weights "$T/whole.st" "$T/r$n.st" 1e-4
+    done
+    # the same file resumes without --zero too (one format)
+    rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
+    run_job 4 "$T/r0.st" "${GPT[@]/--zero=1/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
+    same_weights "$T/whole.st" "$T/r0.st" 0 ;;
+  gpt_torch_zero)  # --zero=1|2 against gpt_reference.py (one PyTorch process, full batch): W=2, 3, 4,
+                   # a block skipped on odd steps, accumulation with a block skipped in the last micro-batch
+    Z=(--bucket-cap-mb=0.01 --first-bucket-mb=0.005)
+    gpt_vs_torch "2|--global-batch=12 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|--zero=1 ${Z[*]}" \
+                 "3|--global-batch=12 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=1 ${Z[*]}" \
+                 "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters --zero=2 ${Z[*]}" \
+                 "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=2 ${Z[*]}" \
+                 "3|--global-batch=12 --accumulate=2 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=1 ${Z[*]}" \
+                 "4|--global-batch=8 --accumulate=2 --skip-block=1 --skip-pattern=lastmicro --clip-grad-norm=0.5|--find-unused-parameters --zero=1 ${Z[*]}" ;;
   resume)  # a run cut at step 8 and resumed from its checkpoint == an uninterrupted run, bit for bit;
            # psync-sample and --init read checkpoints and --save files; --resume refuses a --save file
     head -c 20000 /dev/urandom >"$T/tokens.bin"
@@ -479,6 +545,26 @@ EOF
     "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
+  launch_restart_zero)
+    # --max-restarts with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker restarts from the
+    # newest checkpoint (the sharded state gathered into it, re-sliced on resume), the job ends with the
+    # weights of an uninterrupted --zero=2 run, bit for bit
+    ZF=(--zero=2 --optimizer=adamw --lr=0.01 --weight-decay=0.1 --bucket-cap-mb=0.004 --first-bucket-mb=0.001)
+    "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=2000 --quiet --save="$T/r.st" "${ZF[@]}" \
+      --checkpoint-dir="$T/ck" --checkpoint-every=100 >"$T/rl.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rl.log"
+    wait_iteration "$LADDR" 250 "$LTOK"
+    victim=$(rank_pid "$LADDR" "$LTOK" 1)
+    [[ -n $victim ]] || fail "no pid for rank 1"
+    kill -9 "$victim"
+    wait_generation "$LADDR" "$LTOK" 2
+    wait_exit "$LP" 120
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc after one restart: $(tail -5 "$T/rl.log")"
+    grep -q "resumed from .*ckpt-0000[0-9]*00.safetensors" "$T/rl.log" || fail "generation 2 did not resume from a checkpoint"
+    note "$(grep -o "resumed from [^ ]* (step [0-9]*" "$T/rl.log" | head -1)"
+    "$LAUNCH" --nproc=2 -- --steps=2000 --quiet --save="$T/u.st" "${ZF[@]}" 2>"$T/ul.log" || fail "uninterrupted run failed"
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
   launch_restart_exhausted)
     # --max-restarts=1 and two deaths: the second ends the job with the
     # killed worker's code; one restart line only.

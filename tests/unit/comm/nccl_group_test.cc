@@ -47,6 +47,24 @@ class NcclWorld1 : public ::testing::Test {
   std::unique_ptr<ProcessGroup> pg_;
 };
 
+// Reduce-scatter and all-gather of flat buffers: in place when the length
+// is a whole number of shards, through the padded copy otherwise (17, 1000
+// floats at world 1: shards are rounded up to 16 floats).
+TEST_F(NcclWorld1, ReduceScatterAndAllGatherInPlaceAndPadded) {
+  for (int64_t n : {int64_t{1} << 20, int64_t{1000}, int64_t{17}, int64_t{0}}) {
+    Tensor t = Tensor::Full({n}, 1.5f, Device::CUDA(0));
+    absl::Status st = pg_->ReduceScatterSum(t, "bucket 0")->Wait(milliseconds(30000));
+    ASSERT_TRUE(st.ok()) << n << ": " << st;
+    st = pg_->ReduceScatterAverage(t, "bucket 0")->Wait(milliseconds(30000));
+    ASSERT_TRUE(st.ok()) << n << ": " << st;
+    st = pg_->AllgatherShards(t, "params 0")->Wait(milliseconds(30000));
+    ASSERT_TRUE(st.ok()) << n << ": " << st;
+    for (float v : t.ToVector()) ASSERT_EQ(v, 1.5f) << n;
+  }
+  absl::Status bad = pg_->ReduceScatterSum(Tensor::Zeros({8}, kInt64, Device::CUDA(0)), "ints")->Wait(milliseconds(1000));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+}
+
 TEST_F(NcclWorld1, AllreduceAndBroadcast) {
   EXPECT_EQ(pg_->backend(), "nccl");
   Tensor t = Tensor::Full({1 << 20}, 2.5f, Device::CUDA(0));

@@ -95,6 +95,22 @@ TEST(RunSummary, JsonHasTheFieldsAndNullForNonFinite) {
   EXPECT_EQ((*v)["device"], "cpu");
 }
 
+TEST(RunSummary, MemoryFieldsWhenKnown) {
+  RunSummary s;
+  absl::StatusOr<json::Json> v = json::Parse(s.ToJson());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->contains("optimizer_state_bytes"));
+  EXPECT_FALSE(v->contains("gradient_bytes"));
+  EXPECT_FALSE(v->contains("peak_device_bytes"));
+  s.optimizer_state_bytes = 437152;
+  s.gradient_bytes = 289024;
+  v = json::Parse(s.ToJson());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)["optimizer_state_bytes"].get<double>(), 437152);
+  EXPECT_EQ((*v)["gradient_bytes"].get<double>(), 289024);
+  EXPECT_FALSE(v->contains("peak_device_bytes"));  // CPU: not written
+}
+
 TEST(RunSummary, WriteJsonWritesTheFileAtomically) {
   test_support::TempDir dir("psync_runtime_summary");
   RunSummary s = WithSteps({1, 2, 3});

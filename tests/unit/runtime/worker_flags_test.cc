@@ -65,6 +65,17 @@ TEST_F(WorkerFlags, DefaultsWithoutFlagsOrEnvironment) {
   EXPECT_EQ(o->device, "cpu");
 }
 
+TEST_F(WorkerFlags, ZeroStages) {
+  auto o = Parse({});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->zero, 0);
+  o = Parse({"--zero=2"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->zero, 2);
+  ExpectError({"--zero=3"}, {}, {"--zero", "3", "0|1|2"});
+  ExpectError({"--zero=1", "--grad-compression=bf16"}, {}, {"--zero", "--grad-compression=bf16"});
+}
+
 TEST_F(WorkerFlags, FlagsAreParsedWithDashOrUnderscoreSpelling) {
   auto o = Parse({"--coordinator=10.1.2.3:7000", "--rank=2", "--world-size=4", "--local_rank", "1",
                   "--widths=8,16,16,4", "--global-batch=32", "--accumulate=2", "--timeout=1500ms",

@@ -4,9 +4,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <condition_variable>
+#include <atomic>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 
@@ -26,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/comm/gloo/ring.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"
 #include "worker/tensor/half.h"
@@ -35,7 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;
 
 // How long the destructor waits for a communication thread that is still
 // inside a Gloo op of a poisoned group before detaching it (it then exits by
@@ -112,123 +111,50 @@ void SumHalf(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Half::FromFloat(Half::ToFloat(x[i]) + Half::ToFloat(y[i]));
 }
 
+// ---------------------------------------------------------------- running an op
+// Runs one Gloo collective (communication thread only) and turns Gloo's
+// exceptions into a Status naming the op. Catches everything.
+absl::Status RunGloo(const std::string& desc, const std::string& peer_hint, Millis op_timeout,
+                     const std::function<void()>& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    std::string what = e.what();
+    if (absl::StrContains(absl::AsciiStrToLower(what), "timed out")) {
+      return absl::DeadlineExceededError(absl::StrCat(desc, " timed out after ", internal::FormatDuration(op_timeout),
+                                                      " (a peer never arrived or stalled; gloo: ", what, ")"));
+    }
+    return absl::UnavailableError(absl::StrCat(desc, " failed: connection to ", peer_hint,
+                                               " lost (did it die?); gloo: ", what));
+  } catch (const gloo::EnforceNotMet& e) {
+    return absl::AbortedError(absl::StrCat(desc, " failed: gloo: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::AbortedError(absl::StrCat(desc, " failed: ", e.what()));
+  } catch (...) {
+    return absl::AbortedError(absl::StrCat(desc, " failed: unknown exception"));
+  }
+}
+
 }  // namespace
 
-// ---------------------------------------------------------------- work
-class GlooWork : public Work {
- public:
-  GlooWork(std::string desc, std::weak_ptr<GlooGroup::State> group, GlooFn fn, uint32_t tag, Millis op_timeout,
-           std::string peer_hint = "a peer")
-      : desc_(std::move(desc)),
-        group_(std::move(group)),
-        fn_(std::move(fn)),
-        tag_(tag),
-        op_timeout_(op_timeout),
-        peer_hint_(std::move(peer_hint)) {}
-
-  absl::Status Wait(Millis timeout) override;
-  bool IsCompleted() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-  std::string Describe() const override { return desc_; }
-
-  // First completion wins; returns whether this call completed the work.
-  bool Complete(const absl::Status& st) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (done_) return false;
-      done_ = true;
-      status_ = st;
-    }
-    cv_.notify_all();
-    return true;
-  }
-
-  // Runs the collective; communication thread only. Catches everything.
-  absl::Status Run(const std::shared_ptr<gloo::Context>& ctx) {
-    try {
-      fn_(ctx, tag_);
-      return absl::OkStatus();
-    } catch (const gloo::IoException& e) {
-      std::string what = e.what();
-      if (absl::StrContains(absl::AsciiStrToLower(what), "timed out")) {
-        return absl::DeadlineExceededError(absl::StrCat(desc_, " timed out after ", internal::FormatDuration(op_timeout_),
-                                                        " (a peer never arrived or stalled; gloo: ", what, ")"));
-      }
-      return absl::UnavailableError(absl::StrCat(desc_, " failed: connection to ", peer_hint_,
-                                                 " lost (did it die?); gloo: ", what));
-    } catch (const gloo::EnforceNotMet& e) {
-      return absl::AbortedError(absl::StrCat(desc_, " failed: gloo: ", e.what()));
-    } catch (const std::exception& e) {
-      return absl::AbortedError(absl::StrCat(desc_, " failed: ", e.what()));
-    } catch (...) {
-      return absl::AbortedError(absl::StrCat(desc_, " failed: unknown exception"));
-    }
-  }
-
-  // Takes the callable's resources (tensor handles) off the work once it ran.
-  const std::string& desc() const { return desc_; }
-
- private:
-  // Immutable after construction.
-  const std::string desc_;
-  const std::weak_ptr<GlooGroup::State> group_;
-  const GlooFn fn_;  // holds the tensor handles: memory stays alive while the op may run
-  const uint32_t tag_;
-  const Millis op_timeout_;
-  const std::string peer_hint_;  // "peer rank 1" in a world of 2, else "a peer" (gloo names its address)
-  // Guarded by mu_ (any thread).
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
-};
-
 // ---------------------------------------------------------------- group state
+// What the group's ops share with the communication thread. The Gloo
+// context's collectives are touched only by the op that runs (one at a
+// time, in issue order: internal::SerialQueue); Abort may close its pairs
+// from any thread.
 struct GlooGroup::State {
   // Immutable after Create().
   int rank = 0;
   int size = 0;
   Millis timeout{30000};
+  std::string peer_hint;  // "peer rank 1" in a world of 2, else "a peer" (gloo names its address)
   std::shared_ptr<GlooStoreAdapter> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
-
-  // Guarded by mu (one lock for the group).
-  std::mutex mu;
-  std::condition_variable cv;                   // queue/stop/exited changes
-  std::deque<std::shared_ptr<GlooWork>> queue;  // issued, not started
-  std::shared_ptr<GlooWork> running;            // being run by the comm thread
-  absl::Status poison;                          // first failure; OK while healthy
-  bool stop = false;                            // destructor asks the thread to exit
-  bool exited = false;                          // the thread left Loop()
-  bool closed = false;                          // connections closed after poisoning
-  uint32_t next_tag = 0;
-
-  // Poisons the group with `reason` (first reason wins) and fails the queued
-  // and running work at once. Closes the Gloo connections so peers blocked
-  // in a collective with us fail fast instead of waiting for their timeout.
-  void Poison(const absl::Status& reason) {
-    std::vector<std::shared_ptr<GlooWork>> fail;
-    absl::Status original;
-    bool close_now = false;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (poison.ok()) poison = reason;
-      original = poison;
-      for (auto& w : queue) fail.push_back(std::move(w));
-      queue.clear();
-      if (running) fail.push_back(running);
-      if (!closed) closed = close_now = true;
-    }
-    cv.notify_all();
-    for (auto& w : fail) {
-      w->Complete(WithCode(original.code(), absl::StrCat(w->desc(), " not completed: process group failed: ",
-                                                        std::string(original.message()))));
-    }
-    if (close_now && ctx) CloseConnections();
-  }
+  // The running op's tag: ops run one at a time in issue order, so every
+  // rank gives the same op the same tag. Each op may use tag and tag+1.
+  std::atomic<uint32_t> next_tag{0};
 
   // Closes every pair's socket so peers blocked in a collective with us fail
   // fast ("connection reset by peer") instead of waiting for their timeout.
@@ -243,69 +169,14 @@ struct GlooGroup::State {
       // Best effort; the Gloo timeout still bounds every op.
     }
   }
-
-  std::shared_ptr<Work> Enqueue(const std::shared_ptr<State>& self, std::string desc, GlooFn fn) {
-    std::shared_ptr<GlooWork> w;
-    absl::Status poisoned;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      const uint32_t tag = next_tag;
-      next_tag += 2;  // each op may use tag and tag+1
-      w = std::make_shared<GlooWork>(std::move(desc), self, std::move(fn), tag, timeout,
-                                     size == 2 ? absl::StrCat("peer rank ", 1 - rank) : std::string("a peer"));
-      poisoned = poison;
-      if (poisoned.ok()) queue.push_back(w);
-    }
-    if (!poisoned.ok()) {
-      w->Complete(WithCode(poisoned.code(), absl::StrCat(w->desc(), " not run: process group failed earlier: ",
-                                                        std::string(poisoned.message()))));
-    } else {
-      cv.notify_all();
-    }
-    return w;
-  }
-
-  // The communication thread.
-  void Loop() {
-    while (true) {
-      std::shared_ptr<GlooWork> w;
-      {
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return stop || !queue.empty(); });
-        if (queue.empty()) break;  // stop requested and nothing left
-        w = std::move(queue.front());
-        queue.pop_front();
-        running = w;
-      }
-      absl::Status st = w->Run(ctx);
-      {
-        std::lock_guard<std::mutex> l(mu);
-        running.reset();
-      }
-      if (!st.ok()) Poison(st);
-      w->Complete(st);  // no-op when Poison/Abort/Wait already failed it
-    }
-    {
-      std::lock_guard<std::mutex> l(mu);
-      exited = true;
-    }
-    cv.notify_all();
-  }
 };
 
-absl::Status GlooWork::Wait(Millis timeout) {
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    if (cv_.wait_for(l, timeout, [&] { return done_; })) return status_;
-  }
-  absl::Status deadline =
-      absl::DeadlineExceededError(absl::StrCat(desc_, " timed out after ", internal::FormatDuration(timeout)));
-  if (auto g = group_.lock()) {
-    g->Poison(deadline);  // fails this work (queued or running) with the first reason
-  }
-  Complete(deadline);  // in case the group is gone or the work was not found
-  std::lock_guard<std::mutex> l(mu_);
-  return status_;
+std::shared_ptr<Work> GlooGroup::Enqueue(std::string desc, GlooFn fn) {
+  std::shared_ptr<State> s = state_;
+  return queue_->Enqueue(desc, [s, desc, fn = std::move(fn)](internal::SerialQueue::Clock::time_point) {
+    const uint32_t tag = s->next_tag.fetch_add(2);
+    return RunGloo(desc, s->peer_hint, s->timeout, [&] { fn(s->ctx, tag); });
+  });
 }
 
 // ---------------------------------------------------------------- group
@@ -323,6 +194,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> GlooGroup::Create(std::shared_ptr<
   state->rank = rank;
   state->size = size;
   state->timeout = options.timeout;
+  state->peer_hint = size == 2 ? absl::StrCat("peer rank ", 1 - rank) : std::string("a peer");
   state->store = std::make_shared<GlooStoreAdapter>(scoped, options.timeout);
   const std::string where = absl::StrCat("gloo rendezvous of rank ", rank, " of ", size, " (",
                                          options.iface.empty() ? "host " + options.hostname : "iface " + options.iface,
@@ -353,59 +225,39 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> GlooGroup::Create(std::shared_ptr<
 
 GlooGroup::GlooGroup(int rank, int size, GlooOptions options, std::shared_ptr<State> state)
     : rank_(rank), size_(size), options_(std::move(options)), state_(std::move(state)) {
-  // The thread owns a reference to State, so a detached thread stays valid.
-  thread_ = std::thread([s = state_] { s->Loop(); });
+  std::weak_ptr<State> weak = state_;
+  queue_ = internal::SerialQueue::Start([weak](const absl::Status&) {
+    // Why: peers blocked in a collective with us fail fast instead of
+    // waiting for their timeout.
+    if (auto s = weak.lock()) s->CloseConnections();
+  });
 }
 
 GlooGroup::~GlooGroup() {
-  bool busy;
-  {
-    std::lock_guard<std::mutex> l(state_->mu);
-    state_->stop = true;
-    busy = state_->running != nullptr || !state_->queue.empty();
-  }
-  if (busy) state_->Poison(absl::AbortedError("process group destroyed with collectives pending"));
-  state_->cv.notify_all();
-  bool exited;
-  {
-    std::unique_lock<std::mutex> l(state_->mu);
-    exited = state_->cv.wait_for(l, kJoinBound, [&] { return state_->exited; });
-  }
-  if (exited) {
-    thread_.join();
-  } else {
-    PSYNC_LOG(WARNING) << "gloo communication thread of rank " << rank_ << " still blocked in a collective after "
-                       << kJoinBound.count() << "ms; detaching it (it ends within the gloo timeout)";
-    thread_.detach();
-  }
+  // A thread still inside a Gloo op of a poisoned group is detached after
+  // kJoinBound; it ends by itself within the Gloo timeout (the queue and the
+  // op keep what it uses alive).
+  queue_->Stop(kJoinBound);
 }
 
-absl::Status GlooGroup::health() const {
-  std::lock_guard<std::mutex> l(state_->mu);
-  return state_->poison;
-}
+absl::Status GlooGroup::health() const { return queue_->health(); }
 
-namespace {
-std::shared_ptr<Work> Failed(std::string desc, absl::Status st) {
-  auto w = std::make_shared<GlooWork>(std::move(desc), std::weak_ptr<GlooGroup::State>(), GlooFn(), 0, Millis(0));
-  w->Complete(st);
-  return w;
+std::string GlooGroup::Describe(const char* what, const std::string& name, const Tensor& t) const {
+  return absl::StrCat(what, " '", name, "' (", internal::FormatBytes(t.defined() ? t.nbytes() : 0), ") on rank ",
+                      rank_, " of ", size_);
 }
-}  // namespace
 
 std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& name) {
-  const std::string desc =
-      absl::StrCat("allreduce '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
-                   ") on rank ", rank_, " of ", size_);
+  const std::string desc = Describe("allreduce", name, tensor);
   const bool half = tensor.defined() && (tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16);
   if (!tensor.defined() || !tensor.device().is_cpu() || !(tensor.dtype() == kFloat32 || half) ||
       !tensor.is_contiguous()) {
-    return Failed(desc, absl::InvalidArgumentError(absl::StrCat(
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(
                             desc, ": gloo sums a contiguous float32/bfloat16/float16 CPU tensor, got ",
                             tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   const Millis timeout = options_.timeout;
-  return state_->Enqueue(state_, desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return;
     gloo::AllreduceOptions opts(ctx);
@@ -424,18 +276,54 @@ std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& 
   });
 }
 
+absl::Status GlooGroup::CheckFlat(const std::string& desc, const Tensor& tensor, bool sum) const {
+  const bool half = tensor.defined() && (tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16);
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
+      (sum && !(tensor.dtype() == kFloat32 || half))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        desc, sum ? ": gloo reduce-scatters a contiguous float32/bfloat16/float16 CPU tensor, got "
+                  : ": gloo all-gathers a contiguous CPU tensor, got ",
+        tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor")));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Work> GlooGroup::ReduceScatterSum(Tensor tensor, const std::string& name) {
+  const std::string desc = Describe("reduce-scatter", name, tensor);
+  if (absl::Status st = CheckFlat(desc, tensor, /*sum=*/true); !st.ok()) {
+    return internal::SerialQueue::Failed(desc, st);
+  }
+  const Millis timeout = options_.timeout;
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+    gloo_ring::ReduceScatter(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                             tensor.dtype());
+  });
+}
+
+std::shared_ptr<Work> GlooGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+  const std::string desc = Describe("all-gather", name, tensor);
+  if (absl::Status st = CheckFlat(desc, tensor, /*sum=*/false); !st.ok()) {
+    return internal::SerialQueue::Failed(desc, st);
+  }
+  const Millis timeout = options_.timeout;
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+    gloo_ring::AllGather(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                         tensor.element_size());
+  });
+}
+
 std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc =
       absl::StrCat("broadcast '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                    ") from root ", root, " on rank ", rank_, " of ", size_);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    return Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": gloo needs a defined, contiguous CPU tensor")));
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": gloo needs a defined, contiguous CPU tensor")));
   }
   if (root < 0 || root >= size_) {
-    return Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
   const Millis timeout = options_.timeout;
-  return state_->Enqueue(state_, desc,
+  return Enqueue(desc,
                          [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
                            // Bytes: any dtype broadcasts the same way.
                            const size_t n = tensor.nbytes();
@@ -455,8 +343,8 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::Allgather(const std::string&
   auto result = std::make_shared<std::vector<std::string>>();
   const int size = size_;
   const Millis op_timeout = options_.timeout;
-  auto work = state_->Enqueue(
-      state_, desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+  auto work = Enqueue(
+      desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
         // 1) everyone's length, 2) everyone's bytes padded to the longest.
         int64_t mine = static_cast<int64_t>(bytes.size());
         std::vector<int64_t> lens(static_cast<size_t>(size), 0);
@@ -489,7 +377,7 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::Allgather(const std::string&
 absl::Status GlooGroup::Barrier(Millis timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_);
   const Millis op_timeout = options_.timeout;
-  auto work = state_->Enqueue(state_, desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+  auto work = Enqueue(desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo::BarrierOptions opts(ctx);
     opts.setTag(tag);
     opts.setTimeout(op_timeout);
@@ -499,7 +387,7 @@ absl::Status GlooGroup::Barrier(Millis timeout) {
 }
 
 void GlooGroup::Abort(const absl::Status& reason) {
-  state_->Poison(reason.ok() ? absl::AbortedError(absl::StrCat("process group aborted on rank ", rank_)) : reason);
+  queue_->Poison(reason.ok() ? absl::AbortedError(absl::StrCat("process group aborted on rank ", rank_)) : reason);
 }
 
 }  // namespace psync::comm

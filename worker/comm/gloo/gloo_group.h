@@ -1,20 +1,25 @@
 // GlooGroup: the CPU ProcessGroup, over Gloo's TCP transport.
 //
 // Threads and ownership:
-//  * The caller's threads issue collectives (AllreduceSum, Broadcast,
-//    Allgather, Barrier) and Wait on Work handles; Abort may come from any
-//    thread. Issuing only enqueues.
-//  * One communication thread per group runs the queued collectives strictly
-//    in issue order, each with its own Gloo tag. It is the only thread that
-//    touches the Gloo context's collectives (Abort may close its pairs).
-//  * All mutable group state (queue, running op, poison reason) lives in one
-//    shared State object under one mutex; each Work has its own mutex.
+//  * The caller's threads issue collectives (AllreduceSum, ReduceScatterSum,
+//    AllgatherShards, Broadcast, Allgather, Barrier) and Wait on Work
+//    handles; Abort may come from any thread. Issuing only enqueues.
+//  * One communication thread per group (the shared internal::SerialQueue,
+//    as shm and hier) runs the queued collectives strictly in issue order,
+//    each with its own Gloo tag. It is the only thread that touches the Gloo
+//    context's collectives (Abort may close its pairs).
+//  * The queue holds the queue state and the poison reason under its mutex;
+//    each Work has its own.
 //
-// Failure model: the first failure (a Gloo exception such as a peer that
-// died, a Work::Wait timeout, or Abort) poisons the group. Every pending and
-// later collective then fails fast with that original reason. A Wait that
-// times out poisons the group too: the collective is still in flight on the
-// peers and the group cannot be used safely afterwards (like NCCL's watchdog).
+// Failure model (the queue's): the first failure (a Gloo exception such as
+// a peer that died, a Work::Wait timeout, or Abort) poisons the group, which
+// closes its connections. Every pending and later collective then fails
+// fast with that original reason. A Wait that times out poisons the group
+// too: the collective is still in flight on the peers and the group cannot
+// be used safely afterwards (like NCCL's watchdog).
+//
+// Reduce-scatter and all-gather are ring algorithms over Gloo's transport
+// (gloo/ring.h), for flat buffers with the shards of comm/flat_shard.h.
 //
 // Collectives use the Gloo context timeout (= GlooOptions::timeout), so a
 // dead or absent peer unblocks the communication thread within it.
@@ -27,10 +32,15 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
+#include <functional>
 
 #include "worker/comm/process_group.h"
+#include "worker/comm/serial_queue.h"
 #include "worker/comm/store.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
 
 namespace psync::comm {
 
@@ -59,6 +69,8 @@ class GlooGroup : public ProcessGroup {
 
   // `tensor` must be a CPU tensor; the Work keeps a handle to it.
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
                                                      std::chrono::milliseconds timeout) override;
@@ -71,13 +83,19 @@ class GlooGroup : public ProcessGroup {
   struct State;  // implementation detail (gloo_group.cc)
 
  private:
+  using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;
   GlooGroup(int rank, int size, GlooOptions options, std::shared_ptr<State> state);
+  // Queues `fn` (run with the Gloo context and the op's tag), its Gloo
+  // exceptions turned into a Status naming `desc`.
+  std::shared_ptr<Work> Enqueue(std::string desc, GlooFn fn);
+  std::string Describe(const char* what, const std::string& name, const Tensor& t) const;
+  absl::Status CheckFlat(const std::string& desc, const Tensor& tensor, bool sum) const;
 
   const int rank_;
   const int size_;
   const GlooOptions options_;
-  std::shared_ptr<State> state_;  // shared with the communication thread
-  std::thread thread_;            // the communication thread; joined (bounded) by the destructor
+  std::shared_ptr<State> state_;                   // shared with the queued ops
+  std::shared_ptr<internal::SerialQueue> queue_;   // the communication thread; stopped (bounded) by the destructor
 };
 
 }  // namespace psync::comm

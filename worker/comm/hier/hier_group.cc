@@ -107,6 +107,31 @@ std::shared_ptr<Work> HierGroup::AllreduceSum(Tensor tensor, const std::string& 
   });
 }
 
+std::shared_ptr<Work> HierGroup::ReduceScatterSum(Tensor tensor, const std::string& name) {
+  return Flat(std::move(tensor), name, /*sum=*/true);
+}
+
+std::shared_ptr<Work> HierGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+  return Flat(std::move(tensor), name, /*sum=*/false);
+}
+
+std::shared_ptr<Work> HierGroup::Flat(Tensor tensor, const std::string& name, bool sum) {
+  const std::string desc = Describe(sum ? "reduce-scatter" : "all-gather", name, tensor);
+  const bool summable =
+      tensor.defined() && (tensor.dtype() == kFloat32 || tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16);
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() || (sum && !summable)) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(
+                  desc, sum ? ": hier reduce-scatters a contiguous float32/bfloat16/float16 CPU tensor, got "
+                            : ": hier all-gathers a contiguous CPU tensor, got ",
+                  tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
+  }
+  std::shared_ptr<hier::HierParts> p = parts_;
+  return queue_->Enqueue(desc, [p, tensor, desc, name, sum](internal::SerialQueue::Clock::time_point) {
+    return sum ? hier::ReduceScatter(*p, desc, name, tensor) : hier::AllGather(*p, desc, name, tensor);
+  });
+}
+
 std::shared_ptr<Work> HierGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {

@@ -11,6 +11,9 @@
 // Otherwise (hier/allreduce_leader.cc): shm reduce to local rank 0, Gloo
 // allreduce among the local rank 0s, shm broadcast.
 // Broadcast, Allgather and Barrier go the leader way (they are not hot).
+// Reduce-scatter and all-gather of flat buffers: hier/reduce_scatter.cc,
+// hier/all_gather.cc (shm within the host, Gloo among the ranks with the
+// same local rank; a leader fallback for hosts of different sizes).
 //
 // Summation order is fixed (local rank order within a host; the cross-host
 // order is Gloo's, the same on every rank of a run), so all ranks get the
@@ -47,6 +50,8 @@ class HierGroup : public ProcessGroup {
   std::string backend() const override { return "hier"; }
 
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
                                                      std::chrono::milliseconds timeout) override;
@@ -57,6 +62,7 @@ class HierGroup : public ProcessGroup {
  private:
   HierGroup(int rank, int size, std::shared_ptr<hier::HierParts> parts);
   std::string Describe(const char* what, const std::string& name, const Tensor& t) const;
+  std::shared_ptr<Work> Flat(Tensor tensor, const std::string& name, bool sum);
 
   const int rank_;
   const int size_;

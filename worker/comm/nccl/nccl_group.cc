@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/comm/flat_shard.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"
 
@@ -113,8 +114,12 @@ struct NcclGroup::State {
 class NcclWork : public Work {
  public:
   NcclWork(std::string desc, std::shared_ptr<NcclGroup::State> group, Tensor tensor, cudaEvent_t done,
-           absl::Status initial)
-      : desc_(std::move(desc)), group_(std::move(group)), tensor_(std::move(tensor)), done_event_(done) {
+           absl::Status initial, Tensor scratch = Tensor())
+      : desc_(std::move(desc)),
+        group_(std::move(group)),
+        tensor_(std::move(tensor)),
+        scratch_(std::move(scratch)),
+        done_event_(done) {
     if (!initial.ok()) {
       finished_ = true;
       status_ = initial;
@@ -204,7 +209,8 @@ class NcclWork : public Work {
   // Immutable after construction.
   const std::string desc_;
   const std::shared_ptr<NcclGroup::State> group_;
-  const Tensor tensor_;  // keeps the memory alive while the collective may run
+  const Tensor tensor_;   // keeps the memory alive while the collective may run
+  const Tensor scratch_;  // the padded copy of an uneven reduce-scatter / all-gather (else undefined)
   const cudaEvent_t done_event_;  // recorded on the comm stream after the collective; null when never issued
   // Guarded by mu_.
   std::mutex mu_;
@@ -331,7 +337,37 @@ absl::Status NcclGroup::health() const {
 
 namespace {
 
-enum class Kind { kAllreduce, kBroadcast };
+enum class Kind { kAllreduce, kBroadcast, kReduceScatter, kAllGather };
+
+ncclDataType_t NcclType(DType t) {
+  return t == kBFloat16 ? ncclBfloat16 : t == kFloat16 ? ncclHalf : ncclFloat;
+}
+
+// Reduce-scatter / all-gather of a flat buffer (comm/flat_shard.h): NCCL
+// wants equal shards, in place at rank * shard. A buffer whose length is
+// not PaddedCount goes through a zero-padded scratch copy (made on the
+// compute stream before the collective; its result copied back on the comm
+// stream after it); the reducer pads its buffers, so it never pays that.
+ncclResult_t IssueFlat(NcclGroup::State* s, Kind kind, const Tensor& tensor, Tensor* scratch, cudaError_t* cuda) {
+  const size_t n = static_cast<size_t>(tensor.numel()), es = tensor.element_size();
+  const size_t shard = ShardSize(n, s->size, es), padded = shard * static_cast<size_t>(s->size);
+  char* p = static_cast<char*>(tensor.raw_data());
+  const ShardRange own = ShardOf(n, s->size, s->rank, es);
+  char* buf = p;
+  if (padded != n) {
+    *scratch = Tensor::Zeros({static_cast<int64_t>(padded)}, tensor.dtype(), tensor.device());
+    buf = static_cast<char*>(scratch->raw_data());
+    // On the compute stream: ordered before the ready event the comm stream waits on (recorded after this returns).
+    const size_t in_bytes = kind == Kind::kReduceScatter ? n * es : own.size() * es;
+    const size_t in_offset = kind == Kind::kReduceScatter ? 0 : own.begin * es;
+    if (in_bytes > 0 &&
+        (*cuda = cudaMemcpyAsync(buf + in_offset, p + in_offset, in_bytes, cudaMemcpyDeviceToDevice,
+                                 s->compute_stream)) != cudaSuccess) {
+      return ncclInternalError;
+    }
+  }
+  return ncclSuccess;
+}
 
 std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kind, Tensor tensor, int root,
                             std::string desc) {
@@ -342,7 +378,8 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
                      tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
   }
   const bool summable = tensor.dtype() == kFloat32 || tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16;
-  if (!tensor.is_contiguous() || (kind == Kind::kAllreduce && !summable)) {
+  const bool sums = kind == Kind::kAllreduce || kind == Kind::kReduceScatter;
+  if (!tensor.is_contiguous() || (sums && !summable)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         desc, ": nccl needs a contiguous tensor (float32/bfloat16/float16 for a sum), got ", tensor.DebugString())));
   }
@@ -356,7 +393,20 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   }
   cudaSetDevice(s->device);
   cudaEvent_t ready = nullptr, done = nullptr;
-  cudaError_t e;
+  cudaError_t e = cudaSuccess;
+  Tensor scratch;
+  const bool flat = kind == Kind::kReduceScatter || kind == Kind::kAllGather;
+  if (flat && tensor.numel() > 0) {
+    try {
+      if (IssueFlat(s.get(), kind, tensor, &scratch, &e) != ncclSuccess) {
+        absl::Status st = absl::InternalError(absl::StrCat(desc, " failed: staging the padded copy: ", CudaErr(e)));
+        s->PoisonLocked(st);
+        return fail(st);
+      }
+    } catch (const std::exception& ex) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(desc, ": padded copy: ", ex.what())));
+    }
+  }
   auto cuda_fail = [&](const char* what) {
     absl::Status st = absl::InternalError(absl::StrCat(desc, " failed: ", what, ": ", CudaErr(e)));
     if (ready) cudaEventDestroy(ready);
@@ -372,18 +422,33 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEventDestroy(ready);  // released once the wait is satisfied
   ready = nullptr;
 
-  // Allreduce sums float32 / bfloat16 / float16; a broadcast moves bytes (any dtype).
+  // Allreduce and reduce-scatter sum float32 / bfloat16 / float16; a
+  // broadcast and an all-gather move bytes (any dtype).
   void* p = tensor.raw_data();
-  const bool sum = kind == Kind::kAllreduce;
-  const size_t n = sum ? static_cast<size_t>(tensor.numel()) : tensor.nbytes();
   ncclResult_t r = ncclSuccess;
-  if (n > 0) {
-    const ncclDataType_t type = tensor.dtype() == kBFloat16 ? ncclBfloat16
-                                : tensor.dtype() == kFloat16 ? ncclHalf
-                                                             : ncclFloat;
-    r = sum ? ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream)
-            : ncclBroadcast(p, p, n, ncclUint8, root, s->comm, s->comm_stream);
+  if (tensor.numel() > 0) {
+    const ncclDataType_t type = NcclType(tensor.dtype());
+    const size_t n = static_cast<size_t>(tensor.numel()), es = tensor.element_size();
+    const size_t shard = ShardSize(n, s->size, es);
+    char* buf = scratch.defined() ? static_cast<char*>(scratch.raw_data()) : static_cast<char*>(p);
+    char* own = buf + static_cast<size_t>(s->rank) * shard * es;
+    switch (kind) {
+      case Kind::kAllreduce: r = ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream); break;
+      case Kind::kBroadcast: r = ncclBroadcast(p, p, tensor.nbytes(), ncclUint8, root, s->comm, s->comm_stream); break;
+      case Kind::kReduceScatter: r = ncclReduceScatter(buf, own, shard, type, ncclSum, s->comm, s->comm_stream); break;
+      case Kind::kAllGather: r = ncclAllGather(own, buf, shard * es, ncclUint8, s->comm, s->comm_stream); break;
+    }
     r = s->SettleLocked(r, Clock::now() + s->timeout);
+    if (r == ncclSuccess && scratch.defined()) {
+      // The result back into the tensor, on the comm stream after the collective.
+      const ShardRange mine = ShardOf(n, s->size, s->rank, es);
+      const size_t off = kind == Kind::kReduceScatter ? mine.begin * es : 0;
+      const size_t bytes = kind == Kind::kReduceScatter ? mine.size() * es : n * es;
+      if (bytes > 0 && (e = cudaMemcpyAsync(static_cast<char*>(p) + off, buf + off, bytes, cudaMemcpyDeviceToDevice,
+                                            s->comm_stream)) != cudaSuccess) {
+        return cuda_fail("cudaMemcpyAsync (padded copy back)");
+      }
+    }
   }
   if (r != ncclSuccess) {
     absl::Status st = r == ncclInProgress
@@ -394,7 +459,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
     return fail(st);
   }
   if ((e = cudaEventRecord(done, s->comm_stream)) != cudaSuccess) return cuda_fail("cudaEventRecord");
-  return std::make_shared<NcclWork>(std::move(desc), s, std::move(tensor), done, absl::OkStatus());
+  return std::make_shared<NcclWork>(std::move(desc), s, std::move(tensor), done, absl::OkStatus(), std::move(scratch));
 }
 
 }  // namespace
@@ -403,6 +468,19 @@ std::shared_ptr<Work> NcclGroup::AllreduceSum(Tensor tensor, const std::string& 
   std::string desc = absl::StrCat("allreduce '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                                   ") on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
   return Issue(state_, Kind::kAllreduce, std::move(tensor), 0, std::move(desc));
+}
+
+std::shared_ptr<Work> NcclGroup::ReduceScatterSum(Tensor tensor, const std::string& name) {
+  std::string desc = absl::StrCat("reduce-scatter '", name, "' (",
+                                  internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0), ") on rank ", rank_,
+                                  " of ", size_, " (nccl, cuda:", device_, ")");
+  return Issue(state_, Kind::kReduceScatter, std::move(tensor), 0, std::move(desc));
+}
+
+std::shared_ptr<Work> NcclGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+  std::string desc = absl::StrCat("all-gather '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
+                                  ") on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
+  return Issue(state_, Kind::kAllGather, std::move(tensor), 0, std::move(desc));
 }
 
 std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::string& name) {

@@ -59,6 +59,10 @@ class NcclGroup : public ProcessGroup {
 
   // `tensor` must be on this group's CUDA device.
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
+  // In place at rank x shard (NCCL's layout, which flat_shard.h's is); a
+  // tensor whose length is not PaddedCount(...) goes through a padded copy.
+  std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   // Small host buffers, exchanged through the store.
   absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,

@@ -18,26 +18,35 @@
 
 namespace psync::comm::shm {
 
+absl::StatusOr<uint64_t> ReduceOwnShardInPlace(ShmContext& ctx, ShmContext::Op& op, const std::vector<char*>& bases,
+                                                size_t offset_bytes, size_t count, DType type, float scale) {
+  const int n = ctx.local_size(), me = ctx.local_rank();
+  op.d.aux = offset_bytes;
+  ctx.BeginOp(op);
+  PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
+  ctx.Publish(kCopied, s);
+  PSYNC_RETURN_IF_ERROR(ctx.WaitAll(kCopied, s, op, "data"));
+  PSYNC_RETURN_IF_ERROR(ctx.CheckAllDescriptors(op));
+  const size_t es = ElementSize(type);
+  const Range own = ShardLayout(count, n, es, ctx.slot_bytes()).shard(me);
+  absl::InlinedVector<const void*, 16> in(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) in[static_cast<size_t>(q)] = bases[static_cast<size_t>(q)] + offset_bytes + own.begin * es;
+  SumInto(type, bases[static_cast<size_t>(me)] + offset_bytes + own.begin * es, nullptr, in.data(), n, own.size(),
+          scale);
+  ctx.Publish(kReduced, s);
+  return s;
+}
+
 absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
                               DType type, float scale) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   if (n == 1) return absl::OkStatus();
   ShmContext::Op op = MakeOp(desc, OpKind::kAllreduceInPlace, name, count, type, static_cast<int>(buffer_id));
-  op.d.aux = offset_bytes;
-  ctx.BeginOp(op);
-  PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
-  ctx.Publish(kCopied, s);
-  PSYNC_RETURN_IF_ERROR(ctx.WaitAll(kCopied, s, op, "gradients"));
-  PSYNC_RETURN_IF_ERROR(ctx.CheckAllDescriptors(op));
+  PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ReduceOwnShardInPlace(ctx, op, bases, offset_bytes, count, type, scale));
   const size_t es = ElementSize(type);
   const ShardLayout lay(count, n, es, ctx.slot_bytes());
-  const Range own = lay.shard(me);
-  absl::InlinedVector<const void*, 16> in(static_cast<size_t>(n));
-  for (int q = 0; q < n; ++q) in[static_cast<size_t>(q)] = bases[static_cast<size_t>(q)] + offset_bytes + own.begin * es;
   char* mine = bases[static_cast<size_t>(me)] + offset_bytes;
-  SumInto(type, mine + own.begin * es, nullptr, in.data(), n, own.size(), scale);
-  ctx.Publish(kReduced, s);
   for (int j = 0; j < n; ++j) {
     if (j == me) continue;
     PSYNC_RETURN_IF_ERROR(ctx.WaitPeer(j, kReduced, s, op, "reduced shard"));

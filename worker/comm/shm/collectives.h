@@ -38,12 +38,22 @@ absl::Status ShardedSteps(ShmContext& ctx, ShmContext::Op& op, void* data, size_
                           bool gather);
 
 // After it, this rank's shard (ShardLayout(count, local_size, ...).shard(
-// local_rank)) of `data` holds the sum; the rest of `data` is unchanged.
+// local_rank)) of `data` holds the sum (times `scale`); the rest of `data`
+// is unchanged.
 absl::Status ReduceScatter(ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
-                           size_t count, DType type);
+                           size_t count, DType type, float scale = 1.0f);
 // Every rank's shard of `data` is copied into every other rank's `data`.
 absl::Status AllGather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
                        DType type);
+// The same two on a tensor in a registered buffer, in place (no staging
+// through the slots); arguments as AllreduceInPlace. Both return once every
+// rank is done with our buffer.
+absl::Status ReduceScatterInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
+                                  const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes,
+                                  size_t count, DType type, float scale = 1.0f);
+absl::Status AllGatherInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
+                              const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
+                              DType type);
 // Local rank `root`'s `bytes` bytes at `data` are copied to every rank.
 absl::Status Broadcast(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t bytes,
                        int root);
@@ -57,6 +67,12 @@ absl::Status Barrier(ShmContext& ctx, const std::string& desc);
 absl::Status AllreduceInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
                               DType type, float scale = 1.0f);
+// The first half both in-place collectives share: every rank's data in
+// place (kCopied, descriptors checked), this rank's shard summed from every
+// rank's buffer into its own, times `scale` (kReduced published). Returns
+// the step. allreduce_in_place.cc.
+absl::StatusOr<uint64_t> ReduceOwnShardInPlace(ShmContext& ctx, ShmContext::Op& op, const std::vector<char*>& bases,
+                                                size_t offset_bytes, size_t count, DType type, float scale);
 // Every rank's byte string, in local rank order.
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(ShmContext& ctx, const std::string& desc,
                                                         const std::string& mine);

@@ -47,6 +47,8 @@ enum class OpKind : uint32_t {
   kAllgatherBytes = 7,
   kRegisterBuffer = 8,
   kAllreduceInPlace = 9,
+  kReduceScatterInPlace = 10,
+  kAllGatherInPlace = 11,
 };
 const char* OpKindName(OpKind kind);
 

@@ -1,28 +1,24 @@
 // How a tensor of `count` elements is cut for the sharded collectives of a
 // local group of `parts` ranks: shard j (owned by local rank j) is one
-// contiguous range, a multiple of 64 bytes long (all but the last), and each
-// step moves one "piece" of every shard through the workspace slots
-// (parts pieces per slot).
+// contiguous range, the rule of comm/flat_shard.h (a multiple of 64 bytes
+// long, all but the tail), and each step moves one "piece" of every shard
+// through the workspace slots (parts pieces per slot).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 
+#include "worker/comm/flat_shard.h"
+
 namespace psync::comm::shm {
 
-struct Range {
-  size_t begin = 0;
-  size_t end = 0;
-  size_t size() const { return end - begin; }
-};
+using Range = ShardRange;
 
 class ShardLayout {
  public:
   ShardLayout(size_t count, int parts, size_t elem_size, size_t slot_bytes)
-      : count_(count), parts_(static_cast<size_t>(parts)) {
+      : count_(count), parts_(static_cast<size_t>(parts)), shard_(ShardSize(count, parts, elem_size)) {
     const size_t align = 64 / elem_size;  // elements per cache line
-    shard_ = (count + parts_ - 1) / parts_;
-    shard_ = (shard_ + align - 1) / align * align;
     piece_ = slot_bytes / elem_size / parts_ / align * align;
     rounds_ = shard_ == 0 ? 1 : (shard_ + piece_ - 1) / piece_;
   }

@@ -59,6 +59,8 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kAllgatherBytes: return "allgather";
     case OpKind::kRegisterBuffer: return "buffer registration";
     case OpKind::kAllreduceInPlace: return "in-place allreduce";
+    case OpKind::kReduceScatterInPlace: return "in-place reduce-scatter";
+    case OpKind::kAllGatherInPlace: return "in-place all-gather";
   }
   return "collective";
 }

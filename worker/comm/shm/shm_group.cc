@@ -109,6 +109,82 @@ std::shared_ptr<Work> ShmGroup::Allreduce(Tensor tensor, const std::string& name
       /*inline_ok=*/true);
 }
 
+std::shared_ptr<Work> ShmGroup::ReduceScatterSum(Tensor tensor, const std::string& name) {
+  return ReduceScatter(std::move(tensor), name, "reduce-scatter", 1.0f);
+}
+
+std::shared_ptr<Work> ShmGroup::ReduceScatterAverage(Tensor tensor, const std::string& name) {
+  // Fused for float32/float64 only, as AllreduceAverage (same bits as the sum then the scaling).
+  const DType t = tensor.defined() ? tensor.dtype() : kFloat32;
+  if (t != kFloat32 && t != kFloat64) return ProcessGroup::ReduceScatterAverage(std::move(tensor), name);
+  return ReduceScatter(std::move(tensor), name, "reduce-scatter (average)", 1.0f / static_cast<float>(size_));
+}
+
+std::shared_ptr<Work> ShmGroup::ReduceScatter(Tensor tensor, const std::string& name, const char* what, float scale) {
+  const std::string desc = Describe(what, name, tensor);
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() || !shm::Summable(tensor.dtype())) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(
+                  desc, ": shm reduce-scatters a contiguous float32/float64/bfloat16/float16 CPU tensor, got ",
+                  tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
+  }
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  if (std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data())) {
+    // In a collective buffer: every rank reads the peers' shards where they are.
+    const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
+    return queue_->Enqueue(
+        desc,
+        [ctx, tensor, desc, name, view = std::move(*buf), offset, scale](Deadline deadline) {
+          return Bounded(*ctx, deadline, [&] {
+            return shm::ReduceScatterInPlace(*ctx, desc, name, view.bases, view.id, offset,
+                                             static_cast<size_t>(tensor.numel()), tensor.dtype(), scale);
+          });
+        },
+        /*inline_ok=*/true);
+  }
+  return queue_->Enqueue(
+      desc,
+      [ctx, tensor, desc, name, scale](Deadline deadline) {
+        return Bounded(*ctx, deadline, [&] {
+          return shm::ReduceScatter(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                                    tensor.dtype(), scale);
+        });
+      },
+      /*inline_ok=*/true);
+}
+
+std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+  const std::string desc = Describe("all-gather", name, tensor);
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return internal::SerialQueue::Failed(
+        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm all-gathers a contiguous CPU tensor, got ",
+                                                      tensor.defined() ? tensor.DebugString()
+                                                                       : std::string("an undefined tensor"))));
+  }
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  if (std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data())) {
+    const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
+    return queue_->Enqueue(
+        desc,
+        [ctx, tensor, desc, name, view = std::move(*buf), offset](Deadline deadline) {
+          return Bounded(*ctx, deadline, [&] {
+            return shm::AllGatherInPlace(*ctx, desc, name, view.bases, view.id, offset,
+                                         static_cast<size_t>(tensor.numel()), tensor.dtype());
+          });
+        },
+        /*inline_ok=*/true);
+  }
+  return queue_->Enqueue(
+      desc,
+      [ctx, tensor, desc, name](Deadline deadline) {
+        return Bounded(*ctx, deadline, [&] {
+          return shm::AllGather(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                                tensor.dtype());
+        });
+      },
+      /*inline_ok=*/true);
+}
+
 std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {

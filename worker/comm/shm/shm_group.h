@@ -40,6 +40,13 @@ class ShmGroup : public ProcessGroup {
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
   // The 1/size multiplication is fused into the reduction (no extra pass).
   std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name) override;
+  // Reduce-scatter / all-gather: in place without staging when the tensor
+  // is in a collective buffer (shm/reduce_scatter_in_place.cc,
+  // all_gather_in_place.cc), else through the workspace slots. The average
+  // fuses the 1/size multiplication into the reduction.
+  std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> ReduceScatterAverage(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
                                                      std::chrono::milliseconds timeout) override;
@@ -52,6 +59,7 @@ class ShmGroup : public ProcessGroup {
  private:
   ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx);
   std::shared_ptr<Work> Allreduce(Tensor tensor, const std::string& name, const char* what, float scale);
+  std::shared_ptr<Work> ReduceScatter(Tensor tensor, const std::string& name, const char* what, float scale);
   std::string Describe(const char* what, const std::string& name, const Tensor& t) const;
 
   const int rank_;

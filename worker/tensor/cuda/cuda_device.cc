@@ -71,6 +71,15 @@ void Free(void* ptr, int device) noexcept {
   }
 }
 
+int64_t PeakAllocatedBytes(int device) {
+  cuda::DeviceGuard guard(device);
+  cudaMemPool_t pool = nullptr;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t high = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return static_cast<int64_t>(high);
+}
+
 void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
   if (dst_device.is_cuda() && src_device.is_cpu()) {

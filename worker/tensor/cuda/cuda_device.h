@@ -46,4 +46,8 @@ void SetCurrentDevice(int device);
 // Waits for everything queued on the device's compute stream.
 void Synchronize(int device);
 
+// The high-water mark of memory in use from the device's default memory
+// pool (where Allocate's stream-ordered allocations come from), in bytes.
+int64_t PeakAllocatedBytes(int device);
+
 }  // namespace psync::cuda_device

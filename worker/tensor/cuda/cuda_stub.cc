@@ -25,6 +25,7 @@ void Free(void*, int) noexcept {}
 void CopyBytes(void*, Device, const void*, Device, size_t) { NoCuda(); }
 void SetCurrentDevice(int) { NoCuda(); }
 void Synchronize(int) { NoCuda(); }
+int64_t PeakAllocatedBytes(int) { NoCuda(); }
 }  // namespace cuda_device
 
 namespace ops {

@@ -1,0 +1,102 @@
+// ZeroBuckets: the ZeRO side of the reducer (--zero=1|2), what the sharded
+// optimizer (optim/sharded_optimizer.h) steps on (optim::GradientShards).
+//
+// Layout: the reducer's gradient buckets, each padded to a multiple of
+// kZeroShardAlign x world elements (flat_shard.h), so every rank owns an
+// equal contiguous 1/W shard of every bucket, [r*s, (r+1)*s). The
+// parameters' values move into flat parameter buffers of the same layout
+// (the group's collective buffers: shared memory on shm): every parameter's
+// data becomes a view into its bucket's buffer, so the optimizer updates the
+// owned shard in place and one all-gather per bucket brings every rank the
+// updated values, without copies.
+//
+// Per step: backward reduce-scatters each bucket (the reducer's
+// ReduceScatterHook: the average lands in this rank's shard); Finalized
+// records which buckets were reduced and which parameters got a gradient
+// on some rank; the optimizer reads GradShard(b) and calls
+// GatherParameters(b); the next forward (Reducer::CheckReadyForForward)
+// waits for the gathers, so they overlap whatever runs between the step and
+// it (the trainer's plans, data, metrics).
+//
+// Gradient memory: stage 1 keeps the reducer's full bucket buffers (the
+// shard is a view of them). Stage 2 keeps only this rank's shards between
+// steps (grad_shards_, 1/W) plus one staging buffer the size of the largest
+// bucket that backward fills bucket after bucket (zero_staging.h).
+//
+// Threads: the training thread; the group's communication thread touches a
+// buffer only between a collective's launch and its completion.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/autograd/variable.h"
+#include "worker/comm/process_group.h"
+#include "worker/ddp/bucket.h"
+#include "worker/optim/gradient_shards.h"
+
+namespace psync::ddp {
+
+// Shards are whole multiples of this many elements (64: a cache line of
+// float32 and of any narrower type), so the gradient (float32) and
+// parameter buffers of a bucket cut at the same elements.
+inline constexpr int64_t kZeroShardAlign = 64;
+
+// The flat length of a bucket of `elements` under ZeRO at world `world`.
+int64_t ZeroPaddedCount(int64_t elements, int world);
+
+class ZeroBuckets : public optim::GradientShards {
+ public:
+  ZeroBuckets(std::vector<autograd::Variable> params, std::shared_ptr<comm::ProcessGroup> group, int stage,
+              std::chrono::milliseconds timeout);
+
+  int stage() const { return stage_; }
+  // The reducer's gradient buckets for `plan`, padded; with `staging`
+  // (--zero=2) all cut from one new staging buffer the size of the largest,
+  // returned there. Collective (the group's collective buffers). Throws
+  // std::runtime_error.
+  std::vector<Bucket> BuildBuckets(const std::vector<std::vector<size_t>>& plan, Tensor* staging) const;
+  // After the reducer (re)built `buckets`: the flat parameter buffers of the
+  // same layout, every parameter's data moved into its bucket's buffer, a
+  // new version(). Collective (collective buffers). Throws std::runtime_error.
+  void Install(const std::vector<Bucket>& buckets);
+  // Stage 2: this rank's shard of bucket b lives here between steps.
+  Tensor& shard_storage(size_t b) { return grad_shards_[b]; }
+  // After a synchronised backward: records which parameters got a gradient
+  // on some rank (`global_used`; null: all) and which buckets were reduced
+  // (not `skipped`), and clears every parameter's grad: no parameter exposes
+  // a grad that is partly other ranks' unreduced values. Returns the number
+  // of parameters unused on every rank.
+  size_t Finalized(const std::vector<uint8_t>* global_used, const std::vector<uint8_t>& skipped);
+  // Bytes of gradient storage this rank holds between steps (stage 2: the
+  // shards; the reducer adds its buffers).
+  int64_t shard_bytes() const;
+
+  // optim::GradientShards
+  const std::vector<autograd::Variable>& parameters() const override { return params_; }
+  const optim::ShardPlan& plan() const override { return plan_; }
+  uint64_t version() const override { return version_; }
+  Tensor GradShard(size_t b) const override;
+  bool HasGrad(size_t i) const override { return i < used_.size() && used_[i] != 0; }
+  void GatherParameters(size_t b) override;
+  absl::Status WaitParameters() override;
+  comm::ProcessGroup& group() const override { return *group_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+ private:
+  const std::vector<autograd::Variable> params_;
+  const std::shared_ptr<comm::ProcessGroup> group_;
+  const int stage_;
+  const std::chrono::milliseconds timeout_;
+  optim::ShardPlan plan_;
+  uint64_t version_ = 0;
+  std::vector<Tensor> param_buffers_;  // per bucket: the parameters' values, flat and padded
+  std::vector<Tensor> grad_shards_;    // per bucket: this rank's averaged gradient shard
+  std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward
+  std::vector<uint8_t> reduced_;       // per bucket, likewise
+  std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
+};
+
+}  // namespace psync::ddp

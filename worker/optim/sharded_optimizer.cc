@@ -1,0 +1,291 @@
+#include "worker/optim/sharded_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
+#include "common/status_macros.h"
+#include "worker/tensor/ops.h"
+
+namespace psync::optim {
+
+namespace {
+
+Tensor Slice1d(const Tensor& t, int64_t offset, int64_t length) { return t.Flatten().View(offset, {length}); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(NamedParams params,
+                                                                          std::unique_ptr<UpdateRule> rule) {
+  if (!rule) return absl::InvalidArgumentError("sharded optimizer: no update rule");
+  if (absl::Status st = ValidateParams(params); !st.ok()) return st;
+  return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(params), std::move(rule)));
+}
+
+ShardedOptimizer::ShardedOptimizer(NamedParams params, std::unique_ptr<UpdateRule> rule)
+    : Optimizer(std::move(params)), rule_(std::move(rule)), buffer_names_(rule_->buffers()) {}
+
+absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
+  if (!shards) return absl::InvalidArgumentError("sharded optimizer: no gradient shards to attach to");
+  const std::vector<autograd::Variable>& theirs = shards->parameters();
+  if (theirs.size() != params_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("sharded optimizer: ", params_.size(),
+                                                   " parameters, but the data-parallel layer shards ", theirs.size()));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (theirs[i].state() != params_[i].second.state()) {
+      return absl::InvalidArgumentError(absl::StrCat("sharded optimizer: parameter ", i, " ('", params_[i].first,
+                                                     "') is not the data-parallel layer's parameter ", i));
+    }
+  }
+  shards_ = std::move(shards);
+  absl::Status st = RunCatching("sharded optimizer: making the state of this rank's shards", [&] {
+    Layout(shards_->plan());
+  });
+  if (!st.ok()) return st;
+  version_ = shards_->version();
+  if (pending_.empty()) return absl::OkStatus();
+  NamedTensors full = std::move(pending_);
+  pending_.clear();
+  return Slice(full);
+}
+
+void ShardedOptimizer::Layout(const ShardPlan& plan) {
+  plan_ = plan;
+  segments_.assign(plan.buckets.size(), {});
+  state_.assign(plan.buckets.size(), {});
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    const FlatBucket& fb = plan.buckets[b];
+    const int64_t s = plan.shard(b);
+    const int64_t lo = static_cast<int64_t>(plan.rank) * s, hi = lo + s;
+    for (size_t k = 0; k < fb.params.size(); ++k) {
+      const size_t i = fb.params[k];
+      const int64_t begin = fb.offsets[k], end = begin + params_[i].second.data().numel();
+      const int64_t a = std::max(begin, lo), e = std::min(end, hi);
+      if (a < e) segments_[b].push_back(Segment{i, a - begin, a - lo, e - a});
+    }
+    if (fb.params.empty()) continue;
+    const Tensor& like = params_[fb.params.front()].second.data();
+    for (size_t k = 0; k < buffer_names_.size(); ++k) state_[b].push_back(Tensor::Zeros({s}, like.dtype(), like.device()));
+  }
+}
+
+Tensor ShardedOptimizer::MasterSlice(const Segment& seg) const {
+  return Slice1d(params_[seg.param].second.data(), seg.param_offset, seg.length);
+}
+
+absl::Status ShardedOptimizer::Gathered() {
+  // The last step's parameter gathers (normally done: the forward waited).
+  return Annotate(shards_->WaitParameters(), absl::StrCat(name(), " (sharded): gathering the updated parameters"));
+}
+
+absl::Status ShardedOptimizer::Step(double lr) {
+  if (!shards_) return absl::FailedPreconditionError("sharded optimizer: Step before Attach");
+  PSYNC_RETURN_IF_ERROR(Gathered());
+  if (shards_->version() != version_) PSYNC_RETURN_IF_ERROR(Reshard());
+  // Every rank knows which parameters got a gradient: the counts stay replicated.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (shards_->HasGrad(i)) ++steps_[i];
+  }
+  for (size_t b = 0; b < segments_.size(); ++b) {
+    const Tensor grad = shards_->GradShard(b);
+    // A bucket nobody reduced (every parameter unused everywhere): nothing changed, nothing to gather.
+    if (!grad.defined()) continue;
+    for (const Segment& seg : segments_[b]) {
+      if (!shards_->HasGrad(seg.param)) continue;
+      std::vector<Tensor> bufs;
+      for (const Tensor& t : state_[b]) bufs.push_back(t.View(seg.shard_offset, {seg.length}));
+      try {
+        rule_->Apply(MasterSlice(seg), grad.View(seg.shard_offset, {seg.length}), bufs,
+                     ParamStep{params_[seg.param].second.data().dim(), steps_[seg.param]}, lr);
+      } catch (const TensorError& e) {
+        (void)Gathered();
+        return ParamError(seg.param, e, /*internal=*/false);
+      } catch (const InternalError& e) {
+        (void)Gathered();
+        return ParamError(seg.param, e, /*internal=*/true);
+      }
+    }
+    // Why launched here: the gather of this bucket overlaps the update of
+    // the next one, and the last ones whatever runs before the next forward
+    // (which waits for them).
+    shards_->GatherParameters(b);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
+  if (!(max_norm > 0) || !std::isfinite(max_norm)) {
+    return absl::InvalidArgumentError(absl::StrCat("--clip-grad-norm must be a finite value > 0, got ", max_norm));
+  }
+  if (!shards_) return absl::FailedPreconditionError("sharded optimizer: ClipGradNorm before Attach");
+  PSYNC_RETURN_IF_ERROR(Gathered());
+  if (shards_->version() != version_) PSYNC_RETURN_IF_ERROR(Reshard());
+  // This rank's partial sum: its segments' sums of squares (ops::SumOfSquares,
+  // as clip.h), added in bucket and segment order.
+  std::vector<std::pair<size_t, const Segment*>> used;
+  for (size_t b = 0; b < segments_.size(); ++b) {
+    if (!shards_->GradShard(b).defined()) continue;
+    for (const Segment& seg : segments_[b]) {
+      if (shards_->HasGrad(seg.param)) used.emplace_back(b, &seg);
+    }
+  }
+  double mine = 0;
+  absl::Status st = RunCatching("gradient norm (sharded)", [&] {
+    if (used.empty()) return;
+    const Device device = shards_->GradShard(used.front().first).device();
+    Tensor sums = Tensor::Empty({static_cast<int64_t>(used.size())}, kFloat64, device);
+    for (size_t k = 0; k < used.size(); ++k) {
+      const Segment& seg = *used[k].second;
+      ops::SumOfSquaresInto(sums.View(static_cast<int64_t>(k), {}),
+                            shards_->GradShard(used[k].first).View(seg.shard_offset, {seg.length}));
+    }
+    for (double v : sums.ToVector<double>()) mine += v;
+  });
+  if (!st.ok()) return st;
+  // Combined in rank order on every rank: every rank gets the same norm.
+  std::string bytes(sizeof(double), '\0');
+  std::memcpy(bytes.data(), &mine, sizeof(double));
+  absl::StatusOr<std::vector<std::string>> all = shards_->group().Allgather(bytes, shards_->timeout());
+  if (!all.ok()) return Annotate(all.status(), "gradient norm (sharded): combining the ranks' partial sums");
+  double total = 0;
+  for (const std::string& b : *all) {
+    double v = 0;
+    if (b.size() != sizeof(double)) return absl::InternalError("gradient norm (sharded): malformed partial sum");
+    std::memcpy(&v, b.data(), sizeof(double));
+    total += v;
+  }
+  const double norm = std::sqrt(total);
+  const double coef = max_norm / (norm + 1e-6);
+  // As clip.h: a NaN/inf norm poisons the gradients, as in torch.
+  if (!(coef < 1.0) && !std::isnan(coef)) return norm;
+  const float scale = static_cast<float>(coef);
+  st = RunCatching("gradient clipping (sharded)", [&] {
+    for (const auto& [b, seg] : used) {
+      ops::ScaleInPlace(shards_->GradShard(b).View(seg->shard_offset, {seg->length}), scale);
+    }
+  });
+  if (!st.ok()) return st;
+  return norm;
+}
+
+std::vector<Optimizer::StateEntry> ShardedOptimizer::FullEntries() const {
+  std::vector<StateEntry> out;
+  for (const auto& [name, p] : params_) {
+    out.push_back(StateEntry{absl::StrCat(name, ".step"), {}, kInt64});
+    for (const std::string& buf : buffer_names_) {
+      out.push_back(StateEntry{absl::StrCat(name, ".", buf), p.data().shape(), p.data().dtype()});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<NamedTensors> ShardedOptimizer::CheckpointState(bool keep) {
+  if (!shards_) {
+    return absl::FailedPreconditionError("sharded optimizer: CheckpointState before Attach");
+  }
+  PSYNC_RETURN_IF_ERROR(Gathered());
+  // Per parameter and buffer: the whole tensor (on the CPU), filled bucket
+  // by bucket from an all-gather of every rank's shard.
+  std::vector<std::vector<Tensor>> full(params_.size());
+  absl::Status st = RunCatching("gathering the sharded optimizer state", [&] {
+    if (!keep) return;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      for (size_t k = 0; k < buffer_names_.size(); ++k) {
+        full[i].push_back(Tensor::Zeros(params_[i].second.data().shape(), params_[i].second.data().dtype()));
+      }
+    }
+  });
+  if (!st.ok()) return st;
+  comm::ProcessGroup& group = shards_->group();
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const FlatBucket& fb = plan_.buckets[b];
+    for (size_t k = 0; k < state_[b].size(); ++k) {
+      Tensor flat;
+      const int64_t s = plan_.shard(b);
+      st = RunCatching("gathering the sharded optimizer state", [&] {
+        flat = Tensor::Zeros({fb.padded}, state_[b][k].dtype(), state_[b][k].device());
+        ops::Copy(flat.View(static_cast<int64_t>(plan_.rank) * s, {s}), state_[b][k]);
+      });
+      if (!st.ok()) return st;
+      st = group.AllgatherShards(flat, absl::StrCat("optimizer state ", buffer_names_[k], " of bucket ", b))
+               ->Wait(shards_->timeout());
+      if (!st.ok()) return Annotate(st, absl::StrCat(name(), " (sharded): gathering the state for a checkpoint"));
+      if (!keep) continue;
+      st = RunCatching("gathering the sharded optimizer state", [&] {
+        for (size_t j = 0; j < fb.params.size(); ++j) {
+          const size_t i = fb.params[j];
+          Tensor& dst = full[i][k];
+          ops::Copy(dst, flat.View(fb.offsets[j], dst.shape()));
+        }
+      });
+      if (!st.ok()) return st;
+    }
+  }
+  NamedTensors out;
+  if (!keep) return out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(absl::StrCat(params_[i].first, ".step"), Tensor::FromVector(std::vector<int64_t>{steps_[i]}, {}));
+    for (size_t k = 0; k < buffer_names_.size(); ++k) {
+      out.emplace_back(absl::StrCat(params_[i].first, ".", buffer_names_[k]), full[i][k]);
+    }
+  }
+  return out;
+}
+
+absl::Status ShardedOptimizer::LoadCheckpointState(const NamedTensors& state) {
+  absl::StatusOr<std::map<std::string, const Tensor*>> matched = MatchState(FullEntries(), state);
+  if (!matched.ok()) return matched.status();
+  if (!shards_) {
+    // Before Attach (--resume runs before the job is joined): keep it whole
+    // until the layout is known.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      steps_[i] = matched->at(absl::StrCat(params_[i].first, ".step"))->To(Device::CPU()).Item<int64_t>();
+    }
+    pending_ = state;
+    return absl::OkStatus();
+  }
+  return Slice(state);
+}
+
+absl::Status ShardedOptimizer::Slice(const NamedTensors& full) {
+  absl::StatusOr<std::map<std::string, const Tensor*>> matched = MatchState(FullEntries(), full);
+  if (!matched.ok()) return matched.status();
+  const std::map<std::string, const Tensor*>& given = *matched;
+  return RunCatching(absl::StrCat(name(), " state: copying this rank's slices"), [&] {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      steps_[i] = given.at(absl::StrCat(params_[i].first, ".step"))->To(Device::CPU()).Item<int64_t>();
+    }
+    for (size_t b = 0; b < segments_.size(); ++b) {
+      for (const Segment& seg : segments_[b]) {
+        for (size_t k = 0; k < buffer_names_.size(); ++k) {
+          const Tensor& whole = *given.at(absl::StrCat(params_[seg.param].first, ".", buffer_names_[k]));
+          ops::Copy(state_[b][k].View(seg.shard_offset, {seg.length}), Slice1d(whole, seg.param_offset, seg.length));
+        }
+      }
+    }
+  });
+}
+
+absl::Status ShardedOptimizer::Reshard() {
+  // Why gather it whole: the new owners of an element can be any rank; this
+  // happens once per bucket plan (at the start of a run).
+  absl::StatusOr<NamedTensors> full = CheckpointState(/*keep=*/true);
+  if (!full.ok()) return Annotate(full.status(), "sharded optimizer: moving the state to a new bucket layout");
+  absl::Status st = RunCatching("sharded optimizer: the state of the new layout", [&] { Layout(shards_->plan()); });
+  if (!st.ok()) return st;
+  version_ = shards_->version();
+  return Slice(*full);
+}
+
+int64_t ShardedOptimizer::state_bytes() const {
+  int64_t bytes = static_cast<int64_t>(params_.size() * sizeof(int64_t));
+  for (const auto& per_bucket : state_) {
+    for (const Tensor& t : per_bucket) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace psync::optim
