@@ -23,6 +23,7 @@ absl::StatusOr<nn::ModelOptions> OptionsFor(const WorkerOptions& opt, const data
   m.n_layer = opt.n_layer;
   m.n_head = opt.n_head;
   m.n_embd = opt.n_embd;
+  m.attention = opt.attention;
   m.input_shape = data.example_shape;
   m.num_classes = data.num_outputs;
   m.cnn_channels = opt.cnn_channels;
