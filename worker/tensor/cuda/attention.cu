@@ -67,6 +67,21 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int d) {
   return s;
 }
 
+// acc[u] (output dim lane + 32 u) += the sum over jj < n, in order, of lane
+// jj's x times tile[jj][lane + 32 u]: the per-key weights of a tile, held one
+// per lane, applied to the tile's rows.
+__device__ __forceinline__ void AccumulateRows(float (&acc)[kMaxPerLane], float x, const float* tile, int ld, int n,
+                                               int D, int lane) {
+  for (int jj = 0; jj < n; ++jj) {
+    const float xj = __shfl_sync(kFull, x, jj);
+#pragma unroll
+    for (int u = 0; u < kMaxPerLane; ++u) {
+      const int d = lane + u * kWarp;
+      if (d < D) acc[u] = fmaf(xj, tile[jj * ld + d], acc[u]);
+    }
+  }
+}
+
 // rows [32][D + 1] of a [B, H, T, D] operand from row t0 (zero past T), as float.
 template <typename S>
 __device__ void LoadTile(Heads<const S> x, int b, int h, int t0, int T, int D, float* tile) {
@@ -81,6 +96,28 @@ __device__ void LoadTile(Heads<const S> x, int b, int h, int t0, int T, int D, f
 template <typename S>
 __device__ void LoadRow(Heads<const S> x, int b, int h, int t, int D, float* row) {
   for (int d = threadIdx.x % kWarp; d < D; d += kWarp) row[d] = ToFloat(x.Row(b, h, t)[d]);
+}
+
+// For the block of query rows i0 .. i0 + 31: streams the key and value tiles
+// up to the block's last row through shared memory (ks, vs) and calls
+// row(r, i, j0) for each of this warp's rows r (query i = i0 + warp + 8 r)
+// that sees keys of tile j0 (a warp-uniform test).
+template <typename S, typename RowFn>
+__device__ __forceinline__ void StreamKeyTiles(Heads<const S> k, Heads<const S> v, int b, int h, int i0, int T, int D,
+                                               float* ks, float* vs, RowFn row) {
+  const int warp = threadIdx.x / kWarp;
+  const int i_end = min(i0 + kSimtRows, T);
+  for (int j0 = 0; j0 < i_end; j0 += kSimtRows) {
+    __syncthreads();
+    LoadTile(k, b, h, j0, T, D, ks);
+    LoadTile(v, b, h, j0, T, D, vs);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int i = i0 + warp + r * kSimtWarps;
+      if (i < T && j0 <= i) row(r, i, j0);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- forward
@@ -105,39 +142,21 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
     for (int u = 0; u < kMaxPerLane; ++u) acc[r][u] = 0.f;
   }
-  const int i_end = min(i0 + kSimtRows, T);
-  for (int j0 = 0; j0 < i_end; j0 += kSimtRows) {
-    __syncthreads();
-    LoadTile(k, b, h, j0, T, D, ks);
-    LoadTile(v, b, h, j0, T, D, vs);
-    __syncthreads();
+  StreamKeyTiles(k, v, b, h, i0, T, D, ks, vs, [&](int r, int i, int j0) {
+    LoadRow(q, b, h, i, D, qw);
+    __syncwarp();
+    const int j = j0 + lane;
+    const float z = j <= i ? Dot(qw, ks + lane * ld, D) * scale : -INFINITY;
+    const float m_new = fmaxf(m[r], WarpMax(z));  // finite: key j0 <= i is seen
+    const float alpha = expf(m[r] - m_new);
+    const float p = j <= i ? expf(z - m_new) : 0.f;
+    l[r] = l[r] * alpha + WarpSum(p);
+    m[r] = m_new;
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int i = i0 + warp + r * kSimtWarps;
-      if (i >= T || j0 > i) continue;  // warp-uniform
-      LoadRow(q, b, h, i, D, qw);
-      __syncwarp();
-      const int j = j0 + lane;
-      const float z = j <= i ? Dot(qw, ks + lane * ld, D) * scale : -INFINITY;
-      const float m_new = fmaxf(m[r], WarpMax(z));  // finite: key j0 <= i is seen
-      const float alpha = expf(m[r] - m_new);
-      const float p = j <= i ? expf(z - m_new) : 0.f;
-      l[r] = l[r] * alpha + WarpSum(p);
-      m[r] = m_new;
-#pragma unroll
-      for (int u = 0; u < kMaxPerLane; ++u) acc[r][u] *= alpha;
-      const int n = min(kSimtRows, i - j0 + 1);
-      for (int jj = 0; jj < n; ++jj) {
-        const float pj = __shfl_sync(kFull, p, jj);
-#pragma unroll
-        for (int u = 0; u < kMaxPerLane; ++u) {
-          const int d = lane + u * kWarp;
-          if (d < D) acc[r][u] = fmaf(pj, vs[jj * ld + d], acc[r][u]);
-        }
-      }
-      __syncwarp();  // qw is rewritten for the next row
-    }
-  }
+    for (int u = 0; u < kMaxPerLane; ++u) acc[r][u] *= alpha;
+    AccumulateRows(acc[r], p, vs, ld, min(kSimtRows, i - j0 + 1), D, lane);
+    __syncwarp();  // qw is rewritten for the next row
+  });
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = i0 + warp + r * kSimtWarps;
@@ -191,37 +210,19 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
     for (int u = 0; u < kMaxPerLane; ++u) acc[r][u] = 0.f;
   }
-  const int i_end = min(i0 + kSimtRows, T);
-  for (int j0 = 0; j0 < i_end; j0 += kSimtRows) {
-    __syncthreads();
-    LoadTile(k, b, h, j0, T, D, ks);
-    LoadTile(v, b, h, j0, T, D, vs);
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int i = i0 + warp + r * kSimtWarps;
-      if (i >= T || j0 > i) continue;
-      LoadRow(q, b, h, i, D, qw);
-      LoadRow(grad, b, h, i, D, gw);
-      __syncwarp();
-      const int j = j0 + lane;
-      float ds = 0.f;
-      if (j <= i) {
-        const float p = expf(Dot(qw, ks + lane * ld, D) * scale - lse[base + i]);
-        ds = p * (Dot(gw, vs + lane * ld, D) - delta[base + i]) * scale;
-      }
-      const int n = min(kSimtRows, i - j0 + 1);
-      for (int jj = 0; jj < n; ++jj) {
-        const float dsj = __shfl_sync(kFull, ds, jj);
-#pragma unroll
-        for (int u = 0; u < kMaxPerLane; ++u) {
-          const int d = lane + u * kWarp;
-          if (d < D) acc[r][u] = fmaf(dsj, ks[jj * ld + d], acc[r][u]);
-        }
-      }
-      __syncwarp();
+  StreamKeyTiles(k, v, b, h, i0, T, D, ks, vs, [&](int r, int i, int j0) {
+    LoadRow(q, b, h, i, D, qw);
+    LoadRow(grad, b, h, i, D, gw);
+    __syncwarp();
+    const int j = j0 + lane;
+    float ds = 0.f;
+    if (j <= i) {
+      const float p = expf(Dot(qw, ks + lane * ld, D) * scale - lse[base + i]);
+      ds = p * (Dot(gw, vs + lane * ld, D) - delta[base + i]) * scale;
     }
-  }
+    AccumulateRows(acc[r], ds, ks, ld, min(kSimtRows, i - j0 + 1), D, lane);
+    __syncwarp();
+  });
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = i0 + warp + r * kSimtWarps;
@@ -279,17 +280,8 @@ __global__ void __launch_bounds__(kSimtThreads)
         ds = p * (Dot(gs + lane * ld, vw, D) - rows[kSimtRows + lane]) * scale;
       }
       const int n = min(kSimtRows, T - i0);
-      for (int ii = 0; ii < n; ++ii) {
-        const float pi = __shfl_sync(kFull, p, ii), dsi = __shfl_sync(kFull, ds, ii);
-#pragma unroll
-        for (int u = 0; u < kMaxPerLane; ++u) {
-          const int d = lane + u * kWarp;
-          if (d < D) {
-            av[r][u] = fmaf(pi, gs[ii * ld + d], av[r][u]);
-            ak[r][u] = fmaf(dsi, qs[ii * ld + d], ak[r][u]);
-          }
-        }
-      }
+      AccumulateRows(av[r], p, gs, ld, n, D, lane);
+      AccumulateRows(ak[r], ds, qs, ld, n, D, lane);
       __syncwarp();
     }
   }

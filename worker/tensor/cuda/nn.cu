@@ -466,6 +466,23 @@ const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data())
 float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
 const int64_t* I(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
 
+// loss[0] = the mean of per-row losses that launch_rows(per_row) writes into a
+// [rows] double buffer living only on the compute stream (fixed-tree mean).
+template <typename LaunchRows>
+void MeanOfRowLosses(const Launch& l, int64_t rows, const Tensor& loss, LaunchRows launch_rows) {
+  double* per_row = nullptr;
+  PSYNC_CUDA_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
+  launch_rows(per_row);
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) {
+    MeanKernel<<<1, kReduceThreads, 0, l.stream>>>(per_row, rows, static_cast<float*>(loss.raw_data()));
+    err = cudaGetLastError();
+  }
+  cudaFreeAsync(per_row, l.stream);
+  PSYNC_CUDA_CHECK(err);
+}
+
 class CudaNn final : public NnKernels {
  public:
   void LogSoftmax(const Tensor& x, const Tensor& y) const override {
@@ -479,22 +496,15 @@ class CudaNn final : public NnKernels {
     Launch l(loss.device().index);
     const int64_t rows = logits.size(0), cols = logits.size(1);
     // Per-row losses in a pool buffer that lives only on the compute stream.
-    double* per_row = nullptr;
-    PSYNC_CUDA_CHECK(
-        cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
-    if (cols >= kWideRow) {
-      CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
-                                                                              cols);
-    } else {
-      CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows, cols);
-    }
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) {
-      MeanKernel<<<1, kReduceThreads, 0, l.stream>>>(per_row, rows, FW(loss));
-      err = cudaGetLastError();
-    }
-    cudaFreeAsync(per_row, l.stream);
-    PSYNC_CUDA_CHECK(err);
+    MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
+      if (cols >= kWideRow) {
+        CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
+                                                                                cols);
+      } else {
+        CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
+                                                                            cols);
+      }
+    });
   }
 
   void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
@@ -516,23 +526,15 @@ class CudaNn final : public NnKernels {
     Launch l(loss.device().index);
     const int64_t rows = logits.size(0), cols = logits.size(1), ld = logits.stride(0);
     const double g = static_cast<double>(grad_scale) / static_cast<double>(rows);
-    double* per_row = nullptr;
-    PSYNC_CUDA_CHECK(
-        cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
-    if (logits.dtype() == kBFloat16) {
-      FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
-          static_cast<__nv_bfloat16*>(logits.raw_data()), ld, I(targets), per_row, rows, cols, g);
-    } else {
-      FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(FW(logits), ld, I(targets), per_row, rows,
-                                                                        cols, g);
-    }
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) {
-      MeanKernel<<<1, kReduceThreads, 0, l.stream>>>(per_row, rows, FW(loss));
-      err = cudaGetLastError();
-    }
-    cudaFreeAsync(per_row, l.stream);
-    PSYNC_CUDA_CHECK(err);
+    MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
+      if (logits.dtype() == kBFloat16) {
+        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
+            static_cast<__nv_bfloat16*>(logits.raw_data()), ld, I(targets), per_row, rows, cols, g);
+      } else {
+        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(FW(logits), ld, I(targets), per_row, rows,
+                                                                          cols, g);
+      }
+    });
   }
 
   void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) const override {
