@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
                   "per-call scratch)\n",
                   mat_saved, fused_saved, static_cast<double>(mat_peak) / mib, static_cast<double>(fused_peak) / mib,
                   scratch);
-      std::printf("RESULT impl=psync op=attention_memory materialized_saved_mib=%.4f fused_saved_mib=%.4f "
+      std::printf("MEMORY impl=psync op=attention materialized_saved_mib=%.4f fused_saved_mib=%.4f "
                   "materialized_peak_mib=%.3f fused_peak_mib=%.3f fused_scratch_mib=%.3f\n",
                   mat_saved, fused_saved, static_cast<double>(mat_peak) / mib, static_cast<double>(fused_peak) / mib,
                   scratch);
