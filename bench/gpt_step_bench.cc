@@ -19,7 +19,11 @@
 //
 // Per mode: median step time, and the medians of its phases (forward incl.
 // the loss, backward incl. the reducer's end-of-backward wait, optimizer),
-// process CPU ms per step (all threads). With --rounds > 1 each mode keeps
+// process CPU ms per step (all threads), and on the CPU the peak of tensor
+// memory in use during a step above what is in use before it (the CPU
+// allocator's count: activations, gradients, temporaries).
+// --attention=fused|materialized picks the GPT's attention, --fused_classifier
+// the loss (FusedCrossEntropyLoss, as psync-worker trains, or CrossEntropyLoss). With --rounds > 1 each mode keeps
 // its round with the lowest median. Machine-readable lines:
 //   RESULT impl=psync mode=single threads=1 median_ms=... fwd_ms=... bwd_ms=... opt_ms=... cpu_ms=...
 //   RESULT impl=psync mode=ddp backend=shm world=2 per_rank_batch=8 median_ms=... exposed_ms=...
@@ -57,6 +61,7 @@
 #include "worker/optim/sharded_optimizer.h"
 #include "worker/optim/update_rule.h"
 #include "worker/tensor/cpu/blas_core.h"
+#include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/tensor/device.h"
 #include "worker/tensor/ops/copy.h"            // Synchronize
@@ -80,6 +85,9 @@ ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least d
 ABSL_FLAG(bool, profile, false,
           "single: also time every backward node (engine node observer) and print the total per node kind");
 ABSL_FLAG(int, timeout_s, 600, "ddp: whole-run deadline; ranks still running are killed");
+ABSL_FLAG(std::string, attention, "fused", "the GPT's attention: fused (flash-style) | materialized ([B,H,T,T] scores)");
+ABSL_FLAG(bool, fused_classifier, true,
+          "loss: FusedCrossEntropyLoss (gradient written over the logits, as psync-worker) or CrossEntropyLoss");
 
 namespace {
 
@@ -100,6 +108,7 @@ struct Config {
   std::vector<int> zero_stages;  // ddp: extra runs with --zero
   double bucket_cap_mb = 25;
   int steps = 20, warmup = 3, rounds = 1;
+  bool fused_classifier = true;
 };
 
 struct ModeResult {
@@ -107,6 +116,7 @@ struct ModeResult {
   std::string backend;  // ddp only
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double cpu_ms = 0;
+  double peak_mib = 0;  // CPU: the most tensor memory a step added over what was in use before it
   double loss = 0;  // after the last step (a sanity check, not a result)
   std::string key() const { return backend.empty() ? mode : mode + "@" + backend; }
 };
@@ -162,8 +172,11 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
   };
   const Tensor flat_y = y.Reshape({-1});
   double cpu0 = 0;
+  psync::CpuCachingAllocator& alloc = psync::CpuCachingAllocator::Get();
   for (int i = 0; i < c.warmup + c.steps; ++i) {
     if (i == c.warmup) cpu0 = psync::bench::CpuMs();
+    const size_t in_use = alloc.stats().in_use_bytes;
+    alloc.ResetPeak();
     const auto t0 = Clock::now();
     opt->ZeroGrad();
     Variable logits;
@@ -178,7 +191,9 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
     } else {
       logits = model.Forward(Variable(x));
     }
-    Variable loss = psync::autograd::CrossEntropyLoss(psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size}), flat_y);
+    const Variable rows = psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size});
+    Variable loss = c.fused_classifier ? psync::autograd::FusedCrossEntropyLoss(rows, flat_y)
+                                       : psync::autograd::CrossEntropyLoss(rows, flat_y);
     const auto t1 = done();
     absl::Status st = psync::autograd::Backward(loss);
     const auto t2 = done();
@@ -193,6 +208,9 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
       r->fwd_ms.push_back(Ms(t1 - t0));
       r->bwd_ms.push_back(Ms(t2 - t1));
       r->opt_ms.push_back(Ms(t3 - t2));
+      if (device.is_cpu()) {
+        r->peak_mib = std::max(r->peak_mib, static_cast<double>(alloc.stats().peak_in_use_bytes - in_use) / (1 << 20));
+      }
     }
     if (i + 1 == c.warmup + c.steps) r->loss = loss.data().Item();
   }
@@ -212,9 +230,10 @@ void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
 
 void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_rank_batch) {
   const psync::nn::GPT probe(c.gpt);
-  std::printf("%s: %s, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, AdamW, %d steps (+%d "
-              "warmup) x %d round(s)\n",
-              kName, probe.Describe().c_str(), c.batch, static_cast<long long>(per_rank_batch),
+  std::printf("%s: %s, %s attention, %s loss, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, "
+              "AdamW, %d steps (+%d warmup) x %d round(s)\n",
+              kName, probe.Describe().c_str(), psync::nn::GptAttentionName(c.gpt.attention),
+              c.fused_classifier ? "fused-classifier" : "cross-entropy", c.batch, static_cast<long long>(per_rank_batch),
               static_cast<long long>(c.gpt.block_size),
               c.mode == "ddp" ? absl::StrCat("world ", c.world).c_str() : "one process", c.threads,
               c.mode == "ddp" ? "/rank" : "", c.steps, c.warmup, c.rounds);
@@ -222,25 +241,26 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   for (const auto& r : results) {
     if (r.mode == "compute") compute = Median(r.step_ms);
   }
-  std::printf("  %-12s %10s %9s %9s %9s %11s %11s %8s\n", "mode", "median ms", "fwd ms", "bwd ms", "opt ms",
-              "exposed ms", "cpu ms/step", "loss");
+  std::printf("  %-12s %10s %9s %9s %9s %11s %11s %8s %9s\n", "mode", "median ms", "fwd ms", "bwd ms", "opt ms",
+              "exposed ms", "cpu ms/step", "loss", "peak MiB");
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     char exposed[32] = "-";
     if (r.mode != "compute" && r.mode != "single" && compute >= 0) {
       std::snprintf(exposed, sizeof(exposed), "%.2f", med - compute);
     }
-    std::printf("  %-12s %10.2f %9.2f %9.2f %9.2f %11s %11.2f %8.4f\n", r.key().c_str(), med, Median(r.fwd_ms),
-                Median(r.bwd_ms), Median(r.opt_ms), exposed, r.cpu_ms, r.loss);
+    std::printf("  %-12s %10.2f %9.2f %9.2f %9.2f %11s %11.2f %8.4f %9.1f\n", r.key().c_str(), med, Median(r.fwd_ms),
+                Median(r.bwd_ms), Median(r.opt_ms), exposed, r.cpu_ms, r.loss, r.peak_mib);
   }
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     std::printf("RESULT impl=psync mode=%s%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f fwd_ms=%.3f "
-                "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
+                "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f peak_mib=%.1f attention=%s\n",
                 r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(), c.threads,
                 c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
-                Median(r.bwd_ms), Median(r.opt_ms), r.mode != "compute" && r.mode != "single" && compute >= 0 ? med - compute : 0.0,
-                r.cpu_ms);
+                Median(r.bwd_ms), Median(r.opt_ms),
+                r.mode != "compute" && r.mode != "single" && compute >= 0 ? med - compute : 0.0, r.cpu_ms, r.peak_mib,
+                psync::nn::GptAttentionName(c.gpt.attention));
   }
   std::fflush(stdout);
 }
@@ -391,6 +411,10 @@ int main(int argc, char** argv) {
   if (absl::Status st = psync::nn::ValidateGptConfig(c.gpt); !st.ok()) {
     psync::ExitBadFlag(kName, std::string(st.message()));
   }
+  auto attention = psync::nn::ParseGptAttention(absl::GetFlag(FLAGS_attention));
+  if (!attention.ok()) psync::ExitBadFlag(kName, std::string(attention.status().message()));
+  c.gpt.attention = *attention;
+  c.fused_classifier = absl::GetFlag(FLAGS_fused_classifier);
   c.batch = PositiveFlag("batch", absl::GetFlag(FLAGS_batch));
   c.mode = absl::GetFlag(FLAGS_mode);
   auto device = psync::ParseDevice(absl::GetFlag(FLAGS_device));

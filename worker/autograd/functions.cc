@@ -163,6 +163,21 @@ class CrossEntropyLossBackward : public SingleOutputNode {
   void ReleaseSaved() override { logits = targets = Tensor(); }
 };
 
+class FusedCrossEntropyLossBackward : public SingleOutputNode {
+ public:
+  FusedCrossEntropyLossBackward(Tensor dlogits, float expected_grad)
+      : SingleOutputNode("FusedCrossEntropyLossBackward", true), dlogits_(std::move(dlogits)), expected_(expected_grad) {}
+
+ private:
+  TensorList Backward(const Tensor& g) override {
+    ops::RescaleClassifierGrad(dlogits_, g, expected_);  // nothing when g == expected_grad
+    return {dlogits_};
+  }
+  void ReleaseSaved() override { dlogits_ = Tensor(); }
+  Tensor dlogits_;  // the logits' storage, holding the gradient since the forward
+  const float expected_;
+};
+
 }  // namespace
 
 Variable Matmul(const Variable& a, const Variable& b) {
@@ -204,6 +219,27 @@ Variable Linear(const Variable& x, const Variable& weight, const Variable& bias)
   if (node) {
     if (weight.requires_grad()) node->x = x2;
     if (x.requires_grad()) node->w = weight.data();
+  }
+  return Wrap(std::move(out), node);
+}
+
+Variable LinearPadded(const Variable& x, const Variable& weight, const Tensor& padded) {
+  CheckDefined("LinearPadded", {&x, &weight});
+  const Tensor& w = weight.data();
+  if (x.data().dim() < 1 || w.dim() != 2 || x.data().size(-1) != w.size(1) || padded.dim() != 2 ||
+      padded.size(1) != w.size(1) || padded.size(0) < w.size(0)) {
+    throw TensorError("LinearPadded: x must be [..., in], weight [out, in] and padded [out_p >= out, in]; got x " +
+                      ShapeToString(x.shape()) + ", weight " + ShapeToString(w.shape()) + ", padded " +
+                      ShapeToString(padded.shape()));
+  }
+  const Tensor x2 = x.data().Reshape({-1, w.size(1)});
+  Shape out_shape = x.shape();
+  out_shape.back() = w.size(0);
+  Tensor out = ops::Matmul(x2, padded, false, true).Narrow(1, 0, w.size(0)).Reshape(out_shape);
+  auto node = MakeNode<LinearBackward>({&x, &weight, nullptr}, x.shape());  // no bias
+  if (node) {
+    if (weight.requires_grad()) node->x = x2;
+    if (x.requires_grad()) node->w = w;
   }
   return Wrap(std::move(out), node);
 }
@@ -280,6 +316,14 @@ Variable CrossEntropyLoss(const Variable& logits, const Tensor& targets) {
     node->targets = targets;
   }
   return Wrap(std::move(out), node);
+}
+
+Variable FusedCrossEntropyLoss(const Variable& logits, const Tensor& targets, float expected_grad) {
+  CheckDefined("FusedCrossEntropyLoss", {&logits});
+  if (!AnyRequiresGrad({&logits})) return CrossEntropyLoss(logits, targets);
+  if (!(expected_grad != 0.0f)) throw TensorError("FusedCrossEntropyLoss: expected_grad must be nonzero");
+  Tensor out = ops::FusedClassifier(logits.data(), targets, expected_grad);
+  return Wrap(std::move(out), MakeNode<FusedCrossEntropyLossBackward>({&logits}, logits.data(), expected_grad));
 }
 
 }  // namespace psync::autograd

@@ -26,6 +26,14 @@ Variable BatchedMatmul(const Variable& a, const Variable& b);
 // torch.nn.functional.linear (every leading dim of x is a row). `bias` may be
 // undefined (no bias).
 Variable Linear(const Variable& x, const Variable& weight, const Variable& bias);
+// Linear without bias whose product runs over padded rows of the weight:
+// padded [out_p, in] (out_p >= out) holds weight's values in its first `out`
+// rows (weight is usually a view of them) and zeros after. Returns [..., out],
+// a view with row stride out_p of x @ padded^T (the pad columns are never in
+// the result). Rows of a multiple of 128 keep the product and whatever reads
+// its rows aligned on GPUs (the GPT's vocabulary, padded as llm.c pads it).
+// Gradients are Linear's (from weight, not padded).
+Variable LinearPadded(const Variable& x, const Variable& weight, const Tensor& padded);
 Variable Relu(const Variable& x);
 // Elementwise, same shapes (no broadcasting).
 Variable Add(const Variable& a, const Variable& b);
@@ -41,5 +49,15 @@ Variable MseLoss(const Variable& pred, const Variable& target);
 // logits [N,C]; targets [N] int64 class indices in [0, C) (no gradient).
 // Mean over rows of -log_softmax(logits)[i, targets[i]] -> shape [].
 Variable CrossEntropyLoss(const Variable& logits, const Tensor& targets);
+// CrossEntropyLoss fused with its backward (ops::FusedClassifier, llm.c's
+// fused_classifier), for logits nothing reads afterwards (a model's output
+// on its way to the loss): when logits requires grad, the forward writes
+// d(loss)/d(logits) times expected_grad over the logits in place (one pass;
+// no second [N, C] tensor), and the backward hands that tensor on, rescaled
+// on the device only when the gradient it receives is not expected_grad (the
+// trainer passes 1/accumulate, what its loss receives). Rows may be strided
+// (a view of padded rows). Without a gradient (evaluation, no_grad) this is
+// CrossEntropyLoss and the logits keep their values.
+Variable FusedCrossEntropyLoss(const Variable& logits, const Tensor& targets, float expected_grad = 1.0f);
 
 }  // namespace psync::autograd

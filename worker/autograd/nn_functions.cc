@@ -66,6 +66,23 @@ class CausalSoftmaxBackward : public SingleOutputNode {
   const double scale_;
 };
 
+class CausalAttentionBackward : public SingleOutputNode {
+ public:
+  CausalAttentionBackward(double scale, bool deterministic)
+      : SingleOutputNode("CausalAttentionBackward", true), scale_(scale), deterministic_(deterministic) {}
+  Tensor q, k, v, out, lse;
+
+ private:
+  TensorList Backward(const Tensor& g) override {
+    // One kernel computes all three; unneeded ones are dropped.
+    ops::AttentionGrads r = ops::CausalAttentionBackward(g, q, k, v, out, lse, scale_, deterministic_);
+    return {needs_grad(0) ? r.dq : Tensor(), needs_grad(1) ? r.dk : Tensor(), needs_grad(2) ? r.dv : Tensor()};
+  }
+  void ReleaseSaved() override { q = k = v = out = lse = Tensor(); }
+  const double scale_;
+  const bool deterministic_;
+};
+
 class Conv2dBackward : public SingleOutputNode {
  public:
   Conv2dBackward(Tensor x, Tensor weight, int64_t stride, int64_t padding)
@@ -142,6 +159,20 @@ Variable CausalSoftmax(const Variable& scores, double scale) {
   CheckDefined("CausalSoftmax", {&scores});
   Tensor out = ops::CausalSoftmax(scores.data(), scale);
   return Wrap(out, MakeNode<CausalSoftmaxBackward>({&scores}, out, scale));
+}
+
+Variable CausalAttention(const Variable& q, const Variable& k, const Variable& v, double scale, bool deterministic) {
+  CheckDefined("CausalAttention", {&q, &k, &v});
+  ops::AttentionResult r = ops::CausalAttention(q.data(), k.data(), v.data(), scale);
+  auto node = MakeNode<CausalAttentionBackward>({&q, &k, &v}, scale, deterministic);
+  if (node) {
+    node->q = q.data();
+    node->k = k.data();
+    node->v = v.data();
+    node->out = r.out;
+    node->lse = std::move(r.lse);
+  }
+  return Wrap(std::move(r.out), node);
 }
 
 Variable Conv2d(const Variable& x, const Variable& weight, const Variable& bias, int64_t stride, int64_t padding) {

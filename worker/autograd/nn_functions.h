@@ -1,5 +1,6 @@
 // Differentiable neural-network functions of the GPT (llm.c's layers):
-// token embedding, LayerNorm, GELU (tanh form), causal softmax; and of the
+// token embedding, LayerNorm, GELU (tanh form), causal softmax, fused causal
+// attention; and of the
 // CNN: 2-d convolution and max pooling. Each has a forward and backward
 // kernel on CPU and CUDA (ops/nn.h) and a float64 finite-difference check
 // (tests/unit/autograd).
@@ -22,6 +23,15 @@ Variable Gelu(const Variable& x);
 // position j > i (the future) masked out (probability 0), as in causal
 // self-attention.
 Variable CausalSoftmax(const Variable& scores, double scale);
+// q, k, v [B, H, T, D] (any strides, e.g. the head views of the qkv
+// projection: no copy) -> softmax(scale q k^T, future masked) v, [B, H, T, D]
+// laid out in memory as [B, T, H, D] (so joining the heads is a view). Fused
+// and flash-style (ops/attention.h): saves q, k, v, the output and the
+// log-sum-exp [B, H, T], never the [T, T] probabilities, which the backward
+// recomputes tile by tile. dq, dk, dv come in the output's layout.
+// deterministic: see ops::CausalAttentionBackward.
+Variable CausalAttention(const Variable& q, const Variable& k, const Variable& v, double scale,
+                         bool deterministic = true);
 
 // x [N, Cin, H, W], weight [Cout, Cin, kh, kw], bias [Cout] (or an undefined
 // Variable: no bias) -> [N, Cout, Ho, Wo], as torch.nn.functional.conv2d

@@ -16,11 +16,12 @@ void AsRows(const Tensor& output, const Tensor& targets, Tensor* logits, Tensor*
 }
 }  // namespace
 
-autograd::Variable Loss(data::Task task, const autograd::Variable& output, const Tensor& targets) {
+autograd::Variable Loss(data::Task task, const autograd::Variable& output, const Tensor& targets,
+                        float grad_scale) {
   const Tensor t = targets.To(output.data().device());
   if (task == data::Task::kRegression) return autograd::MseLoss(output, autograd::Variable(t));
   const int64_t classes = output.data().size(-1);
-  return autograd::CrossEntropyLoss(autograd::Reshape(output, {-1, classes}), t.Reshape({-1}));
+  return autograd::FusedCrossEntropyLoss(autograd::Reshape(output, {-1, classes}), t.Reshape({-1}), grad_scale);
 }
 
 EvalSums Evaluate(data::Task task, const Tensor& output, const Tensor& targets) {

@@ -14,8 +14,13 @@
 
 namespace psync::runtime {
 
-// Mean loss of the micro-batch (shape []).
-autograd::Variable Loss(data::Task task, const autograd::Variable& output, const Tensor& targets);
+// Mean loss of the micro-batch (shape []). grad_scale: the gradient the
+// loss will receive in backward (the trainer's 1/accumulate). Cross-entropy
+// is the fused classifier (autograd::FusedCrossEntropyLoss): it writes the
+// logits' gradient over `output` during this call, so `output` must not be
+// read afterwards.
+autograd::Variable Loss(data::Task task, const autograd::Variable& output, const Tensor& targets,
+                        float grad_scale = 1.0f);
 
 // Sums over a batch for evaluation: loss summed over examples (positions
 // for a language model), the count it is summed over, and correct top-1

@@ -61,6 +61,7 @@ ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
   m.options.n_layer = opt.n_layer;
   m.options.n_head = opt.n_head;
   m.options.n_embd = opt.n_embd;
+  m.options.attention = opt.attention;
   m.options.cnn_channels = opt.cnn_channels;
   m.skip_layer = opt.skip_layer;
   m.init_path = opt.init_path;

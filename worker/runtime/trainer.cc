@@ -192,7 +192,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
                                {"skip", skip ? "true" : "false"}});
       loss = ddp.Forward([&]() -> autograd::Variable {
         autograd::Variable out = ctx_.model->Forward(autograd::Variable(inputs), skip ? skip_set_ : std::set<int>{});
-        return autograd::Scale(Loss(task_, out, batch.targets), micro_scale);
+        return autograd::Scale(Loss(task_, out, batch.targets, micro_scale), micro_scale);
       });
     }
     if (!loss.ok()) return loss.status();

@@ -45,6 +45,8 @@ ABSL_FLAG(int64_t, block_size, 64, "gpt: tokens per sequence T (also the token d
 ABSL_FLAG(int64_t, n_layer, 4, "gpt: transformer blocks L");
 ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads H");
 ABSL_FLAG(int64_t, n_embd, 128, "gpt: embedding width C (divisible by --n-head)");
+ABSL_FLAG(std::string, attention, "fused",
+          "gpt: fused (flash-style, O(T) memory) | materialized ([B, H, T, T] scores; the reference)");
 ABSL_FLAG(int, skip_layer, -1, "mlp: layer to skip (square, not the last); -1 = none");
 ABSL_FLAG(std::string, cnn_channels, "16,32", "cnn: output channels of the two 3x3 convolutions");
 ABSL_FLAG(int, skip_block, -1, "gpt: transformer block to skip; -1 = none");
@@ -111,7 +113,7 @@ namespace {
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout",
-      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "cnn_channels", "skip_layer", "skip_block",
+      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "attention", "cnn_channels", "skip_layer", "skip_block",
       "skip_pattern", "init", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
       "eval_batch",
@@ -264,6 +266,8 @@ absl::Status ParseModel(const FlagSource& src, WorkerOptions& o) {
   o.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.n_head = absl::GetFlag(FLAGS_n_head);
   o.n_embd = absl::GetFlag(FLAGS_n_embd);
+  o.attention = absl::GetFlag(FLAGS_attention);
+  if (o.attention != "fused" && o.attention != "materialized") return Bad("attention", "must be fused or materialized");
   if (src.given("skip_layer") && src.given("skip_block")) {
     return Bad("skip-block", "give --skip-layer (mlp) or --skip-block (gpt), not both");
   }

@@ -42,6 +42,7 @@ struct WorkerOptions {
   int64_t vocab_size = 0;   // gpt: V; 0 = the data's (256 for bytes)
   int64_t block_size = 64;  // gpt: T, the tokens per sequence (also the token data's)
   int64_t n_layer = 4, n_head = 4, n_embd = 128;  // gpt
+  std::string attention = "fused";                 // gpt: fused | materialized
   int skip_layer = -1;      // the MLP layer (--skip-layer) or GPT block (--skip-block) to skip; -1 = none
   SkipPattern skip_pattern = SkipPattern::kAlways;
   std::string init_path;

@@ -1,5 +1,6 @@
 #include "worker/tensor/cpu_allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -57,6 +58,8 @@ void* CpuCachingAllocator::Allocate(size_t nbytes) {
   {
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.allocations;
+    stats_.in_use_bytes += size;
+    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
@@ -74,6 +77,10 @@ void* CpuCachingAllocator::Allocate(size_t nbytes) {
     ReleaseCached();
     p = std::aligned_alloc(kAlignment, size);
   }
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> l(mu_);
+    stats_.in_use_bytes -= size;
+  }
   return p;
 }
 
@@ -82,6 +89,7 @@ void CpuCachingAllocator::Free(void* p, size_t nbytes) {
   const size_t size = RoundSize(nbytes);
   {
     std::lock_guard<std::mutex> l(mu_);
+    stats_.in_use_bytes -= size;
     if (stats_.cached_bytes + size <= limit_) {
       PSYNC_POISON(p, size);
       free_[size].push_back(p);
@@ -136,6 +144,11 @@ size_t CpuCachingAllocator::cache_limit() const {
 CpuCachingAllocator::Stats CpuCachingAllocator::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;
+}
+
+void CpuCachingAllocator::ResetPeak() {
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.peak_in_use_bytes = stats_.in_use_bytes;
 }
 
 }  // namespace psync

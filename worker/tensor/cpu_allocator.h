@@ -38,6 +38,8 @@ class CpuCachingAllocator {
     uint64_t system_allocs = 0; // went to aligned_alloc
     size_t cached_bytes = 0;    // sitting in free lists now
     size_t cached_blocks = 0;
+    size_t in_use_bytes = 0;       // handed out and not freed yet (size classes)
+    size_t peak_in_use_bytes = 0;  // the most in use at once since start or ResetPeak
   };
 
   // The process-wide allocator (never destroyed: storages may be freed
@@ -57,6 +59,8 @@ class CpuCachingAllocator {
   void SetCacheLimit(size_t bytes);
   size_t cache_limit() const;
   Stats stats() const;
+  // Starts a new peak at the bytes in use now (benchmarks measure a phase).
+  void ResetPeak();
 
   // The size class (bytes actually allocated) of a request.
   static size_t RoundSize(size_t nbytes);

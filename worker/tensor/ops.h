@@ -10,6 +10,7 @@
 // in cpu/<family>.cc and cuda/<family>.cu.
 #pragma once
 
+#include "worker/tensor/ops/attention.h"
 #include "worker/tensor/ops/blas.h"
 #include "worker/tensor/ops/copy.h"
 #include "worker/tensor/ops/nn.h"

@@ -1,4 +1,5 @@
-// The GPT's and the CNN's layers against PyTorch 1.13 in float64: psync computes each
+// The GPT's (with the fused causal attention) and the CNN's layers against
+// PyTorch 1.13 in float64: psync computes each
 // layer's output and the gradients of sum(out * g) through the autograd
 // engine; a python script (Debian's /usr/bin/python3 with python3-torch)
 // computes the same with torch.nn.functional on the same inputs, read from
@@ -77,6 +78,13 @@ s = load("sm_s", (B, H, T, T), True); scale = 1.0 / math.sqrt(C // H)
 mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
 y = F.softmax((s * scale).masked_fill(~mask, float("-inf")), dim=-1); g = load("g_sm", (B, H, T, T))
 (y * g).sum().backward(); save("sm_y", y); save("sm_ds", s.grad)
+# Causal attention (psync's fused CausalAttention), T = 70: two 64-row tiles.
+TA, D = 70, 4
+q = load("at_q", (B, H, TA, D), True); k = load("at_k", (B, H, TA, D), True); v = load("at_v", (B, H, TA, D), True)
+mask = torch.tril(torch.ones(TA, TA, dtype=torch.bool))
+p = F.softmax((q @ k.transpose(-2, -1) * 0.6).masked_fill(~mask, float("-inf")), dim=-1)
+y = p @ v; (y * load("g_at", (B, H, TA, D))).sum().backward()
+for n, t in [("at_y", y), ("at_dq", q.grad), ("at_dk", k.grad), ("at_dv", v.grad)]: save(n, t)
 print("ok")
 )PY";
 
@@ -96,6 +104,10 @@ TEST(NnFunctionsTorch, LayersMatchPyTorchInFloat64) {
       {"g_gelu", RandomDouble({B, T, 4 * C}, 8)},
       {"sm_s", RandomDouble({B, H, T, T}, 9, -3, 3)},
       {"g_sm", RandomDouble({B, H, T, T}, 10)},
+      {"at_q", RandomDouble({B, H, 70, 4}, 11, -2, 2)},
+      {"at_k", RandomDouble({B, H, 70, 4}, 12, -2, 2)},
+      {"at_v", RandomDouble({B, H, 70, 4}, 13)},
+      {"g_at", RandomDouble({B, H, 70, 4}, 14)},
   };
   in["ids"] = ids.To(kFloat64);
   for (const auto& [name, t] : in) WriteDoubles(dir.File(name + ".bin"), t);
@@ -141,6 +153,15 @@ TEST(NnFunctionsTorch, LayersMatchPyTorchInFloat64) {
     Variable y = CausalSoftmax(s, 1.0 / std::sqrt(static_cast<double>(C / H)));
     got["sm_y"] = y.data();
     got["sm_ds"] = grad_of(y, in["g_sm"], {s})[0];
+  }
+  {
+    Variable q(in["at_q"], true, "q"), k(in["at_k"], true, "k"), v(in["at_v"], true, "v");
+    Variable y = CausalAttention(q, k, v, 0.6);
+    got["at_y"] = y.data().Contiguous();
+    std::vector<Tensor> g = grad_of(y, in["g_at"], {q, k, v});
+    got["at_dq"] = g[0].Contiguous();
+    got["at_dk"] = g[1].Contiguous();
+    got["at_dv"] = g[2].Contiguous();
   }
   for (const auto& [name, t] : got) {
     const std::vector<double> want = ReadDoubles(dir.File(name + ".out.bin"));

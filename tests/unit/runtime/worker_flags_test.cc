@@ -63,6 +63,10 @@ TEST_F(WorkerFlags, DefaultsWithoutFlagsOrEnvironment) {
   EXPECT_EQ(o->accumulate, 1);
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(30000));
   EXPECT_EQ(o->device, "cpu");
+  EXPECT_EQ(o->attention, "fused");
+  auto m = Parse({"--attention=materialized"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->attention, "materialized");
 }
 
 TEST_F(WorkerFlags, ZeroStages) {
@@ -169,6 +173,7 @@ TEST_F(WorkerFlags, BadModelAndOptimisationValuesNameTheFlag) {
   ExpectError({"--widths=8,0,4"}, {}, {"--widths"});
   ExpectError({"--widths=8"}, {}, {"--widths"});
   ExpectError({"--skip-pattern=sometimes"}, {}, {"--skip-pattern", "sometimes"});
+  ExpectError({"--attention=flash"}, {}, {"--attention", "fused or materialized"});
   ExpectError({"--skip-layer=-2"}, {}, {"--skip-layer"});
   ExpectError({"--synthetic-rows=0"}, {}, {"--synthetic-rows"});
   ExpectError({"--global-batch=0"}, {}, {"--global-batch"});

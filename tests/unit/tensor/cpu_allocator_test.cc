@@ -48,6 +48,24 @@ TEST(CpuCachingAllocator, ReusesFreedBlocksAndReleases) {
   EXPECT_EQ(a.stats().cached_blocks, 0u);
 }
 
+TEST(CpuCachingAllocator, CountsBytesInUseAndThePeak) {
+  CpuCachingAllocator& a = CpuCachingAllocator::Get();
+  const size_t base = a.stats().in_use_bytes, n = size_t{5} << 20, m = 1000;
+  a.ResetPeak();
+  EXPECT_EQ(a.stats().peak_in_use_bytes, base);
+  void* p = a.Allocate(n);
+  void* q = a.Allocate(m);
+  const size_t both = CpuCachingAllocator::RoundSize(n) + CpuCachingAllocator::RoundSize(m);
+  EXPECT_EQ(a.stats().in_use_bytes, base + both);
+  a.Free(p, n);
+  EXPECT_EQ(a.stats().in_use_bytes, base + CpuCachingAllocator::RoundSize(m));
+  EXPECT_EQ(a.stats().peak_in_use_bytes, base + both);  // freed blocks are cached, not in use
+  a.Free(q, m);
+  EXPECT_EQ(a.stats().in_use_bytes, base);
+  a.ResetPeak();
+  EXPECT_EQ(a.stats().peak_in_use_bytes, base);
+}
+
 TEST(CpuCachingAllocator, CapSendsBlocksBackToTheSystem) {
   CpuCachingAllocator& a = CpuCachingAllocator::Get();
   const size_t old = a.cache_limit();

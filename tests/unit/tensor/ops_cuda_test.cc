@@ -186,6 +186,52 @@ TEST_F(OpsCuda, WideCrossEntropyMatchesCpu) {
   EXPECT_TRUE(std::isnan(ops::CrossEntropyBackward(g.To(gpu_), dl, bad).ToVector().front()));
 }
 
+// The fused classifier (loss + gradient written over the logits): on wide
+// rows the same bits as CUDA's CrossEntropy + CrossEntropyBackward, the CPU's
+// to round-off; padded rows (a strided view) keep their pad; bfloat16 rows
+// within bf16 precision; the rescale kernel; bad targets give NaN.
+TEST_F(OpsCuda, FusedClassifierMatchesCrossEntropyAndTheCpu) {
+  const int64_t rows = 37, V = 5003, Vp = 5120;
+  Tensor padded = RandomTensor({rows, Vp}, 54, Device::CPU(), -8.0f, 8.0f).To(gpu_);
+  const Tensor before = padded.Clone();
+  const Tensor view = padded.Narrow(1, 0, V);
+  const Tensor logits = view.Contiguous();
+  Tensor labels = RandomLabels(rows, V, 55, gpu_);
+  const Tensor want_loss = ops::CrossEntropy(logits, labels);
+  const Tensor want_grad = ops::CrossEntropyBackward(Tensor::Scalar(0.5f, gpu_), logits, labels);
+  const Tensor loss = ops::FusedClassifier(view, labels, 0.5f);
+  EXPECT_EQ(loss.Item(), want_loss.Item());
+  EXPECT_EQ(view.Contiguous().ToVector(), want_grad.ToVector());
+  EXPECT_EQ(padded.Narrow(1, V, Vp - V).Contiguous().ToVector(), before.Narrow(1, V, Vp - V).Contiguous().ToVector());
+  const Tensor cpu_logits = logits.To(Device::CPU());
+  Tensor cpu_x = cpu_logits.Clone();
+  const Tensor cpu_loss = ops::FusedClassifier(cpu_x, labels.To(Device::CPU()), 0.5f);
+  ExpectClose(loss, cpu_loss, 1e-6f, "fused loss vs cpu");
+  ExpectClose(view.Contiguous(), cpu_x, 1e-6f, "fused grad vs cpu");
+  // Rescale: the same gradient is left alone; another one scales it.
+  const std::vector<float> written = view.Contiguous().ToVector();
+  ops::RescaleClassifierGrad(view, Tensor::Scalar(0.5f, gpu_), 0.5f);
+  EXPECT_EQ(view.Contiguous().ToVector(), written);
+  ops::RescaleClassifierGrad(view, Tensor::Scalar(1.0f, gpu_), 0.5f);
+  ExpectClose(view.Contiguous(), ops::CrossEntropyBackward(Tensor::Scalar(1.0f), cpu_logits, labels.To(Device::CPU())),
+              1e-6f, "rescaled");
+  // bfloat16 rows, and narrow rows.
+  for (int64_t cols : {int64_t{10}, int64_t{3000}}) {
+    const Tensor lb = RandomTensor({9, cols}, 56, gpu_, -4.0f, 4.0f).To(kBFloat16);
+    const Tensor lab = RandomLabels(9, cols, 57, gpu_);
+    Tensor xb = lb.Clone();
+    const Tensor lossb = ops::FusedClassifier(xb, lab, 1.0f);
+    EXPECT_NEAR(lossb.Item(), ops::CrossEntropy(lb.To(kFloat32), lab).Item(), 1e-5);
+    Tensor xc = lb.To(Device::CPU());
+    ops::FusedClassifier(xc, lab.To(Device::CPU()), 1.0f);
+    EXPECT_LE(ops::MaxAbsDiff(xb.To(kFloat32), xc.To(kFloat32).To(gpu_)), 1e-2 / static_cast<double>(9)) << cols;
+  }
+  Tensor bad_x = logits.Clone();
+  const Tensor bad = Tensor::FromVector(std::vector<int64_t>(rows, -1), {rows}, gpu_);
+  EXPECT_TRUE(std::isnan(ops::FusedClassifier(bad_x, bad, 1.0f).Item()));
+  EXPECT_TRUE(std::isnan(bad_x.ToVector().front()));
+}
+
 // The GPT's layers. Copies and the embedding's scatter-add (the same double
 // sums in the same position order) are bitwise equal to the CPU; so are
 // LayerNorm's weight/bias gradients for the same inputs. Row-wise sums use a

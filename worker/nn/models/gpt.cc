@@ -9,12 +9,15 @@
 #include "worker/autograd/nn_functions.h"
 #include "worker/autograd/view_functions.h"
 #include "worker/nn/init.h"
+#include "worker/tensor/ops.h"
 
 namespace psync::nn {
 
 namespace {
 
 constexpr float kInitStd = 0.02f;
+// The head's rows: V padded to a multiple of this (llm.c pads 50257 to 50304).
+constexpr int64_t kVocabPad = 128;
 
 // Seeds of the model's tensors: one stream per tensor, in registration order.
 class Init {
@@ -37,7 +40,7 @@ class Init {
 // One transformer block: pre-LayerNorm attention and MLP, each with a residual.
 class GPT::Block : public Module {
  public:
-  Block(const GptConfig& c, Init& init, Device device) : C_(c.n_embd), H_(c.n_head) {
+  Block(const GptConfig& c, Init& init, Device device) : C_(c.n_embd), H_(c.n_head), attention_(c.attention) {
     const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(c.n_layer));
     ln_1_ = RegisterModule("ln_1", std::make_shared<LayerNorm>(C_, device));
     c_attn_ = RegisterModule("attn.c_attn", std::make_shared<Linear>(init.Normal({3 * C_, C_}, kInitStd), init.Zeros({3 * C_})));
@@ -55,8 +58,9 @@ class GPT::Block : public Module {
 
  private:
   // x [B, T, C] -> causal self-attention [B, T, C]. Every reshape here is a
-  // view of the qkv projection, so nothing is copied until the heads are
-  // joined back.
+  // view of the qkv projection; the fused path also returns its heads in
+  // [B, T, H, hs] memory, so nothing is copied until c_proj (the
+  // materialized path copies when the heads are joined back).
   Variable Attention(const Variable& x) {
     const int64_t B = x.data().size(0), T = x.data().size(1), hs = C_ / H_;
     std::vector<Variable> qkv = autograd::Split(c_attn_->Forward(x), {C_, C_, C_}, 2);  // 3 x [B, T, C]
@@ -64,17 +68,32 @@ class GPT::Block : public Module {
       return autograd::Permute(autograd::Reshape(t, {B, T, H_, hs}), {0, 2, 1, 3});
     };
     Variable q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-    Variable scores = autograd::BatchedMatmul(q, autograd::Transpose(k, -2, -1));        // [B, H, T, T]
-    Variable att = autograd::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(hs)));
-    Variable y = autograd::BatchedMatmul(att, v);                                        // [B, H, T, hs]
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    Variable y;                                                                          // [B, H, T, hs]
+    if (attention_ == GptAttention::kFused) {
+      y = autograd::CausalAttention(q, k, v, scale);
+    } else {
+      Variable scores = autograd::BatchedMatmul(q, autograd::Transpose(k, -2, -1));      // [B, H, T, T]
+      y = autograd::BatchedMatmul(autograd::CausalSoftmax(scores, scale), v);
+    }
     y = autograd::Reshape(autograd::Permute(y, {0, 2, 1, 3}), {B, T, C_});               // [B, T, C]
     return attn_proj_->Forward(y);
   }
 
   int64_t C_, H_;
+  GptAttention attention_;
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
   std::shared_ptr<Linear> c_attn_, attn_proj_, c_fc_, mlp_proj_;
 };
+
+absl::StatusOr<GptAttention> ParseGptAttention(absl::string_view name) {
+  if (name == "fused") return GptAttention::kFused;
+  if (name == "materialized") return GptAttention::kMaterialized;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--attention=", name, ": must be fused (flash-style, O(T) memory) or materialized ([B, H, T, T] scores)"));
+}
+
+const char* GptAttentionName(GptAttention a) { return a == GptAttention::kFused ? "fused" : "materialized"; }
 
 absl::Status ValidateGptConfig(const GptConfig& c) {
   auto positive = [](int64_t v, const char* flag) -> absl::Status {
@@ -96,7 +115,15 @@ absl::Status ValidateGptConfig(const GptConfig& c) {
 GPT::GPT(const GptConfig& config, Device device, uint64_t seed) : config_(config), device_(device) {
   Init init(seed, device);
   const int64_t V = config.vocab_size, T = config.block_size, C = config.n_embd;
-  wte_ = RegisterModule("wte", std::make_shared<Embedding>(init.Normal({V, C}, kInitStd)));
+  // wte is the first V rows of a zero-padded [Vp, C] tensor (a contiguous
+  // view: files, --init, checkpoints and the optimizer see [V, C]); the
+  // head multiplies with all Vp rows, so its logits rows are Vp long and
+  // aligned, and the model returns the [.., V] view of them.
+  const int64_t Vp = (V + kVocabPad - 1) / kVocabPad * kVocabPad;
+  wte_padded_ = Tensor::Zeros({Vp, C}, device);
+  Tensor wte = wte_padded_.Narrow(0, 0, V);
+  ops::Copy(wte, init.Normal({V, C}, kInitStd));
+  wte_ = RegisterModule("wte", std::make_shared<Embedding>(wte));
   wpe_ = RegisterModule("wpe", std::make_shared<Embedding>(init.Normal({T, C}, kInitStd)));
   for (int64_t i = 0; i < config.n_layer; ++i) {
     blocks_.push_back(RegisterModule(absl::StrCat("h.", i), std::make_shared<Block>(config, init, device)));
@@ -137,8 +164,9 @@ Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
     if (skip_blocks.count(static_cast<int>(i))) continue;
     x = blocks_[i]->Forward(x);
   }
-  // The head is wte itself: logits = ln_f(x) @ wte^T.
-  return autograd::Linear(ln_f_->Forward(x), wte_->weight(), Variable());  // [B, T, V]
+  // The head is wte itself: logits = ln_f(x) @ wte^T, computed over the
+  // padded rows; the padded logits (all 0) never leave: [B, T, V] view.
+  return autograd::LinearPadded(ln_f_->Forward(x), wte_->weight(), wte_padded_);
 }
 
 std::string GPT::Describe() const {

@@ -4,11 +4,16 @@
 //   per block i (h.i):
 //     x = x + attn(ln_1(x))                             causal self-attention, H heads of C/H
 //     x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))  C -> 4C -> C
-//   logits = ln_f(x) @ wte^T                            [B, T, V]; the head is wte (tied)
+//   logits = ln_f(x) @ wte^T                            [B, T, V]; the head is wte (tied),
+//                                                       multiplied as V padded to a multiple of 128
 //
 // attn: q, k, v = split(c_attn(x), C) as [B, H, T, C/H] heads, scores
 // q k^T / sqrt(C/H) with the future masked, softmax, times v, heads joined
-// back to [B, T, C], then c_proj. LayerNorm eps 1e-5, no dropout.
+// back to [B, T, C], then c_proj. LayerNorm eps 1e-5, no dropout. The
+// attention runs fused by default (autograd::CausalAttention: flash-style,
+// O(T) memory, on the head views of c_attn's output without a copy); the
+// materialized path (scores [B, H, T, T], CausalSoftmax, two batched
+// matmuls) stays selectable as the reference.
 //
 // Parameters, in registration order, with PyTorch's Linear layout [out, in]:
 // wte.weight [V,C], wpe.weight [T,C], then per block h.i: ln_1.{weight,bias}
@@ -30,6 +35,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/nn/embedding.h"
 #include "worker/nn/layer_norm.h"
 #include "worker/nn/layers.h"
@@ -37,12 +44,19 @@
 
 namespace psync::nn {
 
+// How a block computes causal self-attention (--attention).
+enum class GptAttention { kFused, kMaterialized };
+// "fused" | "materialized"; InvalidArgument naming --attention otherwise.
+absl::StatusOr<GptAttention> ParseGptAttention(absl::string_view name);
+const char* GptAttentionName(GptAttention a);
+
 struct GptConfig {
   int64_t vocab_size = 256;  // V
   int64_t block_size = 64;   // T: the longest sequence
   int64_t n_layer = 4;       // L
   int64_t n_head = 4;        // H
   int64_t n_embd = 128;      // C (divisible by H)
+  GptAttention attention = GptAttention::kFused;
 };
 
 // InvalidArgument naming the flag (--n-embd ...) when the config cannot be built.
@@ -65,6 +79,9 @@ class GPT : public Model {
   GptConfig config_;
   Device device_;
   std::shared_ptr<Embedding> wte_, wpe_;
+  // [Vp, C], Vp = V rounded up to a multiple of 128: rows < V are wte's
+  // weight (it is a view of them), the rest stay 0 (nothing writes them).
+  Tensor wte_padded_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
 };

@@ -28,6 +28,7 @@ struct ModelOptions {
   std::vector<int64_t> widths;
   // gpt
   int64_t vocab_size = 0, block_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
+  std::string attention = "fused";  // fused | materialized (GptAttention)
   // cnn (and mlp on images): one example's shape [C, H, W] and the class count
   Shape input_shape;
   int64_t num_classes = 0;

@@ -27,6 +27,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeGpt(const ModelOptions& o) {
   c.n_layer = o.n_layer;
   c.n_head = o.n_head;
   c.n_embd = o.n_embd;
+  absl::StatusOr<GptAttention> attention = ParseGptAttention(o.attention);
+  if (!attention.ok()) return attention.status();
+  c.attention = *attention;
   absl::Status st = ValidateGptConfig(c);
   if (!st.ok()) return st;
   return std::unique_ptr<Model>(std::make_unique<GPT>(c, o.device, o.seed));

@@ -14,10 +14,12 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/tensor/cpu/cpu_util.h"
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/check.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -94,6 +96,74 @@ PSYNC_CPU_CLONES void CrossEntropyBackwardRows(const T* x, const int64_t* target
     const double pc = static_cast<double>(yr[c]) * inv;
     for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(g * (static_cast<double>(yr[j]) * inv));
     yr[c] = static_cast<T>(g * (pc - 1.0));
+  }
+}
+
+// ---------------------------------------------------------------- fused classifier
+// CrossEntropySum's term and CrossEntropyBackwardRows' gradient of each row
+// in one pass, written over the row (x [rows] with row stride ld): for
+// float32 and float64 the same arithmetic in the same order, hence the same
+// bits as the two kernels above. bfloat16 rows compute in float and read
+// the row once more instead of keeping exp in it (a bf16 copy of exp would
+// round the gradient twice). Targets are checked by the caller first.
+template <typename S>
+using ClassifierMath = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+template <typename S>
+PSYNC_CPU_CLONES double FusedClassifierRows(S* x, int64_t ld, const int64_t* targets, double g, int64_t rows,
+                                            int64_t cols) {
+  using M = ClassifierMath<S>;
+  double total = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    S* xr = x + i * ld;
+    const int64_t c = targets[i];
+    const M mx = MaxOf<M>(cols, [&](int64_t j) { return cpu::Convert<M>(xr[j]); });
+    const M xc = cpu::Convert<M>(xr[c]);
+    double sum;
+    if constexpr (cpu::kIsHalf<S>) {
+      sum = SumInOrder(cols, [&](int64_t j) { return static_cast<double>(Exp(cpu::Convert<M>(xr[j]) - mx)); });
+    } else {
+      sum = SumInOrder(cols, [&](int64_t j) {
+        const M e = Exp(xr[j] - mx);
+        xr[j] = e;
+        return static_cast<double>(e);
+      });
+    }
+    total += (std::log(sum) + static_cast<double>(mx)) - static_cast<double>(xc);
+    const double inv = 1.0 / sum;
+    if constexpr (cpu::kIsHalf<S>) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const double e = static_cast<double>(Exp(cpu::Convert<M>(xr[j]) - mx));
+        xr[j] = cpu::Convert<S>(static_cast<M>(g * ((j == c ? e - sum : e) * inv)));
+      }
+    } else {
+      const double pc = static_cast<double>(xr[c]) * inv;
+      for (int64_t j = 0; j < cols; ++j) xr[j] = static_cast<S>(g * (static_cast<double>(xr[j]) * inv));
+      xr[c] = static_cast<S>(g * (pc - 1.0));
+    }
+  }
+  return total;
+}
+
+// x [rows] (row stride ld) *= f.
+template <typename S>
+PSYNC_CPU_CLONES void ScaleRows(S* x, int64_t ld, int64_t rows, int64_t cols, double f) {
+  for (int64_t i = 0; i < rows; ++i) {
+    S* xr = x + i * ld;
+    for (int64_t j = 0; j < cols; ++j) {
+      xr[j] = cpu::Convert<S>(static_cast<ClassifierMath<S>>(static_cast<double>(cpu::Convert<ClassifierMath<S>>(xr[j])) * f));
+    }
+  }
+}
+
+// Runs fn with a value of the storage type of dtype (float32, float64, bfloat16).
+template <typename F>
+void DispatchClassifier(DType dtype, const char* op, F&& fn) {
+  switch (dtype) {
+    case kFloat32: return fn(float{});
+    case kFloat64: return fn(double{});
+    case kBFloat16: return fn(BFloat16{});
+    default: ThrowUnsupportedDType(op, dtype);
   }
 }
 
@@ -505,6 +575,32 @@ class CpuNn final : public NnKernels {
       const int64_t rows = logits.size(0), cols = logits.size(1);
       const double g = static_cast<double>(In<scalar_t>(grad)[0]) / static_cast<double>(rows);
       CrossEntropyBackwardRows(In<scalar_t>(logits), targets.data<int64_t>(), g, rows, cols, Out<scalar_t>(dlogits));
+    });
+  }
+
+  void FusedClassifier(const Tensor& logits, const Tensor& targets, float grad_scale,
+                       const Tensor& loss) const override {
+    const int64_t rows = logits.size(0), cols = logits.size(1);
+    const int64_t* t = targets.data<int64_t>();
+    for (int64_t i = 0; i < rows; ++i) Target(t, i, cols, "FusedClassifier");  // before anything is written
+    const double g = static_cast<double>(grad_scale) / static_cast<double>(rows);
+    DispatchClassifier(logits.dtype(), "FusedClassifier", [&](auto tag) {
+      using S = decltype(tag);
+      const double total = FusedClassifierRows(Out<S>(logits), logits.stride(0), t, g, rows, cols);
+      if (loss.dtype() == kFloat64) {
+        Out<double>(loss)[0] = total / static_cast<double>(rows);
+      } else {
+        Out<float>(loss)[0] = static_cast<float>(total / static_cast<double>(rows));
+      }
+    });
+  }
+
+  void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) const override {
+    const double g = grad.dtype() == kFloat64 ? In<double>(grad)[0] : static_cast<double>(In<float>(grad)[0]);
+    if (g == static_cast<double>(grad_scale)) return;
+    DispatchClassifier(dlogits.dtype(), "RescaleClassifierGrad", [&](auto tag) {
+      using S = decltype(tag);
+      ScaleRows(Out<S>(dlogits), dlogits.stride(0), dlogits.size(0), dlogits.size(1), g / grad_scale);
     });
   }
 

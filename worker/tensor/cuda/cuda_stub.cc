@@ -2,6 +2,7 @@
 // the tensor API stays the same, CUDA reports no devices, and every CUDA
 // path (memory, copies, each op family's kernels) throws TensorError.
 #include "worker/tensor/cuda/cuda_device.h"
+#include "worker/tensor/ops/attention_kernels.h"
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/copy_kernels.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -35,6 +36,7 @@ const ReduceKernels& CudaReduceKernels() { NoCuda(); }
 const BlasKernels& CudaBlasKernels() { NoCuda(); }
 const NnKernels& CudaNnKernels() { NoCuda(); }
 const OptimKernels& CudaOptimKernels() { NoCuda(); }
+const AttentionKernels& CudaAttentionKernels() { NoCuda(); }
 }  // namespace ops
 
 }  // namespace psync

@@ -154,6 +154,58 @@ __global__ void CrossEntropyBackwardWideKernel(const float* grad, const float* l
   }
 }
 
+// ---------------------------------------------------------------- fused classifier
+// One warp per row with the wide kernels' arithmetic (the max in float, exp
+// and the sum in double, a fixed xor tree), so loss and gradient equal
+// CrossEntropy's and CrossEntropyBackward's (rows of 1,024 classes or more:
+// bitwise): one kernel reads the row for the max, for the sum and for the
+// gradient, which it writes over the row; no second [N, C] tensor. float32
+// or bfloat16 rows (row stride ld; bfloat16 read as float).
+__device__ __forceinline__ float ClassifierLoad(float x) { return x; }
+__device__ __forceinline__ float ClassifierLoad(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void ClassifierStore(float* p, double v) { *p = static_cast<float>(v); }
+__device__ __forceinline__ void ClassifierStore(__nv_bfloat16* p, double v) {
+  *p = __float2bfloat16_rn(static_cast<float>(v));
+}
+
+template <typename S>
+__global__ void FusedClassifierKernel(S* logits, int64_t ld, const int64_t* targets, double* loss, int64_t rows,
+                                      int64_t cols, double g) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  S* xr = logits + r * ld;
+  const int64_t c = targets[r];
+  const bool bad = c < 0 || c >= cols;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < cols; j += kWarp) mx = fmaxf(mx, ClassifierLoad(xr[j]));
+  mx = WarpMax(mx);
+  double s = 0.0;
+  for (int64_t j = lane; j < cols; j += kWarp) s += exp(static_cast<double>(ClassifierLoad(xr[j])) - mx);
+  const double lse = log(WarpSum(s)) + mx;
+  const double xc = bad ? 0.0 : static_cast<double>(ClassifierLoad(xr[c]));
+  __syncwarp();  // every lane has read x[target] before any lane writes it
+  if (lane == 0) loss[r] = bad ? nan("") : lse - xc;
+  for (int64_t j = lane; j < cols; j += kWarp) {
+    const double p = exp(static_cast<double>(ClassifierLoad(xr[j])) - lse) - (j == c ? 1.0 : 0.0);
+    ClassifierStore(xr + j, bad ? static_cast<double>(nanf("")) : g * p);
+  }
+}
+
+// x [rows] (row stride ld) *= grad[0] / scale, unless they are equal (every
+// thread reads grad[0] and leaves at once: the usual case costs a launch).
+template <typename S>
+__global__ void RescaleClassifierKernel(S* x, int64_t ld, int64_t rows, int64_t cols, const float* grad,
+                                        float scale) {
+  const float g = grad[0];
+  if (g == scale) return;
+  const double f = static_cast<double>(g) / scale;
+  PSYNC_GRID_STRIDE(e, rows * cols) {
+    S* p = x + (e / cols) * ld + e % cols;
+    ClassifierStore(p, static_cast<double>(ClassifierLoad(*p)) * f);
+  }
+}
+
 // ---------------------------------------------------------------- GPT layers
 
 // LayerNorm forward: x, y [rows, c]; weight, bias [c]; mean, rstd [rows].
@@ -414,6 +466,23 @@ const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data())
 float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
 const int64_t* I(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
 
+// loss[0] = the mean of per-row losses that launch_rows(per_row) writes into a
+// [rows] double buffer living only on the compute stream (fixed-tree mean).
+template <typename LaunchRows>
+void MeanOfRowLosses(const Launch& l, int64_t rows, const Tensor& loss, LaunchRows launch_rows) {
+  double* per_row = nullptr;
+  PSYNC_CUDA_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
+  launch_rows(per_row);
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) {
+    MeanKernel<<<1, kReduceThreads, 0, l.stream>>>(per_row, rows, static_cast<float*>(loss.raw_data()));
+    err = cudaGetLastError();
+  }
+  cudaFreeAsync(per_row, l.stream);
+  PSYNC_CUDA_CHECK(err);
+}
+
 class CudaNn final : public NnKernels {
  public:
   void LogSoftmax(const Tensor& x, const Tensor& y) const override {
@@ -427,22 +496,15 @@ class CudaNn final : public NnKernels {
     Launch l(loss.device().index);
     const int64_t rows = logits.size(0), cols = logits.size(1);
     // Per-row losses in a pool buffer that lives only on the compute stream.
-    double* per_row = nullptr;
-    PSYNC_CUDA_CHECK(
-        cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
-    if (cols >= kWideRow) {
-      CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
-                                                                              cols);
-    } else {
-      CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows, cols);
-    }
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) {
-      MeanKernel<<<1, kReduceThreads, 0, l.stream>>>(per_row, rows, FW(loss));
-      err = cudaGetLastError();
-    }
-    cudaFreeAsync(per_row, l.stream);
-    PSYNC_CUDA_CHECK(err);
+    MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
+      if (cols >= kWideRow) {
+        CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
+                                                                                cols);
+      } else {
+        CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
+                                                                            cols);
+      }
+    });
   }
 
   void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
@@ -455,6 +517,35 @@ class CudaNn final : public NnKernels {
     } else {
       CrossEntropyBackwardKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(grad), F(logits), I(targets),
                                                                               FW(dlogits), rows, cols);
+    }
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void FusedClassifier(const Tensor& logits, const Tensor& targets, float grad_scale,
+                       const Tensor& loss) const override {
+    Launch l(loss.device().index);
+    const int64_t rows = logits.size(0), cols = logits.size(1), ld = logits.stride(0);
+    const double g = static_cast<double>(grad_scale) / static_cast<double>(rows);
+    MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
+      if (logits.dtype() == kBFloat16) {
+        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
+            static_cast<__nv_bfloat16*>(logits.raw_data()), ld, I(targets), per_row, rows, cols, g);
+      } else {
+        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(FW(logits), ld, I(targets), per_row, rows,
+                                                                          cols, g);
+      }
+    });
+  }
+
+  void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) const override {
+    Launch l(dlogits.device().index);
+    const int64_t rows = dlogits.size(0), cols = dlogits.size(1), ld = dlogits.stride(0);
+    if (dlogits.dtype() == kBFloat16) {
+      RescaleClassifierKernel<<<BlocksFor(rows * cols), kThreads, 0, l.stream>>>(
+          static_cast<__nv_bfloat16*>(dlogits.raw_data()), ld, rows, cols, F(grad), grad_scale);
+    } else {
+      RescaleClassifierKernel<<<BlocksFor(rows * cols), kThreads, 0, l.stream>>>(FW(dlogits), ld, rows, cols, F(grad),
+                                                                                 grad_scale);
     }
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }

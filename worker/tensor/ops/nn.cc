@@ -94,6 +94,52 @@ Tensor CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tens
   return dlogits;
 }
 
+namespace {
+
+// logits [N, C] (float32, bfloat16, float64 on the CPU) with unit column
+// stride, possibly strided rows; targets [N] int64; N, C > 0.
+void CheckClassifierLogits(const char* op, check::Args args, const Tensor& logits) {
+  const DType dt = logits.dtype();
+  if (!(dt == kFloat32 || dt == kBFloat16 || (dt == kFloat64 && logits.device().is_cpu()))) {
+    check::Fail(op, args, "logits must be float32, bfloat16 or (CPU) float64");
+  }
+  check::Dim(op, args, {"logits", &logits}, 2);
+  if (logits.size(0) == 0 || logits.size(1) == 0) check::Fail(op, args, "logits must not be empty");
+  if (logits.stride(1) != 1 || logits.stride(0) < logits.size(1)) {
+    check::Fail(op, args, "logits must be rows with contiguous columns (it is written in place)");
+  }
+}
+
+}  // namespace
+
+Tensor FusedClassifier(const Tensor& logits, const Tensor& targets, float grad_scale) {
+  const char* op = "FusedClassifier";
+  check::Args args = {{"logits", &logits}, {"targets", &targets}};
+  const Device d = check::Defined(op, args);
+  CheckClassifierLogits(op, args, logits);
+  check::Dim(op, args, {"targets", &targets}, 1);
+  check::DTypeIs(op, args, {"targets", &targets}, kInt64);
+  if (targets.size(0) != logits.size(0)) check::Fail(op, args, "targets must have one entry per row of logits");
+  if (!std::isfinite(grad_scale)) check::Fail(op, args, absl::StrCat("grad_scale must be finite, got ", grad_scale));
+  Tensor loss = Tensor::Empty({}, logits.dtype() == kFloat64 ? kFloat64 : kFloat32, d);
+  NnKernelsFor(d).FusedClassifier(logits, targets.Contiguous(), grad_scale, loss);
+  return loss;
+}
+
+void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) {
+  const char* op = "RescaleClassifierGrad";
+  check::Args args = {{"dlogits", &dlogits}, {"grad", &grad}};
+  const Device d = check::Defined(op, args);
+  CheckClassifierLogits(op, args, dlogits);
+  if (grad.numel() != 1) check::Fail(op, args, "grad must hold exactly one element");
+  const DType loss_dt = dlogits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  if (grad.dtype() != loss_dt) check::Fail(op, args, absl::StrCat("grad must be ", DTypeName(loss_dt), " (the loss's dtype)"));
+  if (!(grad_scale != 0.0f) || !std::isfinite(grad_scale)) {
+    check::Fail(op, args, absl::StrCat("grad_scale must be finite and nonzero, got ", grad_scale));
+  }
+  NnKernelsFor(d).RescaleClassifierGrad(dlogits, grad, grad_scale);
+}
+
 // ---------------------------------------------------------------- GPT layers
 
 Tensor Embedding(const Tensor& ids, const Tensor& weight) {

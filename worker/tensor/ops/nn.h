@@ -21,6 +21,23 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets);
 // d(CrossEntropy)/d(logits) times grad (one element, any device):
 // grad * (softmax(logits) - onehot(targets)) / N.
 Tensor CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets);
+// CrossEntropy and CrossEntropyBackward in one pass over the logits (llm.c's
+// fused_classifier): returns the mean loss (shape []; float32, float64 for
+// float64 logits) and overwrites logits in place with its gradient times
+// grad_scale, grad_scale * (softmax(row) - onehot(target)) / N, so no second
+// [N, C] tensor exists. logits [N, C]: float32, bfloat16 (float32 math) or
+// float64 on the CPU; rows may be strided (a [N, V] view of padded [N, Vp]
+// rows: only the view's columns are read and written). The CPU gives
+// CrossEntropy's and CrossEntropyBackward's bits (float32, float64) and
+// checks every target before writing anything (TensorError naming the row);
+// CUDA equals them to double round-off and makes a bad row's loss and
+// gradient NaN.
+Tensor FusedClassifier(const Tensor& logits, const Tensor& targets, float grad_scale);
+// dlogits (FusedClassifier's, written for grad_scale) times grad / grad_scale,
+// in place, for a backward that received `grad` (one element on dlogits'
+// device): nothing when grad == grad_scale, as for the trainer's loss. The
+// test runs on the device (no wait for the host).
+void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale);
 
 // ---- GPT layers
 

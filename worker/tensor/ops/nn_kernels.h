@@ -31,6 +31,13 @@ class NnKernels {
   // dlogits = grad[0] * (softmax(logits) - onehot(targets)) / rows; grad on the same device.
   virtual void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
                                     const Tensor& dlogits) const = 0;
+  // logits [rows, cols] (unit column stride, row stride logits.stride(0);
+  // float32, float64, bfloat16): loss [] (float32; float64 for float64) =
+  // CrossEntropy, and logits := grad_scale (softmax - onehot) / rows in place.
+  virtual void FusedClassifier(const Tensor& logits, const Tensor& targets, float grad_scale,
+                               const Tensor& loss) const = 0;
+  // dlogits (as above) *= grad[0] / grad_scale unless grad[0] == grad_scale.
+  virtual void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) const = 0;
 
   // ---- GPT layers (ops/nn.h has the math).
   // ids [...] (n ids in all), weight [V, C] -> y [n, C]: y[i] = weight[ids[i]].
