@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "worker/tensor/half.h"
 
 namespace psync::cpu {
 
@@ -26,6 +29,40 @@ namespace psync::cpu {
 // The helpers below must be inlined into each clone to be compiled for its
 // target (an out-of-line copy would be baseline code, called per row).
 #define PSYNC_CPU_INLINE inline __attribute__((always_inline))
+
+// Storage <-> math conversions of dtype-generic kernels (dtype.h
+// PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16): Load<T>(s) widens an element stored
+// as S to the math type T, Store<S>(t) rounds it back. For float and double
+// both are the identity; a BFloat16 widens exactly (its bits are the top half
+// of a float) and rounds to nearest even with NaN kept NaN, as
+// BFloat16::FromFloat, written branch-free so that loops vectorize.
+template <typename T, typename S>
+PSYNC_CPU_INLINE T Load(S v) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return static_cast<T>(f);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename S, typename T>
+PSYNC_CPU_INLINE S Store(T v) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    const float f = static_cast<float>(v);
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x40u;
+    BFloat16 b;
+    b.bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    return b;
+  } else {
+    return static_cast<S>(v);
+  }
+}
 
 // exp(x) by range reduction (x = k ln2 + r, |r| <= ln2/2) and a Taylor
 // polynomial in r, scaled by 2^k through exponent bits: straight-line code

@@ -103,7 +103,7 @@ void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
 
 void SetCurrentDevice(int device) {
   cuda::ComputeStream(device);  // validates the index, creates the context
-  PSYNC_CUDA_CHECK(cudaSetDevice(device));
+  cuda::SetDevice(device);
 }
 
 void Synchronize(int device) {
