@@ -31,17 +31,37 @@ absl::Status AdamW::ValidateOptions(const OptimizerOptions& o) {
 }
 
 absl::Status AdamW::Step(double lr) {
-  return ForEachWithGrad([&](size_t i) {
+  // Every parameter with a grad is checked (an error names it), then all are
+  // updated at once: one multi-tensor launch on CUDA, a loop on the CPU.
+  std::vector<ops::AdamWParam> batch;
+  std::vector<size_t> index;
+  absl::Status st = ForEachWithGrad([&](size_t i) {
     const autograd::Variable& p = params_[i].second;
-    ops::AdamWStep h;
-    h.lr = lr;
-    h.beta1 = options_.beta1;
-    h.beta2 = options_.beta2;
-    h.eps = options_.eps;
-    h.weight_decay = decays(i) ? options_.weight_decay : 0.0;
-    h.step = steps_[i];
-    ops::AdamWUpdate(p.data(), p.grad(), exp_avg_[i], exp_avg_sq_[i], h);
+    ops::AdamWParam a;
+    a.p = p.data();
+    a.g = p.grad();
+    a.m = exp_avg_[i];
+    a.v = exp_avg_sq_[i];
+    a.p_copy = weight_copy(i);
+    a.step.lr = lr;
+    a.step.beta1 = options_.beta1;
+    a.step.beta2 = options_.beta2;
+    a.step.eps = options_.eps;
+    a.step.weight_decay = decays(i) ? options_.weight_decay : 0.0;
+    a.step.step = steps_[i];
+    ops::CheckAdamWParam(a);
+    batch.push_back(std::move(a));
+    index.push_back(i);
   });
+  if (!st.ok()) return st;
+  try {
+    ops::AdamWUpdateMany(batch);
+  } catch (const TensorError& e) {
+    return ParamError(index.empty() ? 0 : index.front(), e, /*internal=*/false);
+  } catch (const InternalError& e) {
+    return ParamError(index.empty() ? 0 : index.front(), e, /*internal=*/true);
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::StateBuffers(size_t i) const {

@@ -35,7 +35,7 @@ absl::Status SGD::Step(double lr) {
     h.momentum = momentum_;
     h.weight_decay = weight_decay_;
     h.first = steps_[i] == 1;
-    ops::SgdUpdate(p.data(), p.grad(), momentum_ != 0 ? buffers_[i] : Tensor(), h);
+    ops::SgdUpdate(p.data(), p.grad(), momentum_ != 0 ? buffers_[i] : Tensor(), h, weight_copy(i));
   });
 }
 

@@ -10,6 +10,14 @@
 // q k^T / sqrt(C/H) with the future masked, softmax, times v, heads joined
 // back to [B, T, C], then c_proj. LayerNorm eps 1e-5, no dropout.
 //
+// Computed with fused ops that give the same values: each residual add with
+// the LayerNorm after it (autograd::ResidualLayerNorm), the MLP as one node
+// (autograd::Mlp: bias+GELU and GELU-backward as matmul epilogues), bias
+// adds as matmul epilogues. In a bf16 step (nn/precision.h) the matmuls and
+// the activations between them are bfloat16, the residual stream, the
+// LayerNorms' and softmax's math, the loss and every parameter and
+// gradient float32.
+//
 // Parameters, in registration order, with PyTorch's Linear layout [out, in]:
 // wte.weight [V,C], wpe.weight [T,C], then per block h.i: ln_1.{weight,bias}
 // [C], attn.c_attn.weight [3C,C], attn.c_attn.bias [3C], attn.c_proj.weight
@@ -27,6 +35,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +67,8 @@ class GPT : public Model {
   Variable Forward(const Variable& idx, const std::set<int>& skip_blocks) override;
   absl::Status ValidateSkip(const std::set<int>& skip_blocks) const override;
   std::string Describe() const override;
+  // wte (the head) and every Linear weight of every block.
+  std::vector<std::pair<std::string, Variable>> MatmulWeights() const override;
   const GptConfig& config() const { return config_; }
 
  private:
@@ -67,6 +78,9 @@ class GPT : public Model {
   std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
+  // [B, T] int64 positions on the device, kept for the next forward.
+  const Tensor& Positions(int64_t B, int64_t T, Device device);
+  Tensor positions_;
 };
 
 }  // namespace psync::nn
