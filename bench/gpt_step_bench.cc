@@ -64,6 +64,8 @@ ABSL_FLAG(int, n_embd, 128, "C");
 ABSL_FLAG(int, batch, 16, "global batch (sequences per step); ddp splits it over --world ranks");
 ABSL_FLAG(std::string, mode, "single", "single | ddp");
 ABSL_FLAG(std::string, device, "cpu", "single: cpu | cuda | cuda:N (ddp runs on the CPU)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 | tf32 | bf16 (worker/nn/precision.h: bf16 = autocast's rules, float32 master weights)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
@@ -86,6 +88,7 @@ using psync::bench::Ms;
 
 struct Config {
   psync::nn::GptConfig gpt;
+  psync::nn::Precision precision = psync::nn::Precision::kFp32;
   psync::Device device = psync::Device::CPU();  // single mode only
   int batch = 16;  // global
   std::string mode;
@@ -116,12 +119,19 @@ std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::De
   return {Tensor::FromVector(x, {b, c.gpt.block_size}, device), Tensor::FromVector(y, {b, c.gpt.block_size}, device)};
 }
 
-std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) {
+// The model computes in c.precision; AdamW writes its bf16 weight copies.
+std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::GPT& model) {
+  auto policy = model.UsePrecision(c.precision);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName, policy.status().ToString().c_str());
+    std::exit(1);
+  }
   psync::optim::OptimizerOptions o;
   o.weight_decay = 0.1;
   o.beta1 = 0.9;
   o.beta2 = 0.95;
-  auto opt = psync::optim::Optimizers().Create("adamw", {model.named_parameters(), o});
+  const auto params = model.named_parameters();
+  auto opt = psync::optim::Optimizers().Create("adamw", {params, o, (*policy)->CopiesFor(params)});
   if (!opt.ok()) {
     std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
     std::exit(1);
@@ -134,7 +144,7 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model) 
 // error.
 bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device device,
                psync::ddp::DistributedDataParallel* ddp, int64_t b, ModeResult* r) {
-  auto opt = MakeAdamW(model);
+  auto opt = MakeAdamW(c, model);
   auto [x, y] = Tokens(c, b, rank, device);
   // CUDA work is asynchronous: each phase's time ends when the GPU is done.
   auto done = [&] {
@@ -193,9 +203,10 @@ void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
 
 void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_rank_batch) {
   const psync::nn::GPT probe(c.gpt);
-  std::printf("%s: %s, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, AdamW, %d steps (+%d "
+  std::printf("%s: %s, %s, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, AdamW, %d steps (+%d "
               "warmup) x %d round(s)\n",
-              kName, probe.Describe().c_str(), c.batch, static_cast<long long>(per_rank_batch),
+              kName, probe.Describe().c_str(), psync::nn::PrecisionName(c.precision), c.batch,
+              static_cast<long long>(per_rank_batch),
               static_cast<long long>(c.gpt.block_size),
               c.mode == "ddp" ? absl::StrCat("world ", c.world).c_str() : "one process", c.threads,
               c.mode == "ddp" ? "/rank" : "", c.steps, c.warmup, c.rounds);
@@ -214,9 +225,10 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   }
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
-    std::printf("RESULT impl=psync mode=%s%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f fwd_ms=%.3f "
-                "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
-                r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(), c.threads,
+    std::printf("RESULT impl=psync mode=%s%s precision=%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f "
+                "fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
+                r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(),
+                psync::nn::PrecisionName(c.precision), c.threads,
                 c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
                 Median(r.bwd_ms), Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0,
                 r.cpu_ms);
@@ -373,6 +385,9 @@ int main(int argc, char** argv) {
   }
   if (device->is_cuda() && c.mode != "single") psync::ExitBadFlag(kName, "--device=cuda: only with --mode=single");
   c.device = *device;
+  auto precision = psync::nn::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) psync::ExitBadFlag(kName, std::string(precision.status().message()));
+  c.precision = *precision;
   c.threads = PositiveFlag("threads", absl::GetFlag(FLAGS_threads));
   c.world = PositiveFlag("world", absl::GetFlag(FLAGS_world));
   c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
