@@ -25,6 +25,10 @@
 //   psync-gpt-step-bench --device=cuda --vocab-size=50257 --block-size=1024 --n-layer=12 --n-head=12 --n-embd=768 --batch=8
 //            (GPT-2 small on a GPU)
 //   psync-gpt-step-bench --mode=ddp --world=2 --backends=gloo,shm
+//   --precision=fp32|tf32|bf16 (worker/nn/precision.h); --cuda-graph (cuda:
+//   the step replayed from a CUDA graph); on CUDA the RESULT lines add
+//   tokens_per_s, mfu (against --peak-tflops) and peak_mib (the memory
+//   pool's high-water mark)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +42,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/flags.h"
@@ -52,7 +57,8 @@
 #include "worker/nn/models/gpt.h"
 #include "worker/optim/registry.h"
 #include "worker/tensor/cpu/blas_core.h"
-#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
+#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice, PeakBytes
+#include "worker/tensor/cuda/cuda_graph.h"
 #include "worker/tensor/device.h"
 #include "worker/tensor/ops/copy.h"            // Synchronize
 
@@ -73,6 +79,10 @@ ABSL_FLAG(double, bucket_cap_mb, 25.0, "ddp: bucket cap (MiB)");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
+ABSL_FLAG(bool, cuda_graph, false,
+          "single, cuda: capture the steady-state step (zero grads, forward, loss, backward) in a CUDA graph and "
+          "replay it; the optimizer step runs outside (its scalars change every step)");
+ABSL_FLAG(double, peak_tflops, 989.4, "cuda: the GPU's peak (dense bf16 H100/H200: 989.4) for MFU");
 ABSL_FLAG(bool, profile, false,
           "single: also time every backward node (engine node observer) and print the total per node kind");
 ABSL_FLAG(int, timeout_s, 600, "ddp: whole-run deadline; ranks still running are killed");
@@ -96,14 +106,17 @@ struct Config {
   std::vector<std::string> backends;
   double bucket_cap_mb = 25;
   int steps = 20, warmup = 3, rounds = 1;
+  bool cuda_graph = false;
+  double peak_tflops = 989.4;
 };
 
 struct ModeResult {
-  std::string mode;     // single, compute, ddp
+  std::string mode;     // single, graph (single with --cuda-graph), compute, ddp
   std::string backend;  // ddp only
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double cpu_ms = 0;
   double loss = 0;  // after the last step (a sanity check, not a result)
+  double peak_mib = 0;  // cuda: the memory pool's high-water mark over the run
   std::string key() const { return backend.empty() ? mode : mode + "@" + backend; }
 };
 
@@ -131,7 +144,10 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::G
   o.beta1 = 0.9;
   o.beta2 = 0.95;
   const auto params = model.named_parameters();
-  auto opt = psync::optim::Optimizers().Create("adamw", {params, o, (*policy)->CopiesFor(params)});
+  auto opt = psync::optim::Optimizers().Create("adamw", {params, o});
+  if (opt.ok()) {
+    if (absl::Status st = (*opt)->SetWeightCopies((*policy)->CopiesFor(params)); !st.ok()) opt = st;
+  }
   if (!opt.ok()) {
     std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
     std::exit(1);
@@ -191,6 +207,47 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
   return true;
 }
 
+// --cuda-graph: warmup steps run eagerly (they allocate the grads and plan
+// the products), then one step's zero-grad, forward, loss and backward are
+// captured; every timed step replays the graph and runs AdamW (outside: its
+// scalars change per step). Grads are zeroed in place (ZeroGrad(false)) so
+// backward accumulates into buffers that outlive the graph.
+bool TimeStepsGraph(const Config& c, psync::nn::GPT& model, ModeResult* r) {
+  auto opt = MakeAdamW(c, model);
+  auto [x, y] = Tokens(c, c.batch, 0, c.device);
+  const Tensor flat_y = y.Reshape({-1});
+  Variable loss;
+  auto step = [&] {
+    opt->ZeroGrad(/*set_to_none=*/false);
+    Variable logits = model.Forward(Variable(x));
+    loss = psync::autograd::CrossEntropyLoss(psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size}), flat_y);
+    absl::Status st = psync::autograd::Backward(loss);
+    if (!st.ok()) throw psync::TensorError(std::string(st.message()));
+  };
+  for (int i = 0; i < c.warmup; ++i) {
+    step();
+    if (absl::Status st = opt->Step(3e-4); !st.ok()) throw psync::TensorError(std::string(st.message()));
+  }
+  loss = Variable();  // freed before the capture: the graph frees only what it allocated
+  psync::ops::Synchronize(c.device);
+  psync::cuda_graph::StepGraph graph(c.device.index, step);
+  const double cpu0 = psync::bench::CpuMs();
+  for (int i = 0; i < c.steps; ++i) {
+    const auto t0 = Clock::now();
+    graph.Replay();
+    if (absl::Status st = opt->Step(3e-4); !st.ok()) throw psync::TensorError(std::string(st.message()));
+    psync::ops::Synchronize(c.device);
+    const double ms = Ms(Clock::now() - t0);
+    r->step_ms.push_back(ms);
+    r->fwd_ms.push_back(0);
+    r->bwd_ms.push_back(0);
+    r->opt_ms.push_back(0);
+  }
+  r->cpu_ms = (psync::bench::CpuMs() - cpu0) / c.steps;
+  r->loss = loss.data().Item();
+  return true;
+}
+
 // Keeps, per mode, the round with the lowest median.
 void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
   auto it = std::find_if(results.begin(), results.end(), [&](const ModeResult& o) { return o.key() == r.key(); });
@@ -216,6 +273,14 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   }
   std::printf("  %-12s %10s %9s %9s %9s %11s %11s %8s\n", "mode", "median ms", "fwd ms", "bwd ms", "opt ms",
               "exposed ms", "cpu ms/step", "loss");
+  // Work per step: 6 N per token (N: every parameter, the head's included)
+  // plus attention 12 L T^2 C per sequence (issue 21's 7.006 TFLOP for
+  // GPT-2 small at 8 x 1024).
+  const double tokens = static_cast<double>(per_rank_batch) * static_cast<double>(c.gpt.block_size);
+  double nparams = 0;
+  for (const auto& [name, p] : probe.named_parameters()) nparams += static_cast<double>(p.data().numel());
+  const double flops = 6 * nparams * tokens + 12.0 * static_cast<double>(c.gpt.n_layer) * tokens *
+                                                  static_cast<double>(c.gpt.block_size) * static_cast<double>(c.gpt.n_embd);
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     char exposed[32] = "-";
@@ -225,13 +290,18 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   }
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
+    const std::string gpu =
+        c.device.is_cuda()
+            ? absl::StrFormat(" tokens_per_s=%.0f mfu=%.4f peak_mib=%.1f", tokens / (med / 1e3),
+                              flops / (med / 1e3) / (c.peak_tflops * 1e12), r.peak_mib)
+            : "";
     std::printf("RESULT impl=psync mode=%s%s precision=%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f "
-                "fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f\n",
+                "fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f%s\n",
                 r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(),
                 psync::nn::PrecisionName(c.precision), c.threads,
                 c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
                 Median(r.bwd_ms), Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0,
-                r.cpu_ms);
+                r.cpu_ms, gpu.c_str());
   }
   std::fflush(stdout);
 }
@@ -287,8 +357,14 @@ int RunSingle(const Config& c) {
     for (int round = 0; round < c.rounds; ++round) {
       psync::nn::GPT model(c.gpt, c.device, /*seed=*/7);
       ModeResult r;
-      r.mode = "single";
-      if (!TimeSteps(c, 0, model, c.device, nullptr, c.batch, &r)) return 1;
+      r.mode = c.cuda_graph ? "graph" : "single";
+      if (c.device.is_cuda()) psync::cuda_device::ResetPeakBytes(c.device.index);
+      if (c.cuda_graph) {
+        if (!TimeStepsGraph(c, model, &r)) return 1;
+      } else if (!TimeSteps(c, 0, model, c.device, nullptr, c.batch, &r)) {
+        return 1;
+      }
+      if (c.device.is_cuda()) r.peak_mib = static_cast<double>(psync::cuda_device::PeakBytes(c.device.index)) / (1 << 20);
       KeepBest(results, std::move(r));
     }
   } catch (const std::exception& e) {
@@ -394,6 +470,11 @@ int main(int argc, char** argv) {
   c.steps = PositiveFlag("steps", absl::GetFlag(FLAGS_steps));
   c.warmup = PositiveFlag("warmup", absl::GetFlag(FLAGS_warmup));
   c.rounds = PositiveFlag("rounds", absl::GetFlag(FLAGS_rounds));
+  c.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  c.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  if (c.cuda_graph && (!c.device.is_cuda() || c.mode != "single")) {
+    psync::ExitBadFlag(kName, "--cuda-graph: only with --device=cuda --mode=single");
+  }
   if (c.bucket_cap_mb <= 0) psync::ExitBadFlag(kName, "--bucket-cap-mb must be positive");
   for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_backends), ',')) {
     if (b != "gloo" && b != "shm") {

@@ -12,9 +12,7 @@ template <typename T>
 absl::StatusOr<std::unique_ptr<Optimizer>> Make(const OptimizerArgs& args) {
   if (absl::Status st = Optimizer::ValidateParams(args.params); !st.ok()) return st;
   if (absl::Status st = T::ValidateOptions(args.options); !st.ok()) return st;
-  std::unique_ptr<Optimizer> opt = std::make_unique<T>(args.params, args.options);
-  if (absl::Status st = opt->SetWeightCopies(args.weight_copies); !st.ok()) return st;
-  return opt;
+  return std::unique_ptr<Optimizer>(std::make_unique<T>(args.params, args.options));
 }
 }  // namespace
 

@@ -7,8 +7,6 @@
 // error names the parameter or the flag.
 #pragma once
 
-#include <vector>
-
 #include "common/registry.h"
 #include "worker/optim/optimizer.h"
 
@@ -17,9 +15,6 @@ namespace psync::optim {
 struct OptimizerArgs {
   NamedParams params;  // (name, parameter) in registration order
   OptimizerOptions options;
-  // The low-precision copies each step writes (Optimizer::SetWeightCopies;
-  // nn/precision.h PrecisionPolicy::CopiesFor): one per parameter, or empty.
-  std::vector<Tensor> weight_copies;
 };
 
 // "sgd", "adamw".

@@ -82,7 +82,10 @@ absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::Data
     absl::Status st = LoadInitialWeights(opt.init_path, **model);
     if (!st.ok()) return st;
   }
-  return BuiltModel{std::move(*model), *mopt};
+  // After --init, so the bf16 copies start from the loaded weights.
+  auto policy = (*model)->UsePrecision(*nn::ParsePrecision(opt.precision));
+  if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat(policy.status().message(), " (--model=", opt.model, ")"));
+  return BuiltModel{std::move(*model), *mopt, *policy};
 }
 
 }  // namespace psync::runtime

@@ -16,6 +16,9 @@ namespace psync::runtime {
 struct BuiltModel {
   std::unique_ptr<nn::Model> model;
   nn::ModelOptions options;  // what it was built from (checkpoints and --save record it)
+  // --precision, in use by the model; the optimizer writes its weight
+  // copies, and weights loaded later (--resume) need RefreshCopies().
+  std::shared_ptr<const nn::PrecisionPolicy> precision;
 };
 
 absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::DataInfo& data, Device device);

@@ -73,7 +73,8 @@ data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   return d;
 }
 
-absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model) {
+absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model,
+                                                                 const nn::PrecisionPolicy& precision) {
   optim::OptimizerArgs args;
   args.params = model.named_parameters();
   args.options.momentum = opt.momentum;
@@ -81,7 +82,11 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
   args.options.beta1 = opt.beta1;
   args.options.beta2 = opt.beta2;
   args.options.eps = opt.eps;
-  return optim::Optimizers().Create(opt.optimizer, args);
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> o = optim::Optimizers().Create(opt.optimizer, args);
+  if (!o.ok()) return o;
+  // bf16: each step writes the weights' bfloat16 copies.
+  if (absl::Status st = (*o)->SetWeightCopies(precision.CopiesFor(args.params)); !st.ok()) return st;
+  return o;
 }
 
 absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp(const WorkerOptions& opt,
@@ -123,10 +128,11 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   absl::StatusOr<BuiltModel> built = BuildModel(opt, data->train->info(), *device);
   if (!built.ok()) return Exit(built.status(), kExitBadInput);
   std::shared_ptr<nn::Model> model = std::move(built->model);
-  absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = BuildOptimizer(opt, *model);
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = BuildOptimizer(opt, *model, *built->precision);
   if (!optimizer.ok()) return Exit(optimizer.status(), kExitBadInput);
   absl::StatusOr<int64_t> first_step = ResumeFromCheckpoint(opt, *model, **optimizer);
   if (!first_step.ok()) return Exit(first_step.status(), kExitBadInput);
+  built->precision->RefreshCopies();  // the bf16 copies of resumed float32 weights
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt.lr_schedule, opt.lr, opt.warmup_steps, std::max<int64_t>(1, opt.steps));
   if (!schedule.ok()) return Exit(schedule.status(), kExitBadInput);
@@ -201,10 +207,12 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   ctx.save_checkpoint = MakeCheckpointSaver(opt, rank, world, built->options, model.get(), optimizer->get());
   ctx.checkpoint_every = opt.checkpoint_every;
   if (rank == 0 && !opt.quiet) {
-    std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s\n  data %s%s\n"
+    std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s%s\n  data %s%s\n"
                 "  optimizer %s, lr %g (%s, warmup %lld), global batch %lld x %lld micro-batches, %lld steps\n",
                 world, job.backend().c_str(), device->ToString().c_str(), opt.backend.c_str(),
-                job.backend_reason().c_str(), model->Describe().c_str(), data->train->Describe().c_str(),
+                job.backend_reason().c_str(), model->Describe().c_str(),
+                opt.precision == "fp32" ? "" : absl::StrCat(", --precision=", opt.precision).c_str(),
+                data->train->Describe().c_str(),
                 data->val ? absl::StrCat("; held out: ", data->val->Describe()).c_str() : "", opt.optimizer.c_str(),
                 opt.lr, opt.lr_schedule.c_str(), static_cast<long long>(opt.warmup_steps),
                 static_cast<long long>(opt.global_batch), static_cast<long long>(opt.accumulate),

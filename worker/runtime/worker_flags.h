@@ -67,6 +67,7 @@ struct WorkerOptions {
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 (nn/precision.h)
   // outputs
   std::vector<int64_t> cnn_channels = {16, 32};
   std::string save_path;

@@ -110,4 +110,21 @@ void Synchronize(int device) {
   PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(device)));
 }
 
+uint64_t PeakBytes(int device) {
+  cuda::ComputeStream(device);  // the pool is configured with the context
+  cudaMemPool_t pool;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t high = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return high;
+}
+
+void ResetPeakBytes(int device) {
+  cuda::ComputeStream(device);
+  cudaMemPool_t pool;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t zero = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+}
+
 }  // namespace psync::cuda_device

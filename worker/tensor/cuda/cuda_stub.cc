@@ -2,6 +2,7 @@
 // the tensor API stays the same, CUDA reports no devices, and every CUDA
 // path (memory, copies, each op family's kernels) throws TensorError.
 #include "worker/tensor/cuda/cuda_device.h"
+#include "worker/tensor/cuda/cuda_graph.h"
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/copy_kernels.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -25,7 +26,16 @@ void Free(void*, int) noexcept {}
 void CopyBytes(void*, Device, const void*, Device, size_t) { NoCuda(); }
 void SetCurrentDevice(int) { NoCuda(); }
 void Synchronize(int) { NoCuda(); }
+uint64_t PeakBytes(int) { return 0; }
+void ResetPeakBytes(int) {}
 }  // namespace cuda_device
+
+namespace cuda_graph {
+struct StepGraph::Impl {};
+StepGraph::StepGraph(int, const std::function<void()>&) { NoCuda(); }
+StepGraph::~StepGraph() = default;
+void StepGraph::Replay() { NoCuda(); }
+}  // namespace cuda_graph
 
 namespace ops {
 const CopyKernels& CudaCopyKernels() { NoCuda(); }
