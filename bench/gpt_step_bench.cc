@@ -296,12 +296,12 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
                               flops / (med / 1e3) / (c.peak_tflops * 1e12), r.peak_mib)
             : "";
     std::printf("RESULT impl=psync mode=%s%s precision=%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f "
-                "fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f%s\n",
+                "min_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f%s\n",
                 r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(),
                 psync::nn::PrecisionName(c.precision), c.threads,
-                c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
-                Median(r.bwd_ms), Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0,
-                r.cpu_ms, gpu.c_str());
+                c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med,
+                *std::min_element(r.step_ms.begin(), r.step_ms.end()), Median(r.fwd_ms), Median(r.bwd_ms),
+                Median(r.opt_ms), r.mode == "ddp" && compute >= 0 ? med - compute : 0.0, r.cpu_ms, gpu.c_str());
   }
   std::fflush(stdout);
 }

@@ -174,7 +174,8 @@ def report(torch, a, results, per_rank, world):
         exposed = m - compute if mode == "ddp" and compute is not None else 0.0
         print(f"RESULT impl=torch mode={mode}{' backend=' + backend if backend else ''} precision={a.precision} "
               f"threads={a.threads} "
-              f"world={world} per_rank_batch={per_rank} median_ms={m:.3f} fwd_ms={med(r['fwd']):.3f} "
+              f"world={world} per_rank_batch={per_rank} median_ms={m:.3f} min_ms={min(r['step']):.3f} "
+              f"fwd_ms={med(r['fwd']):.3f} "
               f"bwd_ms={med(r['bwd']):.3f} opt_ms={med(r['opt']):.3f} exposed_ms={exposed:.3f} cpu_ms={r['cpu']:.3f}"
               f"{peak_memory(torch, a)}")
     sys.stdout.flush()

@@ -100,8 +100,16 @@ PSYNC_CPU_CLONES void CrossEntropyBackwardRows(const S* x, const int64_t* target
     });
     const double inv = 1.0 / sum;
     const double pc = static_cast<double>(er[c]) * inv;
-    for (int64_t j = 0; j < cols; ++j) yr[j] = Store<S>(static_cast<T>(g * (static_cast<double>(er[j]) * inv)));
-    yr[c] = Store<S>(static_cast<T>(g * (pc - 1.0)));
+    if constexpr (std::is_same_v<S, T>) {
+      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(g * (static_cast<double>(er[j]) * inv));
+      yr[c] = static_cast<T>(g * (pc - 1.0));
+    } else {
+      // The same values in the math type first, then one rounding pass (two
+      // simple loops vectorize; one mixing double, float and bfloat16 does not).
+      for (int64_t j = 0; j < cols; ++j) er[j] = static_cast<T>(g * (static_cast<double>(er[j]) * inv));
+      er[c] = static_cast<T>(g * (pc - 1.0));
+      for (int64_t j = 0; j < cols; ++j) yr[j] = Store<S>(er[j]);
+    }
   }
 }
 
@@ -306,22 +314,31 @@ PSYNC_CPU_CLONES void GeluBackwardKernel(const G* grad, const X* x, X* dx, int64
 // double), 0 for j > i.
 // Backward: dx[j] = s * y[j] * (grad[j] - sum_k<=i grad[k] y[k]) for j <= i.
 // For BFloat16 x the scaled score is rounded to BFloat16 before the
-// softmax (torch's `att * scale` on a bfloat16 tensor), and the exps are
-// kept in `e` (t floats) rather than in y; for float and double e is y.
+// softmax (torch's `att * scale` on a bfloat16 tensor), and the scores and
+// exps are kept in `e` (t floats) rather than in y; float and double keep
+// the exps in y itself (their original loop, bit for bit).
 template <typename S, typename T = MathType<S>>
 PSYNC_CPU_CLONES void CausalSoftmaxRows(const S* x, double scale, int64_t rows, int64_t t, S* y, T* e) {
   const T s = static_cast<T>(scale);
   for (int64_t r = 0; r < rows; ++r) {
     const S* xr = x + r * t;
     S* yr = y + r * t;
-    T* er = std::is_same_v<S, T> ? reinterpret_cast<T*>(yr) : e;
     const int64_t n = r % t + 1;
-    auto z = [&](int64_t j) { return Load<T>(Store<S>(Load<T>(xr[j]) * s)); };
-    const T mx = MaxOf<T>(n, z);
-    for (int64_t j = 0; j < n; ++j) er[j] = Exp(z(j) - mx);
-    const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(er[j]); });
-    for (int64_t j = 0; j < n; ++j) yr[j] = Store<S>(static_cast<T>(static_cast<double>(er[j]) / sum));
-    for (int64_t j = n; j < t; ++j) yr[j] = Store<S>(T(0));
+    if constexpr (std::is_same_v<S, T>) {
+      const T mx = MaxOf<T>(n, [&](int64_t j) { return xr[j] * s; });
+      for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] * s - mx);
+      const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
+      for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(static_cast<double>(yr[j]) / sum);
+      for (int64_t j = n; j < t; ++j) yr[j] = T(0);
+    } else {
+      // The scaled scores once into e (rounded to S, as torch's bf16 `att * scale`).
+      for (int64_t j = 0; j < n; ++j) e[j] = Load<T>(Store<S>(Load<T>(xr[j]) * s));
+      const T mx = MaxOf<T>(n, [&](int64_t j) { return e[j]; });
+      for (int64_t j = 0; j < n; ++j) e[j] = Exp(e[j] - mx);
+      const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(e[j]); });
+      for (int64_t j = 0; j < n; ++j) yr[j] = Store<S>(static_cast<T>(static_cast<double>(e[j]) / sum));
+      for (int64_t j = n; j < t; ++j) yr[j] = Store<S>(T(0));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 // code); elsewhere std::fma falls back to libm's exact software fma (slow,
 // same results). This file is compiled with -ffp-contract=off, so no other
 // a*b+c is fused behind our back, and -fno-math-errno, so sqrt vectorizes.
+#include <algorithm>
 #include <cmath>
 
 #include "worker/tensor/cpu/vec_math.h"
@@ -23,7 +24,7 @@ struct AdamWArgs {
   const T* g;
   T* m;
   T* v;
-  BFloat16* copy;
+  uint16_t* copy;  // bfloat16 bits
   int64_t n;
   T decay, beta1, omb1, beta2, omb2, bc2_sqrt, eps, neg_step_size;
 };
@@ -42,26 +43,41 @@ struct SgdArgs {
 // own branch-free (vectorizable) loop.
 enum class Momentum { kNone, kFirst, kRunning };
 
-// The loop bodies, inlined into both the FMA clone and the portable build;
-// kCopy: also the bfloat16 copy (its own loop, so the plain one stays tight).
-template <typename T, bool kCopy>
-[[gnu::always_inline]] inline void AdamWLoop(const AdamWArgs<T>& a) {
+// The loop bodies, inlined into both the FMA clone and the portable build.
+template <typename T>
+[[gnu::always_inline]] inline void AdamWRange(const AdamWArgs<T>& a, int64_t begin, int64_t end) {
   T* __restrict p = a.p;
   const T* __restrict g = a.g;
   T* __restrict m = a.m;
   T* __restrict v = a.v;
-  BFloat16* __restrict copy = a.copy;
-  for (int64_t i = 0; i < a.n; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const T gi = g[i];
     const T pi = p[i] * a.decay;                              // param.mul_(1 - lr*wd)
     const T mi = std::fma(gi, a.omb1, m[i] * a.beta1);        // exp_avg.mul_(b1).add_(g, alpha=1-b1)
     const T vi = std::fma(a.omb2 * gi, gi, v[i] * a.beta2);   // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
     const T denom = std::sqrt(vi) / a.bc2_sqrt + a.eps;       // (sqrt(v) / bc2_sqrt).add_(eps)
-    const T pn = pi + (a.neg_step_size * mi) / denom;         // param.addcdiv_(m, denom, -step_size)
-    p[i] = pn;
+    p[i] = pi + (a.neg_step_size * mi) / denom;               // param.addcdiv_(m, denom, -step_size)
     m[i] = mi;
     v[i] = vi;
-    if constexpr (kCopy) copy[i] = cpu::Store<BFloat16>(pn);
+  }
+}
+
+// kCopy: the bfloat16 copy of each block of p right after the block's
+// update, while it is in L1 (one pass over memory; a single loop doing
+// both does not vectorize with GCC 12).
+template <typename T, bool kCopy>
+[[gnu::always_inline]] inline void AdamWLoop(const AdamWArgs<T>& a) {
+  if constexpr (!kCopy) {
+    AdamWRange(a, 0, a.n);
+  } else {
+    constexpr int64_t kBlock = 2048;
+    const T* __restrict p = a.p;
+    uint16_t* __restrict copy = a.copy;
+    for (int64_t b = 0; b < a.n; b += kBlock) {
+      const int64_t e = std::min(a.n, b + kBlock);
+      AdamWRange(a, b, e);
+      for (int64_t i = b; i < e; ++i) copy[i] = cpu::Bf16Bits(static_cast<float>(p[i]));
+    }
   }
 }
 
@@ -134,7 +150,7 @@ class CpuOptim final : public OptimKernels {
                              Ptr<const T>(j.g),
                              Ptr<T>(j.m),
                              Ptr<T>(j.v),
-                             j.copy.defined() ? Ptr<BFloat16>(j.copy) : nullptr,
+                             j.copy.defined() ? Ptr<uint16_t>(j.copy) : nullptr,
                              j.p.numel(),
                              static_cast<T>(s.decay),
                              static_cast<T>(s.beta1),

@@ -3,9 +3,10 @@
 //
 // Results never depend on the vector ISA: everything here is written as
 // scalar code with one fixed order of operations, so the SSE2 baseline, the
-// AVX2 clone (PSYNC_CPU_CLONES) and the compiler's choice of vector width all
-// give the same bits. No FMA is ever emitted (the clones name "avx2", which
-// does not enable FMA, and the nn sources build with -ffp-contract=off).
+// AVX2 and AVX-512 clones (PSYNC_CPU_CLONES) and the compiler's choice of
+// vector width all give the same bits. No FMA is ever emitted (the sources
+// with clones build with -ffp-contract=off, so the x86-64-v4 clone, which
+// has FMA instructions, never contracts a*b+c).
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,14 @@
 
 namespace psync::cpu {
 
-// A function marked PSYNC_CPU_CLONES is compiled twice, for the x86-64
-// baseline and for AVX2, and the loader picks the AVX2 copy on CPUs that have
-// it (GCC function multiversioning). The loops are the same; AVX2 does twice
-// as many lanes per instruction.
+// A function marked PSYNC_CPU_CLONES is compiled three times, for the
+// x86-64 baseline, AVX2 and x86-64-v4 (AVX-512), and the loader picks the
+// widest copy the CPU runs (GCC function multiversioning). The loops are the
+// same; AVX2 does twice as many lanes per instruction, AVX-512 four times
+// (GELU forward 0.65 -> 0.30 ms over 1024 x 512 floats on this project's
+// AMD EPYC, whose AVX-512 runs on 256-bit units).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PSYNC_NO_CPU_CLONES)
-#define PSYNC_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define PSYNC_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define PSYNC_CPU_CLONES
 #endif
@@ -48,16 +51,21 @@ PSYNC_CPU_INLINE T Load(S v) {
   }
 }
 
+// The bits of f rounded to bfloat16 (the body of Store<BFloat16>; loops
+// that write raw uint16_t vectorize where a BFloat16 store may not).
+PSYNC_CPU_INLINE uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 template <typename S, typename T>
 PSYNC_CPU_INLINE S Store(T v) {
   if constexpr (std::is_same_v<S, BFloat16>) {
-    const float f = static_cast<float>(v);
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof(u));
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (u >> 16) | 0x40u;
     BFloat16 b;
-    b.bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    b.bits = Bf16Bits(static_cast<float>(v));
     return b;
   } else {
     return static_cast<S>(v);
