@@ -12,7 +12,9 @@
 #
 # 1. builds with CUDA (fails if nvcc is missing: there is nothing to check),
 #    unless PREBUILT=1;
-# 2. runs every CUDA/NCCL test (ctest -R "Cuda|Nccl"), listing skipped ones
+# 2. runs every CUDA/NCCL test (ctest -R "Cuda|Nccl|cuda_shm": the bf16
+#    and cuBLASLt kernels against the CPU, shm carrying CUDA tensors, two
+#    ranks sharing one GPU over shm), listing skipped ones
 #    (a skip on a GPU machine means a test could not see the device);
 # 3. psync-launch end to end, --device=cuda, world 1 (and world 2 when there
 #    are >= 2 GPUs): the MLP (SGD) and the GPT (AdamW, clipping), each
@@ -77,10 +79,10 @@ fi
 BIN="$BUILD_DIR"
 
 # ---- 2. CUDA / NCCL tests
-if ctest --test-dir "$BUILD_DIR" -R "Cuda|Nccl" --output-on-failure -j 1 > "$OUT/ctest.log" 2>&1; then
-  ok "ctest -R 'Cuda|Nccl': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log")"
+if ctest --test-dir "$BUILD_DIR" -R "Cuda|Nccl|cuda_shm" --output-on-failure -j 1 > "$OUT/ctest.log" 2>&1; then
+  ok "ctest -R 'Cuda|Nccl|cuda_shm': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log")"
 else
-  bad "ctest -R 'Cuda|Nccl': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log"); see $OUT/ctest.log"
+  bad "ctest -R 'Cuda|Nccl|cuda_shm': $(grep -o '[0-9]*% tests passed.*' "$OUT/ctest.log"); see $OUT/ctest.log"
   grep -E '\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception' "$OUT/ctest.log" | sed 's/^/      /' | head -20
 fi
 skipped=$(grep -cE '\*\*\*Skipped' "$OUT/ctest.log" || true)

@@ -182,6 +182,7 @@ int RunWorkerImpl(const WorkerOptions& opt) {
   }
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp(opt, model, job);
   if (!ddp.ok()) return finish(ExitCodeOf(ddp.status(), kExitInternal), std::string(ddp.status().message()), nullptr);
+  built->precision->RefreshCopies();  // DDP gave every rank rank 0's weights
 
   // ---- train
   TraceWriter trace(!opt.trace_path.empty(), rank);

@@ -381,9 +381,9 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
     return Bad("grad-compression", absl::StrCat("'", o.grad_compression, "' is not one of none|bf16|fp16"));
   }
   const bool cuda = o.device != "cpu";
-  if (cuda && o.backend != "auto" && o.backend != "nccl") {
+  if (cuda && o.backend != "auto" && o.backend != "nccl" && o.backend != "shm") {
     return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,
-                                       " use nccl (or auto)"));
+                                       " use nccl (or auto), or shm on one host"));
   }
   if (!cuda && o.backend == "nccl") return Bad("backend", "nccl needs --device=cuda; on CPU use auto, gloo, shm or hier");
 

@@ -231,6 +231,18 @@ case $CASE in
     out=$(/usr/bin/python3 "$HERE/bf16_agreement.py" --same "$T/a0.st" "$T/a1.st" "$T/a2.st") \
       || fail "AdamW bf16, 2 ranks vs 1: $out"
     note "AdamW bf16, 2 ranks vs 1: $(tail -1 <<<"$out") ($("$DIFF" "$T/a1.st" "$T/a2.st" 1 | tail -1))" ;;
+  equal_2_cuda_shm)  # --backend=shm on CUDA: 2 ranks sharing cuda:0 (NCCL refuses that) == 1 process on it
+    if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU 0"; then echo "SKIP: no CUDA device"; exit 77; fi
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    GPT=(--model=gpt --device=cuda:0 --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32
+         --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8)
+    run_job 1 "$T/w1.st" "${GPT[@]}"
+    run_job 2 "$T/w2.st" "${GPT[@]}" --backend=shm
+    same_weights "$T/w1.st" "$T/w2.st" 3e-5
+    run_job 1 "$T/b1.st" "${GPT[@]}" --precision=bf16 --optimizer=sgd --lr=0.05 --momentum=0.9
+    run_job 2 "$T/b2.st" "${GPT[@]}" --precision=bf16 --optimizer=sgd --lr=0.05 --momentum=0.9 --backend=shm
+    same_weights "$T/b1.st" "$T/b2.st" 1e-4 ;;
   equal_2_cnn)  # the CNN on Fashion-MNIST: 2 ranks == 1 process
     [[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || { echo "SKIP: no dataset-fashion-mnist"; exit 77; }
     equal_to_single 2 --model=cnn --cnn-channels=4,8 --data=fashion-mnist --shuffle --optimizer=adamw --lr=0.002 \
