@@ -78,26 +78,27 @@ constexpr DType MathDType(DType t) { return t == DType::kBFloat16 ? DType::kFloa
 
 }  // namespace psync
 
+// One case of the dispatch macros below: binds scalar_t (storage) and
+// math_t, then runs the kernel body.
+#define PSYNC_DISPATCH_CASE_(enumerator, storage, math, ...) \
+  case ::psync::DType::enumerator: {                         \
+    using scalar_t = storage;                                \
+    using math_t [[maybe_unused]] = math;                    \
+    return __VA_ARGS__();                                    \
+  }
+
 // The one way a CPU kernel picks its element type. Runs `...` with
 // `scalar_t` bound to the C++ type of `dtype` and `math_t` to the type it
 // computes in (MathType<scalar_t>), for the floating types the CPU computes
 // in (float32, float64); any other dtype throws TensorError naming `op`.
-#define PSYNC_DISPATCH_FLOAT_TYPES(dtype, op, ...)                                          \
-  [&] {                                                                                     \
-    switch (dtype) {                                                                        \
-      case ::psync::DType::kFloat32: {                                                      \
-        using scalar_t = float;                                                             \
-        using math_t [[maybe_unused]] = float;                                              \
-        return __VA_ARGS__();                                                               \
-      }                                                                                     \
-      case ::psync::DType::kFloat64: {                                                      \
-        using scalar_t = double;                                                            \
-        using math_t [[maybe_unused]] = double;                                             \
-        return __VA_ARGS__();                                                               \
-      }                                                                                     \
-      default:                                                                              \
-        ::psync::ThrowUnsupportedDType(op, dtype);                                          \
-    }                                                                                       \
+#define PSYNC_DISPATCH_FLOAT_TYPES(dtype, op, ...)                   \
+  [&] {                                                              \
+    switch (dtype) {                                                 \
+      PSYNC_DISPATCH_CASE_(kFloat32, float, float, __VA_ARGS__)      \
+      PSYNC_DISPATCH_CASE_(kFloat64, double, double, __VA_ARGS__)    \
+      default:                                                       \
+        ::psync::ThrowUnsupportedDType(op, dtype);                   \
+    }                                                                \
   }()
 
 // The same for kernels written over a storage type (dtype-generic: load
@@ -105,27 +106,15 @@ constexpr DType MathDType(DType t) { return t == DType::kBFloat16 ? DType::kFloa
 // float32, float64 and bfloat16 (scalar_t = BFloat16, math_t = float). For
 // float and double the loads and stores are the identity, so such a kernel
 // gives the float32 results of the plain loop bit for bit.
-#define PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(dtype, op, ...)                                 \
-  [&] {                                                                                     \
-    switch (dtype) {                                                                        \
-      case ::psync::DType::kFloat32: {                                                      \
-        using scalar_t = float;                                                             \
-        using math_t [[maybe_unused]] = float;                                              \
-        return __VA_ARGS__();                                                               \
-      }                                                                                     \
-      case ::psync::DType::kFloat64: {                                                      \
-        using scalar_t = double;                                                            \
-        using math_t [[maybe_unused]] = double;                                             \
-        return __VA_ARGS__();                                                               \
-      }                                                                                     \
-      case ::psync::DType::kBFloat16: {                                                     \
-        using scalar_t = ::psync::BFloat16;                                                 \
-        using math_t [[maybe_unused]] = float;                                              \
-        return __VA_ARGS__();                                                               \
-      }                                                                                     \
-      default:                                                                              \
-        ::psync::ThrowUnsupportedDType(op, dtype);                                          \
-    }                                                                                       \
+#define PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(dtype, op, ...)                   \
+  [&] {                                                                       \
+    switch (dtype) {                                                          \
+      PSYNC_DISPATCH_CASE_(kFloat32, float, float, __VA_ARGS__)               \
+      PSYNC_DISPATCH_CASE_(kFloat64, double, double, __VA_ARGS__)             \
+      PSYNC_DISPATCH_CASE_(kBFloat16, ::psync::BFloat16, float, __VA_ARGS__)  \
+      default:                                                                \
+        ::psync::ThrowUnsupportedDType(op, dtype);                            \
+    }                                                                         \
   }()
 
 // Two storage types at once, for kernels whose operands mix a compute dtype

@@ -34,6 +34,16 @@ inline To Convert(From v) {
   }
 }
 
+// Typed element pointers of a (contiguous) tensor for a kernel.
+template <typename S>
+const S* In(const Tensor& t) {
+  return static_cast<const S*>(t.raw_data());
+}
+template <typename S>
+S* Out(const Tensor& t) {
+  return static_cast<S*>(t.raw_data());
+}
+
 // Walks two same-shaped strided layouts in row-major order, one innermost
 // run at a time: fn(offset_a, offset_b, n, inner_stride_a, inner_stride_b).
 // Adjacent dimensions that are contiguous with each other in both layouts

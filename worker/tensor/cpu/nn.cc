@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/tensor/cpu/cpu_util.h"
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/check.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -537,14 +538,8 @@ PSYNC_CPU_CLONES int64_t MaxPoolBackwardPlanes(const T* grad, const int64_t* ind
   return -1;
 }
 
-template <typename T>
-const T* In(const Tensor& t) {
-  return static_cast<const T*>(t.raw_data());
-}
-template <typename T>
-T* Out(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
+using cpu::In;
+using cpu::Out;
 
 class CpuNn final : public NnKernels {
  public:

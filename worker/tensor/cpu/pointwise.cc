@@ -4,23 +4,17 @@
 // dtype-generic: float32, float64 and bfloat16 storage (bfloat16 computed
 // in float, dtype.h); for float32 and float64 the loads and stores are the
 // identity, so those results are the plain loops' bit for bit.
+#include "worker/tensor/cpu/cpu_util.h"
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/pointwise_kernels.h"
 
 namespace psync::ops {
 namespace {
 
+using cpu::In;
 using cpu::Load;
+using cpu::Out;
 using cpu::Store;
-
-template <typename S>
-const S* In(const Tensor& t) {
-  return static_cast<const S*>(t.raw_data());
-}
-template <typename S>
-S* Out(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
 
 class CpuPointwise final : public PointwiseKernels {
  public:

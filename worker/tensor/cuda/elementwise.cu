@@ -18,7 +18,9 @@ namespace {
 
 using cuda::BlocksFor;
 using cuda::kThreads;
+using cuda::In;
 using cuda::Launch;
+using cuda::Out;
 
 constexpr int kReduceThreads = 1024;
 constexpr int kMaxDims = 8;
@@ -189,14 +191,6 @@ __global__ void FillFromScalarKernel(S* y, int64_t n, const S* s, float scale) {
 
 const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data()); }
 float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
-template <typename S>
-const S* P(const Tensor& t) {
-  return static_cast<const S*>(t.raw_data());
-}
-template <typename S>
-S* PW(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
 
 class CudaPointwise final : public PointwiseKernels {
  public:
@@ -204,15 +198,15 @@ class CudaPointwise final : public PointwiseKernels {
     Launch l(y.device().index);
     const int64_t n = y.numel();
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Binary", [&] {
-      BinaryKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<int>(op), P<scalar_t>(a), P<scalar_t>(b),
-                                                            PW<scalar_t>(y), n);
+      BinaryKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<int>(op), In<scalar_t>(a), In<scalar_t>(b),
+                                                            Out<scalar_t>(y), n);
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void Scale(const Tensor& x, double s, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Scale", [&] {
-      ScaleKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(P<scalar_t>(x), PW<scalar_t>(y), y.numel(),
+      ScaleKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), y.numel(),
                                                                    static_cast<float>(s));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
@@ -220,39 +214,39 @@ class CudaPointwise final : public PointwiseKernels {
   void Axpy(double alpha, const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Axpy", [&] {
-      AxpyKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(static_cast<float>(alpha), P<scalar_t>(x),
-                                                                  PW<scalar_t>(y), y.numel());
+      AxpyKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(static_cast<float>(alpha), In<scalar_t>(x),
+                                                                  Out<scalar_t>(y), y.numel());
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void AddBias(const Tensor& x, const Tensor& bias, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "AddBias", [&] {
-      AddBiasKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(P<scalar_t>(x), P<scalar_t>(bias),
-                                                                     PW<scalar_t>(y), y.numel(), bias.numel());
+      AddBiasKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), In<scalar_t>(bias),
+                                                                     Out<scalar_t>(y), y.numel(), bias.numel());
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void Relu(const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Relu", [&] {
-      ReluKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(P<scalar_t>(x), PW<scalar_t>(y), y.numel());
+      ReluKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), y.numel());
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void ReluBackward(const Tensor& grad, const Tensor& out, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "ReluBackward", [&] {
-      ReluBackwardKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(P<scalar_t>(grad), P<scalar_t>(out),
-                                                                          PW<scalar_t>(y), y.numel());
+      ReluBackwardKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(grad), In<scalar_t>(out),
+                                                                          Out<scalar_t>(y), y.numel());
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void FillFromScalar(const Tensor& scalar, double scale, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Expand", [&] {
-      FillFromScalarKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(PW<scalar_t>(y), y.numel(),
-                                                                            P<scalar_t>(scalar),
+      FillFromScalarKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(Out<scalar_t>(y), y.numel(),
+                                                                            In<scalar_t>(scalar),
                                                                             static_cast<float>(scale));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
@@ -340,7 +334,7 @@ class CudaReduce final : public ReduceKernels {
   void Sum(const Tensor& x, double divisor, const Tensor& y) const override {
     Launch l(y.device().index);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "Sum", [&] {
-      ReduceSumKernel<<<1, kReduceThreads, 0, l.stream>>>(P<scalar_t>(x), x.numel(), divisor, FW(y));
+      ReduceSumKernel<<<1, kReduceThreads, 0, l.stream>>>(In<scalar_t>(x), x.numel(), divisor, FW(y));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
@@ -354,7 +348,7 @@ class CudaReduce final : public ReduceKernels {
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                     static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "SumRows", [&] {
-      SumRowsChunksKernel<<<grid, kThreads, 0, l.stream>>>(P<scalar_t>(x), pp, rows, chunks, cols);
+      SumRowsChunksKernel<<<grid, kThreads, 0, l.stream>>>(In<scalar_t>(x), pp, rows, chunks, cols);
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
     SumRowsTotalKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(pp, chunks, cols, FW(y));
@@ -366,7 +360,7 @@ class CudaReduce final : public ReduceKernels {
     Tensor partial = Tensor::Empty({kSquaresBlocks}, kFloat64, out.device());
     double* pp = static_cast<double*>(partial.raw_data());
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "SumOfSquares", [&] {
-      SquaresLanesKernel<<<kSquaresBlocks, kSquaresBlockLanes, 0, l.stream>>>(P<scalar_t>(x), x.numel(), pp);
+      SquaresLanesKernel<<<kSquaresBlocks, kSquaresBlockLanes, 0, l.stream>>>(In<scalar_t>(x), x.numel(), pp);
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
     SquaresBlocksKernel<<<1, kSquaresBlocks, 0, l.stream>>>(pp, static_cast<double*>(out.raw_data()));

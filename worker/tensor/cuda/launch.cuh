@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "worker/tensor/cuda/cuda_context.h"
+#include "worker/tensor/tensor.h"
 
 namespace psync::cuda {
 
@@ -41,6 +42,16 @@ __device__ __forceinline__ float Store<float>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 Store<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Typed element pointers of a (contiguous) tensor for a kernel launch.
+template <typename S>
+const S* In(const Tensor& t) {
+  return static_cast<const S*>(t.raw_data());
+}
+template <typename S>
+S* Out(const Tensor& t) {
+  return static_cast<S*>(t.raw_data());
 }
 
 }  // namespace psync::cuda

@@ -35,7 +35,9 @@ namespace {
 
 using cuda::BlocksFor;
 using cuda::kThreads;
+using cuda::In;
 using cuda::Launch;
+using cuda::Out;
 
 constexpr int kReduceThreads = 1024;
 
@@ -450,14 +452,6 @@ __global__ void MaxPoolBackwardKernel(const float* grad, const int64_t* indices,
 
 const float* F(const Tensor& t) { return static_cast<const float*>(t.raw_data()); }
 float* FW(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
-template <typename S>
-const S* P(const Tensor& t) {
-  return static_cast<const S*>(t.raw_data());
-}
-template <typename S>
-S* PW(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
 const int64_t* I(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
 
 class CudaNn final : public NnKernels {
@@ -477,7 +471,7 @@ class CudaNn final : public NnKernels {
     PSYNC_CUDA_CHECK(
         cudaMallocAsync(reinterpret_cast<void**>(&per_row), static_cast<size_t>(rows) * sizeof(double), l.stream));
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(logits.dtype(), "CrossEntropy", [&] {
-      const scalar_t* x = P<scalar_t>(logits);
+      const scalar_t* x = In<scalar_t>(logits);
       if (cols >= kWideRow) {
         CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(x, I(targets), per_row, rows, cols);
       } else {
@@ -500,10 +494,10 @@ class CudaNn final : public NnKernels {
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(logits.dtype(), "CrossEntropyBackward", [&] {
       if (cols >= kWideRow) {
         CrossEntropyBackwardWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
-            F(grad), P<scalar_t>(logits), I(targets), PW<scalar_t>(dlogits), rows, cols);
+            F(grad), In<scalar_t>(logits), I(targets), Out<scalar_t>(dlogits), rows, cols);
       } else {
         CrossEntropyBackwardKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(
-            F(grad), P<scalar_t>(logits), I(targets), PW<scalar_t>(dlogits), rows, cols);
+            F(grad), In<scalar_t>(logits), I(targets), Out<scalar_t>(dlogits), rows, cols);
       }
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
@@ -522,8 +516,8 @@ class CudaNn final : public NnKernels {
     Launch l(y.device().index);
     const int64_t rows = x.size(0);
     PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(x.dtype(), y.dtype(), "LayerNorm", [&] {
-      LayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(P<a_t>(x), F(weight), F(bias), eps, rows, Cols(x),
-                                                                   PW<b_t>(y), FW(mean), FW(rstd));
+      LayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<a_t>(x), F(weight), F(bias), eps, rows, Cols(x),
+                                                                   Out<b_t>(y), FW(mean), FW(rstd));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
@@ -533,8 +527,8 @@ class CudaNn final : public NnKernels {
     Launch l(y.device().index);
     const int64_t rows = x.size(0);
     PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(a.dtype(), y.dtype(), "ResidualLayerNorm", [&] {
-      ResidualLayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(x), P<a_t>(a), F(weight), F(bias), eps,
-                                                                           rows, Cols(x), FW(h), PW<b_t>(y), FW(mean),
+      ResidualLayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(x), In<a_t>(a), F(weight), F(bias), eps,
+                                                                           rows, Cols(x), FW(h), Out<b_t>(y), FW(mean),
                                                                            FW(rstd));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
@@ -557,9 +551,9 @@ class CudaNn final : public NnKernels {
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((c + kThreads - 1) / kThreads));
     PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(grad.dtype(), x.dtype(), "LayerNormBackward", [&] {
       LayerNormDxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
-          P<a_t>(grad), P<b_t>(x), F(weight), F(mean), F(rstd),
-          residual_grad.defined() ? P<b_t>(residual_grad) : nullptr, rows, c, PW<b_t>(dx));
-      LayerNormChunkSumsKernel<<<grid, kThreads, 0, l.stream>>>(P<a_t>(grad), P<b_t>(x), F(mean), F(rstd), rows, c,
+          In<a_t>(grad), In<b_t>(x), F(weight), F(mean), F(rstd),
+          residual_grad.defined() ? In<b_t>(residual_grad) : nullptr, rows, c, Out<b_t>(dx));
+      LayerNormChunkSumsKernel<<<grid, kThreads, 0, l.stream>>>(In<a_t>(grad), In<b_t>(x), F(mean), F(rstd), rows, c,
                                                                  part_w, part_b);
     });
     cudaError_t err = cudaGetLastError();
@@ -576,7 +570,7 @@ class CudaNn final : public NnKernels {
     Launch l(y.device().index);
     const int64_t n = y.numel();
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Gelu", [&] {
-      GeluKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(P<scalar_t>(x), PW<scalar_t>(y), n);
+      GeluKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), n);
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
@@ -585,7 +579,7 @@ class CudaNn final : public NnKernels {
     Launch l(dx.device().index);
     const int64_t n = dx.numel();
     PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(grad.dtype(), x.dtype(), "GeluBackward", [&] {
-      GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(P<a_t>(grad), P<b_t>(x), PW<b_t>(dx), n);
+      GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(In<a_t>(grad), In<b_t>(x), Out<b_t>(dx), n);
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
@@ -594,8 +588,8 @@ class CudaNn final : public NnKernels {
     Launch l(y.device().index);
     const int64_t rows = x.size(0);
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "CausalSoftmax", [&] {
-      CausalSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(P<scalar_t>(x), static_cast<float>(scale), rows,
-                                                                       Cols(x), PW<scalar_t>(y));
+      CausalSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<scalar_t>(x), static_cast<float>(scale), rows,
+                                                                       Cols(x), Out<scalar_t>(y));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
@@ -606,8 +600,8 @@ class CudaNn final : public NnKernels {
     // The scale the forward used (float), as on the CPU.
     const double s = static_cast<double>(static_cast<float>(scale));
     PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(dx.dtype(), "CausalSoftmaxBackward", [&] {
-      CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(P<scalar_t>(grad), P<scalar_t>(y), s,
-                                                                               rows, Cols(y), PW<scalar_t>(dx));
+      CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<scalar_t>(grad), In<scalar_t>(y), s,
+                                                                               rows, Cols(y), Out<scalar_t>(dx));
     });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
