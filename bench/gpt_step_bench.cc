@@ -32,6 +32,10 @@
 //   psync-gpt-step-bench --device=cuda --vocab-size=50257 --block-size=1024 --n-layer=12 --n-head=12 --n-embd=768 --batch=8
 //            (GPT-2 small on a GPU)
 //   psync-gpt-step-bench --mode=ddp --world=2 --backends=gloo,shm
+//   --precision=fp32|tf32|bf16 (worker/nn/precision.h); --cuda-graph (cuda:
+//   the step replayed from a CUDA graph); on CUDA the RESULT lines add
+//   tokens_per_s, mfu (against --peak-tflops) and peak_mib (the memory
+//   pool's high-water mark)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +49,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/flags.h"
@@ -62,7 +67,8 @@
 #include "worker/optim/update_rule.h"
 #include "worker/tensor/cpu/blas_core.h"
 #include "worker/tensor/cpu_allocator.h"
-#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
+#include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice, PeakBytes
+#include "worker/tensor/cuda/cuda_graph.h"
 #include "worker/tensor/device.h"
 #include "worker/tensor/ops/copy.h"            // Synchronize
 
@@ -74,6 +80,8 @@ ABSL_FLAG(int, n_embd, 128, "C");
 ABSL_FLAG(int, batch, 16, "global batch (sequences per step); ddp splits it over --world ranks");
 ABSL_FLAG(std::string, mode, "single", "single | ddp");
 ABSL_FLAG(std::string, device, "cpu", "single: cpu | cuda | cuda:N (ddp runs on the CPU)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 | tf32 | bf16 (worker/nn/precision.h: bf16 = autocast's rules, float32 master weights)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
@@ -82,6 +90,10 @@ ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comm
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
+ABSL_FLAG(bool, cuda_graph, false,
+          "single, cuda: capture the steady-state step (zero grads, forward, loss, backward) in a CUDA graph and "
+          "replay it; the optimizer step runs outside (its scalars change every step)");
+ABSL_FLAG(double, peak_tflops, 989.4, "cuda: the GPU's peak (dense bf16 H100/H200: 989.4) for MFU");
 ABSL_FLAG(bool, profile, false,
           "single: also time every backward node (engine node observer) and print the total per node kind");
 ABSL_FLAG(int, timeout_s, 600, "ddp: whole-run deadline; ranks still running are killed");
@@ -100,6 +112,7 @@ using psync::bench::Ms;
 
 struct Config {
   psync::nn::GptConfig gpt;
+  psync::nn::Precision precision = psync::nn::Precision::kFp32;
   psync::Device device = psync::Device::CPU();  // single mode only
   int batch = 16;  // global
   std::string mode;
@@ -109,14 +122,18 @@ struct Config {
   double bucket_cap_mb = 25;
   int steps = 20, warmup = 3, rounds = 1;
   bool fused_classifier = true;
+  bool cuda_graph = false;
+  double peak_tflops = 989.4;
 };
 
 struct ModeResult {
-  std::string mode;     // single, compute, ddp, zero1, zero2
+  std::string mode;     // single, graph (single with --cuda-graph), compute, ddp, zero1, zero2
   std::string backend;  // ddp only
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double cpu_ms = 0;
-  double peak_mib = 0;  // CPU: the most tensor memory a step added over what was in use before it
+  // CPU: the most tensor memory a step added over what was in use before it;
+  // cuda: the memory pool's high-water mark over the run.
+  double peak_mib = 0;
   double loss = 0;  // after the last step (a sanity check, not a result)
   std::string key() const { return backend.empty() ? mode : mode + "@" + backend; }
 };
@@ -133,14 +150,24 @@ std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::De
   return {Tensor::FromVector(x, {b, c.gpt.block_size}, device), Tensor::FromVector(y, {b, c.gpt.block_size}, device)};
 }
 
-// AdamW; with a ZeRO reducer the sharded one, attached to its shards.
-std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model,
+// AdamW computing in c.precision (it writes the bf16 weight copies); with a
+// ZeRO reducer the sharded one, attached to its shards (float32 only).
+std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::GPT& model,
                                                    psync::ddp::DistributedDataParallel* ddp) {
+  auto policy = model.UsePrecision(c.precision);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName, policy.status().ToString().c_str());
+    std::exit(1);
+  }
   psync::optim::OptimizerOptions o;
   o.weight_decay = 0.1;
   o.beta1 = 0.9;
   o.beta2 = 0.95;
   if (ddp != nullptr && ddp->reducer().zero_buckets()) {
+    if (c.precision == psync::nn::Precision::kBf16) {
+      std::fprintf(stderr, "%s: --zero runs at --precision=fp32|tf32 only (the sharded optimizer writes no bf16 copies)\n", kName);
+      std::exit(1);
+    }
     auto sharded = psync::optim::ShardedOptimizer::Create(model.named_parameters(),
                                                           std::make_unique<psync::optim::AdamWRule>(o));
     absl::Status st = sharded.ok() ? (*sharded)->Attach(ddp->reducer().zero_buckets()) : sharded.status();
@@ -150,7 +177,11 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model,
     }
     return std::move(*sharded);
   }
-  auto opt = psync::optim::Optimizers().Create("adamw", {model.named_parameters(), o});
+  const auto params = model.named_parameters();
+  auto opt = psync::optim::Optimizers().Create("adamw", {params, o});
+  if (opt.ok()) {
+    if (absl::Status st = (*opt)->SetWeightCopies((*policy)->CopiesFor(params)); !st.ok()) opt = st;
+  }
   if (!opt.ok()) {
     std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
     std::exit(1);
@@ -163,7 +194,7 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const psync::nn::GPT& model,
 // error.
 bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device device,
                psync::ddp::DistributedDataParallel* ddp, int64_t b, ModeResult* r) {
-  auto opt = MakeAdamW(model, ddp);
+  auto opt = MakeAdamW(c, model, ddp);
   auto [x, y] = Tokens(c, b, rank, device);
   // CUDA work is asynchronous: each phase's time ends when the GPU is done.
   auto done = [&] {
@@ -218,6 +249,47 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
   return true;
 }
 
+// --cuda-graph: warmup steps run eagerly (they allocate the grads and plan
+// the products), then one step's zero-grad, forward, loss and backward are
+// captured; every timed step replays the graph and runs AdamW (outside: its
+// scalars change per step). Grads are zeroed in place (ZeroGrad(false)) so
+// backward accumulates into buffers that outlive the graph.
+bool TimeStepsGraph(const Config& c, psync::nn::GPT& model, ModeResult* r) {
+  auto opt = MakeAdamW(c, model);
+  auto [x, y] = Tokens(c, c.batch, 0, c.device);
+  const Tensor flat_y = y.Reshape({-1});
+  Variable loss;
+  auto step = [&] {
+    opt->ZeroGrad(/*set_to_none=*/false);
+    Variable logits = model.Forward(Variable(x));
+    loss = psync::autograd::CrossEntropyLoss(psync::autograd::Reshape(logits, {-1, c.gpt.vocab_size}), flat_y);
+    absl::Status st = psync::autograd::Backward(loss);
+    if (!st.ok()) throw psync::TensorError(std::string(st.message()));
+  };
+  for (int i = 0; i < c.warmup; ++i) {
+    step();
+    if (absl::Status st = opt->Step(3e-4); !st.ok()) throw psync::TensorError(std::string(st.message()));
+  }
+  loss = Variable();  // freed before the capture: the graph frees only what it allocated
+  psync::ops::Synchronize(c.device);
+  psync::cuda_graph::StepGraph graph(c.device.index, step);
+  const double cpu0 = psync::bench::CpuMs();
+  for (int i = 0; i < c.steps; ++i) {
+    const auto t0 = Clock::now();
+    graph.Replay();
+    if (absl::Status st = opt->Step(3e-4); !st.ok()) throw psync::TensorError(std::string(st.message()));
+    psync::ops::Synchronize(c.device);
+    const double ms = Ms(Clock::now() - t0);
+    r->step_ms.push_back(ms);
+    r->fwd_ms.push_back(0);
+    r->bwd_ms.push_back(0);
+    r->opt_ms.push_back(0);
+  }
+  r->cpu_ms = (psync::bench::CpuMs() - cpu0) / c.steps;
+  r->loss = loss.data().Item();
+  return true;
+}
+
 // Keeps, per mode, the round with the lowest median.
 void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
   auto it = std::find_if(results.begin(), results.end(), [&](const ModeResult& o) { return o.key() == r.key(); });
@@ -230,10 +302,11 @@ void KeepBest(std::vector<ModeResult>& results, ModeResult r) {
 
 void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_rank_batch) {
   const psync::nn::GPT probe(c.gpt);
-  std::printf("%s: %s, %s attention, %s loss, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, "
+  std::printf("%s: %s, %s, %s attention, %s loss, global batch %d (%lld per rank), T=%lld, %s, %d BLAS thread(s)%s, "
               "AdamW, %d steps (+%d warmup) x %d round(s)\n",
-              kName, probe.Describe().c_str(), psync::nn::GptAttentionName(c.gpt.attention),
-              c.fused_classifier ? "fused-classifier" : "cross-entropy", c.batch, static_cast<long long>(per_rank_batch),
+              kName, probe.Describe().c_str(), psync::nn::PrecisionName(c.precision),
+              psync::nn::GptAttentionName(c.gpt.attention), c.fused_classifier ? "fused-classifier" : "cross-entropy",
+              c.batch, static_cast<long long>(per_rank_batch),
               static_cast<long long>(c.gpt.block_size),
               c.mode == "ddp" ? absl::StrCat("world ", c.world).c_str() : "one process", c.threads,
               c.mode == "ddp" ? "/rank" : "", c.steps, c.warmup, c.rounds);
@@ -243,6 +316,14 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   }
   std::printf("  %-12s %10s %9s %9s %9s %11s %11s %8s %9s\n", "mode", "median ms", "fwd ms", "bwd ms", "opt ms",
               "exposed ms", "cpu ms/step", "loss", "peak MiB");
+  // Work per step: 6 N per token (N: every parameter, the head's included)
+  // plus attention 12 L T^2 C per sequence (issue 21's 7.006 TFLOP for
+  // GPT-2 small at 8 x 1024).
+  const double tokens = static_cast<double>(per_rank_batch) * static_cast<double>(c.gpt.block_size);
+  double nparams = 0;
+  for (const auto& [name, p] : probe.named_parameters()) nparams += static_cast<double>(p.data().numel());
+  const double flops = 6 * nparams * tokens + 12.0 * static_cast<double>(c.gpt.n_layer) * tokens *
+                                                  static_cast<double>(c.gpt.block_size) * static_cast<double>(c.gpt.n_embd);
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
     char exposed[32] = "-";
@@ -254,13 +335,20 @@ void Print(const Config& c, const std::vector<ModeResult>& results, int64_t per_
   }
   for (const auto& r : results) {
     const double med = Median(r.step_ms);
-    std::printf("RESULT impl=psync mode=%s%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f fwd_ms=%.3f "
-                "bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f peak_mib=%.1f attention=%s\n",
-                r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(), c.threads,
-                c.mode == "ddp" ? c.world : 1, static_cast<long long>(per_rank_batch), med, Median(r.fwd_ms),
-                Median(r.bwd_ms), Median(r.opt_ms),
+    const std::string gpu =
+        c.device.is_cuda()
+            ? absl::StrFormat(" tokens_per_s=%.0f mfu=%.4f", tokens / (med / 1e3),
+                              flops / (med / 1e3) / (c.peak_tflops * 1e12))
+            : "";
+    std::printf("RESULT impl=psync mode=%s%s precision=%s threads=%d world=%d per_rank_batch=%lld median_ms=%.3f "
+                "min_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f exposed_ms=%.3f cpu_ms=%.3f peak_mib=%.1f "
+                "attention=%s%s\n",
+                r.mode.c_str(), r.backend.empty() ? "" : (" backend=" + r.backend).c_str(),
+                psync::nn::PrecisionName(c.precision), c.threads, c.mode == "ddp" ? c.world : 1,
+                static_cast<long long>(per_rank_batch), med, *std::min_element(r.step_ms.begin(), r.step_ms.end()),
+                Median(r.fwd_ms), Median(r.bwd_ms), Median(r.opt_ms),
                 r.mode != "compute" && r.mode != "single" && compute >= 0 ? med - compute : 0.0, r.cpu_ms, r.peak_mib,
-                psync::nn::GptAttentionName(c.gpt.attention));
+                psync::nn::GptAttentionName(c.gpt.attention), gpu.c_str());
   }
   std::fflush(stdout);
 }
@@ -316,8 +404,14 @@ int RunSingle(const Config& c) {
     for (int round = 0; round < c.rounds; ++round) {
       psync::nn::GPT model(c.gpt, c.device, /*seed=*/7);
       ModeResult r;
-      r.mode = "single";
-      if (!TimeSteps(c, 0, model, c.device, nullptr, c.batch, &r)) return 1;
+      r.mode = c.cuda_graph ? "graph" : "single";
+      if (c.device.is_cuda()) psync::cuda_device::ResetPeakBytes(c.device.index);
+      if (c.cuda_graph) {
+        if (!TimeStepsGraph(c, model, &r)) return 1;
+      } else if (!TimeSteps(c, 0, model, c.device, nullptr, c.batch, &r)) {
+        return 1;
+      }
+      if (c.device.is_cuda()) r.peak_mib = static_cast<double>(psync::cuda_device::PeakBytes(c.device.index)) / (1 << 20);
       KeepBest(results, std::move(r));
     }
   } catch (const std::exception& e) {
@@ -424,12 +518,20 @@ int main(int argc, char** argv) {
   }
   if (device->is_cuda() && c.mode != "single") psync::ExitBadFlag(kName, "--device=cuda: only with --mode=single");
   c.device = *device;
+  auto precision = psync::nn::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) psync::ExitBadFlag(kName, std::string(precision.status().message()));
+  c.precision = *precision;
   c.threads = PositiveFlag("threads", absl::GetFlag(FLAGS_threads));
   c.world = PositiveFlag("world", absl::GetFlag(FLAGS_world));
   c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
   c.steps = PositiveFlag("steps", absl::GetFlag(FLAGS_steps));
   c.warmup = PositiveFlag("warmup", absl::GetFlag(FLAGS_warmup));
   c.rounds = PositiveFlag("rounds", absl::GetFlag(FLAGS_rounds));
+  c.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  c.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  if (c.cuda_graph && (!c.device.is_cuda() || c.mode != "single")) {
+    psync::ExitBadFlag(kName, "--cuda-graph: only with --device=cuda --mode=single");
+  }
   if (c.bucket_cap_mb <= 0) psync::ExitBadFlag(kName, "--bucket-cap-mb must be positive");
   for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_backends), ',')) {
     if (b != "gloo" && b != "shm") {

@@ -12,6 +12,19 @@ find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQU
 add_library(psync_cblas INTERFACE)
 target_link_libraries(psync_cblas INTERFACE BLAS::BLAS)
 target_include_directories(psync_cblas INTERFACE ${CBLAS_INCLUDE_DIR})
+# oneDNN (libdnnl-dev): bfloat16 matrix products on the CPU (worker/tensor/cpu/onednn_gemm.h).
+# Found by hand: Debian's dnnl-config.cmake demands OpenCL (its GPU runtime),
+# which psync does not use. Debian's build runs its threads with OpenMP
+# (libgomp); psync sets their number to OpenBLAS's (omp_set_num_threads).
+find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+find_library(DNNL_LIBRARY dnnl)
+if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+  message(FATAL_ERROR "oneDNN not found: install libdnnl-dev (scripts/install-deps.sh)")
+endif()
+add_library(psync_dnnl INTERFACE)
+target_include_directories(psync_dnnl INTERFACE ${DNNL_INCLUDE_DIR})
+target_link_libraries(psync_dnnl INTERFACE ${DNNL_LIBRARY})
+find_package(OpenMP REQUIRED)
 
 # ---- CUDA (optional): built whenever nvcc is found.
 set(PSYNC_HAVE_CUDA OFF)

@@ -10,7 +10,7 @@ set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-      libabsl-dev libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
+      libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
       python3 iproute2)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi

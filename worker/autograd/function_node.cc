@@ -55,6 +55,12 @@ Tensor FunctionNode::OutputBuffer(size_t input, const Shape& shape, Device devic
   return acc ? acc->TakeGradDestination(shape, device) : Tensor();
 }
 
+Tensor FunctionNode::WeightGradBuffer(size_t input, const Shape& shape, DType dtype, Device device) const {
+  Tensor out = OutputBuffer(input, shape, device);
+  if (out.defined() && out.dtype() == dtype) return out;
+  return Tensor::Empty(shape, dtype, device);
+}
+
 namespace {
 thread_local bool grad_enabled = true;
 }  // namespace

@@ -41,6 +41,10 @@ class FunctionNode : public Node {
   // otherwise. Only for gradients computed from scratch into it (never an
   // alias of another tensor), and only during backward.
   Tensor OutputBuffer(size_t input, const Shape& shape, Device device) const;
+  // OutputBuffer, or else a new contiguous tensor of `dtype`: for a
+  // parameter's gradient that must come out in the parameter's dtype
+  // (float32) although the op computed from bfloat16 activations.
+  Tensor WeightGradBuffer(size_t input, const Shape& shape, DType dtype, Device device) const;
   // One gradient per forward input (undefined where not needed), from the
   // gradients of the outputs (one per output).
   virtual TensorList BackwardAll(const TensorList& grads) = 0;

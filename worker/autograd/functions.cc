@@ -49,24 +49,36 @@ class BatchedMatmulBackward : public SingleOutputNode {
 
 class LinearBackward : public SingleOutputNode {
  public:
-  explicit LinearBackward(Shape x_shape) : SingleOutputNode("LinearBackward", true), x_shape_(std::move(x_shape)) {}
-  Tensor x, w;  // x [N,in] (leading dims flattened) saved iff weight needs grad, w iff x needs grad
+  LinearBackward(Shape x_shape, DType weight_dtype)
+      : SingleOutputNode("LinearBackward", true), x_shape_(std::move(x_shape)), weight_dtype_(weight_dtype) {}
+  Tensor x, w;  // x [N,in] (leading dims flattened) saved iff weight needs grad, w (the product's) iff x needs grad
 
  private:
   TensorList Backward(const Tensor& grad) override {
     const Tensor g = grad.Reshape({-1, grad.size(-1)});  // [N,out]
     TensorList r(3);
-    // Weight and bias gradients go straight into the leaves' gradient
-    // destinations (DDP bucket slots) when they have one.
     if (needs_grad(0)) r[0] = ops::Matmul(g, w).Reshape(x_shape_);  // [N,out] @ [out,in]
     if (needs_grad(1)) {
-      r[1] = ops::MatmulInto(OutputBuffer(1, {g.size(1), x.size(1)}, g.device()), g, x, true, false);  // [out,N] @ [N,in]
+      // [out,N] @ [N,in] in the parameter's own dtype (float32 from bfloat16
+      // activations: no bfloat16 rounding of a weight gradient).
+      r[1] = ops::MatmulInto(WeightGradBuffer(1, {g.size(1), x.size(1)}, weight_dtype_, g.device()), g, x, true,
+                             false);
     }
     if (needs_grad(2)) r[2] = ops::SumRowsInto(OutputBuffer(2, {g.size(1)}, g.device()), g);  // [out]
     return r;
   }
   void ReleaseSaved() override { x = w = Tensor(); }
   const Shape x_shape_;
+  const DType weight_dtype_;
+};
+
+class CastBackward : public SingleOutputNode {
+ public:
+  explicit CastBackward(DType input_dtype) : SingleOutputNode("CastBackward", false), dtype_(input_dtype) {}
+
+ private:
+  TensorList Backward(const Tensor& g) override { return {g.To(dtype_)}; }
+  const DType dtype_;
 };
 
 class ReluBackward : public SingleOutputNode {
@@ -203,22 +215,33 @@ Variable BatchedMatmul(const Variable& a, const Variable& b) {
 }
 
 Variable Linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  CheckDefined("Linear", {&weight});
+  return Linear(x, weight, bias, weight.data());
+}
+
+Variable Linear(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& weight_value) {
   CheckDefined("Linear", {&x, &weight});
   if (x.data().dim() < 1 || weight.data().dim() != 2 || x.data().size(-1) != weight.data().size(1)) {
     throw TensorError("Linear: x must be [..., in] and weight [out, in]; got x " + ShapeToString(x.shape()) +
                       ", weight " + ShapeToString(weight.shape()));
   }
+  if (!weight_value.defined() || weight_value.shape() != weight.shape()) {
+    throw TensorError("Linear: the weight's value " + weight_value.DebugString() + " must have the weight's shape " +
+                      ShapeToString(weight.shape()));
+  }
   // Every leading dim of x is a row: [..., in] -> [N, in] (a view when contiguous).
   const Tensor x2 = x.data().Reshape({-1, weight.data().size(1)});
-  Tensor out = ops::Matmul(x2, weight.data(), false, true);
-  if (bias.defined()) out = ops::AddBias(out, bias.data());
+  // One product with the bias as its epilogue (on the CPU in float32:
+  // Matmul then AddBias, the same bits).
+  Tensor out = ops::Linear(x2, weight_value, bias.defined() ? bias.data() : Tensor());
   Shape out_shape = x.shape();
   out_shape.back() = weight.data().size(0);
   out = out.Reshape(out_shape);
-  auto node = MakeNode<LinearBackward>({&x, &weight, bias.defined() ? &bias : nullptr}, x.shape());
+  auto node = MakeNode<LinearBackward>({&x, &weight, bias.defined() ? &bias : nullptr}, x.shape(),
+                                       weight.data().dtype());
   if (node) {
     if (weight.requires_grad()) node->x = x2;
-    if (x.requires_grad()) node->w = weight.data();
+    if (x.requires_grad()) node->w = weight_value;
   }
   return Wrap(std::move(out), node);
 }
@@ -242,6 +265,13 @@ Variable LinearPadded(const Variable& x, const Variable& weight, const Tensor& p
     if (x.requires_grad()) node->w = w;
   }
   return Wrap(std::move(out), node);
+}
+
+Variable Cast(const Variable& x, DType dtype) {
+  CheckDefined("Cast", {&x});
+  if (x.data().dtype() == dtype) return x;
+  Tensor out = x.data().To(dtype);
+  return Wrap(std::move(out), MakeNode<CastBackward>({&x}, x.data().dtype()));
 }
 
 Variable Relu(const Variable& x) {

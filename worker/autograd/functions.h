@@ -34,6 +34,17 @@ Variable Linear(const Variable& x, const Variable& weight, const Variable& bias)
 // its rows aligned on GPUs (the GPT's vocabulary, padded as llm.c pads it).
 // Gradients are Linear's (from weight, not padded).
 Variable LinearPadded(const Variable& x, const Variable& weight, const Tensor& padded);
+
+// The same, with the product reading `weight_value` (weight's shape) instead
+// of weight.data(): the weight's bfloat16 copy in a bf16 step
+// (nn/precision.h). x has weight_value's dtype (Cast it first); the result
+// too (the bias, float32, is added before it is rounded). The weight's
+// gradient is computed in the weight's own dtype (float32 from bfloat16
+// activations, into its DDP bucket slot), the bias's in float32.
+Variable Linear(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& weight_value);
+// x converted to `dtype` (float32 <-> bfloat16, rounding to nearest even);
+// the gradient is converted back to x's dtype. x itself when it has dtype.
+Variable Cast(const Variable& x, DType dtype);
 Variable Relu(const Variable& x);
 // Elementwise, same shapes (no broadcasting).
 Variable Add(const Variable& a, const Variable& b);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <utility>
+#include <vector>
 
 #include "worker/autograd/function_node.h"
 #include "worker/tensor/ops.h"
@@ -42,6 +43,71 @@ class LayerNormBackward : public SingleOutputNode {
             needs_grad(2) ? r.dbias : Tensor()};
   }
   void ReleaseSaved() override { x = weight = mean = rstd = Tensor(); }
+};
+
+// ResidualLayerNorm: outputs h = x + a and y = LayerNorm(h). h's gradient
+// (from the next residual) is added to the LayerNorm's dx inside the
+// backward kernel; a gets that sum in a's dtype.
+class ResidualLayerNormBackward : public FunctionNode {
+ public:
+  ResidualLayerNormBackward(DType a_dtype) : FunctionNode("ResidualLayerNormBackward", true), a_dtype_(a_dtype) {}
+  Tensor h, weight, mean, rstd;
+
+ private:
+  TensorList BackwardAll(const TensorList& grads) override {
+    const Tensor& g_h = grads[0];
+    const Tensor& g_y = grads[1];
+    Tensor dh, dweight, dbias;
+    if (g_y.defined()) {
+      const Shape c = {h.size(-1)};
+      ops::LayerNormGrads r = ops::LayerNormBackward(g_y, h, weight, mean, rstd, OutputBuffer(2, c, g_y.device()),
+                                                     OutputBuffer(3, c, g_y.device()), g_h);
+      dh = std::move(r.dx);
+      dweight = std::move(r.dweight);
+      dbias = std::move(r.dbias);
+    } else {
+      dh = g_h;  // y got no gradient: only the residual's flows
+    }
+    Tensor da = needs_grad(1) ? dh.To(a_dtype_) : Tensor();
+    return {needs_grad(0) ? dh : Tensor(), std::move(da), needs_grad(2) ? dweight : Tensor(),
+            needs_grad(3) ? dbias : Tensor()};
+  }
+  void ReleaseSaved() override { h = weight = mean = rstd = Tensor(); }
+  const DType a_dtype_;
+};
+
+// Mlp: y = proj(gelu(fc(x))) in one node. Backward: dW_proj = g^T h,
+// dpre = (g @ W_proj) * gelu'(pre) (one product with the GELU-backward
+// epilogue), dW_fc = dpre^T x, dx = dpre @ W_fc; bias gradients are column
+// sums. Weight gradients in the weights' own dtype, into their slots.
+class MlpBackward : public SingleOutputNode {
+ public:
+  MlpBackward(Shape x_shape, DType weight_dtype)
+      : SingleOutputNode("MlpBackward", true), x_shape_(std::move(x_shape)), weight_dtype_(weight_dtype) {}
+  Tensor x, pre, h, fc_value, proj_value;  // x, pre, h [N, *]
+
+ private:
+  TensorList Backward(const Tensor& grad) override {
+    const Tensor g = grad.Reshape({-1, grad.size(-1)});  // [N, C]
+    const Device d = g.device();
+    TensorList r(5);
+    if (needs_grad(3)) {
+      r[3] = ops::MatmulInto(WeightGradBuffer(3, proj_value.shape(), weight_dtype_, d), g, h, true, false);
+    }
+    if (needs_grad(4)) r[4] = ops::SumRowsInto(OutputBuffer(4, {g.size(1)}, d), g);
+    if (needs_grad(0) || needs_grad(1) || needs_grad(2)) {
+      const Tensor dpre = ops::MatmulGeluBackward(g, proj_value, pre);  // [N, 4C]
+      if (needs_grad(1)) {
+        r[1] = ops::MatmulInto(WeightGradBuffer(1, fc_value.shape(), weight_dtype_, d), dpre, x, true, false);
+      }
+      if (needs_grad(2)) r[2] = ops::SumRowsInto(OutputBuffer(2, {dpre.size(1)}, d), dpre);
+      if (needs_grad(0)) r[0] = ops::Matmul(dpre, fc_value).Reshape(x_shape_);
+    }
+    return r;
+  }
+  void ReleaseSaved() override { x = pre = h = fc_value = proj_value = Tensor(); }
+  const Shape x_shape_;
+  const DType weight_dtype_;
 };
 
 class GeluBackward : public SingleOutputNode {
@@ -137,8 +203,13 @@ Variable Embedding(const Tensor& ids, const Variable& weight) {
 }
 
 Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps) {
+  CheckDefined("LayerNorm", {&x});
+  return LayerNorm(x, weight, bias, eps, x.data().dtype());
+}
+
+Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps, DType out_dtype) {
   CheckDefined("LayerNorm", {&x, &weight, &bias});
-  ops::LayerNormResult r = ops::LayerNorm(x.data(), weight.data(), bias.data(), eps);
+  ops::LayerNormResult r = ops::LayerNorm(x.data(), weight.data(), bias.data(), eps, out_dtype);
   auto node = MakeNode<LayerNormBackward>({&x, &weight, &bias});
   if (node) {
     node->x = x.data();
@@ -147,6 +218,48 @@ Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bi
     node->rstd = std::move(r.rstd);
   }
   return Wrap(std::move(r.y), node);
+}
+
+std::pair<Variable, Variable> ResidualLayerNorm(const Variable& x, const Variable& a, const Variable& weight,
+                                                const Variable& bias, double eps, DType out_dtype) {
+  CheckDefined("ResidualLayerNorm", {&x, &a, &weight, &bias});
+  ops::ResidualLayerNormResult r = ops::ResidualLayerNorm(x.data(), a.data(), weight.data(), bias.data(), eps, out_dtype);
+  auto node = MakeNode<ResidualLayerNormBackward>({&x, &a, &weight, &bias}, a.data().dtype());
+  if (node) {
+    node->h = r.h;
+    node->weight = weight.data();
+    node->mean = std::move(r.mean);
+    node->rstd = std::move(r.rstd);
+  }
+  std::vector<Variable> out = WrapOutputs({std::move(r.h), std::move(r.y)}, node);
+  return {std::move(out[0]), std::move(out[1])};
+}
+
+Variable Mlp(const Variable& x, const MlpParams& p) {
+  CheckDefined("Mlp", {&x, &p.fc_weight, &p.fc_bias, &p.proj_weight, &p.proj_bias});
+  const Tensor& fc = p.fc_value.defined() ? p.fc_value : p.fc_weight.data();
+  const Tensor& proj = p.proj_value.defined() ? p.proj_value : p.proj_weight.data();
+  if (x.data().dim() < 1 || fc.dim() != 2 || proj.dim() != 2 || x.data().size(-1) != fc.size(1) ||
+      proj.size(1) != fc.size(0) || fc.shape() != p.fc_weight.shape() || proj.shape() != p.proj_weight.shape()) {
+    throw TensorError("Mlp: x must be [..., C], the fc weight [H, C] and the proj weight [C', H]; got x " +
+                      ShapeToString(x.shape()) + ", fc " + fc.DebugString() + ", proj " + proj.DebugString());
+  }
+  const Tensor x2 = x.data().Reshape({-1, fc.size(1)});
+  ops::LinearGeluResult hidden = ops::LinearGelu(x2, fc, p.fc_bias.data());
+  Tensor out = ops::Linear(hidden.y, proj, p.proj_bias.data());
+  Shape out_shape = x.shape();
+  out_shape.back() = proj.size(0);
+  out = out.Reshape(out_shape);
+  auto node = MakeNode<MlpBackward>({&x, &p.fc_weight, &p.fc_bias, &p.proj_weight, &p.proj_bias}, x.shape(),
+                                    p.fc_weight.data().dtype());
+  if (node) {
+    node->x = x2;
+    node->pre = std::move(hidden.pre);
+    node->h = std::move(hidden.y);
+    node->fc_value = fc;
+    node->proj_value = proj;
+  }
+  return Wrap(std::move(out), node);
 }
 
 Variable Gelu(const Variable& x) {

@@ -6,6 +6,8 @@
 // (tests/unit/autograd).
 #pragma once
 
+#include <utility>
+
 #include "worker/autograd/variable.h"
 
 namespace psync::autograd {
@@ -17,6 +19,28 @@ Variable Embedding(const Tensor& ids, const Variable& weight);
 // Over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, var the
 // biased variance (as torch.nn.LayerNorm); weight and bias [C].
 Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps = 1e-5);
+// The same with the result in out_dtype (a bfloat16 y for the matmul that
+// reads it, from a float32 x: computed in float32, rounded once).
+Variable LayerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps, DType out_dtype);
+// A transformer's residual add fused with the LayerNorm after it: returns
+// {h = x + a, y = LayerNorm(h) in out_dtype}; x is the float32 residual
+// stream, a (x's dtype or bfloat16) the block's output. The same values
+// as Add then LayerNorm, in one pass (ops::ResidualLayerNorm); h's gradient
+// and the LayerNorm's are summed inside one backward kernel.
+std::pair<Variable, Variable> ResidualLayerNorm(const Variable& x, const Variable& a, const Variable& weight,
+                                                const Variable& bias, double eps, DType out_dtype);
+// The weights of a transformer MLP: fc [H, C] + bias [H], proj [C', H] +
+// bias [C']. *_value: the tensor each product reads (the weight's bfloat16
+// copy in a bf16 step; undefined = the weight's data).
+struct MlpParams {
+  Variable fc_weight, fc_bias, proj_weight, proj_bias;
+  Tensor fc_value, proj_value;
+};
+// proj(gelu(fc(x))), x [..., C] -> [..., C'], in one autograd node: the
+// first product with the bias+GELU epilogue, the backward's first product
+// with the GELU-backward epilogue (cuBLASLt's GELU_AUX_BIAS / DGELU on
+// CUDA; on the CPU in float32 the exact bits of Linear, Gelu, Linear).
+Variable Mlp(const Variable& x, const MlpParams& params);
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(approximate="tanh").
 Variable Gelu(const Variable& x);
 // scores [..., T, T]: softmax over the last dim of scale * scores with every

@@ -18,7 +18,15 @@ absl::StatusOr<BackendChoice> ChooseBackend(const std::string& requested, const 
   if (cuda) {
     if (requested == "auto") return BackendChoice{"nccl", "CUDA tensors: NCCL (its own intra/inter-node hierarchy)"};
     if (requested == "nccl") return BackendChoice{"nccl", "requested"};
-    return bad("reduces CPU tensors; with --device=cuda use --backend=nccl (or auto)");
+    if (requested == "shm") {
+      if (topology.known() && !topology.single_host()) {
+        return bad(absl::StrCat("needs every rank on one host, but the job spans ", topology.Describe(),
+                                "; with --device=cuda use --backend=nccl (or auto)"));
+      }
+      return BackendChoice{"shm", absl::StrCat("requested: CUDA buckets staged through pinned host memory (", where,
+                                               "; ranks may share a GPU)")};
+    }
+    return bad("reduces CPU tensors; with --device=cuda use --backend=nccl (or auto), or shm on one host");
   }
   if (requested == "nccl") return bad("needs --device=cuda (CUDA tensors); on CPU use auto, gloo, shm or hier");
   if (requested == "gloo") return BackendChoice{"gloo", absl::StrCat("requested (", where, ")")};

@@ -27,6 +27,12 @@ std::shared_ptr<Work> ProcessGroup::AllreduceAverage(Tensor tensor, const std::s
   const int world = size();
   if (world == 1) return w;
   return std::make_shared<ThenWork>(std::move(w), [tensor, world] {
+    // float32/float64 only (the contract in process_group.h): a 16-bit sum
+    // is already rounded, and scaling it would round again.
+    if (tensor.dtype() != kFloat32 && tensor.dtype() != kFloat64) {
+      throw TensorError(absl::StrCat("AllreduceAverage averages float32/float64 tensors, got ", DTypeName(tensor.dtype()),
+                                     "; sum it (AllreduceSum) and scale it in float32"));
+    }
     ops::ScaleInPlace(tensor, 1.0f / static_cast<float>(world));
   });
 }

@@ -2,6 +2,7 @@
 
 #include "common/logging.h"
 #include "worker/autograd/nn_functions.h"
+#include "worker/nn/precision.h"
 
 namespace psync::nn {
 
@@ -11,6 +12,12 @@ LayerNorm::LayerNorm(int64_t features, Device device, double eps) : eps_(eps) {
   bias_ = RegisterParameter("bias", Tensor::Zeros({features}, device));
 }
 
-Variable LayerNorm::Forward(const Variable& x) { return autograd::LayerNorm(x, weight_, bias_, eps_); }
+Variable LayerNorm::Forward(const Variable& x) {
+  return autograd::LayerNorm(x, weight_, bias_, eps_, precision().OutputDType(x.data().dtype()));
+}
+
+std::pair<Variable, Variable> LayerNorm::ForwardResidual(const Variable& x, const Variable& a) {
+  return autograd::ResidualLayerNorm(x, a, weight_, bias_, eps_, precision().OutputDType(x.data().dtype()));
+}
 
 }  // namespace psync::nn

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "worker/autograd/functions.h"
 #include "worker/nn/init.h"
+#include "worker/nn/precision.h"
 
 namespace psync::nn {
 
@@ -32,7 +33,12 @@ Linear::Linear(Tensor weight, Tensor bias) {
   }
 }
 
-Variable Linear::Forward(const Variable& x) { return autograd::Linear(x, weight_, bias_); }
+Variable Linear::Forward(const Variable& x) {
+  // The weight's bfloat16 copy in a bf16 step; x cast to its dtype (a no-op
+  // when the layer before already produced it).
+  const Tensor& w = precision().MatmulWeight(weight_);
+  return autograd::Linear(autograd::Cast(x, w.dtype()), weight_, bias_, w);
+}
 
 Variable ReLU::Forward(const Variable& x) { return autograd::Relu(x); }
 

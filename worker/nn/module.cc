@@ -1,6 +1,7 @@
 #include "worker/nn/module.h"
 
 #include "common/logging.h"
+#include "worker/nn/precision.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::nn {
@@ -45,6 +46,13 @@ std::vector<Variable> Module::parameters() const {
   std::vector<Variable> out;
   for (auto& [name, var] : named_parameters()) out.push_back(var);
   return out;
+}
+
+const PrecisionPolicy& Module::precision() const { return precision_ ? *precision_ : PrecisionPolicy::Fp32(); }
+
+void Module::SetPrecision(std::shared_ptr<const PrecisionPolicy> policy) {
+  for (auto& [name, child] : children_) child->SetPrecision(policy);
+  precision_ = std::move(policy);
 }
 
 void Module::ZeroGrad(bool set_to_none) {

@@ -18,6 +18,7 @@
 namespace psync::nn {
 
 using autograd::Variable;
+class PrecisionPolicy;  // nn/precision.h
 
 // A named leaf Variable requiring grad. Copies share state with the
 // original (it is a Variable handle; slicing to Variable loses nothing).
@@ -46,6 +47,11 @@ class Module {
   // with zero in place (so grads that are views into buckets stay views).
   void ZeroGrad(bool set_to_none = true);
 
+  // How this module computes (nn/precision.h): PrecisionPolicy::Fp32()
+  // until SetPrecision, which sets it on this module and every descendant.
+  const PrecisionPolicy& precision() const;
+  void SetPrecision(std::shared_ptr<const PrecisionPolicy> policy);
+
  protected:
   // Registers a new parameter `name` holding `data`; returns it.
   Parameter RegisterParameter(const std::string& name, Tensor data);
@@ -63,6 +69,7 @@ class Module {
 
   std::vector<std::pair<std::string, Variable>> params_;  // local names
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<const PrecisionPolicy> precision_;  // null: fp32
 };
 
 }  // namespace psync::nn

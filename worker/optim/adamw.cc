@@ -32,10 +32,28 @@ absl::Status AdamW::ValidateOptions(const OptimizerOptions& o) {
 }
 
 absl::Status AdamW::Step(double lr) {
-  return ForEachWithGrad([&](size_t i) {
+  // Every parameter with a grad is checked (an error names it), then all are
+  // updated at once: one multi-tensor launch on CUDA, a loop on the CPU.
+  std::vector<ops::AdamWParam> batch;
+  std::vector<size_t> index;
+  absl::Status st = ForEachWithGrad([&](size_t i) {
     const autograd::Variable& p = params_[i].second;
-    rule_.Apply(p.data(), p.grad(), {exp_avg_[i], exp_avg_sq_[i]}, ParamStep{p.data().dim(), steps_[i]}, lr);
+    ops::AdamWParam a =
+        rule_.Operands(p.data(), p.grad(), {exp_avg_[i], exp_avg_sq_[i]}, ParamStep{p.data().dim(), steps_[i]}, lr,
+                       weight_copy(i));
+    ops::CheckAdamWParam(a);
+    batch.push_back(std::move(a));
+    index.push_back(i);
   });
+  if (!st.ok()) return st;
+  try {
+    ops::AdamWUpdateMany(batch);
+  } catch (const TensorError& e) {
+    return ParamError(index.empty() ? 0 : index.front(), e, /*internal=*/false);
+  } catch (const InternalError& e) {
+    return ParamError(index.empty() ? 0 : index.front(), e, /*internal=*/true);
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::StateBuffers(size_t i) const {

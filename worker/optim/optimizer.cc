@@ -52,6 +52,25 @@ absl::Status Optimizer::ValidateParams(const NamedParams& params) {
   return absl::OkStatus();
 }
 
+absl::Status Optimizer::SetWeightCopies(std::vector<Tensor> copies) {
+  if (!copies.empty() && copies.size() != params_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": ", copies.size(), " weight copies for ", params_.size(),
+                                                   " parameters"));
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const Tensor& c = copies[i];
+    const Tensor& p = params_[i].second.data();
+    if (c.defined() && (c.dtype() != kBFloat16 || c.shape() != p.shape() || !c.is_contiguous() ||
+                        c.device() != p.device())) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), ": the weight copy of '", params_[i].first, "' is ",
+                                                     c.DebugString(), "; it must be a contiguous bfloat16 ",
+                                                     ShapeToString(p.shape()), " tensor on ", p.device().ToString()));
+    }
+  }
+  copies_ = std::move(copies);
+  return absl::OkStatus();
+}
+
 absl::Status Optimizer::ParamError(size_t i, const std::exception& e, bool internal) const {
   std::string msg = absl::StrCat(name(), " step on parameter '", params_[i].first, "' (index ", i, "): ", e.what());
   return internal ? absl::InternalError(msg) : absl::InvalidArgumentError(msg);

@@ -49,7 +49,8 @@ class Optimizer {
   virtual std::string name() const = 0;
   // One update of every parameter with a defined grad, at learning rate
   // `lr` (the schedule's value for this step). Tensor errors come back as
-  // InvalidArgument naming the parameter (parameters before it were updated).
+  // InvalidArgument naming the parameter (parameters before it were updated;
+  // AdamW checks every parameter before it updates any).
   virtual absl::Status Step(double lr) = 0;
   // Clears every parameter's grad (set_to_none) or zeroes it in place (so
   // grads that are DDP bucket views stay views).
@@ -91,6 +92,15 @@ class Optimizer {
   // unique non-empty name. The registry checks this before constructing.
   static absl::Status ValidateParams(const NamedParams& params);
 
+  // Low-precision copies of the parameters' values that every Step writes
+  // as it updates each parameter (in the same pass where the kernel allows:
+  // AdamW), so a bf16 step's matmuls read fresh weights with no cast pass
+  // (nn/precision.h). One per parameter (undefined where none), each a
+  // contiguous bfloat16 tensor of its parameter's shape; empty: none. They
+  // are derived state: State() does not list them. InvalidArgument naming
+  // the parameter when one does not fit.
+  absl::Status SetWeightCopies(std::vector<Tensor> copies);
+
  protected:
   explicit Optimizer(NamedParams params) : params_(std::move(params)), steps_(params_.size(), 0) {}
   // Parameter i's buffers, (suffix, live tensor), in a fixed order.
@@ -112,8 +122,12 @@ class Optimizer {
   absl::StatusOr<std::map<std::string, const Tensor*>> MatchState(const std::vector<StateEntry>& expected,
                                                                  const NamedTensors& state) const;
 
+  // Parameter i's copy (undefined when it has none).
+  Tensor weight_copy(size_t i) const { return copies_.empty() ? Tensor() : copies_[i]; }
+
   NamedParams params_;
   std::vector<int64_t> steps_;
+  std::vector<Tensor> copies_;  // SetWeightCopies; empty or one per parameter
 };
 
 template <typename Fn>

@@ -32,7 +32,7 @@ absl::Status SGD::Step(double lr) {
     const autograd::Variable& p = params_[i].second;
     std::vector<Tensor> state;
     if (momentum_ != 0) state.push_back(buffers_[i]);
-    rule_.Apply(p.data(), p.grad(), state, ParamStep{p.data().dim(), steps_[i]}, lr);
+    rule_.Apply(p.data(), p.grad(), state, ParamStep{p.data().dim(), steps_[i]}, lr, weight_copy(i));
   });
 }
 

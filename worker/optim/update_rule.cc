@@ -6,16 +6,27 @@
 
 namespace psync::optim {
 
+ops::AdamWParam AdamWRule::Operands(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers,
+                                    const ParamStep& info, double lr, const Tensor& p_copy) const {
+  ops::AdamWParam a;
+  a.p = p;
+  a.g = g;
+  a.m = buffers[0];
+  a.v = buffers[1];
+  a.p_copy = p_copy;
+  a.step.lr = lr;
+  a.step.beta1 = o_.beta1;
+  a.step.beta2 = o_.beta2;
+  a.step.eps = o_.eps;
+  a.step.weight_decay = info.dims >= 2 ? o_.weight_decay : 0.0;
+  a.step.step = info.step;
+  return a;
+}
+
 void AdamWRule::Apply(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers, const ParamStep& info,
-                      double lr) const {
-  ops::AdamWStep h;
-  h.lr = lr;
-  h.beta1 = o_.beta1;
-  h.beta2 = o_.beta2;
-  h.eps = o_.eps;
-  h.weight_decay = info.dims >= 2 ? o_.weight_decay : 0.0;
-  h.step = info.step;
-  ops::AdamWUpdate(p, g, buffers[0], buffers[1], h);
+                      double lr, const Tensor& p_copy) const {
+  const ops::AdamWParam a = Operands(p, g, buffers, info, lr, p_copy);
+  ops::AdamWUpdate(a.p, a.g, a.m, a.v, a.step, a.p_copy);
 }
 
 std::vector<std::string> SgdRule::buffers() const {
@@ -24,13 +35,13 @@ std::vector<std::string> SgdRule::buffers() const {
 }
 
 void SgdRule::Apply(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers, const ParamStep& info,
-                    double lr) const {
+                    double lr, const Tensor& p_copy) const {
   ops::SgdStep h;
   h.lr = lr;
   h.momentum = o_.momentum;
   h.weight_decay = o_.weight_decay;
   h.first = info.step == 1;
-  ops::SgdUpdate(p, g, o_.momentum != 0 ? buffers[0] : Tensor(), h);
+  ops::SgdUpdate(p, g, o_.momentum != 0 ? buffers[0] : Tensor(), h, p_copy);
 }
 
 namespace {

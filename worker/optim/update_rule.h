@@ -20,6 +20,7 @@
 
 #include "common/registry.h"
 #include "worker/optim/optimizer.h"
+#include "worker/tensor/ops/optim.h"
 #include "worker/tensor/tensor.h"
 
 namespace psync::optim {
@@ -37,9 +38,11 @@ class UpdateRule {
   // ("exp_avg", "exp_avg_sq"; "momentum_buffer" for sgd with momentum).
   virtual std::vector<std::string> buffers() const = 0;
   // One step over `p` (contiguous), `g` (p's numel) and the buffers (p's
-  // numel each, contiguous), in place. Throws TensorError.
+  // numel each, contiguous), in place; `p_copy` (undefined, or bfloat16 of
+  // p's shape) gets the updated values rounded (--precision=bf16). Throws
+  // TensorError.
   virtual void Apply(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers, const ParamStep& info,
-                     double lr) const = 0;
+                     double lr, const Tensor& p_copy = Tensor()) const = 0;
 };
 
 class AdamWRule final : public UpdateRule {
@@ -48,7 +51,11 @@ class AdamWRule final : public UpdateRule {
   std::string name() const override { return "adamw"; }
   std::vector<std::string> buffers() const override { return {"exp_avg", "exp_avg_sq"}; }
   void Apply(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers, const ParamStep& info,
-             double lr) const override;
+             double lr, const Tensor& p_copy = Tensor()) const override;
+  // Apply's operands, for ops::AdamWUpdateMany (AdamW updates every
+  // parameter in one launch on CUDA).
+  ops::AdamWParam Operands(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers,
+                           const ParamStep& info, double lr, const Tensor& p_copy) const;
 
  private:
   OptimizerOptions o_;
@@ -60,7 +67,7 @@ class SgdRule final : public UpdateRule {
   std::string name() const override { return "sgd"; }
   std::vector<std::string> buffers() const override;
   void Apply(const Tensor& p, const Tensor& g, const std::vector<Tensor>& buffers, const ParamStep& info,
-             double lr) const override;
+             double lr, const Tensor& p_copy = Tensor()) const override;
 
  private:
   OptimizerOptions o_;

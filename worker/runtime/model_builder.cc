@@ -74,7 +74,10 @@ absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, const data::DataInf
     absl::Status st = LoadInitialWeights(spec.init_path, **model);
     if (!st.ok()) return st;
   }
-  return BuiltModel{std::move(*model), *mopt};
+  // After --init, so the bf16 copies start from the loaded weights.
+  auto policy = (*model)->UsePrecision(spec.precision);
+  if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat(policy.status().message(), " (--model=", spec.name, ")"));
+  return BuiltModel{std::move(*model), *mopt, *policy};
 }
 
 }  // namespace psync::runtime

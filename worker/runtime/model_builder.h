@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
+#include "worker/nn/precision.h"
 #include "worker/nn/models/model.h"
 
 namespace psync::runtime {
@@ -22,11 +23,15 @@ struct ModelSpec {
   nn::ModelOptions options;
   int skip_layer = -1;        // --skip-layer / --skip-block; -1 = none
   std::string init_path;      // --init; empty = the seeded initialisation
+  nn::Precision precision = nn::Precision::kFp32;  // --precision (nn/precision.h)
 };
 
 struct BuiltModel {
   std::unique_ptr<nn::Model> model;
   nn::ModelOptions options;  // what it was built from (checkpoints and --save record it)
+  // --precision, in use by the model; the optimizer writes its weight
+  // copies, and weights loaded later (--resume) need RefreshCopies().
+  std::shared_ptr<const nn::PrecisionPolicy> precision;
 };
 
 absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, const data::DataInfo& data, Device device);

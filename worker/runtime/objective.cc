@@ -39,7 +39,7 @@ EvalSums Evaluate(data::Task task, const Tensor& output, const Tensor& targets) 
   s.count = logits.size(0);
   s.loss_sum = static_cast<double>(ops::CrossEntropy(logits, flat).Item()) * static_cast<double>(s.count);
   // Top-1 on the host (evaluation only).
-  const std::vector<float> v = logits.ToVector();
+  const std::vector<float> v = logits.To(kFloat32).ToVector();  // bf16 logits in a bf16 step
   const std::vector<int64_t> y = flat.ToVector<int64_t>();
   const int64_t classes = logits.size(1);
   for (int64_t i = 0; i < s.count; ++i) {

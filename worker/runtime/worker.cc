@@ -60,7 +60,7 @@ absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
 // The device memory pool's high-water mark (-1: unknown).
 int64_t PeakDeviceBytes(Device device) {
   int64_t peak = -1;
-  (void)RunCatching("", [&] { peak = cuda_device::PeakAllocatedBytes(device.index); });
+  (void)RunCatching("", [&] { peak = static_cast<int64_t>(cuda_device::PeakBytes(device.index)); });
   return peak;
 }
 
@@ -73,7 +73,8 @@ data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   return d;
 }
 
-absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model) {
+absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model,
+                                                                 const nn::PrecisionPolicy& precision) {
   optim::OptimizerArgs args;
   args.params = model.named_parameters();
   args.options.momentum = opt.momentum;
@@ -81,8 +82,15 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
   args.options.beta1 = opt.beta1;
   args.options.beta2 = opt.beta2;
   args.options.eps = opt.eps;
-  if (opt.zero == 0) return optim::Optimizers().Create(opt.optimizer, args);
-  // --zero: the same update on this rank's shards (attached once DDP exists).
+  if (opt.zero == 0) {
+    absl::StatusOr<std::unique_ptr<optim::Optimizer>> o = optim::Optimizers().Create(opt.optimizer, args);
+    if (!o.ok()) return o;
+    // bf16: each step writes the weights' bfloat16 copies.
+    if (absl::Status st = (*o)->SetWeightCopies(precision.CopiesFor(args.params)); !st.ok()) return st;
+    return o;
+  }
+  // --zero: the same update on this rank's shards (attached once DDP exists;
+  // float32 and tf32 only: the flags refuse bf16).
   absl::StatusOr<std::unique_ptr<optim::UpdateRule>> rule = optim::UpdateRules().Create(opt.optimizer, args.options);
   if (!rule.ok()) return rule.status();
   absl::StatusOr<std::unique_ptr<optim::ShardedOptimizer>> sharded =
@@ -123,6 +131,7 @@ class WorkerRun {
   std::optional<data::OpenedData> data_;
   std::shared_ptr<nn::Model> model_;
   nn::ModelOptions model_options_;
+  std::shared_ptr<const nn::PrecisionPolicy> precision_;  // --precision, in use by the model
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::optional<optim::LrSchedule> schedule_;
   int64_t first_step_ = 0;
@@ -140,8 +149,10 @@ absl::Status WorkerRun::Prepare() {
   PSYNC_ASSIGN_OR_RETURN(BuiltModel built, BuildModel(ModelSpecFrom(opt_), data_->train->info(), device_));
   model_ = std::move(built.model);
   model_options_ = built.options;
-  PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_));
+  precision_ = built.precision;
+  PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_, *precision_));
   PSYNC_ASSIGN_OR_RETURN(first_step_, ResumeFromCheckpoint(CheckpointOptionsFrom(opt_), *model_, *optimizer_));
+  precision_->RefreshCopies();  // the bf16 copies of resumed float32 weights
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt_.lr_schedule, opt_.lr, opt_.warmup_steps, std::max<int64_t>(1, opt_.steps));
   if (!schedule.ok()) return schedule.status();
@@ -185,6 +196,7 @@ absl::Status WorkerRun::SetUpTraining() {
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp();
   if (!ddp.ok()) return ddp.status();
   ddp_ = std::move(*ddp);
+  precision_->RefreshCopies();  // DDP gave every rank rank 0's weights
   // --zero: the optimizer updates the shards DDP's buckets hand it.
   if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get())) {
     if (absl::Status st = sharded->Attach(ddp_->reducer().zero_buckets()); !st.ok()) {
@@ -197,10 +209,12 @@ absl::Status WorkerRun::SetUpTraining() {
 
 void WorkerRun::PrintBanner() const {
   if (rank_ != 0 || opt_.quiet) return;
-  std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s\n  data %s%s\n"
+  std::printf("psync-worker: rank 0 of %d, %s on %s (--backend=%s: %s)\n  model %s%s\n  data %s%s\n"
               "  optimizer %s, lr %g (%s, warmup %lld), global batch %lld x %lld micro-batches, %lld steps\n",
               world_, session_->backend().c_str(), device_.ToString().c_str(), opt_.backend.c_str(),
-              session_->backend_reason().c_str(), model_->Describe().c_str(), data_->train->Describe().c_str(),
+              session_->backend_reason().c_str(), model_->Describe().c_str(),
+              opt_.precision == "fp32" ? "" : absl::StrCat(", --precision=", opt_.precision).c_str(),
+              data_->train->Describe().c_str(),
               data_->val ? absl::StrCat("; held out: ", data_->val->Describe()).c_str() : "", opt_.optimizer.c_str(),
               opt_.lr, opt_.lr_schedule.c_str(), static_cast<long long>(opt_.warmup_steps),
               static_cast<long long>(opt_.global_batch), static_cast<long long>(opt_.accumulate),

@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/nn/precision.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -84,6 +85,9 @@ ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the 
 ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
 ABSL_FLAG(double, first_bucket_mb, 1, "first bucket size cap in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cuda:N");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 | tf32 (CUDA float32 products on TF32 tensor cores) | bf16 (autocast's rules: bfloat16 matmuls and "
+          "activations, float32 master weights, gradients, optimizer state and checkpoints; gpt and mlp)");
 ABSL_FLAG(std::string, grad_compression, "none",
           "none | bf16 | fp16: allreduce gradients cast to 16 bits (half the bytes; changes the numbers, see "
           "worker/ddp/README.md)");
@@ -119,7 +123,7 @@ const std::set<std::string>& WorkerFlagNames() {
       "eval_batch",
       "global_batch", "accumulate", "steps", "optimizer", "lr", "momentum", "weight_decay", "beta1", "beta2", "eps",
       "clip_grad_norm", "lr_schedule", "warmup_steps",
-      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "backend", "grad_compression", "zero",
+      "find_unused_parameters", "bucket_cap_mb", "first_bucket_mb", "device", "precision", "backend", "grad_compression", "zero",
       "save", "trace", "summary", "metrics", "progress_every", "quiet",
       "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume"};
   return names;
@@ -341,6 +345,10 @@ absl::Status ParseDdp(WorkerOptions& o) {
   if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
     return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));
   }
+  o.precision = absl::GetFlag(FLAGS_precision);
+  if (absl::StatusOr<nn::Precision> p = nn::ParsePrecision(o.precision); !p.ok()) {
+    return Bad("precision", absl::StrCat("'", o.precision, "' is not one of fp32|tf32|bf16"));
+  }
   o.backend = absl::GetFlag(FLAGS_backend);
   if (o.backend != "auto" && o.backend != "gloo" && o.backend != "shm" && o.backend != "hier" &&
       o.backend != "nccl") {
@@ -356,10 +364,14 @@ absl::Status ParseDdp(WorkerOptions& o) {
     return Bad("zero", absl::StrCat("--zero=", o.zero, " reduce-scatters plain float32 gradients; it cannot be "
                                     "combined with --grad-compression=", o.grad_compression));
   }
+  if (o.zero > 0 && o.precision == "bf16") {
+    return Bad("zero", absl::StrCat("--zero=", o.zero, " is not combined with --precision=bf16 yet (the sharded "
+                                    "optimizer writes no bfloat16 weight copies); use --precision=fp32 or tf32"));
+  }
   const bool cuda = o.device != "cpu";
-  if (cuda && o.backend != "auto" && o.backend != "nccl") {
+  if (cuda && o.backend != "auto" && o.backend != "nccl" && o.backend != "shm") {
     return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,
-                                       " use nccl (or auto)"));
+                                       " use nccl (or auto), or shm on one host"));
   }
   if (!cuda && o.backend == "nccl") return Bad("backend", "nccl needs --device=cuda; on CPU use auto, gloo, shm or hier");
   return absl::OkStatus();

@@ -73,6 +73,7 @@ struct WorkerOptions {
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients (ddp/zero_buckets.h)
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 (nn/precision.h)
   // outputs
   std::vector<int64_t> cnn_channels = {16, 32};
   std::string save_path;

@@ -26,6 +26,8 @@ ABSL_FLAG(int64_t, top_k, 0, "draw from the k most likely tokens only (0 = all)"
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed (same seed, same text)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N");
 ABSL_FLAG(int64_t, n_head, 0, "gpt: override the file's head count (0 = from the file)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 | tf32 | bf16: the arithmetic of the forward passes (worker/nn/precision.h); the file stays float32");
 
 namespace {
 
@@ -41,13 +43,15 @@ constexpr int kExitBadInput = 2;
 
 int main(int argc, char** argv) {
   using namespace psync;
-  ParseFlagsOrExit(kProgram, "psync-sample --checkpoint=FILE [--prompt=TEXT] [--tokens=N] [--temperature=T] [--top-k=K] [--seed=S]",
+  ParseFlagsOrExit(kProgram, "psync-sample --checkpoint=FILE [--prompt=TEXT] [--tokens=N] [--temperature=T] [--top-k=K] [--seed=S] [--precision=P]",
                    argc, argv, FlagsDefinedIn(__FILE__));
   const std::string file = absl::GetFlag(FLAGS_checkpoint);
   if (file.empty()) Fail("--checkpoint is required (a psync-worker --save file or a checkpoint)");
   if (absl::GetFlag(FLAGS_tokens) < 0) Fail("--tokens must not be negative");
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Fail(absl::StrCat("--device: ", device.status().message()));
+  absl::StatusOr<nn::Precision> precision = nn::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) Fail(std::string(precision.status().message()));
 
   absl::StatusOr<checkpoint::ModelWeights> weights = checkpoint::ReadModelWeights(file);
   if (!weights.ok()) Fail(absl::StrCat("--checkpoint: ", weights.status().message()));
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) Fail(absl::StrCat(file, ": ", model.status().message()));
   std::map<std::string, Tensor> state(weights->params.begin(), weights->params.end());
   if (absl::Status st = nn::LoadStateDict(**model, state); !st.ok()) Fail(absl::StrCat(file, ": ", st.message()));
+  if (auto policy = (*model)->UsePrecision(*precision); !policy.ok()) Fail(std::string(policy.status().message()));
 
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());

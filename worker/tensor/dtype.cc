@@ -34,4 +34,8 @@ void ThrowUnsupportedDType(const char* op, DType dtype) {
   throw TensorError(absl::StrCat(op, ": dtype ", DTypeName(dtype), " is not supported here"));
 }
 
+void ThrowUnsupportedDTypePair(const char* op, DType a, DType b) {
+  throw TensorError(absl::StrCat(op, ": dtypes ", DTypeName(a), " and ", DTypeName(b), " cannot be mixed here"));
+}
+
 }  // namespace psync

@@ -6,7 +6,7 @@
     gpt_reference.py train --init I.st --data D.bin [--data-format bytes|tokens] --world-size W
         --global-batch B --accumulate M --steps K --lr LR [--lr-schedule cosine --warmup-steps N]
         [--beta1 --beta2 --eps --weight-decay] [--clip-grad-norm X]
-        [--skip-block J --skip-pattern always|odd|lastmicro] --out OUT.st
+        [--skip-block J --skip-pattern always|odd|lastmicro] [--precision fp32|bf16] --out OUT.st
 
 One process on the full batch, emulating what W ranks with M micro-batches
 each compute (the contract in docs/cli-contract.md):
@@ -22,6 +22,11 @@ each compute (the contract in docs/cli-contract.md):
     only; clip_grad_norm_ over the parameters that have a gradient; the
     learning rate of step s is the schedule's (constant, or cosine with
     linear warmup down to 0.1*lr over --steps).
+  * --precision=bf16: forward and loss under torch.autocast("cpu",
+    torch.bfloat16) (linear and matmul in bfloat16, LayerNorm of the float32
+    residual stream and cross-entropy in float32, the rest in its input's
+    dtype), parameters, gradients and AdamW in float32: psync's bf16 step
+    (worker/nn/precision.h) up to where each rounds.
 The GPT: wte + wpe, pre-LayerNorm blocks (causal self-attention, GELU-tanh
 MLP), ln_f, head tied to wte. Safetensors go through tests/common/safetensors_io.py.
 """
@@ -167,8 +172,9 @@ def train(args):
                 x = torch.stack([toks[o:o + T] for o in starts])
                 y = torch.stack([toks[o + 1:o + T + 1] for o in starts])
                 skip = (args.skip_block,) if skip_active(args.skip_pattern, args.skip_block, s, m, M) else ()
-                logits = model(x, skip)
-                loss = F.cross_entropy(logits.view(-1, V), y.view(-1)) / M
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                    logits = model(x, skip)
+                    loss = F.cross_entropy(logits.view(-1, V), y.view(-1)) / M
                 loss.backward()
         for p in model.parameters():
             if p.grad is not None:
@@ -208,6 +214,7 @@ def main():
     p.add_argument("--clip-grad-norm", type=float, default=0.0)
     p.add_argument("--skip-block", type=int, default=-1)
     p.add_argument("--skip-pattern", default="always", choices=["always", "odd", "lastmicro"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--out")
     args = p.parse_args()
     torch.set_num_threads(1)

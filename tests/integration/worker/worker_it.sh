@@ -217,6 +217,53 @@ case $CASE in
     EQUAL_TOL=3e-5 equal_to_single 4 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8 \
       --skip-block=0 --skip-pattern=odd --find-unused-parameters ;;
+  equal_bf16_gpt)  # --precision=bf16: 2 and 3 ranks == 1 process
+    # The per-sequence forward and backward do not depend on the split, but
+    # for one factor: each rank's loss is the mean over its own tokens, so
+    # the loss gradient carries 1/N_local into the bfloat16 logit gradients
+    # and rounds with it. 2 ranks scale it by exactly 1/2 (a power of two: the
+    # same bf16 roundings); 3 ranks by 1/3, which rounds differently in a few
+    # logit gradients per step (2^-9 relative each).
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    BF16=(--model=gpt --precision=bf16 --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32
+          --data="$T/tokens.bin" --data-format=bytes --steps=12 --global-batch=12)
+    # SGD: 2 ranks differ from one process by the float32 round-off of the
+    # buckets' summation order (within 1e-4); 3 ranks also by those roundings
+    # (measured 2.4e-4 after 12 steps at lr 0.05, momentum 0.9: bound 1e-3).
+    SGD=(--optimizer=sgd --lr=0.05 --momentum=0.9)
+    run_job 1 "$T/w1.st" "${BF16[@]}" "${SGD[@]}"
+    run_job 2 "$T/w2.st" "${BF16[@]}" "${SGD[@]}"
+    same_weights "$T/w1.st" "$T/w2.st" 1e-4
+    run_job 3 "$T/w3.st" "${BF16[@]}" "${SGD[@]}"
+    same_weights "$T/w1.st" "$T/w3.st" 1e-3
+    # AdamW, 2 ranks: float32 round-off flips an occasional bf16 weight
+    # copy, and the key third of c_attn's bias (an exactly zero gradient:
+    # softmax ignores a per-row constant) takes lr-sized steps on pure
+    # rounding noise, so its max difference reaches ~lr; every other tensor
+    # stays within 2% of how far it moved (bf16_agreement.py --same; measured
+    # 0.21 of that bound). (At 3 ranks AdamW also turns the 1/3 rounding
+    # differences above into ~9% of the movement: bf16 logit gradients hold
+    # p - 1 at the target class to 8 bits, whatever the scale.)
+    ADAM=(--optimizer=adamw --lr=0.003 --weight-decay=0.1)
+    run_job 1 "$T/a0.st" "${BF16[@]}" "${ADAM[@]}" --steps=0  # the initial weights
+    run_job 1 "$T/a1.st" "${BF16[@]}" "${ADAM[@]}"
+    run_job 2 "$T/a2.st" "${BF16[@]}" "${ADAM[@]}"
+    out=$(/usr/bin/python3 "$HERE/bf16_agreement.py" --same "$T/a0.st" "$T/a1.st" "$T/a2.st") \
+      || fail "AdamW bf16, 2 ranks vs 1: $out"
+    note "AdamW bf16, 2 ranks vs 1: $(tail -1 <<<"$out") ($("$DIFF" "$T/a1.st" "$T/a2.st" 1 | tail -1))" ;;
+  equal_2_cuda_shm)  # --backend=shm on CUDA: 2 ranks sharing cuda:0 (NCCL refuses that) == 1 process on it
+    if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU 0"; then echo "SKIP: no CUDA device"; exit 77; fi
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    GPT=(--model=gpt --device=cuda:0 --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32
+         --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --steps=12 --global-batch=8)
+    run_job 1 "$T/w1.st" "${GPT[@]}"
+    run_job 2 "$T/w2.st" "${GPT[@]}" --backend=shm
+    same_weights "$T/w1.st" "$T/w2.st" 3e-5
+    run_job 1 "$T/b1.st" "${GPT[@]}" --precision=bf16 --optimizer=sgd --lr=0.05 --momentum=0.9
+    run_job 2 "$T/b2.st" "${GPT[@]}" --precision=bf16 --optimizer=sgd --lr=0.05 --momentum=0.9 --backend=shm
+    same_weights "$T/b1.st" "$T/b2.st" 1e-4 ;;
   equal_2_cnn)  # the CNN on Fashion-MNIST: 2 ranks == 1 process
     [[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || { echo "SKIP: no dataset-fashion-mnist"; exit 77; }
     equal_to_single 2 --model=cnn --cnn-channels=4,8 --data=fashion-mnist --shuffle --optimizer=adamw --lr=0.002 \
@@ -305,6 +352,42 @@ sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g
                  "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=2 ${Z[*]}" \
                  "3|--global-batch=12 --accumulate=2 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters --zero=1 ${Z[*]}" \
                  "4|--global-batch=8 --accumulate=2 --skip-block=1 --skip-pattern=lastmicro --clip-grad-norm=0.5|--find-unused-parameters --zero=1 ${Z[*]}" ;;
+
+  gpt_bf16_torch)  # --precision=bf16 against gpt_reference.py --precision=bf16 (torch.autocast on the CPU), 20 AdamW steps
+    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+    R=$HERE/gpt_reference.py
+    MODEL=(--vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32)
+    /usr/bin/python3 "$R" make-inputs "${MODEL[@]}" --tokens=6000 --seed=5 --init="$T/init.st" \
+      --data="$T/tokens.bin" --data-format=bytes || fail "make-inputs"
+    TRAIN=(--init="$T/init.st" --data="$T/tokens.bin" --data-format=bytes --steps=20 --lr=0.003 --beta2=0.95
+           --global-batch=8 --weight-decay=0.1)
+    for p in fp32 bf16; do
+      /usr/bin/python3 "$R" train --n-head=2 --world-size=2 --precision=$p "${TRAIN[@]}" --out="$T/torch_$p.st" \
+        || fail "gpt reference ($p) failed"
+      run_job 2 "$T/psync_$p.st" --model=gpt "${MODEL[@]}" --optimizer=adamw --precision=$p "${TRAIN[@]}"
+    done
+    # float32 stays torch's twin (as gpt_torch); bf16 follows torch's bf16
+    # within a few times what bf16 rounding itself does (bf16_agreement.py).
+    same_weights "$T/torch_fp32.st" "$T/psync_fp32.st" 1e-4
+    "$DIFF" "$T/psync_bf16.st" "$T/psync_fp32.st" 1e-4 >/dev/null && fail "--precision=bf16 trained float32 weights"
+    out=$(/usr/bin/python3 "$HERE/bf16_agreement.py" "$T/init.st" "$T/torch_fp32.st" "$T/torch_bf16.st" "$T/psync_bf16.st") \
+      || fail "psync bf16 vs torch bf16: $out"
+    note "psync bf16 vs torch bf16: $(tail -1 <<<"$out")" ;;
+
+  resume_bf16)  # --precision=bf16: a run cut at step 6 and resumed == an uninterrupted run, bit for bit
+    head -c 20000 /dev/urandom >"$T/tokens.bin"
+    GPT=(--model=gpt --precision=bf16 --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32
+         --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1
+         --global-batch=8)
+    run_job 2 "$T/whole.st" "${GPT[@]}" --steps=12
+    run_job 2 "$T/first.st" "${GPT[@]}" --steps=6 --checkpoint-dir="$T/ckpt" --checkpoint-every=3
+    run_job 2 "$T/resumed.st" "${GPT[@]}" --steps=12 --checkpoint-dir="$T/ckpt" --resume
+    grep -q "resumed from .*ckpt-00000006" "$T/w0.log" || fail "rank 0 did not say it resumed from step 6"
+    same_weights "$T/whole.st" "$T/resumed.st" 0
+    "$B/worker/sample/psync-sample" --checkpoint="$T/resumed.st" --precision=bf16 --tokens=20 --prompt=ab >"$T/s1" \
+      || fail "psync-sample --precision=bf16"
+    note "bf16 sample bytes: $(wc -c <"$T/s1")" ;;
+
   resume)  # a run cut at step 8 and resumed from its checkpoint == an uninterrupted run, bit for bit;
            # psync-sample and --init read checkpoints and --save files; --resume refuses a --save file
     head -c 20000 /dev/urandom >"$T/tokens.bin"

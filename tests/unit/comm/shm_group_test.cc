@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "worker/comm/shm/segment_name.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/shm/shm_group.h"
+#include "worker/tensor/device.h"
 #include "worker/tensor/ops/pointwise.h"
 
 namespace psync::comm {
@@ -283,6 +285,56 @@ TEST(ShmGroup, BroadcastAllgatherBarrier) {
         return 0;
       },
       std::chrono::seconds(60)));
+}
+
+// Whether a CUDA device is usable, asked in a child: a parent that
+// initialised CUDA could not use it in the ranks it forks.
+bool CudaUsableInChildren() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(CudaDeviceCount() > 0 ? 0 : 1);
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// CUDA tensors (--backend=shm with --device=cuda): two ranks on cuda:0, the
+// one-GPU case NCCL refuses, staged through pinned host memory; the same
+// bits as the CPU tensors' collectives (the reduction runs on the host).
+TEST(ShmGroup, CudaTensorsStagedThroughPinnedHostMemory) {
+  if (!CudaUsableInChildren()) GTEST_SKIP() << "no usable CUDA device";
+  TempDir dir;
+  const int size = 2;
+  GroupOptions o;
+  o.timeout = milliseconds(20000);
+  ExpectAllRanksOk(RunRanks(
+      size,
+      [&](int rank) -> int {
+        auto shm = MakeGroup("shm", dir.path(), rank, size, o, "shm-cuda");
+        CHILD_CHECK(rank, shm != nullptr, "create");
+        const Device gpu = Device::CUDA(0);
+        for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} << 20}) {  // one step .. several slots
+          std::vector<float> mine(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) {
+            mine[static_cast<size_t>(i)] = static_cast<float>((i * 7 + rank * 3) % 101) / 8.0f;
+            want[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 101 + (i * 7 + 3) % 101) / 8.0f;
+          }
+          Tensor cpu = Tensor::FromVector(mine, {n});
+          Tensor dev = cpu.To(gpu);
+          absl::Status st = shm->AllreduceSum(dev, "cuda bucket")->Wait(milliseconds(20000));
+          CHILD_CHECK(rank, st.ok(), st.ToString());
+          CHILD_CHECK(rank, dev.ToVector() == want, "CUDA allreduce sum differs");
+          st = shm->AllreduceAverage(dev, "cuda average")->Wait(milliseconds(20000));
+          CHILD_CHECK(rank, st.ok(), st.ToString());
+          Tensor cpu_sum = Tensor::FromVector(want, {n});
+          st = shm->AllreduceAverage(cpu_sum, "cpu average")->Wait(milliseconds(20000));
+          CHILD_CHECK(rank, st.ok() && dev.ToVector() == cpu_sum.ToVector(), "CUDA average != CPU average");
+        }
+        Tensor b = Tensor::Full({17}, static_cast<double>(rank + 1), kBFloat16, gpu);
+        absl::Status st = shm->Broadcast(b, 1, "cuda broadcast")->Wait(milliseconds(20000));
+        CHILD_CHECK(rank, st.ok(), st.ToString());
+        CHILD_CHECK(rank, b.To(kFloat32).ToVector() == std::vector<float>(17, 2.0f), "CUDA broadcast");
+        return 0;
+      },
+      std::chrono::seconds(120)));
 }
 
 TEST(ShmGroup, WorldOfOneNeedsNoSharedMemory) {

@@ -117,6 +117,11 @@ TEST(BackendChoice, ExplicitRequestsAreCheckedNamingTheFlag) {
   ASSERT_FALSE(hier.ok());
   EXPECT_TRUE(Has(hier.status(), "LOCAL_WORLD_SIZE")) << hier.status();
   EXPECT_FALSE(ChooseBackend("gloo", Topology(), 2, true).ok());
+  // CUDA tensors over shm (staged through pinned host memory): one host only.
+  EXPECT_EQ(ChooseBackend("shm", Topology::SingleHost(2), 2, true)->backend, "shm");
+  auto cuda_shm = ChooseBackend("shm", Topology::Blocks(4, 2), 4, true);
+  ASSERT_FALSE(cuda_shm.ok());
+  EXPECT_TRUE(Has(cuda_shm.status(), "one host")) << cuda_shm.status();
   EXPECT_FALSE(ChooseBackend("nccl", Topology(), 2, false).ok());
   auto bogus = ChooseBackend("mpi", Topology(), 2, false);
   ASSERT_FALSE(bogus.ok());

@@ -114,8 +114,24 @@ TEST(DType, FloatOpsComputeInFloat64OnCpuAndRefuseStorageTypes) {
   EXPECT_EQ(y.ToVector<double>(), (std::vector<double>{2.0, 4.0}));
   EXPECT_EQ(ops::Sum(a).Item<double>(), 3.0);
   ExpectTensorError([&] { ops::Add(a, a.To(kFloat32)); }, {"Add", "float64", "float32", "dtypes differ"});
-  Tensor h = a.To(kBFloat16);
-  ExpectTensorError([&] { ops::Relu(h); }, {"Relu", "bfloat16", "storage type"});
+  Tensor h = a.To(kFloat16);
+  ExpectTensorError([&] { ops::Relu(h); }, {"Relu", "float16", "storage type"});
+}
+
+// bfloat16 is computed (in float32, one rounding per result) by the ops
+// that say so; reductions of it come out in float32.
+TEST(DType, Bfloat16ComputesInFloat32AndReducesToFloat32) {
+  Tensor a = Tensor::FromVector(std::vector<float>{1.0f, -2.5f, 3.0f}, {3}).To(kBFloat16);
+  Tensor r = ops::Relu(ops::Add(a, a));
+  EXPECT_EQ(r.dtype(), kBFloat16);
+  EXPECT_EQ(r.To(kFloat32).ToVector(), (std::vector<float>{2.0f, 0.0f, 6.0f}));
+  Tensor s = ops::Sum(a);
+  EXPECT_EQ(s.dtype(), kFloat32);
+  EXPECT_EQ(s.Item(), 1.5f);
+  // 1 + 2^-8 is not a bfloat16: the sum rounds once, to even (1.0).
+  Tensor one = Tensor::Full({1}, 1.0, kBFloat16), tiny = Tensor::Full({1}, 1.0 / 256, kBFloat16);
+  EXPECT_EQ(ops::Add(one, tiny).To(kFloat32).Item(), 1.0f);
+  ExpectTensorError([&] { ops::Add(a, a.To(kFloat32)); }, {"Add", "bfloat16", "float32", "dtypes differ"});
 }
 
 }  // namespace

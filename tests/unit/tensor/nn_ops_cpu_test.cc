@@ -248,9 +248,12 @@ TEST(NnOpsCpu, LayerNormErrorsNameTheOpAndOperands) {
   ExpectTensorError([&] { ops::LayerNorm(x, Tensor::Zeros({4}), b, 1e-5); },
                     {"LayerNorm(x [2, 3] float32 cpu, weight [4] float32 cpu, bias [3] float32 cpu)", "weight must be [3]"});
   ExpectTensorError([&] { ops::LayerNorm(x, w, Tensor::Zeros({2}), 1e-5); }, {"LayerNorm", "bias must be [3]"});
-  ExpectTensorError([&] { ops::LayerNorm(x, w.To(kFloat64), b, 1e-5); }, {"LayerNorm", "weight [3] float64 cpu", "dtypes differ"});
+  ExpectTensorError([&] { ops::LayerNorm(x, w.To(kFloat64), b, 1e-5); },
+                    {"LayerNorm", "weight [3] float64 cpu", "weight and bias must be float32 (x's math dtype)"});
+  // bfloat16 activations take float32 parameters.
   ExpectTensorError([&] { ops::LayerNorm(x.To(kBFloat16), w.To(kBFloat16), b.To(kBFloat16), 1e-5); },
-                    {"LayerNorm", "bfloat16 is a storage type"});
+                    {"LayerNorm", "weight and bias must be float32 (x's math dtype)"});
+  ExpectTensorError([&] { ops::LayerNorm(x, w, b, 1e-5, kFloat16); }, {"LayerNorm", "cannot produce float16 from float32"});
   ExpectTensorError([&] { ops::LayerNorm(x, w, b, -1.0); }, {"LayerNorm", "eps must be finite and >= 0"});
   ExpectTensorError([&] { ops::LayerNorm(Tensor::Zeros({2, 0}), Tensor::Zeros({0}), Tensor::Zeros({0}), 1e-5); },
                     {"LayerNorm", "last) dimension of x is empty"});

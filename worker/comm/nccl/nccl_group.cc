@@ -25,6 +25,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
+// Makes `device` current through worker/tensor's per-thread cache of the
+// current device (so its ops, which skip cudaGetDevice, see the truth).
+void SetGroupDevice(int device) {
+#if defined(PSYNC_COMM_HAVE_COMPUTE_STREAM)
+  psync::cuda::SetDevice(device);
+#else
+  cudaSetDevice(device);
+#endif
+}
+void ForgetCachedDevice() {
+#if defined(PSYNC_COMM_HAVE_COMPUTE_STREAM)
+  psync::cuda::ForgetCurrentDevice();
+#endif
+}
+
 // The compute stream of `device` (owned by worker/tensor); may throw
 // psync::TensorError.
 cudaStream_t LookupComputeStream(int device) {
@@ -42,8 +57,9 @@ std::string NcclErr(ncclResult_t r, ncclComm_t comm) {
   return absl::StrCat(ncclGetErrorString(r), (last && *last) ? absl::StrCat(" (", last, ")") : std::string());
 }
 
-// Every NCCL/CUDA call below first makes the group's device current with a
-// bare cudaSetDevice and deliberately does not switch back: restoring a
+// Every NCCL/CUDA call below first makes the group's device current with
+// SetGroupDevice (cudaSetDevice through worker/tensor's per-thread cache of
+// the current device) and deliberately does not switch back: restoring a
 // thread's default device 0 would (CUDA >= 12) create a primary context on
 // GPU 0 in a rank that runs on cuda:LOCAL_RANK, and psync's own ops never
 // rely on the current device (they all use explicit device guards).
@@ -92,7 +108,7 @@ struct NcclGroup::State {
   void PoisonLocked(const absl::Status& reason) {
     if (poison.ok()) poison = reason;
     if (comm) {
-      cudaSetDevice(device);
+      SetGroupDevice(device);
       ncclCommAbort(comm);
       comm = nullptr;
     }
@@ -127,7 +143,7 @@ class NcclWork : public Work {
   }
   ~NcclWork() override {
     if (done_event_) {
-      cudaSetDevice(group_->device);
+      SetGroupDevice(group_->device);
       // Keep stream-ordered frees of tensor_ behind the collective.
       cudaStreamWaitEvent(group_->compute_stream, done_event_, 0);
       cudaEventDestroy(done_event_);
@@ -147,7 +163,7 @@ class NcclWork : public Work {
       std::lock_guard<std::mutex> g(group_->mu);
       if (!group_->poison.ok()) return true;  // Wait returns the failure at once
     }
-    cudaSetDevice(group_->device);
+    SetGroupDevice(group_->device);
     return QueryEvent(done_event_) != cudaErrorNotReady;
   }
 
@@ -156,7 +172,7 @@ class NcclWork : public Work {
     if (finished_) return status_;
     const auto deadline = Clock::now() + timeout;
     std::chrono::microseconds d(20);
-    cudaSetDevice(group_->device);
+    SetGroupDevice(group_->device);
     while (true) {
       cudaError_t q = QueryEvent(done_event_);
       {
@@ -241,6 +257,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> NcclGroup::Create(std::shared_ptr<
   if ((e = cudaSetDevice(device)) != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat(where, ": cudaSetDevice: ", CudaErr(e)));
   }
+  ForgetCachedDevice();  // set above without worker/tensor's cache
 
   auto state = std::make_shared<State>();
   try {
@@ -306,7 +323,7 @@ NcclGroup::~NcclGroup() {
   // Works hold a shared_ptr to State; the communicator goes away here: a
   // clean finalize when the comm stream drained within the timeout, else abort.
   std::lock_guard<std::mutex> l(state_->mu);
-  cudaSetDevice(state_->device);
+  SetGroupDevice(state_->device);
   if (state_->comm) {
     const auto deadline = Clock::now() + state_->timeout;
     std::chrono::microseconds d(20);
@@ -391,7 +408,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
     return fail(absl::Status(s->poison.code(), absl::StrCat(desc, " not run: process group failed earlier: ",
                                                              std::string(s->poison.message()))));
   }
-  cudaSetDevice(s->device);
+  SetGroupDevice(s->device);
   cudaEvent_t ready = nullptr, done = nullptr;
   cudaError_t e = cudaSuccess;
   Tensor scratch;

@@ -40,7 +40,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ShmGroup::Create(std::shared_ptr<S
 }
 
 ShmGroup::ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx)
-    : rank_(rank), size_(size), ctx_(std::move(ctx)), buffers_(std::make_shared<shm::BufferRegistry>()) {
+    : rank_(rank),
+      size_(size),
+      ctx_(std::move(ctx)),
+      buffers_(std::make_shared<shm::BufferRegistry>()),
+      staging_(std::make_shared<shm::CudaStaging>()) {
   std::weak_ptr<shm::ShmContext> weak = ctx_;
   queue_ = internal::SerialQueue::Start([weak](const absl::Status& reason) {
     // Why: the running collective may be waiting on a peer; the context's
@@ -70,14 +74,37 @@ std::shared_ptr<Work> ShmGroup::AllreduceAverage(Tensor tensor, const std::strin
   return Allreduce(std::move(tensor), name, "allreduce (average)", 1.0f / static_cast<float>(size_));
 }
 
+std::shared_ptr<Work> ShmGroup::StagedCuda(Tensor tensor, const std::string& name, const std::string& desc,
+                                           float scale, int root) {
+  absl::StatusOr<std::shared_ptr<void>> ready = shm::CudaStaging::Ready(tensor);
+  if (!ready.ok()) return internal::SerialQueue::Failed(desc, ready.status());
+  std::shared_ptr<shm::ShmContext> ctx = ctx_;
+  std::shared_ptr<shm::CudaStaging> staging = staging_;
+  return queue_->Enqueue(
+      desc,
+      [ctx, staging, tensor, desc, name, scale, root, ready = *ready](Deadline deadline) {
+        return Bounded(*ctx, deadline, [&]() -> absl::Status {
+          absl::StatusOr<void*> host = staging->ToHost(tensor, ready);
+          if (!host.ok()) return host.status();
+          absl::Status st = root >= 0 ? shm::Broadcast(*ctx, desc, name, *host, tensor.nbytes(), root)
+                                      : shm::Allreduce(*ctx, desc, name, *host, static_cast<size_t>(tensor.numel()),
+                                                       tensor.dtype(), scale);
+          if (!st.ok()) return st;
+          return staging->ToDevice(tensor);
+        });
+      },
+      /*inline_ok=*/true);
+}
+
 std::shared_ptr<Work> ShmGroup::Allreduce(Tensor tensor, const std::string& name, const char* what, float scale) {
   const std::string desc = Describe(what, name, tensor);
-  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() || !shm::Summable(tensor.dtype())) {
+  if (!tensor.defined() || !tensor.is_contiguous() || !shm::Summable(tensor.dtype())) {
     return internal::SerialQueue::Failed(
         desc, absl::InvalidArgumentError(absl::StrCat(
-                  desc, ": shm sums a contiguous float32/float64/bfloat16/float16 CPU tensor, got ",
+                  desc, ": shm sums a contiguous float32/float64/bfloat16/float16 tensor, got ",
                   tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
+  if (tensor.device().is_cuda()) return StagedCuda(std::move(tensor), name, desc, scale, /*root=*/-1);
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   std::optional<shm::BufferRegistry::View> buf;
   // Small tensors take the one-step symmetric algorithm even in a buffer:
@@ -187,13 +214,14 @@ std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string
 
 std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
   const std::string desc = absl::StrCat(Describe("broadcast", name, tensor), " from root ", root);
-  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+  if (!tensor.defined() || !tensor.is_contiguous()) {
     return internal::SerialQueue::Failed(
-        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined, contiguous CPU tensor")));
+        desc, absl::InvalidArgumentError(absl::StrCat(desc, ": shm needs a defined, contiguous tensor")));
   }
   if (root < 0 || root >= size_) {
     return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
   }
+  if (tensor.device().is_cuda()) return StagedCuda(std::move(tensor), name, desc, 1.0f, root);
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
   return queue_->Enqueue(
       desc,

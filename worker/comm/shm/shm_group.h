@@ -1,6 +1,8 @@
 // ShmGroup: the ProcessGroup of ranks that all share one host, through
 // /dev/shm (ShmContext + collectives.h): no sockets, no kernel on the data
-// path. CPU tensors only.
+// path. CPU tensors, and CUDA tensors staged through pinned host memory
+// (shm/cuda_staging.h): so several ranks can share one GPU, which NCCL
+// refuses.
 //
 // Threads: callers issue collectives from any thread (issuing only
 // enqueues); one communication thread (internal::SerialQueue) runs them in
@@ -20,6 +22,7 @@
 #include "worker/comm/process_group.h"
 #include "worker/comm/serial_queue.h"
 #include "worker/comm/shm/buffer_registry.h"
+#include "worker/comm/shm/cuda_staging.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/store.h"
 
@@ -60,12 +63,16 @@ class ShmGroup : public ProcessGroup {
   ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx);
   std::shared_ptr<Work> Allreduce(Tensor tensor, const std::string& name, const char* what, float scale);
   std::shared_ptr<Work> ReduceScatter(Tensor tensor, const std::string& name, const char* what, float scale);
+  // A CUDA tensor's allreduce or broadcast (root >= 0): staged to the host.
+  std::shared_ptr<Work> StagedCuda(Tensor tensor, const std::string& name, const std::string& desc, float scale,
+                                   int root);
   std::string Describe(const char* what, const std::string& name, const Tensor& t) const;
 
   const int rank_;
   const int size_;
   std::shared_ptr<shm::ShmContext> ctx_;           // used by the communication thread only (Abort: any)
   std::shared_ptr<shm::BufferRegistry> buffers_;   // shared with the buffers' release callbacks
+  std::shared_ptr<shm::CudaStaging> staging_;      // used inside queue_'s ops only
   std::shared_ptr<internal::SerialQueue> queue_;
 };
 

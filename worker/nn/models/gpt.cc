@@ -3,12 +3,15 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "worker/autograd/functions.h"
 #include "worker/autograd/nn_functions.h"
 #include "worker/autograd/view_functions.h"
 #include "worker/nn/init.h"
+#include "worker/nn/precision.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::nn {
@@ -37,7 +40,10 @@ class Init {
 
 }  // namespace
 
-// One transformer block: pre-LayerNorm attention and MLP, each with a residual.
+// One transformer block: pre-LayerNorm attention and MLP, each with a
+// residual. The model runs it fused with its neighbours (GPT::Forward): the
+// block gets x and y = ln_1(x) and returns h = x + attn(y) and the MLP's
+// output m; the residual add h + m is fused with the next LayerNorm.
 class GPT::Block : public Module {
  public:
   Block(const GptConfig& c, Init& init, Device device) : C_(c.n_embd), H_(c.n_head), attention_(c.attention) {
@@ -50,10 +56,27 @@ class GPT::Block : public Module {
     mlp_proj_ = RegisterModule("mlp.c_proj", std::make_shared<Linear>(init.Normal({C_, 4 * C_}, proj_std), init.Zeros({C_})));
   }
 
-  // x [B, T, C] -> [B, T, C]
+  // x [B, T, C] -> [B, T, C], unfused (the model calls Run instead).
   Variable Forward(const Variable& x) override {
-    Variable h = autograd::Add(x, Attention(ln_1_->Forward(x)));
-    return autograd::Add(h, mlp_proj_->Forward(autograd::Gelu(c_fc_->Forward(ln_2_->Forward(h)))));
+    auto [h, m] = Run(x, ln_1_->Forward(x));
+    return autograd::Add(h, m);
+  }
+
+  // x the residual stream, y = ln_1(x): {h = x + attn(y), m = mlp(ln_2(h))}.
+  std::pair<Variable, Variable> Run(const Variable& x, const Variable& y) {
+    auto [h, y2] = ln_2_->ForwardResidual(x, Attention(y));
+    const PrecisionPolicy& p = precision();
+    const autograd::MlpParams mlp{c_fc_->weight(), c_fc_->bias(), mlp_proj_->weight(), mlp_proj_->bias(),
+                                  p.MatmulWeight(c_fc_->weight()), p.MatmulWeight(mlp_proj_->weight())};
+    return {h, autograd::Mlp(y2, mlp)};
+  }
+
+  LayerNorm& ln_1() { return *ln_1_; }
+
+  void AppendMatmulWeights(std::vector<std::pair<std::string, Variable>>* out) const {
+    for (const Linear* l : {c_attn_.get(), attn_proj_.get(), c_fc_.get(), mlp_proj_.get()}) {
+      out->emplace_back(l->weight().name(), l->weight());
+    }
   }
 
  private:
@@ -154,19 +177,44 @@ Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
     absl::Status st = ValidateSkip(skip_blocks);
     if (!st.ok()) throw TensorError(std::string(st.message()));
   }
-  // Positions 0..T-1 for every row: wpe's gradient then sums over the batch
-  // in the embedding's deterministic scatter-add.
-  std::vector<int64_t> pos(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b) std::iota(pos.begin() + b * T, pos.begin() + (b + 1) * T, int64_t{0});
-  Variable positions(Tensor::FromVector(pos, {B, T}, ids.device()));
-  Variable x = autograd::Add(wte_->Forward(idx), wpe_->Forward(positions));  // [B, T, C]
+  Variable x = autograd::Add(wte_->Forward(idx), wpe_->Forward(Variable(Positions(B, T, ids.device()))));  // [B, T, C]
+  std::vector<Block*> active;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (skip_blocks.count(static_cast<int>(i))) continue;
-    x = blocks_[i]->Forward(x);
+    if (!skip_blocks.count(static_cast<int>(i))) active.push_back(blocks_[i].get());
   }
-  // The head is wte itself: logits = ln_f(x) @ wte^T, computed over the
-  // padded rows; the padded logits (all 0) never leave: [B, T, V] view.
-  return autograd::LinearPadded(ln_f_->Forward(x), wte_->weight(), wte_padded_);
+  // Each block's closing residual add is fused with the LayerNorm after it
+  // (the next block's ln_1, or ln_f): the same values as add then norm.
+  Variable y = active.empty() ? ln_f_->Forward(x) : active.front()->ln_1().Forward(x);
+  for (size_t k = 0; k < active.size(); ++k) {
+    auto [h, m] = active[k]->Run(x, y);
+    LayerNorm& next = k + 1 < active.size() ? active[k + 1]->ln_1() : *ln_f_;
+    std::tie(x, y) = next.ForwardResidual(h, m);
+  }
+  // The head is wte itself: logits = ln_f(x) @ wte^T, [B, T, V]. In float32
+  // computed over the padded rows (the padded logits, all 0, never leave:
+  // a [B, T, V] view of rows Vp long); in a bf16 step from wte's bfloat16
+  // copy ([V, C], unpadded): bfloat16 logits, read by the float32 loss.
+  const Tensor& w = precision().MatmulWeight(wte_->weight());
+  if (w.dtype() == kBFloat16) return autograd::Linear(y, wte_->weight(), Variable(), w);
+  return autograd::LinearPadded(y, wte_->weight(), wte_padded_);
+}
+
+const Tensor& GPT::Positions(int64_t B, int64_t T, Device device) {
+  // Positions 0..T-1 for every row: wpe's gradient then sums over the batch
+  // in the embedding's deterministic scatter-add. Made once per shape and
+  // device (no host-to-device copy per step).
+  if (!positions_.defined() || positions_.size(0) != B || positions_.size(1) != T || positions_.device() != device) {
+    std::vector<int64_t> pos(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b) std::iota(pos.begin() + b * T, pos.begin() + (b + 1) * T, int64_t{0});
+    positions_ = Tensor::FromVector(pos, {B, T}, device);
+  }
+  return positions_;
+}
+
+std::vector<std::pair<std::string, Variable>> GPT::MatmulWeights() const {
+  std::vector<std::pair<std::string, Variable>> out = {{wte_->weight().name(), wte_->weight()}};
+  for (const auto& b : blocks_) b->AppendMatmulWeights(&out);
+  return out;
 }
 
 std::string GPT::Describe() const {

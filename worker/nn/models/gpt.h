@@ -15,6 +15,14 @@
 // materialized path (scores [B, H, T, T], CausalSoftmax, two batched
 // matmuls) stays selectable as the reference.
 //
+// Computed with fused ops that give the same values: each residual add with
+// the LayerNorm after it (autograd::ResidualLayerNorm), the MLP as one node
+// (autograd::Mlp: bias+GELU and GELU-backward as matmul epilogues), bias
+// adds as matmul epilogues. In a bf16 step (nn/precision.h) the matmuls and
+// the activations between them are bfloat16, the residual stream, the
+// LayerNorms' and softmax's math, the loss and every parameter and
+// gradient float32.
+//
 // Parameters, in registration order, with PyTorch's Linear layout [out, in]:
 // wte.weight [V,C], wpe.weight [T,C], then per block h.i: ln_1.{weight,bias}
 // [C], attn.c_attn.weight [3C,C], attn.c_attn.bias [3C], attn.c_proj.weight
@@ -32,6 +40,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,6 +81,8 @@ class GPT : public Model {
   Variable Forward(const Variable& idx, const std::set<int>& skip_blocks) override;
   absl::Status ValidateSkip(const std::set<int>& skip_blocks) const override;
   std::string Describe() const override;
+  // wte (the head) and every Linear weight of every block.
+  std::vector<std::pair<std::string, Variable>> MatmulWeights() const override;
   const GptConfig& config() const { return config_; }
 
  private:
@@ -84,6 +95,9 @@ class GPT : public Model {
   Tensor wte_padded_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
+  // [B, T] int64 positions on the device, kept for the next forward.
+  const Tensor& Positions(int64_t B, int64_t T, Device device);
+  Tensor positions_;
 };
 
 }  // namespace psync::nn

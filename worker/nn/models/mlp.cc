@@ -48,7 +48,14 @@ Variable MLP::Forward(const Variable& x, const std::set<int>& skip_layers) {
     h = layers_[static_cast<size_t>(i)]->Forward(h);
     if (i + 1 < num_layers()) h = autograd::Relu(h);
   }
-  return h;
+  // The loss (MSE or cross-entropy, autocast's float32 list) in float32.
+  return x.data().dtype() == kFloat32 ? autograd::Cast(h, kFloat32) : h;
+}
+
+std::vector<std::pair<std::string, Variable>> MLP::MatmulWeights() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  for (const auto& l : layers_) out.emplace_back(l->weight().name(), l->weight());
+  return out;
 }
 
 std::string MLP::Describe() const {

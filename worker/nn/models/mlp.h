@@ -28,6 +28,9 @@ class MLP : public Model {
   // OK when every index is a layer that is square (in == out) and not the last.
   absl::Status ValidateSkip(const std::set<int>& skip_layers) const override;
   std::string Describe() const override;
+  // Every layer's weight. In a bf16 step the layers compute in bfloat16 and
+  // the output is cast back to float32 for the loss.
+  std::vector<std::pair<std::string, Variable>> MatmulWeights() const override;
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const Linear& layer(int i) const { return *layers_[static_cast<size_t>(i)]; }

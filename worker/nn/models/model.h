@@ -11,11 +11,15 @@
 
 #include <cstdint>
 #include <set>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/nn/module.h"
+#include "worker/nn/precision.h"
 #include "worker/tensor/device.h"
 
 namespace psync::nn {
@@ -48,6 +52,18 @@ class Model : public Module {
   virtual absl::Status ValidateSkip(const std::set<int>& skip) const = 0;
   // "gpt (L=4, H=4, C=128, V=256, T=64): 0.85M parameters"
   virtual std::string Describe() const = 0;
+  // The parameters its matmuls read, (name, parameter): what a bf16 policy
+  // keeps bfloat16 copies of. None (the default): the model computes in
+  // float32 only, and --precision=bf16 is refused for it.
+  virtual std::vector<std::pair<std::string, Variable>> MatmulWeights() const { return {}; }
+  // Makes the model compute with `precision` (nn/precision.h) and returns
+  // the policy (the optimizer writes its copies: PrecisionPolicy::CopiesFor).
+  absl::StatusOr<std::shared_ptr<const PrecisionPolicy>> UsePrecision(Precision precision) {
+    auto policy = PrecisionPolicy::Create(precision, MatmulWeights());
+    if (!policy.ok()) return policy.status();
+    SetPrecision(*policy);
+    return std::shared_ptr<const PrecisionPolicy>(*policy);
+  }
 };
 
 }  // namespace psync::nn

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "worker/tensor/cpu/cpu_util.h"
+#include "worker/tensor/dtype.h"
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/attention_kernels.h"
 
@@ -41,16 +42,6 @@ using cpu::SumInOrder;
 
 constexpr int64_t kTile = kAttentionTile;
 constexpr int64_t kStrip = 32;
-
-// The type the kernels compute in for a storage type.
-template <typename S>
-struct MathOf {
-  using type = float;
-};
-template <>
-struct MathOf<double> {
-  using type = double;
-};
 
 // Row-major c = op(a) op(b) + beta c.
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -252,24 +243,13 @@ void BackwardHead(Scratch<M>& w, HeadRows<const M> q, HeadRows<const M> k, HeadR
   }
 }
 
-// Runs fn with a value of the storage type of dtype (float32, float64, bfloat16).
-template <typename F>
-void DispatchStorage(DType dtype, const char* op, F&& fn) {
-  switch (dtype) {
-    case kFloat32: return fn(float{});
-    case kFloat64: return fn(double{});
-    case kBFloat16: return fn(BFloat16{});
-    default: ThrowUnsupportedDType(op, dtype);
-  }
-}
-
 class CpuAttention final : public AttentionKernels {
  public:
   void Forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                const Tensor& lse) const override {
-    DispatchStorage(q.dtype(), "CausalAttention", [&](auto tag) {
-      using S = decltype(tag);
-      using M = typename MathOf<S>::type;
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(q.dtype(), "CausalAttention", [&] {
+      using S = scalar_t;
+      using M = math_t;
       const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
       constexpr bool kConvert = !std::is_same_v<S, M>;
       Scratch<M> w(T, D, kConvert ? 3 : 0, kConvert ? 1 : 0);
@@ -288,9 +268,9 @@ class CpuAttention final : public AttentionKernels {
   void Backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                 const Tensor& lse, double scale, bool /*deterministic: always*/, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv) const override {
-    DispatchStorage(q.dtype(), "CausalAttentionBackward", [&](auto tag) {
-      using S = decltype(tag);
-      using M = typename MathOf<S>::type;
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(q.dtype(), "CausalAttentionBackward", [&] {
+      using S = scalar_t;
+      using M = math_t;
       const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
       constexpr bool kConvert = !std::is_same_v<S, M>;
       Scratch<M> w(T, D, kConvert ? 5 : 0, kConvert ? 3 : 0);

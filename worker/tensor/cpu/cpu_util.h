@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/half.h"
 #include "worker/tensor/tensor.h"
 
@@ -13,11 +14,17 @@ namespace psync::cpu {
 template <typename T>
 inline constexpr bool kIsHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
 
-// Element conversion: 16-bit types go through float (round to nearest even).
+// Element conversion: 16-bit types go through float (round to nearest even;
+// bfloat16 with vec_math.h's branch-free Load/Store, the same bits as
+// BFloat16's own conversions, so copies vectorize).
 template <typename To, typename From>
 inline To Convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
+  } else if constexpr (std::is_same_v<To, BFloat16>) {
+    return Store<BFloat16>(static_cast<float>(Convert<float>(v)));
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(Load<float>(v));
   } else if constexpr (kIsHalf<To>) {
     return To(static_cast<float>(v));
   } else if constexpr (kIsHalf<From>) {
@@ -25,6 +32,16 @@ inline To Convert(From v) {
   } else {
     return static_cast<To>(v);
   }
+}
+
+// Typed element pointers of a (contiguous) tensor for a kernel.
+template <typename S>
+const S* In(const Tensor& t) {
+  return static_cast<const S*>(t.raw_data());
+}
+template <typename S>
+S* Out(const Tensor& t) {
+  return static_cast<S*>(t.raw_data());
 }
 
 // Walks two same-shaped strided layouts in row-major order, one innermost

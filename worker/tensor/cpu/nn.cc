@@ -5,7 +5,10 @@
 // bias and sums, max pooling; ops/nn_conv.cc adds the matrix products).
 //
 // The layer kernels are plain loops over contiguous rows, templated over
-// float and double (the float64 gradient checks run these very loops), with
+// the storage types (float, double, BFloat16: dtype.h) and computing in
+// their math type (float for BFloat16; the float64 gradient checks run these
+// very loops in double), loading and storing through cpu::Load/Store (the
+// identity for float and double, so the float32 bits are the plain loops'), with
 // sums in double in a fixed order (cpu/vec_math.h SumInOrder) and exp as a
 // vectorizable polynomial (cpu/vec_math.h Exp). They are compiled for the
 // x86-64 baseline and AVX2 (PSYNC_CPU_CLONES) with the same results.
@@ -28,7 +31,9 @@ namespace psync::ops {
 namespace {
 
 using cpu::Exp;
+using cpu::Load;
 using cpu::MaxOf;
+using cpu::Store;
 using cpu::SumInOrder;
 using cpu::SumInOrder2;
 
@@ -36,10 +41,10 @@ using cpu::SumInOrder2;
 // row's dtype (vec_math.h Exp, as torch's vectorized log_softmax computes it
 // in float), the sum in double in a fixed order (SumInOrder), so it
 // vectorizes inside the PSYNC_CPU_CLONES kernels below.
-template <typename T>
-PSYNC_CPU_INLINE double RowLogSumExp(const T* x, int64_t cols) {
-  const T mx = MaxOf<T>(cols, [&](int64_t j) { return x[j]; });
-  return std::log(SumInOrder(cols, [&](int64_t j) { return static_cast<double>(Exp(x[j] - mx)); })) +
+template <typename S, typename T = MathType<S>>
+PSYNC_CPU_INLINE double RowLogSumExp(const S* x, int64_t cols) {
+  const T mx = MaxOf<T>(cols, [&](int64_t j) { return Load<T>(x[j]); });
+  return std::log(SumInOrder(cols, [&](int64_t j) { return static_cast<double>(Exp(Load<T>(x[j]) - mx)); })) +
          static_cast<double>(mx);
 }
 
@@ -66,36 +71,47 @@ PSYNC_CPU_CLONES void LogSoftmaxRows(const T* x, int64_t rows, int64_t cols, T* 
   }
 }
 
-template <typename T>
-PSYNC_CPU_CLONES double CrossEntropySum(const T* x, const int64_t* targets, int64_t rows, int64_t cols) {
+template <typename S>
+PSYNC_CPU_CLONES double CrossEntropySum(const S* x, const int64_t* targets, int64_t rows, int64_t cols) {
   double total = 0.0;
   for (int64_t i = 0; i < rows; ++i) {
-    const T* xr = x + i * cols;
+    const S* xr = x + i * cols;
     const int64_t c = Target(targets, i, cols, "CrossEntropy");
-    total += RowLogSumExp(xr, cols) - static_cast<double>(xr[c]);
+    total += RowLogSumExp(xr, cols) - Load<double>(xr[c]);
   }
   return total;
 }
 
-template <typename T>
-PSYNC_CPU_CLONES void CrossEntropyBackwardRows(const T* x, const int64_t* targets, double g, int64_t rows,
-                                               int64_t cols, T* dx) {
+// `e`: a row of cols math-type values to keep exp(x_j - max) in; dx itself
+// when it has the math type.
+template <typename S, typename T = MathType<S>>
+PSYNC_CPU_CLONES void CrossEntropyBackwardRows(const S* x, const int64_t* targets, double g, int64_t rows,
+                                               int64_t cols, S* dx, T* e) {
   for (int64_t i = 0; i < rows; ++i) {
-    const T* xr = x + i * cols;
-    T* yr = dx + i * cols;
+    const S* xr = x + i * cols;
+    S* yr = dx + i * cols;
+    T* er = std::is_same_v<S, T> ? reinterpret_cast<T*>(yr) : e;
     const int64_t c = Target(targets, i, cols, "CrossEntropyBackward");
-    // One exp per element: e_j = exp(x_j - max) is kept in dx until the sum
-    // is known, then dx_j = g * e_j / sum (minus g at the target).
-    const T mx = MaxOf<T>(cols, [&](int64_t j) { return xr[j]; });
+    // One exp per element: e_j = exp(x_j - max) is kept until the sum is
+    // known, then dx_j = g * e_j / sum (minus g at the target).
+    const T mx = MaxOf<T>(cols, [&](int64_t j) { return Load<T>(xr[j]); });
     const double sum = SumInOrder(cols, [&](int64_t j) {
-      const T e = Exp(xr[j] - mx);
-      yr[j] = e;
-      return static_cast<double>(e);
+      const T ej = Exp(Load<T>(xr[j]) - mx);
+      er[j] = ej;
+      return static_cast<double>(ej);
     });
     const double inv = 1.0 / sum;
-    const double pc = static_cast<double>(yr[c]) * inv;
-    for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(g * (static_cast<double>(yr[j]) * inv));
-    yr[c] = static_cast<T>(g * (pc - 1.0));
+    const double pc = static_cast<double>(er[c]) * inv;
+    if constexpr (std::is_same_v<S, T>) {
+      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(g * (static_cast<double>(er[j]) * inv));
+      yr[c] = static_cast<T>(g * (pc - 1.0));
+    } else {
+      // The same values in the math type first, then one rounding pass (two
+      // simple loops vectorize; one mixing double, float and bfloat16 does not).
+      for (int64_t j = 0; j < cols; ++j) er[j] = static_cast<T>(g * (static_cast<double>(er[j]) * inv));
+      er[c] = static_cast<T>(g * (pc - 1.0));
+      for (int64_t j = 0; j < cols; ++j) yr[j] = Store<S>(er[j]);
+    }
   }
 }
 
@@ -225,35 +241,56 @@ PSYNC_CPU_CLONES void EmbeddingBackwardRows(const T* grad, const int64_t* order,
 // rstd = 1/sqrt(var + eps); xhat = (x - mean) * rstd with the saved
 // (rounded) mean and rstd, so the backward sees exactly the forward's xhat;
 // y = xhat * weight + bias.
-template <typename T>
-PSYNC_CPU_CLONES void LayerNormRows(const T* x, const T* weight, const T* bias, double eps, int64_t rows, int64_t c,
-                                    T* y, T* mean, T* rstd) {
+//
+// x has storage X, y storage Y (either may be BFloat16); the math type T
+// (float, or double for double storage) holds weight, bias, mean and rstd.
+template <typename X, typename Y, typename T>
+PSYNC_CPU_INLINE void LayerNormRow(const X* xr, const T* weight, const T* bias, double eps, int64_t c, Y* yr, T* mean,
+                                   T* rstd) {
   const double inv_c = 1.0 / static_cast<double>(c);
+  const double m = SumInOrder(c, [&](int64_t j) { return Load<double>(xr[j]); }) * inv_c;
+  const double var = SumInOrder(c, [&](int64_t j) {
+                       const double d = Load<double>(xr[j]) - m;
+                       return d * d;
+                     }) * inv_c;
+  const T mt = static_cast<T>(m), rt = static_cast<T>(1.0 / std::sqrt(var + eps));
+  *mean = mt;
+  *rstd = rt;
+  for (int64_t j = 0; j < c; ++j) yr[j] = Store<Y>((Load<T>(xr[j]) - mt) * rt * weight[j] + bias[j]);
+}
+
+template <typename X, typename Y, typename T>
+PSYNC_CPU_CLONES void LayerNormRows(const X* x, const T* weight, const T* bias, double eps, int64_t rows, int64_t c,
+                                    Y* y, T* mean, T* rstd) {
+  for (int64_t r = 0; r < rows; ++r) LayerNormRow(x + r * c, weight, bias, eps, c, y + r * c, mean + r, rstd + r);
+}
+
+// ResidualLayerNorm: per row, h = x + a (rounded to h's type, as Add
+// rounds), then LayerNormRow of that h while it is in cache.
+template <typename A, typename Y, typename T>
+PSYNC_CPU_CLONES void ResidualLayerNormRows(const T* x, const A* a, const T* weight, const T* bias, double eps,
+                                            int64_t rows, int64_t c, T* h, Y* y, T* mean, T* rstd) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * c;
-    T* yr = y + r * c;
-    const double m = SumInOrder(c, [&](int64_t j) { return static_cast<double>(xr[j]); }) * inv_c;
-    const double var = SumInOrder(c, [&](int64_t j) {
-                         const double d = static_cast<double>(xr[j]) - m;
-                         return d * d;
-                       }) * inv_c;
-    const T mt = static_cast<T>(m), rt = static_cast<T>(1.0 / std::sqrt(var + eps));
-    mean[r] = mt;
-    rstd[r] = rt;
-    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mt) * rt * weight[j] + bias[j];
+    const A* ar = a + r * c;
+    T* hr = h + r * c;
+    for (int64_t j = 0; j < c; ++j) hr[j] = xr[j] + Load<T>(ar[j]);
+    LayerNormRow(hr, weight, bias, eps, c, y + r * c, mean + r, rstd + r);
   }
 }
 
 // Backward: grad, x, dx [rows, C]; dweight, dbias [C]. With gw = grad *
 // weight: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row (the
-// two means summed in double, the rest elementwise in x's dtype, as torch);
+// two means summed in double, the rest elementwise in the math type, as
+// torch), plus residual_grad when given (rg: null or x's storage);
 // dweight = sum over rows of grad * xhat, dbias = sum of grad: column sums in
 // double over chunks of kLayerNormRowChunk rows (each chunk in row order),
 // the chunks summed in order, exactly as the CUDA kernels do. `scratch`
-// holds 4 C doubles.
-template <typename T>
-PSYNC_CPU_CLONES void LayerNormBackwardRows(const T* grad, const T* x, const T* weight, const T* mean, const T* rstd,
-                                            int64_t rows, int64_t c, T* dx, T* dweight, T* dbias, double* scratch) {
+// holds 4 C doubles. grad has storage G, x and dx storage X.
+template <typename G, typename X, typename T>
+PSYNC_CPU_CLONES void LayerNormBackwardRows(const G* grad, const X* x, const T* weight, const T* mean, const T* rstd,
+                                            const X* rg, int64_t rows, int64_t c, X* dx, T* dweight, T* dbias,
+                                            double* scratch) {
   double* total_w = scratch;
   double* total_b = scratch + c;
   double* part_w = scratch + 2 * c;
@@ -263,26 +300,38 @@ PSYNC_CPU_CLONES void LayerNormBackwardRows(const T* grad, const T* x, const T* 
   for (int64_t r0 = 0; r0 < rows; r0 += kLayerNormRowChunk) {
     for (int64_t j = 0; j < c; ++j) part_w[j] = part_b[j] = 0.0;
     for (int64_t r = r0; r < std::min(rows, r0 + kLayerNormRowChunk); ++r) {
-      const T* gr = grad + r * c;
-      const T* xr = x + r * c;
-      T* dxr = dx + r * c;
+      const G* gr = grad + r * c;
+      const X* xr = x + r * c;
+      X* dxr = dx + r * c;
       const T m = mean[r], rs = rstd[r];
       double gw_sum, gwx_sum;
       SumInOrder2(
           c,
           [&](int64_t j, double* gw, double* gwx) {
-            const T xhat = (xr[j] - m) * rs;
-            *gw = static_cast<double>(gr[j]) * static_cast<double>(weight[j]);
+            const T xhat = (Load<T>(xr[j]) - m) * rs;
+            *gw = Load<double>(gr[j]) * static_cast<double>(weight[j]);
             *gwx = *gw * static_cast<double>(xhat);
           },
           &gw_sum, &gwx_sum);
       const double gw_mean = gw_sum * inv_c, gwx_mean = gwx_sum * inv_c;
       const T a = static_cast<T>(gw_mean), b = static_cast<T>(gwx_mean);
-      for (int64_t j = 0; j < c; ++j) {
-        const T xhat = (xr[j] - m) * rs;
-        dxr[j] = rs * ((gr[j] * weight[j] - a) - xhat * b);
-        part_w[j] += static_cast<double>(gr[j]) * static_cast<double>(xhat);
-        part_b[j] += static_cast<double>(gr[j]);
+      if (rg == nullptr) {
+        for (int64_t j = 0; j < c; ++j) {
+          const T g = Load<T>(gr[j]);
+          const T xhat = (Load<T>(xr[j]) - m) * rs;
+          dxr[j] = Store<X>(rs * ((g * weight[j] - a) - xhat * b));
+          part_w[j] += static_cast<double>(g) * static_cast<double>(xhat);
+          part_b[j] += static_cast<double>(g);
+        }
+      } else {
+        const X* rgr = rg + r * c;
+        for (int64_t j = 0; j < c; ++j) {
+          const T g = Load<T>(gr[j]);
+          const T xhat = (Load<T>(xr[j]) - m) * rs;
+          dxr[j] = Store<X>(rs * ((g * weight[j] - a) - xhat * b) + Load<T>(rgr[j]));
+          part_w[j] += static_cast<double>(g) * static_cast<double>(xhat);
+          part_b[j] += static_cast<double>(g);
+        }
       }
     }
     for (int64_t j = 0; j < c; ++j) {
@@ -307,23 +356,24 @@ constexpr T kGeluK = static_cast<T>(0.79788456080286535588);  // sqrt(2/pi)
 template <typename T>
 constexpr T kGeluC = static_cast<T>(0.044715);
 
-template <typename T>
-PSYNC_CPU_CLONES void GeluForward(const T* x, T* y, int64_t n) {
+template <typename S, typename T = MathType<S>>
+PSYNC_CPU_CLONES void GeluForward(const S* x, S* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const T v = x[i];
+    const T v = Load<T>(x[i]);
     const T u = kGeluK<T> * (v + kGeluC<T> * v * v * v);
-    y[i] = v / (T(1) + Exp(T(-2) * u));
+    y[i] = Store<S>(v / (T(1) + Exp(T(-2) * u)));
   }
 }
 
-template <typename T>
-PSYNC_CPU_CLONES void GeluBackwardKernel(const T* grad, const T* x, T* dx, int64_t n) {
+// grad of storage G, x and dx of storage X, computed in T.
+template <typename G, typename X, typename T>
+PSYNC_CPU_CLONES void GeluBackwardKernel(const G* grad, const X* x, X* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const T v = x[i];
+    const T v = Load<T>(x[i]);
     const T u = kGeluK<T> * (v + kGeluC<T> * v * v * v);
     const T s = T(1) / (T(1) + Exp(T(-2) * u));
     const T du = kGeluK<T> * (T(1) + T(3) * kGeluC<T> * v * v);
-    dx[i] = grad[i] * (s + T(2) * v * s * (T(1) - s) * du);
+    dx[i] = Store<X>(Load<T>(grad[i]) * (s + T(2) * v * s * (T(1) - s) * du));
   }
 }
 
@@ -333,35 +383,49 @@ PSYNC_CPU_CLONES void GeluBackwardKernel(const T* grad, const T* x, T* dx, int64
 // exp(z_j - max z) / sum_k<=i exp(z_k - max z) for j <= i (the sum in
 // double), 0 for j > i.
 // Backward: dx[j] = s * y[j] * (grad[j] - sum_k<=i grad[k] y[k]) for j <= i.
-template <typename T>
-PSYNC_CPU_CLONES void CausalSoftmaxRows(const T* x, double scale, int64_t rows, int64_t t, T* y) {
+// For BFloat16 x the scaled score is rounded to BFloat16 before the
+// softmax (torch's `att * scale` on a bfloat16 tensor), and the scores and
+// exps are kept in `e` (t floats) rather than in y; float and double keep
+// the exps in y itself (their original loop, bit for bit).
+template <typename S, typename T = MathType<S>>
+PSYNC_CPU_CLONES void CausalSoftmaxRows(const S* x, double scale, int64_t rows, int64_t t, S* y, T* e) {
   const T s = static_cast<T>(scale);
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * t;
-    T* yr = y + r * t;
+    const S* xr = x + r * t;
+    S* yr = y + r * t;
     const int64_t n = r % t + 1;
-    const T mx = MaxOf<T>(n, [&](int64_t j) { return xr[j] * s; });
-    for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] * s - mx);
-    const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
-    for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(static_cast<double>(yr[j]) / sum);
-    for (int64_t j = n; j < t; ++j) yr[j] = T(0);
+    if constexpr (std::is_same_v<S, T>) {
+      const T mx = MaxOf<T>(n, [&](int64_t j) { return xr[j] * s; });
+      for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] * s - mx);
+      const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
+      for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(static_cast<double>(yr[j]) / sum);
+      for (int64_t j = n; j < t; ++j) yr[j] = T(0);
+    } else {
+      // The scaled scores once into e (rounded to S, as torch's bf16 `att * scale`).
+      for (int64_t j = 0; j < n; ++j) e[j] = Load<T>(Store<S>(Load<T>(xr[j]) * s));
+      const T mx = MaxOf<T>(n, [&](int64_t j) { return e[j]; });
+      for (int64_t j = 0; j < n; ++j) e[j] = Exp(e[j] - mx);
+      const double sum = SumInOrder(n, [&](int64_t j) { return static_cast<double>(e[j]); });
+      for (int64_t j = 0; j < n; ++j) yr[j] = Store<S>(static_cast<T>(static_cast<double>(e[j]) / sum));
+      for (int64_t j = n; j < t; ++j) yr[j] = Store<S>(T(0));
+    }
   }
 }
 
-template <typename T>
-PSYNC_CPU_CLONES void CausalSoftmaxBackwardRows(const T* grad, const T* y, double scale, int64_t rows, int64_t t,
-                                                T* dx) {
+template <typename S, typename T = MathType<S>>
+PSYNC_CPU_CLONES void CausalSoftmaxBackwardRows(const S* grad, const S* y, double scale, int64_t rows, int64_t t,
+                                                S* dx) {
   const double s = static_cast<double>(static_cast<T>(scale));
   for (int64_t r = 0; r < rows; ++r) {
-    const T* gr = grad + r * t;
-    const T* yr = y + r * t;
-    T* dr = dx + r * t;
+    const S* gr = grad + r * t;
+    const S* yr = y + r * t;
+    S* dr = dx + r * t;
     const int64_t n = r % t + 1;
-    const double dot = SumInOrder(n, [&](int64_t j) { return static_cast<double>(gr[j]) * static_cast<double>(yr[j]); });
+    const double dot = SumInOrder(n, [&](int64_t j) { return Load<double>(gr[j]) * Load<double>(yr[j]); });
     for (int64_t j = 0; j < n; ++j) {
-      dr[j] = static_cast<T>(s * static_cast<double>(yr[j]) * (static_cast<double>(gr[j]) - dot));
+      dr[j] = Store<S>(static_cast<T>(s * Load<double>(yr[j]) * (Load<double>(gr[j]) - dot)));
     }
-    for (int64_t j = n; j < t; ++j) dr[j] = T(0);
+    for (int64_t j = n; j < t; ++j) dr[j] = Store<S>(T(0));
   }
 }
 
@@ -543,14 +607,8 @@ PSYNC_CPU_CLONES int64_t MaxPoolBackwardPlanes(const T* grad, const int64_t* ind
   return -1;
 }
 
-template <typename T>
-const T* In(const Tensor& t) {
-  return static_cast<const T*>(t.raw_data());
-}
-template <typename T>
-T* Out(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
+using cpu::In;
+using cpu::Out;
 
 class CpuNn final : public NnKernels {
  public:
@@ -562,19 +620,21 @@ class CpuNn final : public NnKernels {
   }
 
   void CrossEntropy(const Tensor& logits, const Tensor& targets, const Tensor& loss) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(logits.dtype(), "CrossEntropy", [&] {
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(logits.dtype(), "CrossEntropy", [&] {
       const int64_t rows = logits.size(0), cols = logits.size(1);
       const double total = CrossEntropySum(In<scalar_t>(logits), targets.data<int64_t>(), rows, cols);
-      Out<scalar_t>(loss)[0] = static_cast<scalar_t>(total / static_cast<double>(rows));
+      Out<math_t>(loss)[0] = static_cast<math_t>(total / static_cast<double>(rows));
     });
   }
 
   void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
                             const Tensor& dlogits) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(logits.dtype(), "CrossEntropyBackward", [&] {
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(logits.dtype(), "CrossEntropyBackward", [&] {
       const int64_t rows = logits.size(0), cols = logits.size(1);
-      const double g = static_cast<double>(In<scalar_t>(grad)[0]) / static_cast<double>(rows);
-      CrossEntropyBackwardRows(In<scalar_t>(logits), targets.data<int64_t>(), g, rows, cols, Out<scalar_t>(dlogits));
+      const double g = static_cast<double>(In<math_t>(grad)[0]) / static_cast<double>(rows);
+      std::vector<math_t> e(std::is_same_v<scalar_t, math_t> ? 0 : static_cast<size_t>(cols));
+      CrossEntropyBackwardRows(In<scalar_t>(logits), targets.data<int64_t>(), g, rows, cols, Out<scalar_t>(dlogits),
+                               e.data());
     });
   }
 
@@ -630,41 +690,51 @@ class CpuNn final : public NnKernels {
 
   void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                  const Tensor& mean, const Tensor& rstd) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "LayerNorm", [&] {
-      LayerNormRows(In<scalar_t>(x), In<scalar_t>(weight), In<scalar_t>(bias), eps, x.size(0), x.size(1),
-                    Out<scalar_t>(y), Out<scalar_t>(mean), Out<scalar_t>(rstd));
+    PSYNC_DISPATCH_FLOAT_PAIR_AND_BF16(x.dtype(), y.dtype(), "LayerNorm", [&] {
+      LayerNormRows(In<a_t>(x), In<math_t>(weight), In<math_t>(bias), eps, x.size(0), x.size(1), Out<b_t>(y),
+                    Out<math_t>(mean), Out<math_t>(rstd));
+    });
+  }
+
+  void ResidualLayerNorm(const Tensor& x, const Tensor& a, const Tensor& weight, const Tensor& bias, double eps,
+                         const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
+    PSYNC_DISPATCH_FLOAT_PAIR_AND_BF16(a.dtype(), y.dtype(), "ResidualLayerNorm", [&] {
+      ResidualLayerNormRows(In<math_t>(x), In<a_t>(a), In<math_t>(weight), In<math_t>(bias), eps, x.size(0), x.size(1),
+                            Out<math_t>(h), Out<b_t>(y), Out<math_t>(mean), Out<math_t>(rstd));
     });
   }
 
   void LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& rstd, const Tensor& residual_grad, const Tensor& dx, const Tensor& dweight,
                          const Tensor& dbias) const override {
     std::vector<double> scratch(4 * static_cast<size_t>(x.size(1)));
-    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "LayerNormBackward", [&] {
-      LayerNormBackwardRows(In<scalar_t>(grad), In<scalar_t>(x), In<scalar_t>(weight), In<scalar_t>(mean),
-                            In<scalar_t>(rstd), x.size(0), x.size(1), Out<scalar_t>(dx), Out<scalar_t>(dweight),
-                            Out<scalar_t>(dbias), scratch.data());
+    PSYNC_DISPATCH_FLOAT_PAIR_AND_BF16(grad.dtype(), x.dtype(), "LayerNormBackward", [&] {
+      LayerNormBackwardRows(In<a_t>(grad), In<b_t>(x), In<math_t>(weight), In<math_t>(mean), In<math_t>(rstd),
+                            residual_grad.defined() ? In<b_t>(residual_grad) : nullptr, x.size(0), x.size(1),
+                            Out<b_t>(dx), Out<math_t>(dweight), Out<math_t>(dbias), scratch.data());
     });
   }
 
   void Gelu(const Tensor& x, const Tensor& y) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "Gelu", [&] { GeluForward(In<scalar_t>(x), Out<scalar_t>(y), y.numel()); });
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(y.dtype(), "Gelu",
+                                        [&] { GeluForward(In<scalar_t>(x), Out<scalar_t>(y), y.numel()); });
   }
 
   void GeluBackward(const Tensor& grad, const Tensor& x, const Tensor& dx) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "GeluBackward", [&] {
-      GeluBackwardKernel(In<scalar_t>(grad), In<scalar_t>(x), Out<scalar_t>(dx), dx.numel());
+    PSYNC_DISPATCH_FLOAT_PAIR_AND_BF16(grad.dtype(), x.dtype(), "GeluBackward", [&] {
+      GeluBackwardKernel<a_t, b_t, math_t>(In<a_t>(grad), In<b_t>(x), Out<b_t>(dx), dx.numel());
     });
   }
 
   void CausalSoftmax(const Tensor& x, double scale, const Tensor& y) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "CausalSoftmax", [&] {
-      CausalSoftmaxRows(In<scalar_t>(x), scale, x.size(0), x.size(1), Out<scalar_t>(y));
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(y.dtype(), "CausalSoftmax", [&] {
+      std::vector<math_t> e(std::is_same_v<scalar_t, math_t> ? 0 : static_cast<size_t>(x.size(1)));
+      CausalSoftmaxRows(In<scalar_t>(x), scale, x.size(0), x.size(1), Out<scalar_t>(y), e.data());
     });
   }
 
   void CausalSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale, const Tensor& dx) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(dx.dtype(), "CausalSoftmaxBackward", [&] {
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(dx.dtype(), "CausalSoftmaxBackward", [&] {
       CausalSoftmaxBackwardRows(In<scalar_t>(grad), In<scalar_t>(y), scale, y.size(0), y.size(1), Out<scalar_t>(dx));
     });
   }

@@ -7,19 +7,24 @@
 // code); elsewhere std::fma falls back to libm's exact software fma (slow,
 // same results). This file is compiled with -ffp-contract=off, so no other
 // a*b+c is fused behind our back, and -fno-math-errno, so sqrt vectorizes.
+#include <algorithm>
 #include <cmath>
 
+#include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/optim_kernels.h"
 
 namespace psync::ops {
 namespace {
 
+// copy: null, or where the new p goes rounded to bfloat16 (the weight copy
+// of a bf16 step, written in the same pass).
 template <typename T>
 struct AdamWArgs {
   T* p;
   const T* g;
   T* m;
   T* v;
+  uint16_t* copy;  // bfloat16 bits
   int64_t n;
   T decay, beta1, omb1, beta2, omb2, bc2_sqrt, eps, neg_step_size;
 };
@@ -29,6 +34,7 @@ struct SgdArgs {
   T* p;
   const T* g;
   T* buf;
+  BFloat16* copy;
   int64_t n;
   T wd, momentum, neg_lr;
 };
@@ -39,12 +45,12 @@ enum class Momentum { kNone, kFirst, kRunning };
 
 // The loop bodies, inlined into both the FMA clone and the portable build.
 template <typename T>
-[[gnu::always_inline]] inline void AdamWLoop(const AdamWArgs<T>& a) {
+[[gnu::always_inline]] inline void AdamWRange(const AdamWArgs<T>& a, int64_t begin, int64_t end) {
   T* __restrict p = a.p;
   const T* __restrict g = a.g;
   T* __restrict m = a.m;
   T* __restrict v = a.v;
-  for (int64_t i = 0; i < a.n; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const T gi = g[i];
     const T pi = p[i] * a.decay;                              // param.mul_(1 - lr*wd)
     const T mi = std::fma(gi, a.omb1, m[i] * a.beta1);        // exp_avg.mul_(b1).add_(g, alpha=1-b1)
@@ -53,6 +59,25 @@ template <typename T>
     p[i] = pi + (a.neg_step_size * mi) / denom;               // param.addcdiv_(m, denom, -step_size)
     m[i] = mi;
     v[i] = vi;
+  }
+}
+
+// kCopy: the bfloat16 copy of each block of p right after the block's
+// update, while it is in L1 (one pass over memory; a single loop doing
+// both does not vectorize with GCC 12).
+template <typename T, bool kCopy>
+[[gnu::always_inline]] inline void AdamWLoop(const AdamWArgs<T>& a) {
+  if constexpr (!kCopy) {
+    AdamWRange(a, 0, a.n);
+  } else {
+    constexpr int64_t kBlock = 2048;
+    const T* __restrict p = a.p;
+    uint16_t* __restrict copy = a.copy;
+    for (int64_t b = 0; b < a.n; b += kBlock) {
+      const int64_t e = std::min(a.n, b + kBlock);
+      AdamWRange(a, b, e);
+      for (int64_t i = b; i < e; ++i) copy[i] = cpu::Bf16Bits(static_cast<float>(p[i]));
+    }
   }
 }
 
@@ -74,8 +99,8 @@ template <typename T, bool kDecay, Momentum kMomentum>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define PSYNC_OPTIM_FMA_CLONE 1
-template <typename T>
-[[gnu::target("avx2,fma")]] void AdamWFma(const AdamWArgs<T>& a) { AdamWLoop(a); }
+template <typename T, bool kCopy>
+[[gnu::target("avx2,fma")]] void AdamWFma(const AdamWArgs<T>& a) { AdamWLoop<T, kCopy>(a); }
 template <typename T, bool kDecay, Momentum kMomentum>
 [[gnu::target("avx2,fma")]] void SgdFma(const SgdArgs<T>& a) { SgdLoop<T, kDecay, kMomentum>(a); }
 bool HaveFma() {
@@ -84,12 +109,12 @@ bool HaveFma() {
 }
 #endif
 
-template <typename T>
+template <typename T, bool kCopy>
 void AdamWImpl(const AdamWArgs<T>& a) {
 #ifdef PSYNC_OPTIM_FMA_CLONE
-  if (HaveFma()) return AdamWFma(a);
+  if (HaveFma()) return AdamWFma<T, kCopy>(a);
 #endif
-  AdamWLoop(a);
+  AdamWLoop<T, kCopy>(a);
 }
 
 template <typename T, bool kDecay, Momentum kMomentum>
@@ -116,28 +141,58 @@ T* Ptr(const Tensor& t) {
 
 class CpuOptim final : public OptimKernels {
  public:
-  void AdamW(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-             const AdamWScalars& s) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(p.dtype(), "AdamWUpdate", [&] {
-      using T = scalar_t;
-      AdamWImpl<T>({Ptr<T>(p), Ptr<const T>(g), Ptr<T>(m), Ptr<T>(v), p.numel(), static_cast<T>(s.decay),
-                    static_cast<T>(s.beta1), static_cast<T>(s.one_minus_beta1), static_cast<T>(s.beta2),
-                    static_cast<T>(s.one_minus_beta2), static_cast<T>(s.bc2_sqrt), static_cast<T>(s.eps),
-                    static_cast<T>(s.neg_step_size)});
-    });
+  void AdamW(const std::vector<AdamWJob>& jobs) const override {
+    for (const AdamWJob& j : jobs) {
+      const AdamWScalars& s = j.s;
+      PSYNC_DISPATCH_FLOAT_TYPES(j.p.dtype(), "AdamWUpdate", [&] {
+        using T = scalar_t;
+        const AdamWArgs<T> a{Ptr<T>(j.p),
+                             Ptr<const T>(j.g),
+                             Ptr<T>(j.m),
+                             Ptr<T>(j.v),
+                             j.copy.defined() ? Ptr<uint16_t>(j.copy) : nullptr,
+                             j.p.numel(),
+                             static_cast<T>(s.decay),
+                             static_cast<T>(s.beta1),
+                             static_cast<T>(s.one_minus_beta1),
+                             static_cast<T>(s.beta2),
+                             static_cast<T>(s.one_minus_beta2),
+                             static_cast<T>(s.bc2_sqrt),
+                             static_cast<T>(s.eps),
+                             static_cast<T>(s.neg_step_size)};
+        if (a.copy != nullptr) {
+          AdamWImpl<T, true>(a);
+        } else {
+          AdamWImpl<T, false>(a);
+        }
+      });
+    }
   }
 
-  void Sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdScalars& s) const override {
+  void Sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdScalars& s,
+           const Tensor& copy) const override {
     PSYNC_DISPATCH_FLOAT_TYPES(p.dtype(), "SgdUpdate", [&] {
       using T = scalar_t;
-      const SgdArgs<T> a{Ptr<T>(p), Ptr<const T>(g), buf.defined() ? Ptr<T>(buf) : nullptr, p.numel(),
-                         static_cast<T>(s.weight_decay), static_cast<T>(s.momentum), static_cast<T>(s.neg_lr)};
+      const SgdArgs<T> a{Ptr<T>(p),
+                         Ptr<const T>(g),
+                         buf.defined() ? Ptr<T>(buf) : nullptr,
+                         nullptr,
+                         p.numel(),
+                         static_cast<T>(s.weight_decay),
+                         static_cast<T>(s.momentum),
+                         static_cast<T>(s.neg_lr)};
       // torch tests the Python doubles: `if weight_decay != 0`, `if momentum != 0`.
       const Momentum mom = s.momentum == 0 ? Momentum::kNone : (s.first ? Momentum::kFirst : Momentum::kRunning);
       if (s.weight_decay != 0) {
         SgdImpl<T, true>(a, mom);
       } else {
         SgdImpl<T, false>(a, mom);
+      }
+      // SGD trains no bf16 model in practice: the copy is a second pass.
+      if (copy.defined()) {
+        const T* pp = Ptr<const T>(p);
+        BFloat16* c = Ptr<BFloat16>(copy);
+        for (int64_t i = 0, n = p.numel(); i < n; ++i) c[i] = cpu::Store<BFloat16>(pp[i]);
       }
     });
   }

@@ -2,45 +2,55 @@
 #include <algorithm>
 #include <vector>
 
+#include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/reduce_kernels.h"
 
 namespace psync::ops {
 namespace {
 
+using cpu::Load;
+
+// SumRows' order (reduce_kernels.h): per chunk of rows, each column's rows
+// in order; then the chunk sums in order. Walking row by row keeps memory
+// access contiguous without changing any column's order. Compiled for
+// AVX-512 and AVX2 too (PSYNC_CPU_CLONES: the same adds in the same order).
+template <typename S>
+PSYNC_CPU_CLONES void SumRowsInOrder(const S* px, int64_t rows, int64_t cols, double* total, double* part,
+                                     MathType<S>* py) {
+  for (int64_t j = 0; j < cols; ++j) total[j] = 0.0;
+  for (int64_t r0 = 0; r0 < rows; r0 += kSumRowsChunk) {
+    for (int64_t j = 0; j < cols; ++j) part[j] = 0.0;
+    for (int64_t i = r0; i < std::min(rows, r0 + kSumRowsChunk); ++i) {
+      const S* xr = px + i * cols;
+      for (int64_t j = 0; j < cols; ++j) part[j] += Load<double>(xr[j]);
+    }
+    for (int64_t j = 0; j < cols; ++j) total[j] += part[j];
+  }
+  for (int64_t j = 0; j < cols; ++j) py[j] = static_cast<MathType<S>>(total[j]);
+}
+
 class CpuReduce final : public ReduceKernels {
  public:
   void Sum(const Tensor& x, double divisor, const Tensor& y) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "Sum", [&] {
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(x.dtype(), "Sum", [&] {
       const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
       double s = 0.0;
-      for (int64_t i = 0, n = x.numel(); i < n; ++i) s += px[i];
-      static_cast<scalar_t*>(y.raw_data())[0] = static_cast<scalar_t>(s / divisor);
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) s += Load<double>(px[i]);
+      static_cast<math_t*>(y.raw_data())[0] = static_cast<math_t>(s / divisor);
     });
   }
 
   void SumRows(const Tensor& x, const Tensor& y) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(y.dtype(), "SumRows", [&] {
-      const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
-      scalar_t* py = static_cast<scalar_t*>(y.raw_data());
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(x.dtype(), "SumRows", [&] {
       const int64_t cols = y.numel(), rows = x.numel() / cols;
-      // The order of reduce_kernels.h: per chunk of rows, each column's rows
-      // in order; then the chunk sums in order. Walking row by row keeps
-      // memory access contiguous without changing any column's order.
-      std::vector<double> total(static_cast<size_t>(cols), 0.0), part(static_cast<size_t>(cols));
-      for (int64_t r0 = 0; r0 < rows; r0 += kSumRowsChunk) {
-        std::fill(part.begin(), part.end(), 0.0);
-        for (int64_t i = r0; i < std::min(rows, r0 + kSumRowsChunk); ++i) {
-          const scalar_t* xr = px + i * cols;
-          for (int64_t j = 0; j < cols; ++j) part[j] += static_cast<double>(xr[j]);
-        }
-        for (int64_t j = 0; j < cols; ++j) total[j] += part[j];
-      }
-      for (int64_t j = 0; j < cols; ++j) py[j] = static_cast<scalar_t>(total[j]);
+      std::vector<double> total(static_cast<size_t>(cols)), part(static_cast<size_t>(cols));
+      SumRowsInOrder(static_cast<const scalar_t*>(x.raw_data()), rows, cols, total.data(), part.data(),
+                     static_cast<math_t*>(y.raw_data()));
     });
   }
 
   void SumOfSquares(const Tensor& x, const Tensor& out) const override {
-    PSYNC_DISPATCH_FLOAT_TYPES(x.dtype(), "SumOfSquares", [&] {
+    PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16(x.dtype(), "SumOfSquares", [&] {
       const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
       const int64_t n = x.numel();
       // Only lanes below n get elements; the others stay zero and add
@@ -51,7 +61,7 @@ class CpuReduce final : public ReduceKernels {
         const int64_t len = n - base < kSquaresLanes ? n - base : kSquaresLanes;
         const scalar_t* xr = px + base;
         for (int64_t j = 0; j < len; ++j) {
-          const double v = static_cast<double>(xr[j]);
+          const double v = Load<double>(xr[j]);
           lane[j] += v * v;
         }
       }

@@ -3,22 +3,28 @@
 //
 // Results never depend on the vector ISA: everything here is written as
 // scalar code with one fixed order of operations, so the SSE2 baseline, the
-// AVX2 clone (PSYNC_CPU_CLONES) and the compiler's choice of vector width all
-// give the same bits. No FMA is ever emitted (the clones name "avx2", which
-// does not enable FMA, and the nn sources build with -ffp-contract=off).
+// AVX2 and AVX-512 clones (PSYNC_CPU_CLONES) and the compiler's choice of
+// vector width all give the same bits. No FMA is ever emitted (the sources
+// with clones build with -ffp-contract=off, so the x86-64-v4 clone, which
+// has FMA instructions, never contracts a*b+c).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "worker/tensor/half.h"
 
 namespace psync::cpu {
 
-// A function marked PSYNC_CPU_CLONES is compiled twice, for the x86-64
-// baseline and for AVX2, and the loader picks the AVX2 copy on CPUs that have
-// it (GCC function multiversioning). The loops are the same; AVX2 does twice
-// as many lanes per instruction.
+// A function marked PSYNC_CPU_CLONES is compiled three times, for the
+// x86-64 baseline, AVX2 and x86-64-v4 (AVX-512), and the loader picks the
+// widest copy the CPU runs (GCC function multiversioning). The loops are the
+// same; AVX2 does twice as many lanes per instruction, AVX-512 four times
+// (GELU forward 0.65 -> 0.30 ms over 1024 x 512 floats on this project's
+// AMD EPYC, whose AVX-512 runs on 256-bit units).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PSYNC_NO_CPU_CLONES)
-#define PSYNC_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define PSYNC_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define PSYNC_CPU_CLONES
 #endif
@@ -26,6 +32,45 @@ namespace psync::cpu {
 // The helpers below must be inlined into each clone to be compiled for its
 // target (an out-of-line copy would be baseline code, called per row).
 #define PSYNC_CPU_INLINE inline __attribute__((always_inline))
+
+// Storage <-> math conversions of dtype-generic kernels (dtype.h
+// PSYNC_DISPATCH_FLOAT_TYPES_AND_BF16): Load<T>(s) widens an element stored
+// as S to the math type T, Store<S>(t) rounds it back. For float and double
+// both are the identity; a BFloat16 widens exactly (its bits are the top half
+// of a float) and rounds to nearest even with NaN kept NaN, as
+// BFloat16::FromFloat, written branch-free so that loops vectorize.
+template <typename T, typename S>
+PSYNC_CPU_INLINE T Load(S v) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return static_cast<T>(f);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// The bits of f rounded to bfloat16 (the body of Store<BFloat16>; loops
+// that write raw uint16_t vectorize where a BFloat16 store may not).
+PSYNC_CPU_INLINE uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+template <typename S, typename T>
+PSYNC_CPU_INLINE S Store(T v) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    BFloat16 b;
+    b.bits = Bf16Bits(static_cast<float>(v));
+    return b;
+  } else {
+    return static_cast<S>(v);
+  }
+}
 
 // exp(x) by range reduction (x = k ln2 + r, |r| <= ln2/2) and a Taylor
 // polynomial in r, scaled by 2^k through exponent bits: straight-line code

@@ -1,10 +1,10 @@
 #include "worker/tensor/cuda/cuda_context.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/cuda/cuda_device.h"
@@ -26,14 +26,30 @@ void CheckCublas(cublasStatus_t status, const char* call, const char* file, int 
                                  cublasGetStatusName(status), ": ", cublasGetStatusString(status)));
 }
 
+namespace {
+thread_local int t_current_device = -1;  // -1: not known yet
+}  // namespace
+
+int CurrentDevice() {
+  if (t_current_device < 0) PSYNC_CUDA_CHECK(cudaGetDevice(&t_current_device));
+  return t_current_device;
+}
+
+void ForgetCurrentDevice() { t_current_device = -1; }
+
+void SetDevice(int device) {
+  if (t_current_device == device) return;
+  PSYNC_CUDA_CHECK(cudaSetDevice(device));
+  t_current_device = device;
+}
+
 DeviceGuard::DeviceGuard(int device) {
-  PSYNC_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != device) PSYNC_CUDA_CHECK(cudaSetDevice(device));
+  previous_ = CurrentDevice();
+  if (previous_ != device) SetDevice(device);
 }
 
 DeviceGuard::~DeviceGuard() {
-  int now = -1;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  if (t_current_device != previous_ && cudaSetDevice(previous_) == cudaSuccess) t_current_device = previous_;
 }
 
 namespace {
@@ -41,20 +57,32 @@ namespace {
 struct DeviceContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* cublas_workspace = nullptr;
+  void* lt_workspace = nullptr;
 };
 
 // Contexts are created once per device and intentionally never destroyed:
 // Storage destructors can run during static destruction and still need the
 // stream, and tearing CUDA objects down after the driver unloads crashes.
+// Lookups are one acquire load; creation takes the mutex.
+constexpr int kMaxDevices = 64;
 std::mutex g_mu;
-std::vector<std::unique_ptr<DeviceContext>>* g_contexts = new std::vector<std::unique_ptr<DeviceContext>>();
+std::atomic<DeviceContext*> g_contexts[kMaxDevices];
 
-DeviceContext& Context(int device) {
+DeviceContext& CreateContext(int device);
+
+inline DeviceContext& Context(int device) {
+  if (device >= 0 && device < kMaxDevices) {
+    if (DeviceContext* ctx = g_contexts[device].load(std::memory_order_acquire)) return *ctx;
+  }
+  return CreateContext(device);
+}
+
+DeviceContext& CreateContext(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (device < 0) throw TensorError(absl::StrCat("invalid CUDA device index ", device));
-  if (static_cast<size_t>(device) >= g_contexts->size()) g_contexts->resize(device + 1);
-  auto& slot = (*g_contexts)[device];
-  if (slot) return *slot;
+  if (device < 0 || device >= kMaxDevices) throw TensorError(absl::StrCat("invalid CUDA device index ", device));
+  if (DeviceContext* ctx = g_contexts[device].load(std::memory_order_acquire)) return *ctx;
 
   std::string why;
   const int count = cuda_device::DeviceCount(&why);
@@ -76,15 +104,25 @@ DeviceContext& Context(int device) {
   PSYNC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   PSYNC_CUBLAS_CHECK(cublasCreate(&ctx->cublas));
   PSYNC_CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
-  // Plain FP32 (no TF32) so CUDA results stay close to the CPU reference.
+  // Plain FP32 (no TF32) so CUDA results stay close to the CPU reference;
+  // TF32 is asked for per product (ops::SetAllowTf32).
   PSYNC_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
-  slot = std::move(ctx);
-  return *slot;
+  // Workspaces of their own (not from the pool): cuBLAS would otherwise
+  // allocate inside a CUDA graph capture.
+  PSYNC_CUDA_CHECK(cudaMalloc(&ctx->cublas_workspace, kLtWorkspaceBytes));
+  PSYNC_CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->cublas_workspace, kLtWorkspaceBytes));
+  PSYNC_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+  PSYNC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, kLtWorkspaceBytes));
+  DeviceContext* raw = ctx.release();
+  g_contexts[device].store(raw, std::memory_order_release);
+  return *raw;
 }
 
 }  // namespace
 
 cudaStream_t ComputeStream(int device) { return Context(device).stream; }
 cublasHandle_t CublasHandle(int device) { return Context(device).cublas; }
+cublasLtHandle_t CublasLtHandle(int device) { return Context(device).lt; }
+void* CublasLtWorkspace(int device) { return Context(device).lt_workspace; }
 
 }  // namespace psync::cuda

@@ -7,7 +7,16 @@
 //    never destroyed). Every tensor op, copy, allocation (cudaMallocAsync)
 //    and free (cudaFreeAsync) for that device is queued on it, so ops run in
 //    issue order without host synchronization.
-//  - The cuBLAS handle of a device is bound to its compute stream.
+//  - The cuBLAS and cuBLASLt handles of a device are bound to (used on) its
+//    compute stream, with one workspace each that lives as long as the
+//    process (so a captured CUDA graph never allocates for them).
+//  - Per launch there is no host work beyond the launch itself: the context
+//    lookup is one atomic load, and DeviceGuard consults a per-thread cache
+//    of the current device instead of calling cudaGetDevice (psync changes
+//    the current device only through DeviceGuard and
+//    cuda_device::SetCurrentDevice, which keep the cache true; code outside
+//    psync that calls cudaSetDevice directly must call
+//    cuda::ForgetCurrentDevice() afterwards).
 //  - Memory comes from the device's default memory pool with a release
 //    threshold of "never", so freed blocks stay cached for reuse.
 //  - Another stream (e.g. NCCL's communication stream) that reads or writes a
@@ -20,8 +29,11 @@
 
 #ifdef PSYNC_WITH_CUDA
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 namespace psync::cuda {
 
@@ -30,13 +42,29 @@ namespace psync::cuda {
 cudaStream_t ComputeStream(int device);
 // cuBLAS handle of `device`, bound to ComputeStream(device).
 cublasHandle_t CublasHandle(int device);
+// cuBLASLt handle of `device` (cublasLtMatmul takes the stream per call)
+// and the workspace its matmuls may use (kLtWorkspaceBytes, device memory
+// that lives as long as the process; used on the compute stream only).
+cublasLtHandle_t CublasLtHandle(int device);
+void* CublasLtWorkspace(int device);
+inline constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+// The calling thread's current device as psync last set or saw it (one
+// cudaGetDevice the first time on each thread).
+int CurrentDevice();
+// Drops the calling thread's cached current device (after a cudaSetDevice
+// outside psync).
+void ForgetCurrentDevice();
+// cudaSetDevice through the cache.
+void SetDevice(int device);
 
 // Throws psync::TensorError("<call> failed at file:line: <error string>")
 // when err != cudaSuccess.
 void CheckCuda(cudaError_t err, const char* call, const char* file, int line);
 void CheckCublas(cublasStatus_t status, const char* call, const char* file, int line);
 
-// Makes `device` current for the scope and restores the previous one.
+// Makes `device` current for the scope and restores the previous one; no
+// CUDA call at all when it already is current (the usual case).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

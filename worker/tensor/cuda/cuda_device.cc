@@ -71,15 +71,6 @@ void Free(void* ptr, int device) noexcept {
   }
 }
 
-int64_t PeakAllocatedBytes(int device) {
-  cuda::DeviceGuard guard(device);
-  cudaMemPool_t pool = nullptr;
-  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t high = 0;
-  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  return static_cast<int64_t>(high);
-}
-
 void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
   if (dst_device.is_cuda() && src_device.is_cpu()) {
@@ -112,11 +103,28 @@ void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
 
 void SetCurrentDevice(int device) {
   cuda::ComputeStream(device);  // validates the index, creates the context
-  PSYNC_CUDA_CHECK(cudaSetDevice(device));
+  cuda::SetDevice(device);
 }
 
 void Synchronize(int device) {
   PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(device)));
+}
+
+uint64_t PeakBytes(int device) {
+  cuda::ComputeStream(device);  // the pool is configured with the context
+  cudaMemPool_t pool;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t high = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return high;
+}
+
+void ResetPeakBytes(int device) {
+  cuda::ComputeStream(device);
+  cudaMemPool_t pool;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t zero = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
 }  // namespace psync::cuda_device

@@ -46,8 +46,10 @@ void SetCurrentDevice(int device);
 // Waits for everything queued on the device's compute stream.
 void Synchronize(int device);
 
-// The high-water mark of memory in use from the device's default memory
-// pool (where Allocate's stream-ordered allocations come from), in bytes.
-int64_t PeakAllocatedBytes(int device);
+// The high-water mark of the device's memory pool (every tensor's storage)
+// in bytes since the process started or the last ResetPeakBytes: a step's
+// peak GPU memory. 0 without CUDA.
+uint64_t PeakBytes(int device);
+void ResetPeakBytes(int device);
 
 }  // namespace psync::cuda_device

@@ -3,6 +3,7 @@
 // path (memory, copies, each op family's kernels) throws TensorError.
 #include "worker/tensor/cuda/cuda_device.h"
 #include "worker/tensor/ops/attention_kernels.h"
+#include "worker/tensor/cuda/cuda_graph.h"
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/copy_kernels.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -26,8 +27,16 @@ void Free(void*, int) noexcept {}
 void CopyBytes(void*, Device, const void*, Device, size_t) { NoCuda(); }
 void SetCurrentDevice(int) { NoCuda(); }
 void Synchronize(int) { NoCuda(); }
-int64_t PeakAllocatedBytes(int) { NoCuda(); }
+uint64_t PeakBytes(int) { return 0; }
+void ResetPeakBytes(int) {}
 }  // namespace cuda_device
+
+namespace cuda_graph {
+struct StepGraph::Impl {};
+StepGraph::StepGraph(int, const std::function<void()>&) { NoCuda(); }
+StepGraph::~StepGraph() = default;
+void StepGraph::Replay() { NoCuda(); }
+}  // namespace cuda_graph
 
 namespace ops {
 const CopyKernels& CudaCopyKernels() { NoCuda(); }

@@ -18,7 +18,9 @@ namespace {
 
 using cuda::BlocksFor;
 using cuda::kThreads;
+using cuda::In;
 using cuda::Launch;
+using cuda::Out;
 
 constexpr int kReduceThreads = 1024;
 constexpr int kMaxDims = 8;
@@ -144,28 +146,46 @@ class CudaCopy final : public CopyKernels {
   }
 };
 
-// ---------------------------------------------------------------- elementwise (float32)
+// ---------------------------------------------------------------- elementwise (float32, bfloat16)
 
-__global__ void BinaryKernel(int op, const float* a, const float* b, float* y, int64_t n) {
+using cuda::Load;
+using cuda::Store;
+
+// S: float or __nv_bfloat16 storage, float math (cuda/launch.cuh).
+template <typename S>
+__global__ void BinaryKernel(int op, const S* a, const S* b, S* y, int64_t n) {
   PSYNC_GRID_STRIDE(i, n) {
-    const float x = a[i], z = b[i];
-    y[i] = op == 0 ? x + z : (op == 1 ? x - z : x * z);
+    const float x = Load(a[i]), z = Load(b[i]);
+    y[i] = Store<S>(op == 0 ? x + z : (op == 1 ? x - z : x * z));
   }
 }
-__global__ void ScaleKernel(const float* x, float* y, int64_t n, float s) { PSYNC_GRID_STRIDE(i, n) y[i] = x[i] * s; }
-__global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
+template <typename S>
+__global__ void ScaleKernel(const S* x, S* y, int64_t n, float s) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = Store<S>(Load(x[i]) * s);
+}
+template <typename S>
+__global__ void AxpyKernel(float alpha, const S* x, S* y, int64_t n) {
   // y + alpha*x with no fused multiply-add, to round like the CPU loop.
-  PSYNC_GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+  PSYNC_GRID_STRIDE(i, n) y[i] = Store<S>(__fadd_rn(Load(y[i]), __fmul_rn(alpha, Load(x[i]))));
 }
-__global__ void AddBiasKernel(const float* x, const float* bias, float* y, int64_t n, int64_t cols) {
-  PSYNC_GRID_STRIDE(i, n) y[i] = x[i] + bias[i % cols];
+template <typename S>
+__global__ void AddBiasKernel(const S* x, const S* bias, S* y, int64_t n, int64_t cols) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = Store<S>(Load(x[i]) + Load(bias[i % cols]));
 }
-__global__ void ReluKernel(const float* x, float* y, int64_t n) { PSYNC_GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
-__global__ void ReluBackwardKernel(const float* g, const float* out, float* y, int64_t n) {
-  PSYNC_GRID_STRIDE(i, n) y[i] = out[i] > 0.0f ? g[i] : 0.0f;
+template <typename S>
+__global__ void ReluKernel(const S* x, S* y, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) {
+    const float v = Load(x[i]);
+    y[i] = Store<S>(v > 0.0f ? v : 0.0f);
+  }
 }
-__global__ void FillFromScalarKernel(float* y, int64_t n, const float* s, float scale) {
-  const float v = s[0] * scale;
+template <typename S>
+__global__ void ReluBackwardKernel(const S* g, const S* out, S* y, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = Store<S>(Load(out[i]) > 0.0f ? Load(g[i]) : 0.0f);
+}
+template <typename S>
+__global__ void FillFromScalarKernel(S* y, int64_t n, const S* s, float scale) {
+  const S v = Store<S>(Load(s[0]) * scale);
   PSYNC_GRID_STRIDE(i, n) y[i] = v;
 }
 
@@ -177,50 +197,71 @@ class CudaPointwise final : public PointwiseKernels {
   void Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) const override {
     Launch l(y.device().index);
     const int64_t n = y.numel();
-    BinaryKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<int>(op), F(a), F(b), FW(y), n);
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Binary", [&] {
+      BinaryKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(static_cast<int>(op), In<scalar_t>(a), In<scalar_t>(b),
+                                                            Out<scalar_t>(y), n);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void Scale(const Tensor& x, double s, const Tensor& y) const override {
     Launch l(y.device().index);
-    ScaleKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), FW(y), y.numel(), static_cast<float>(s));
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Scale", [&] {
+      ScaleKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), y.numel(),
+                                                                   static_cast<float>(s));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void Axpy(double alpha, const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
-    AxpyKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(static_cast<float>(alpha), F(x), FW(y), y.numel());
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Axpy", [&] {
+      AxpyKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(static_cast<float>(alpha), In<scalar_t>(x),
+                                                                  Out<scalar_t>(y), y.numel());
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void AddBias(const Tensor& x, const Tensor& bias, const Tensor& y) const override {
     Launch l(y.device().index);
-    AddBiasKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), F(bias), FW(y), y.numel(), bias.numel());
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "AddBias", [&] {
+      AddBiasKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), In<scalar_t>(bias),
+                                                                     Out<scalar_t>(y), y.numel(), bias.numel());
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void Relu(const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
-    ReluKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(x), FW(y), y.numel());
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Relu", [&] {
+      ReluKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), y.numel());
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void ReluBackward(const Tensor& grad, const Tensor& out, const Tensor& y) const override {
     Launch l(y.device().index);
-    ReluBackwardKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(F(grad), F(out), FW(y), y.numel());
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "ReluBackward", [&] {
+      ReluBackwardKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(In<scalar_t>(grad), In<scalar_t>(out),
+                                                                          Out<scalar_t>(y), y.numel());
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void FillFromScalar(const Tensor& scalar, double scale, const Tensor& y) const override {
     Launch l(y.device().index);
-    FillFromScalarKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(FW(y), y.numel(), F(scalar),
-                                                                          static_cast<float>(scale));
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Expand", [&] {
+      FillFromScalarKernel<<<BlocksFor(y.numel()), kThreads, 0, l.stream>>>(Out<scalar_t>(y), y.numel(),
+                                                                            In<scalar_t>(scalar),
+                                                                            static_cast<float>(scale));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 };
 
-// ---------------------------------------------------------------- reductions (float32)
+// ---------------------------------------------------------------- reductions (of float32 or bfloat16, in double)
 
 // One block of kReduceThreads: each thread sums a fixed strided subset in
 // double, then a fixed shared-memory tree. y[0] = total / divisor.
-__global__ void ReduceSumKernel(const float* x, int64_t n, double divisor, float* y) {
+template <typename S>
+__global__ void ReduceSumKernel(const S* x, int64_t n, double divisor, float* y) {
   __shared__ double partial[kReduceThreads];
   double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += kReduceThreads) acc += static_cast<double>(x[i]);
+  for (int64_t i = threadIdx.x; i < n; i += kReduceThreads) acc += static_cast<double>(Load(x[i]));
   partial[threadIdx.x] = acc;
   __syncthreads();
   for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
@@ -234,13 +275,14 @@ __global__ void ReduceSumKernel(const float* x, int64_t n, double divisor, float
 // column j over the chunk's rows in order; adjacent threads read adjacent
 // columns, so loads coalesce.
 // Columns on grid x, chunks on grid y (striding past its 65,535 limit).
-__global__ void SumRowsChunksKernel(const float* x, double* part, int64_t rows, int64_t chunks, int64_t cols) {
+template <typename S>
+__global__ void SumRowsChunksKernel(const S* x, double* part, int64_t rows, int64_t chunks, int64_t cols) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
     const int64_t r0 = chunk * kSumRowsChunk, r1 = min(rows, r0 + kSumRowsChunk);
     double acc = 0.0;
-    for (int64_t i = r0; i < r1; ++i) acc = __dadd_rn(acc, static_cast<double>(x[i * cols + j]));
+    for (int64_t i = r0; i < r1; ++i) acc = __dadd_rn(acc, static_cast<double>(Load(x[i * cols + j])));
     part[chunk * cols + j] = acc;
   }
 }
@@ -256,13 +298,14 @@ __global__ void SumRowsTotalKernel(const double* part, int64_t chunks, int64_t c
 
 // Stage 1 of SumOfSquares (order in reduce_kernels.h): one thread per lane,
 // then each block's tree; block sums go to partial[blockIdx.x].
-__global__ void SquaresLanesKernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
+template <typename S>
+__global__ void SquaresLanesKernel(const S* __restrict__ x, int64_t n, double* __restrict__ partial) {
   __shared__ double tree[kSquaresBlockLanes];
   double acc = 0.0;
   // Unrolled so several loads are in flight; the adds stay in order.
 #pragma unroll 8
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kSquaresBlockLanes + threadIdx.x; i < n; i += kSquaresLanes) {
-    const double v = static_cast<double>(x[i]);
+    const double v = static_cast<double>(Load(x[i]));
     acc = __dadd_rn(acc, __dmul_rn(v, v));
   }
   tree[threadIdx.x] = acc;
@@ -290,7 +333,9 @@ class CudaReduce final : public ReduceKernels {
  public:
   void Sum(const Tensor& x, double divisor, const Tensor& y) const override {
     Launch l(y.device().index);
-    ReduceSumKernel<<<1, kReduceThreads, 0, l.stream>>>(F(x), x.numel(), divisor, FW(y));
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "Sum", [&] {
+      ReduceSumKernel<<<1, kReduceThreads, 0, l.stream>>>(In<scalar_t>(x), x.numel(), divisor, FW(y));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
   void SumRows(const Tensor& x, const Tensor& y) const override {
@@ -302,7 +347,9 @@ class CudaReduce final : public ReduceKernels {
     double* pp = static_cast<double*>(part.raw_data());
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                     static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
-    SumRowsChunksKernel<<<grid, kThreads, 0, l.stream>>>(F(x), pp, rows, chunks, cols);
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "SumRows", [&] {
+      SumRowsChunksKernel<<<grid, kThreads, 0, l.stream>>>(In<scalar_t>(x), pp, rows, chunks, cols);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
     SumRowsTotalKernel<<<BlocksFor(cols), kThreads, 0, l.stream>>>(pp, chunks, cols, FW(y));
     PSYNC_CUDA_CHECK(cudaGetLastError());
@@ -312,7 +359,9 @@ class CudaReduce final : public ReduceKernels {
     // Stream-ordered scratch: freed after the second kernel is queued.
     Tensor partial = Tensor::Empty({kSquaresBlocks}, kFloat64, out.device());
     double* pp = static_cast<double*>(partial.raw_data());
-    SquaresLanesKernel<<<kSquaresBlocks, kSquaresBlockLanes, 0, l.stream>>>(F(x), x.numel(), pp);
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(x.dtype(), "SumOfSquares", [&] {
+      SquaresLanesKernel<<<kSquaresBlocks, kSquaresBlockLanes, 0, l.stream>>>(In<scalar_t>(x), x.numel(), pp);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
     SquaresBlocksKernel<<<1, kSquaresBlocks, 0, l.stream>>>(pp, static_cast<double*>(out.raw_data()));
     PSYNC_CUDA_CHECK(cudaGetLastError());

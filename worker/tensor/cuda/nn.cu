@@ -25,6 +25,7 @@
 #include <climits>
 #include <cmath>
 
+#include "worker/tensor/cuda/gelu.cuh"
 #include "worker/tensor/cuda/launch.cuh"
 #include "worker/tensor/cuda/nn_embedding.h"
 #include "worker/tensor/ops/nn_kernels.h"
@@ -34,16 +35,26 @@ namespace {
 
 using cuda::BlocksFor;
 using cuda::kThreads;
+using cuda::In;
 using cuda::Launch;
+using cuda::Out;
 
 constexpr int kReduceThreads = 1024;
 
+using cuda::Load;
+using cuda::Store;
+
+// Logits and the GPT's activations are float or __nv_bfloat16 (S below),
+// computed in float (cuda/launch.cuh): the float32 kernels are the
+// instantiations with S = float, the bits they always had.
+
 // log(sum_j exp(x_j - max)) + max, in double, columns in order (as on CPU).
-__device__ double RowLogSumExp(const float* x, int64_t cols) {
-  float mx = x[0];
-  for (int64_t j = 1; j < cols; ++j) mx = fmaxf(mx, x[j]);
+template <typename S>
+__device__ double RowLogSumExp(const S* x, int64_t cols) {
+  float mx = Load(x[0]);
+  for (int64_t j = 1; j < cols; ++j) mx = fmaxf(mx, Load(x[j]));
   double s = 0.0;
-  for (int64_t j = 0; j < cols; ++j) s += exp(static_cast<double>(x[j]) - mx);
+  for (int64_t j = 0; j < cols; ++j) s += exp(static_cast<double>(Load(x[j])) - mx);
   return log(s) + mx;
 }
 
@@ -57,12 +68,13 @@ __global__ void LogSoftmaxKernel(const float* x, float* y, int64_t rows, int64_t
 }
 
 // Per-row losses; a target out of range gives NaN (a kernel cannot throw).
-__global__ void CrossEntropyRowsKernel(const float* logits, const int64_t* targets, double* loss, int64_t rows,
+template <typename S>
+__global__ void CrossEntropyRowsKernel(const S* logits, const int64_t* targets, double* loss, int64_t rows,
                                        int64_t cols) {
   PSYNC_GRID_STRIDE(i, rows) {
-    const float* xr = logits + i * cols;
+    const S* xr = logits + i * cols;
     const int64_t c = targets[i];
-    loss[i] = (c < 0 || c >= cols) ? nan("") : RowLogSumExp(xr, cols) - static_cast<double>(xr[c]);
+    loss[i] = (c < 0 || c >= cols) ? nan("") : RowLogSumExp(xr, cols) - static_cast<double>(Load(xr[c]));
   }
 }
 
@@ -80,18 +92,19 @@ __global__ void MeanKernel(const double* x, int64_t n, float* out) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(partial[0] / static_cast<double>(n));
 }
 
-__global__ void CrossEntropyBackwardKernel(const float* grad, const float* logits, const int64_t* targets, float* y,
+template <typename S>
+__global__ void CrossEntropyBackwardKernel(const float* grad, const S* logits, const int64_t* targets, S* y,
                                            int64_t rows, int64_t cols) {
   const double g = static_cast<double>(grad[0]) / static_cast<double>(rows);
   PSYNC_GRID_STRIDE(i, rows) {
-    const float* xr = logits + i * cols;
-    float* yr = y + i * cols;
+    const S* xr = logits + i * cols;
+    S* yr = y + i * cols;
     const int64_t c = targets[i];
     const bool bad = c < 0 || c >= cols;
     const double lse = RowLogSumExp(xr, cols);
     for (int64_t j = 0; j < cols; ++j) {
-      const double p = exp(static_cast<double>(xr[j]) - lse) - (j == c ? 1.0 : 0.0);
-      yr[j] = bad ? nanf("") : static_cast<float>(g * p);
+      const double p = exp(static_cast<double>(Load(xr[j])) - lse) - (j == c ? 1.0 : 0.0);
+      yr[j] = Store<S>(bad ? nanf("") : static_cast<float>(g * p));
     }
   }
 }
@@ -117,40 +130,43 @@ int RowBlocks(int64_t rows) { return static_cast<int>((rows + kRowsPerBlock - 1)
 
 // RowLogSumExp for one warp: lanes stride the row; the max is exact in any
 // order, the double sum differs from the CPU's only by round-off.
-__device__ double WarpRowLogSumExp(const float* x, int64_t cols, int lane) {
+template <typename S>
+__device__ double WarpRowLogSumExp(const S* x, int64_t cols, int lane) {
   float mx = -INFINITY;
-  for (int64_t j = lane; j < cols; j += kWarp) mx = fmaxf(mx, x[j]);
+  for (int64_t j = lane; j < cols; j += kWarp) mx = fmaxf(mx, Load(x[j]));
   mx = WarpMax(mx);
   double s = 0.0;
-  for (int64_t j = lane; j < cols; j += kWarp) s += exp(static_cast<double>(x[j]) - mx);
+  for (int64_t j = lane; j < cols; j += kWarp) s += exp(static_cast<double>(Load(x[j])) - mx);
   return log(WarpSum(s)) + mx;
 }
 
-__global__ void CrossEntropyRowsWideKernel(const float* logits, const int64_t* targets, double* loss, int64_t rows,
+template <typename S>
+__global__ void CrossEntropyRowsWideKernel(const S* logits, const int64_t* targets, double* loss, int64_t rows,
                                            int64_t cols) {
   const int lane = threadIdx.x % kWarp;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
-  const float* xr = logits + r * cols;
+  const S* xr = logits + r * cols;
   const int64_t c = targets[r];
   const double lse = WarpRowLogSumExp(xr, cols, lane);
-  if (lane == 0) loss[r] = (c < 0 || c >= cols) ? nan("") : lse - static_cast<double>(xr[c]);
+  if (lane == 0) loss[r] = (c < 0 || c >= cols) ? nan("") : lse - static_cast<double>(Load(xr[c]));
 }
 
-__global__ void CrossEntropyBackwardWideKernel(const float* grad, const float* logits, const int64_t* targets,
-                                               float* y, int64_t rows, int64_t cols) {
+template <typename S>
+__global__ void CrossEntropyBackwardWideKernel(const float* grad, const S* logits, const int64_t* targets, S* y,
+                                               int64_t rows, int64_t cols) {
   const int lane = threadIdx.x % kWarp;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
   const double g = static_cast<double>(grad[0]) / static_cast<double>(rows);
-  const float* xr = logits + r * cols;
-  float* yr = y + r * cols;
+  const S* xr = logits + r * cols;
+  S* yr = y + r * cols;
   const int64_t c = targets[r];
   const bool bad = c < 0 || c >= cols;
   const double lse = WarpRowLogSumExp(xr, cols, lane);
   for (int64_t j = lane; j < cols; j += kWarp) {
-    const double p = exp(static_cast<double>(xr[j]) - lse) - (j == c ? 1.0 : 0.0);
-    yr[j] = bad ? nanf("") : static_cast<float>(g * p);
+    const double p = exp(static_cast<double>(Load(xr[j])) - lse) - (j == c ? 1.0 : 0.0);
+    yr[j] = Store<S>(bad ? nanf("") : static_cast<float>(g * p));
   }
 }
 
@@ -160,13 +176,8 @@ __global__ void CrossEntropyBackwardWideKernel(const float* grad, const float* l
 // CrossEntropy's and CrossEntropyBackward's (rows of 1,024 classes or more:
 // bitwise): one kernel reads the row for the max, for the sum and for the
 // gradient, which it writes over the row; no second [N, C] tensor. float32
-// or bfloat16 rows (row stride ld; bfloat16 read as float).
-__device__ __forceinline__ float ClassifierLoad(float x) { return x; }
-__device__ __forceinline__ float ClassifierLoad(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void ClassifierStore(float* p, double v) { *p = static_cast<float>(v); }
-__device__ __forceinline__ void ClassifierStore(__nv_bfloat16* p, double v) {
-  *p = __float2bfloat16_rn(static_cast<float>(v));
-}
+// or bfloat16 rows (row stride ld; bfloat16 read as float, written from
+// the float of each double result).
 
 template <typename S>
 __global__ void FusedClassifierKernel(S* logits, int64_t ld, const int64_t* targets, double* loss, int64_t rows,
@@ -178,17 +189,17 @@ __global__ void FusedClassifierKernel(S* logits, int64_t ld, const int64_t* targ
   const int64_t c = targets[r];
   const bool bad = c < 0 || c >= cols;
   float mx = -INFINITY;
-  for (int64_t j = lane; j < cols; j += kWarp) mx = fmaxf(mx, ClassifierLoad(xr[j]));
+  for (int64_t j = lane; j < cols; j += kWarp) mx = fmaxf(mx, Load(xr[j]));
   mx = WarpMax(mx);
   double s = 0.0;
-  for (int64_t j = lane; j < cols; j += kWarp) s += exp(static_cast<double>(ClassifierLoad(xr[j])) - mx);
+  for (int64_t j = lane; j < cols; j += kWarp) s += exp(static_cast<double>(Load(xr[j])) - mx);
   const double lse = log(WarpSum(s)) + mx;
-  const double xc = bad ? 0.0 : static_cast<double>(ClassifierLoad(xr[c]));
+  const double xc = bad ? 0.0 : static_cast<double>(Load(xr[c]));
   __syncwarp();  // every lane has read x[target] before any lane writes it
   if (lane == 0) loss[r] = bad ? nan("") : lse - xc;
   for (int64_t j = lane; j < cols; j += kWarp) {
-    const double p = exp(static_cast<double>(ClassifierLoad(xr[j])) - lse) - (j == c ? 1.0 : 0.0);
-    ClassifierStore(xr + j, bad ? static_cast<double>(nanf("")) : g * p);
+    const double p = exp(static_cast<double>(Load(xr[j])) - lse) - (j == c ? 1.0 : 0.0);
+    xr[j] = Store<S>(bad ? nanf("") : static_cast<float>(g * p));
   }
 }
 
@@ -202,77 +213,102 @@ __global__ void RescaleClassifierKernel(S* x, int64_t ld, int64_t rows, int64_t 
   const double f = static_cast<double>(g) / scale;
   PSYNC_GRID_STRIDE(e, rows * cols) {
     S* p = x + (e / cols) * ld + e % cols;
-    ClassifierStore(p, static_cast<double>(ClassifierLoad(*p)) * f);
+    *p = Store<S>(static_cast<float>(static_cast<double>(Load(*p)) * f));
   }
 }
 
 // ---------------------------------------------------------------- GPT layers
 
-// LayerNorm forward: x, y [rows, c]; weight, bias [c]; mean, rstd [rows].
-// Same math as the CPU (cpu/nn.cc): two passes in double, xhat from the
-// rounded mean and rstd.
-__global__ void LayerNormKernel(const float* x, const float* weight, const float* bias, double eps, int64_t rows,
-                                int c, float* y, float* mean, float* rstd) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (r >= rows) return;
-  const float* xr = x + r * c;
-  float* yr = y + r * c;
+// One warp's LayerNorm of row xr (storage X) into yr (storage Y): same math
+// as the CPU (cpu/nn.cc): two passes in double, xhat from the rounded mean
+// and rstd.
+template <typename X, typename Y>
+__device__ void LayerNormWarpRow(const X* xr, const float* weight, const float* bias, double eps, int c, int lane,
+                                 Y* yr, float* mean, float* rstd) {
   double s = 0.0;
-  for (int j = lane; j < c; j += kWarp) s += xr[j];
+  for (int j = lane; j < c; j += kWarp) s += Load(xr[j]);
   const double inv_c = 1.0 / c;  // as the CPU: times the reciprocal
   const double m = WarpSum(s) * inv_c;
   double v = 0.0;
   for (int j = lane; j < c; j += kWarp) {
-    const double d = xr[j] - m;
+    const double d = Load(xr[j]) - m;
     v += d * d;
   }
   const double var = WarpSum(v) * inv_c;
   const float mt = static_cast<float>(m), rt = static_cast<float>(1.0 / sqrt(var + eps));
   if (lane == 0) {
-    mean[r] = mt;
-    rstd[r] = rt;
+    *mean = mt;
+    *rstd = rt;
   }
-  for (int j = lane; j < c; j += kWarp) yr[j] = __fadd_rn(__fmul_rn(__fmul_rn(xr[j] - mt, rt), weight[j]), bias[j]);
+  for (int j = lane; j < c; j += kWarp) {
+    yr[j] = Store<Y>(__fadd_rn(__fmul_rn(__fmul_rn(Load(xr[j]) - mt, rt), weight[j]), bias[j]));
+  }
 }
 
-// LayerNorm backward, dx: one warp per row.
-__global__ void LayerNormDxKernel(const float* grad, const float* x, const float* weight, const float* mean,
-                                  const float* rstd, int64_t rows, int c, float* dx) {
+// LayerNorm forward: x, y [rows, c]; weight, bias [c]; mean, rstd [rows].
+template <typename X, typename Y>
+__global__ void LayerNormKernel(const X* x, const float* weight, const float* bias, double eps, int64_t rows, int c,
+                                Y* y, float* mean, float* rstd) {
   const int lane = threadIdx.x % kWarp;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
-  const float* gr = grad + r * c;
-  const float* xr = x + r * c;
+  LayerNormWarpRow(x + r * c, weight, bias, eps, c, lane, y + r * c, mean + r, rstd + r);
+}
+
+// Residual add, then LayerNorm: h = x + a (rounded to float, as Add), each
+// lane writing and then re-reading its own elements of h.
+template <typename A, typename Y>
+__global__ void ResidualLayerNormKernel(const float* x, const A* a, const float* weight, const float* bias, double eps,
+                                        int64_t rows, int c, float* h, Y* y, float* mean, float* rstd) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  float* hr = h + r * c;
+  for (int j = lane; j < c; j += kWarp) hr[j] = __fadd_rn(x[r * c + j], Load(a[r * c + j]));
+  LayerNormWarpRow(static_cast<const float*>(hr), weight, bias, eps, c, lane, y + r * c, mean + r, rstd + r);
+}
+
+// LayerNorm backward, dx (+ residual_grad): one warp per row.
+template <typename G, typename X>
+__global__ void LayerNormDxKernel(const G* grad, const X* x, const float* weight, const float* mean,
+                                  const float* rstd, const X* residual_grad, int64_t rows, int c, X* dx) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const G* gr = grad + r * c;
+  const X* xr = x + r * c;
   const float m = mean[r], rs = rstd[r];
   double sgw = 0.0, sgwx = 0.0;
   for (int j = lane; j < c; j += kWarp) {
-    const double gw = static_cast<double>(gr[j]) * weight[j];
+    const double gw = static_cast<double>(Load(gr[j])) * weight[j];
     sgw += gw;
-    sgwx += gw * static_cast<double>((xr[j] - m) * rs);
+    sgwx += gw * static_cast<double>((Load(xr[j]) - m) * rs);
   }
   // The CPU's elementwise float formula, without FMA contraction.
   const double inv_c = 1.0 / c;
   const float a = static_cast<float>(WarpSum(sgw) * inv_c), b = static_cast<float>(WarpSum(sgwx) * inv_c);
   for (int j = lane; j < c; j += kWarp) {
-    const float xh = __fmul_rn(xr[j] - m, rs);
-    dx[r * c + j] = __fmul_rn(rs, __fsub_rn(__fsub_rn(__fmul_rn(gr[j], weight[j]), a), __fmul_rn(xh, b)));
+    const float xh = __fmul_rn(Load(xr[j]) - m, rs);
+    float v = __fmul_rn(rs, __fsub_rn(__fsub_rn(__fmul_rn(Load(gr[j]), weight[j]), a), __fmul_rn(xh, b)));
+    if (residual_grad != nullptr) v = __fadd_rn(v, Load(residual_grad[r * c + j]));
+    dx[r * c + j] = Store<X>(v);
   }
 }
 
 // LayerNorm backward, weight/bias: per chunk of kLayerNormRowChunk rows and
 // column j, the sums of grad * xhat and grad in row order (no FMA: the
 // CPU's exact roundings) into part_w/part_b [chunks, c].
-__global__ void LayerNormChunkSumsKernel(const float* grad, const float* x, const float* mean, const float* rstd,
-                                         int64_t rows, int c, double* part_w, double* part_b) {
+template <typename G, typename X>
+__global__ void LayerNormChunkSumsKernel(const G* grad, const X* x, const float* mean, const float* rstd, int64_t rows,
+                                         int c, double* part_w, double* part_b) {
   const int j = blockIdx.y * blockDim.x + threadIdx.x;
   if (j >= c) return;
   const int64_t chunk = blockIdx.x, r0 = chunk * kLayerNormRowChunk;
   const int64_t r1 = min(rows, r0 + kLayerNormRowChunk);
   double pw = 0.0, pb = 0.0;
   for (int64_t r = r0; r < r1; ++r) {
-    const double g = grad[r * c + j];
-    const double xh = __fmul_rn(x[r * c + j] - mean[r], rstd[r]);
+    const double g = Load(grad[r * c + j]);
+    const double xh = __fmul_rn(Load(x[r * c + j]) - mean[r], rstd[r]);
     pw = __dadd_rn(pw, __dmul_rn(g, xh));
     pb = __dadd_rn(pb, g);
   }
@@ -294,64 +330,63 @@ __global__ void LayerNormChunkTotalKernel(const double* part_w, const double* pa
   }
 }
 
-// GELU, tanh form, as x / (1 + exp(-2u)) (see cpu/nn.cc).
-constexpr float kGeluK = 0.79788456080286535588f, kGeluC = 0.044715f;
-
-__global__ void GeluKernel(const float* x, float* y, int64_t n) {
-  PSYNC_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kGeluK * (v + kGeluC * v * v * v);
-    y[i] = v / (1.0f + expf(-2.0f * u));
-  }
+// GELU, tanh form (cuda/gelu.cuh).
+template <typename S>
+__global__ void GeluKernel(const S* x, S* y, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) y[i] = Store<S>(cuda::GeluValue(Load(x[i])));
 }
 
-__global__ void GeluBackwardKernel(const float* grad, const float* x, float* dx, int64_t n) {
-  PSYNC_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kGeluK * (v + kGeluC * v * v * v);
-    const float s = 1.0f / (1.0f + expf(-2.0f * u));
-    const float du = kGeluK * (1.0f + 3.0f * kGeluC * v * v);
-    dx[i] = grad[i] * (s + 2.0f * v * s * (1.0f - s) * du);
-  }
+template <typename G, typename X>
+__global__ void GeluBackwardKernel(const G* grad, const X* x, X* dx, int64_t n) {
+  PSYNC_GRID_STRIDE(i, n) dx[i] = Store<X>(Load(grad[i]) * cuda::GeluGrad(Load(x[i])));
 }
 
 // Causal softmax: x, y [rows, t], row r the query position i = r % t; one
-// warp per row. exp(z - max) is kept in y, then divided by the double sum.
-__global__ void CausalSoftmaxKernel(const float* x, float scale, int64_t rows, int t, float* y) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (r >= rows) return;
-  const float* xr = x + r * t;
-  float* yr = y + r * t;
-  const int n = static_cast<int>(r % t) + 1;
-  float mx = -INFINITY;
-  for (int j = lane; j < n; j += kWarp) mx = fmaxf(mx, xr[j] * scale);
-  mx = WarpMax(mx);
-  double s = 0.0;
-  for (int j = lane; j < n; j += kWarp) {
-    const float e = expf(__fsub_rn(__fmul_rn(xr[j], scale), mx));  // z rounded first, as on the CPU (no FMA)
-    yr[j] = e;
-    s += e;
-  }
-  const double sum = WarpSum(s);
-  for (int j = lane; j < n; j += kWarp) yr[j] = static_cast<float>(yr[j] / sum);  // this lane's own writes
-  for (int j = n + lane; j < t; j += kWarp) yr[j] = 0.0f;
+// warp per row. The scaled score is rounded to the storage type (torch's
+// `att * scale` on a bfloat16 tensor; a no-op for float), exp(z - max) is
+// summed in double, then recomputed (the same value) and divided.
+template <typename S>
+__device__ float ScaledScore(S x, float scale) {
+  return Load(Store<S>(__fmul_rn(Load(x), scale)));  // z rounded first, as on the CPU (no FMA)
 }
 
-__global__ void CausalSoftmaxBackwardKernel(const float* grad, const float* y, double scale, int64_t rows, int t,
-                                            float* dx) {
+template <typename S>
+__global__ void CausalSoftmaxKernel(const S* x, float scale, int64_t rows, int t, S* y) {
   const int lane = threadIdx.x % kWarp;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
-  const float* gr = grad + r * t;
-  const float* yr = y + r * t;
-  float* dr = dx + r * t;
+  const S* xr = x + r * t;
+  S* yr = y + r * t;
+  const int n = static_cast<int>(r % t) + 1;
+  float mx = -INFINITY;
+  for (int j = lane; j < n; j += kWarp) mx = fmaxf(mx, ScaledScore(xr[j], scale));
+  mx = WarpMax(mx);
+  double s = 0.0;
+  for (int j = lane; j < n; j += kWarp) s += expf(__fsub_rn(ScaledScore(xr[j], scale), mx));
+  const double sum = WarpSum(s);
+  for (int j = lane; j < n; j += kWarp) {
+    const float e = expf(__fsub_rn(ScaledScore(xr[j], scale), mx));
+    yr[j] = Store<S>(static_cast<float>(e / sum));
+  }
+  for (int j = n + lane; j < t; j += kWarp) yr[j] = Store<S>(0.0f);
+}
+
+template <typename S>
+__global__ void CausalSoftmaxBackwardKernel(const S* grad, const S* y, double scale, int64_t rows, int t, S* dx) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const S* gr = grad + r * t;
+  const S* yr = y + r * t;
+  S* dr = dx + r * t;
   const int n = static_cast<int>(r % t) + 1;
   double s = 0.0;
-  for (int j = lane; j < n; j += kWarp) s += static_cast<double>(gr[j]) * yr[j];
+  for (int j = lane; j < n; j += kWarp) s += static_cast<double>(Load(gr[j])) * Load(yr[j]);
   const double dot = WarpSum(s);
-  for (int j = lane; j < n; j += kWarp) dr[j] = static_cast<float>(scale * yr[j] * (gr[j] - dot));
-  for (int j = n + lane; j < t; j += kWarp) dr[j] = 0.0f;
+  for (int j = lane; j < n; j += kWarp) {
+    dr[j] = Store<S>(static_cast<float>(scale * Load(yr[j]) * (Load(gr[j]) - dot)));
+  }
+  for (int j = n + lane; j < t; j += kWarp) dr[j] = Store<S>(0.0f);
 }
 
 // ---------------------------------------------------------------- CNN layers
@@ -497,13 +532,14 @@ class CudaNn final : public NnKernels {
     const int64_t rows = logits.size(0), cols = logits.size(1);
     // Per-row losses in a pool buffer that lives only on the compute stream.
     MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
-      if (cols >= kWideRow) {
-        CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
-                                                                                cols);
-      } else {
-        CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(logits), I(targets), per_row, rows,
-                                                                            cols);
-      }
+      PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(logits.dtype(), "CrossEntropy", [&] {
+        const scalar_t* x = In<scalar_t>(logits);
+        if (cols >= kWideRow) {
+          CrossEntropyRowsWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(x, I(targets), per_row, rows, cols);
+        } else {
+          CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(x, I(targets), per_row, rows, cols);
+        }
+      });
     });
   }
 
@@ -511,13 +547,15 @@ class CudaNn final : public NnKernels {
                             const Tensor& dlogits) const override {
     Launch l(dlogits.device().index);
     const int64_t rows = logits.size(0), cols = logits.size(1);
-    if (cols >= kWideRow) {
-      CrossEntropyBackwardWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(grad), F(logits), I(targets),
-                                                                                  FW(dlogits), rows, cols);
-    } else {
-      CrossEntropyBackwardKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(F(grad), F(logits), I(targets),
-                                                                              FW(dlogits), rows, cols);
-    }
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(logits.dtype(), "CrossEntropyBackward", [&] {
+      if (cols >= kWideRow) {
+        CrossEntropyBackwardWideKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
+            F(grad), In<scalar_t>(logits), I(targets), Out<scalar_t>(dlogits), rows, cols);
+      } else {
+        CrossEntropyBackwardKernel<<<BlocksFor(rows), kThreads, 0, l.stream>>>(
+            F(grad), In<scalar_t>(logits), I(targets), Out<scalar_t>(dlogits), rows, cols);
+      }
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -527,26 +565,20 @@ class CudaNn final : public NnKernels {
     const int64_t rows = logits.size(0), cols = logits.size(1), ld = logits.stride(0);
     const double g = static_cast<double>(grad_scale) / static_cast<double>(rows);
     MeanOfRowLosses(l, rows, loss, [&](double* per_row) {
-      if (logits.dtype() == kBFloat16) {
-        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
-            static_cast<__nv_bfloat16*>(logits.raw_data()), ld, I(targets), per_row, rows, cols, g);
-      } else {
-        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(FW(logits), ld, I(targets), per_row, rows,
-                                                                          cols, g);
-      }
+      PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(logits.dtype(), "FusedClassifier", [&] {
+        FusedClassifierKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(Out<scalar_t>(logits), ld, I(targets),
+                                                                          per_row, rows, cols, g);
+      });
     });
   }
 
   void RescaleClassifierGrad(const Tensor& dlogits, const Tensor& grad, float grad_scale) const override {
     Launch l(dlogits.device().index);
     const int64_t rows = dlogits.size(0), cols = dlogits.size(1), ld = dlogits.stride(0);
-    if (dlogits.dtype() == kBFloat16) {
-      RescaleClassifierKernel<<<BlocksFor(rows * cols), kThreads, 0, l.stream>>>(
-          static_cast<__nv_bfloat16*>(dlogits.raw_data()), ld, rows, cols, F(grad), grad_scale);
-    } else {
-      RescaleClassifierKernel<<<BlocksFor(rows * cols), kThreads, 0, l.stream>>>(FW(dlogits), ld, rows, cols, F(grad),
-                                                                                 grad_scale);
-    }
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(dlogits.dtype(), "RescaleClassifierGrad", [&] {
+      RescaleClassifierKernel<<<BlocksFor(rows * cols), kThreads, 0, l.stream>>>(Out<scalar_t>(dlogits), ld, rows,
+                                                                                 cols, F(grad), grad_scale);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -562,21 +594,32 @@ class CudaNn final : public NnKernels {
                  const Tensor& mean, const Tensor& rstd) const override {
     Launch l(y.device().index);
     const int64_t rows = x.size(0);
-    LayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(x), F(weight), F(bias), eps, rows, Cols(x), FW(y),
-                                                                 FW(mean), FW(rstd));
+    PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(x.dtype(), y.dtype(), "LayerNorm", [&] {
+      LayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<a_t>(x), F(weight), F(bias), eps, rows, Cols(x),
+                                                                   Out<b_t>(y), FW(mean), FW(rstd));
+    });
+    PSYNC_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void ResidualLayerNorm(const Tensor& x, const Tensor& a, const Tensor& weight, const Tensor& bias, double eps,
+                         const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
+    Launch l(y.device().index);
+    const int64_t rows = x.size(0);
+    PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(a.dtype(), y.dtype(), "ResidualLayerNorm", [&] {
+      ResidualLayerNormKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(x), In<a_t>(a), F(weight), F(bias), eps,
+                                                                           rows, Cols(x), FW(h), Out<b_t>(y), FW(mean),
+                                                                           FW(rstd));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
   void LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& rstd, const Tensor& residual_grad, const Tensor& dx, const Tensor& dweight,
                          const Tensor& dbias) const override {
     Launch l(dx.device().index);
     const int64_t rows = x.size(0);
     const int c = Cols(x);
     const int64_t chunks = (rows + kLayerNormRowChunk - 1) / kLayerNormRowChunk;
-    LayerNormDxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(grad), F(x), F(weight), F(mean), F(rstd), rows,
-                                                                   c, FW(dx));
-    PSYNC_CUDA_CHECK(cudaGetLastError());
     // Chunk sums in a pool buffer that lives only on the compute stream.
     double* parts = nullptr;
     PSYNC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&parts),
@@ -585,8 +628,13 @@ class CudaNn final : public NnKernels {
     double* part_w = parts;
     double* part_b = parts + chunks * c;
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((c + kThreads - 1) / kThreads));
-    LayerNormChunkSumsKernel<<<grid, kThreads, 0, l.stream>>>(F(grad), F(x), F(mean), F(rstd), rows, c, part_w,
-                                                               part_b);
+    PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(grad.dtype(), x.dtype(), "LayerNormBackward", [&] {
+      LayerNormDxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(
+          In<a_t>(grad), In<b_t>(x), F(weight), F(mean), F(rstd),
+          residual_grad.defined() ? In<b_t>(residual_grad) : nullptr, rows, c, Out<b_t>(dx));
+      LayerNormChunkSumsKernel<<<grid, kThreads, 0, l.stream>>>(In<a_t>(grad), In<b_t>(x), F(mean), F(rstd), rows, c,
+                                                                 part_w, part_b);
+    });
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess) {
       LayerNormChunkTotalKernel<<<BlocksFor(c), kThreads, 0, l.stream>>>(part_w, part_b, chunks, c, FW(dweight),
@@ -600,22 +648,28 @@ class CudaNn final : public NnKernels {
   void Gelu(const Tensor& x, const Tensor& y) const override {
     Launch l(y.device().index);
     const int64_t n = y.numel();
-    GeluKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(F(x), FW(y), n);
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "Gelu", [&] {
+      GeluKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(In<scalar_t>(x), Out<scalar_t>(y), n);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
   void GeluBackward(const Tensor& grad, const Tensor& x, const Tensor& dx) const override {
     Launch l(dx.device().index);
     const int64_t n = dx.numel();
-    GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(F(grad), F(x), FW(dx), n);
+    PSYNC_CUDA_DISPATCH_PAIR_FLOAT_AND_BF16(grad.dtype(), x.dtype(), "GeluBackward", [&] {
+      GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, l.stream>>>(In<a_t>(grad), In<b_t>(x), Out<b_t>(dx), n);
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
   void CausalSoftmax(const Tensor& x, double scale, const Tensor& y) const override {
     Launch l(y.device().index);
     const int64_t rows = x.size(0);
-    CausalSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(x), static_cast<float>(scale), rows, Cols(x),
-                                                                     FW(y));
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(y.dtype(), "CausalSoftmax", [&] {
+      CausalSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<scalar_t>(x), static_cast<float>(scale), rows,
+                                                                       Cols(x), Out<scalar_t>(y));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -624,7 +678,10 @@ class CudaNn final : public NnKernels {
     const int64_t rows = y.size(0);
     // The scale the forward used (float), as on the CPU.
     const double s = static_cast<double>(static_cast<float>(scale));
-    CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(F(grad), F(y), s, rows, Cols(y), FW(dx));
+    PSYNC_CUDA_DISPATCH_FLOAT_AND_BF16(dx.dtype(), "CausalSoftmaxBackward", [&] {
+      CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, l.stream>>>(In<scalar_t>(grad), In<scalar_t>(y), s,
+                                                                               rows, Cols(y), Out<scalar_t>(dx));
+    });
     PSYNC_CUDA_CHECK(cudaGetLastError());
   }
 

@@ -1,15 +1,19 @@
-// Matmul and BatchedMatmul: shape checks, and the translation of (possibly
-// strided) operands into BLAS terms, so that a transposed or sliced view is
-// multiplied in place instead of being copied.
+// Matmul, BatchedMatmul and the products with epilogues (Linear,
+// LinearGelu, MatmulGeluBackward): shape checks, and the translation of
+// (possibly strided) operands into BLAS terms, so that a transposed or
+// sliced view is multiplied in place instead of being copied.
 #include "worker/tensor/ops/blas.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/check.h"
 #include "worker/tensor/ops/copy.h"
+#include "worker/tensor/ops/nn.h"
+#include "worker/tensor/ops/pointwise.h"
 
 namespace psync::ops {
 
@@ -51,11 +55,21 @@ void Operand(Tensor& t, bool trans, const std::vector<int64_t>& batch_dims, Gemm
   op->data = t.raw_data();
 }
 
-Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bool trans_b, bool batched) {
+// What a product computes beyond op(a) @ op(b) (ops/blas.h), and where.
+struct Spec {
+  bool trans_a = false, trans_b = false, batched = false;
+  Tensor out;                  // given destination, or undefined
+  Epilogue epilogue = Epilogue::kNone;
+  Tensor bias;                 // kBias, kBiasGelu (undefined: kBias becomes kNone)
+  Tensor aux;                  // kDGelu: the forward's pre-activation; kBiasGelu: filled in here
+};
+
+Tensor Product(const char* op, Tensor a, Tensor b, Spec& spec) {
+  const bool trans_a = spec.trans_a, trans_b = spec.trans_b;
   check::Args args = {{"a", &a}, {"b", &b}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
-  if (!batched) {
+  const DType dt = check::FloatOrBf16(op, args);
+  if (!spec.batched) {
     check::Dim(op, args, {"a", &a}, 2);
     check::Dim(op, args, {"b", &b}, 2);
   } else {
@@ -74,23 +88,57 @@ Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bo
   out_shape.push_back(n);
 
   Tensor c;
-  if (out != nullptr && out->defined()) {
-    if (out->device() != d || out->dtype() != dt || out->shape() != out_shape || !out->is_contiguous()) {
-      check::Fail(op, args, absl::StrCat("output must be a contiguous ", ShapeToString(out_shape), " ",
-                                         DTypeName(dt), " tensor on ", d.ToString(), ", got ", check::Describe(*out)));
+  if (spec.out.defined()) {
+    const Tensor& out = spec.out;
+    const bool dtype_ok = out.dtype() == dt || (dt == kBFloat16 && out.dtype() == kFloat32);
+    if (out.device() != d || !dtype_ok || out.shape() != out_shape || !out.is_contiguous()) {
+      check::Fail(op, args, absl::StrCat("output must be a contiguous ", ShapeToString(out_shape), " ", DTypeName(dt),
+                                         dt == kBFloat16 ? " (or float32)" : "", " tensor on ", d.ToString(), ", got ",
+                                         check::Describe(out)));
     }
-    c = *out;
+    c = out;
   } else {
     c = Tensor::Empty(out_shape, dt, d);
   }
+  if (spec.epilogue == Epilogue::kBias && !spec.bias.defined()) spec.epilogue = Epilogue::kNone;
+  if (spec.bias.defined()) {
+    const Tensor& bias = spec.bias;
+    if (bias.device() != d || bias.dtype() != MathDType(c.dtype()) || bias.shape() != Shape{n}) {
+      check::Fail(op, args, absl::StrCat("bias must be a [", n, "] ", DTypeName(MathDType(c.dtype())), " tensor on ",
+                                         d.ToString(), ", got ", check::Describe(bias)));
+    }
+    spec.bias = bias.Contiguous();
+  }
+  if (spec.epilogue == Epilogue::kDGelu) {
+    const Tensor& aux = spec.aux;
+    if (!aux.defined() || aux.device() != d || aux.dtype() != c.dtype() || aux.shape() != out_shape) {
+      check::Fail(op, args, absl::StrCat("pre must be a ", ShapeToString(out_shape), " ", DTypeName(c.dtype()),
+                                         " tensor on ", d.ToString(), ", got ", check::Describe(aux)));
+    }
+    spec.aux = aux.Contiguous();
+  } else if (spec.epilogue == Epilogue::kBiasGelu) {
+    spec.aux = Tensor::Empty(out_shape, c.dtype(), d);
+  }
   if (c.numel() == 0) return c;
-  if (k == 0) {  // empty inner dimension: the product is all zeros
-    Fill(c, 0.0);
+  if (k == 0) {  // empty inner dimension: the product is all zeros (then the epilogue)
+    if (spec.epilogue == Epilogue::kNone || spec.epilogue == Epilogue::kDGelu) {
+      Fill(c, 0.0);
+      return c;
+    }
+    Tensor z = Tensor::Zeros(out_shape, c.dtype(), d);
+    Tensor pre = AddBias(z, spec.bias.To(c.dtype()));
+    if (spec.epilogue == Epilogue::kBiasGelu) {
+      Copy(spec.aux, pre);
+      Copy(c, Gelu(pre));
+    } else {
+      Copy(c, pre);
+    }
     return c;
   }
   GemmArgs g;
   g.dtype = dt;
   g.device = d.index;
+  g.allow_tf32 = AllowTf32();
   std::vector<int64_t> batch_dims;  // size-1 batch dims say nothing
   for (int64_t i = 0; i + 2 < a.dim(); ++i) {
     if (a.size(i) == 1) continue;
@@ -102,7 +150,10 @@ Tensor Product(const char* op, Tensor* out, Tensor a, Tensor b, bool trans_a, bo
   g.k = k;
   Operand(a, trans_a, batch_dims, &g.a);  // a and b stay alive (maybe as copies) until the kernel returns
   Operand(b, trans_b, batch_dims, &g.b);
-  g.c = c.raw_data();
+  g.c = c;
+  g.epilogue = spec.epilogue;
+  g.bias = spec.bias;
+  g.aux = spec.aux;
   BlasKernelsFor(d).Gemm(g);
   return c;
 }
@@ -111,18 +162,49 @@ const char* MatmulName(bool ta, bool tb) {
   return ta ? (tb ? "Matmul(a^T, b^T)" : "Matmul(a^T, b)") : (tb ? "Matmul(a, b^T)" : "Matmul(a, b)");
 }
 
+std::atomic<bool> g_allow_tf32{false};
+
 }  // namespace
 
+void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool AllowTf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return Product(MatmulName(trans_a, trans_b), nullptr, a, b, trans_a, trans_b, /*batched=*/false);
+  Spec s{trans_a, trans_b};
+  return Product(MatmulName(trans_a, trans_b), a, b, s);
 }
 
 Tensor MatmulInto(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return Product(MatmulName(trans_a, trans_b), &out, a, b, trans_a, trans_b, /*batched=*/false);
+  Spec s{trans_a, trans_b};
+  s.out = std::move(out);
+  return Product(MatmulName(trans_a, trans_b), a, b, s);
 }
 
 Tensor BatchedMatmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return Product("BatchedMatmul", nullptr, a, b, trans_a, trans_b, /*batched=*/true);
+  Spec s{trans_a, trans_b, /*batched=*/true};
+  return Product("BatchedMatmul", a, b, s);
+}
+
+Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Spec s{false, true};
+  s.epilogue = Epilogue::kBias;
+  s.bias = bias;
+  return Product("Linear(x, w^T) + bias", x, w, s);
+}
+
+LinearGeluResult LinearGelu(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Spec s{false, true};
+  s.epilogue = Epilogue::kBiasGelu;
+  s.bias = bias.defined() ? bias : Tensor::Zeros({w.dim() == 2 ? w.size(0) : 0}, MathDType(x.dtype()), x.device());
+  Tensor y = Product("LinearGelu(x, w^T) + bias", x, w, s);
+  return {std::move(y), std::move(s.aux)};
+}
+
+Tensor MatmulGeluBackward(const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a, bool trans_b) {
+  Spec s{trans_a, trans_b};
+  s.epilogue = Epilogue::kDGelu;
+  s.aux = pre;
+  return Product("MatmulGeluBackward", a, b, s);
 }
 
 }  // namespace psync::ops

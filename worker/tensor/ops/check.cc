@@ -74,6 +74,21 @@ DType ComputeFloat(const char* op, Args args) {
   Fail(op, args, absl::StrCat(DTypeName(d), " is a storage type here; convert to float32 (To(kFloat32)) to compute"));
 }
 
+DType FloatOrBf16(const char* op, Args args) {
+  SameDType(op, args);
+  return FloatOrBf16Operand(op, args, *args.begin());
+}
+
+DType FloatOrBf16Operand(const char* op, Args args, const Arg& a) {
+  const DType dt = a.t->dtype();
+  if (dt == kFloat32 || dt == kBFloat16 || (dt == kFloat64 && a.t->device().is_cpu())) return dt;
+  if (dt == kFloat64) Fail(op, args, absl::StrCat(a.name, ": float64 is computed on the CPU only; use float32 on CUDA"));
+  if (dt == kFloat16) {
+    Fail(op, args, absl::StrCat(a.name, ": float16 is a storage type here; convert to float32 (To(kFloat32)) to compute"));
+  }
+  Fail(op, args, absl::StrCat(a.name, " must be float32, bfloat16 or float64, got ", DTypeName(dt)));
+}
+
 DType FloatOperand(const char* op, Args args, const Arg& a) {
   const DType dt = a.t->dtype();
   if (dt == kFloat32 || (dt == kFloat64 && a.t->device().is_cpu())) return dt;

@@ -38,6 +38,12 @@ void DTypeIs(const char* op, Args args, const Arg& a, DType dtype);
 // The arguments share one floating dtype the device computes in: float32
 // anywhere, float64 on the CPU. Returns it.
 DType ComputeFloat(const char* op, Args args);
+// The same for dtype-generic ops: float32 or bfloat16 anywhere, float64 on
+// the CPU; the arguments share it. Returns it.
+DType FloatOrBf16(const char* op, Args args);
+// One operand `a` of such an op among others of other dtypes: float32 or
+// bfloat16 anywhere, float64 on the CPU. Returns its dtype.
+DType FloatOrBf16Operand(const char* op, Args args, const Arg& a);
 // The floating dtype of one operand `a` (float32, or float64 on the CPU)
 // among operands of other dtypes (int64 ids or indices). Returns it.
 DType FloatOperand(const char* op, Args args, const Arg& a);

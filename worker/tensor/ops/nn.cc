@@ -17,7 +17,7 @@ namespace {
 // logits [N,C] float and targets [N] int64 on one device, N > 0 and C > 0.
 Device CheckCrossEntropyArgs(const char* op, check::Args args, const Tensor& logits, const Tensor& targets) {
   const Device d = check::Defined(op, args);
-  check::ComputeFloat(op, {{"logits", &logits}});
+  check::FloatOrBf16(op, {{"logits", &logits}});
   check::Dim(op, args, {"logits", &logits}, 2);
   check::Dim(op, args, {"targets", &targets}, 1);
   check::DTypeIs(op, args, {"targets", &targets}, kInt64);
@@ -76,7 +76,7 @@ Tensor LogSoftmax(const Tensor& logits) {
 Tensor CrossEntropy(const Tensor& logits, const Tensor& targets) {
   const char* op = "CrossEntropy";
   const Device d = CheckCrossEntropyArgs(op, {{"logits", &logits}, {"targets", &targets}}, logits, targets);
-  Tensor loss = Tensor::Empty({}, logits.dtype(), d);
+  Tensor loss = Tensor::Empty({}, MathDType(logits.dtype()), d);
   NnKernelsFor(d).CrossEntropy(logits.Contiguous(), targets.Contiguous(), loss);
   return loss;
 }
@@ -87,7 +87,9 @@ Tensor CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tens
   check::Defined(op, args, /*same_device=*/false);
   const Device d = CheckCrossEntropyArgs(op, {{"logits", &logits}, {"targets", &targets}}, logits, targets);
   if (grad.numel() != 1) check::Fail(op, args, "grad must hold exactly one element");
-  if (grad.dtype() != logits.dtype()) check::Fail(op, args, "grad and logits dtypes differ");
+  if (grad.dtype() != MathDType(logits.dtype())) {
+    check::Fail(op, args, "grad must have the loss's dtype (logits' math dtype: float32 for bfloat16 logits)");
+  }
   Tensor dlogits = Tensor::Empty(logits.shape(), logits.dtype(), d);
   // grad normally lives on d already; To() is then free and nothing waits for the host.
   NnKernelsFor(d).CrossEntropyBackward(grad.To(d), logits.Contiguous(), targets.Contiguous(), dlogits);
@@ -179,18 +181,45 @@ Tensor EmbeddingBackward(const Tensor& grad, const Tensor& ids, int64_t num_rows
   return EmbeddingBackwardInto(Tensor(), grad, ids, num_rows);
 }
 
+namespace {
+
+// weight and bias [C] of x's math dtype, eps finite and >= 0; returns C.
+int64_t CheckLayerNormParams(const char* op, check::Args args, const Tensor& x, const Tensor& weight,
+                             const Tensor& bias, double eps) {
+  const int64_t c = CheckLayerNormShapes(op, args, x, weight);
+  if (bias.shape() != Shape{c}) check::Fail(op, args, absl::StrCat("bias must be [", c, "] (the last dimension of x)"));
+  const DType math = MathDType(x.dtype());
+  if (weight.dtype() != math || bias.dtype() != math) {
+    check::Fail(op, args, absl::StrCat("weight and bias must be ", DTypeName(math), " (x's math dtype)"));
+  }
+  if (!(eps >= 0.0) || !std::isfinite(eps)) check::Fail(op, args, absl::StrCat("eps must be finite and >= 0, got ", eps));
+  return c;
+}
+
+// An output dtype that may differ from x's: x's own, or bfloat16 /
+// float32 within the float32 family (float64 only with float64).
+void CheckOutDType(const char* op, check::Args args, DType x, DType out) {
+  const bool ok = out == x || (MathDType(x) == kFloat32 && (out == kFloat32 || out == kBFloat16));
+  if (!ok) check::Fail(op, args, absl::StrCat("cannot produce ", DTypeName(out), " from ", DTypeName(x)));
+}
+
+}  // namespace
+
 LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return LayerNorm(x, weight, bias, eps, x.defined() ? x.dtype() : kFloat32);
+}
+
+LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType out_dtype) {
   const char* op = "LayerNorm";
   check::Args args = {{"x", &x}, {"weight", &weight}, {"bias", &bias}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
-  const int64_t c = CheckLayerNormShapes(op, args, x, weight);
-  if (bias.shape() != Shape{c}) check::Fail(op, args, absl::StrCat("bias must be [", c, "] (the last dimension of x)"));
-  if (!(eps >= 0.0) || !std::isfinite(eps)) check::Fail(op, args, absl::StrCat("eps must be finite and >= 0, got ", eps));
+  const DType dt = check::FloatOrBf16Operand(op, args, {"x", &x});
+  const int64_t c = CheckLayerNormParams(op, args, x, weight, bias, eps);
+  CheckOutDType(op, args, dt, out_dtype);
   LayerNormResult r;
-  r.y = Tensor::Empty(x.shape(), dt, d);
-  r.mean = Tensor::Empty(LeadingDims(x), dt, d);
-  r.rstd = Tensor::Empty(LeadingDims(x), dt, d);
+  r.y = Tensor::Empty(x.shape(), out_dtype, d);
+  r.mean = Tensor::Empty(LeadingDims(x), MathDType(dt), d);
+  r.rstd = Tensor::Empty(LeadingDims(x), MathDType(dt), d);
   if (x.numel() == 0) return r;
   const Shape rows = {-1, c};
   NnKernelsFor(d).LayerNorm(x.Contiguous().Reshape(rows), weight.Contiguous(), bias.Contiguous(), eps,
@@ -198,21 +227,57 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& b
   return r;
 }
 
+ResidualLayerNormResult ResidualLayerNorm(const Tensor& x, const Tensor& a, const Tensor& weight, const Tensor& bias,
+                                          double eps, DType out_dtype) {
+  const char* op = "ResidualLayerNorm";
+  check::Args args = {{"x", &x}, {"a", &a}, {"weight", &weight}, {"bias", &bias}};
+  const Device d = check::Defined(op, args);
+  const DType dt = check::FloatOrBf16Operand(op, args, {"x", &x});
+  check::FloatOrBf16Operand(op, args, {"a", &a});
+  if (dt != MathDType(dt)) check::Fail(op, args, "x (the residual stream) must be float32 or float64");
+  if (a.shape() != x.shape()) check::Fail(op, args, "a must have x's shape");
+  CheckOutDType(op, args, dt, a.dtype());
+  const int64_t c = CheckLayerNormParams(op, args, x, weight, bias, eps);
+  CheckOutDType(op, args, dt, out_dtype);
+  ResidualLayerNormResult r;
+  r.h = Tensor::Empty(x.shape(), dt, d);
+  r.y = Tensor::Empty(x.shape(), out_dtype, d);
+  r.mean = Tensor::Empty(LeadingDims(x), dt, d);
+  r.rstd = Tensor::Empty(LeadingDims(x), dt, d);
+  if (x.numel() == 0) return r;
+  const Shape rows = {-1, c};
+  NnKernelsFor(d).ResidualLayerNorm(x.Contiguous().Reshape(rows), a.Contiguous().Reshape(rows), weight.Contiguous(),
+                                    bias.Contiguous(), eps, r.h.Reshape(rows), r.y.Reshape(rows),
+                                    r.mean.Reshape({-1}), r.rstd.Reshape({-1}));
+  return r;
+}
+
 LayerNormGrads LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, Tensor dweight_out, Tensor dbias_out) {
+                                 const Tensor& rstd, Tensor dweight_out, Tensor dbias_out,
+                                 const Tensor& residual_grad) {
   const char* op = "LayerNormBackward";
   check::Args args = {{"grad", &grad}, {"x", &x}, {"weight", &weight}, {"mean", &mean}, {"rstd", &rstd}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = check::FloatOrBf16Operand(op, args, {"x", &x});
+  CheckOutDType(op, args, dt, check::FloatOrBf16Operand(op, args, {"grad", &grad}));
+  const DType math = MathDType(dt);
   const int64_t c = CheckLayerNormShapes(op, args, x, weight);
   if (grad.shape() != x.shape()) check::Fail(op, args, "grad must have x's shape");
   if (mean.shape() != LeadingDims(x) || rstd.shape() != LeadingDims(x)) {
     check::Fail(op, args, "mean and rstd must have x's shape without its last dimension");
   }
+  if (weight.dtype() != math || mean.dtype() != math || rstd.dtype() != math) {
+    check::Fail(op, args, absl::StrCat("weight, mean and rstd must be ", DTypeName(math), " (x's math dtype)"));
+  }
+  if (residual_grad.defined() &&
+      (residual_grad.shape() != x.shape() || residual_grad.dtype() != dt || residual_grad.device() != d)) {
+    check::Fail(op, args, absl::StrCat("residual_grad must be a ", ShapeToString(x.shape()), " ", DTypeName(dt),
+                                       " tensor on ", d.ToString(), ", got ", check::Describe(residual_grad)));
+  }
   LayerNormGrads g;
   g.dx = Tensor::Empty(x.shape(), dt, d);
-  g.dweight = check::Destination(op, args, "dweight", std::move(dweight_out), {c}, dt, d);
-  g.dbias = check::Destination(op, args, "dbias", std::move(dbias_out), {c}, dt, d);
+  g.dweight = check::Destination(op, args, "dweight", std::move(dweight_out), {c}, math, d);
+  g.dbias = check::Destination(op, args, "dbias", std::move(dbias_out), {c}, math, d);
   if (x.numel() == 0) {
     Fill(g.dweight, 0.0);
     Fill(g.dbias, 0.0);
@@ -221,6 +286,7 @@ LayerNormGrads LayerNormBackward(const Tensor& grad, const Tensor& x, const Tens
   const Shape rows = {-1, c};
   NnKernelsFor(d).LayerNormBackward(grad.Contiguous().Reshape(rows), x.Contiguous().Reshape(rows), weight.Contiguous(),
                                     mean.Contiguous().Reshape({-1}), rstd.Contiguous().Reshape({-1}),
+                                    residual_grad.defined() ? residual_grad.Contiguous().Reshape(rows) : Tensor(),
                                     g.dx.Reshape(rows), g.dweight, g.dbias);
   return g;
 }
@@ -229,7 +295,7 @@ Tensor Gelu(const Tensor& x) {
   const char* op = "Gelu";
   check::Args args = {{"x", &x}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = check::FloatOrBf16(op, args);
   Tensor y = Tensor::Empty(x.shape(), dt, d);
   if (y.numel() > 0) NnKernelsFor(d).Gelu(x.Contiguous(), y);
   return y;
@@ -239,7 +305,8 @@ Tensor GeluBackward(const Tensor& grad, const Tensor& x) {
   const char* op = "GeluBackward";
   check::Args args = {{"grad", &grad}, {"x", &x}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = check::FloatOrBf16Operand(op, args, {"x", &x});
+  CheckOutDType(op, args, dt, check::FloatOrBf16Operand(op, args, {"grad", &grad}));
   check::SameShape(op, args);
   Tensor dx = Tensor::Empty(x.shape(), dt, d);
   if (dx.numel() > 0) NnKernelsFor(d).GeluBackward(grad.Contiguous(), x.Contiguous(), dx);
@@ -250,7 +317,7 @@ Tensor CausalSoftmax(const Tensor& scores, double scale) {
   const char* op = "CausalSoftmax";
   check::Args args = {{"scores", &scores}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = check::FloatOrBf16(op, args);
   CheckSquareScores(op, args, scores, "scores");
   CheckScale(op, args, scale);
   Tensor y = Tensor::Empty(scores.shape(), dt, d);
@@ -265,7 +332,7 @@ Tensor CausalSoftmaxBackward(const Tensor& grad, const Tensor& probs, double sca
   const char* op = "CausalSoftmaxBackward";
   check::Args args = {{"grad", &grad}, {"probs", &probs}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = check::FloatOrBf16(op, args);
   check::SameShape(op, args);
   CheckSquareScores(op, args, probs, "probs");
   CheckScale(op, args, scale);

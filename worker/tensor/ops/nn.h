@@ -1,8 +1,10 @@
 // Neural-network ops: softmax, losses, the GPT's layers (embedding,
 // LayerNorm, GELU, causal softmax) and the CNN's (2-d convolution, max
-// pooling), each with its backward. float32
-// anywhere, float64 on the CPU. Sums are taken in double in a fixed order,
-// so every op returns the same bits on every run.
+// pooling), each with its backward. float32 anywhere, float64 on the CPU;
+// the GPT's layers and cross-entropy also take bfloat16 activations
+// (computed in float32; means, variances, softmax sums and losses in
+// float32/double: torch.autocast's rules). Sums are taken in double in a
+// fixed order, so every op returns the same bits on every run.
 #pragma once
 
 #include <array>
@@ -14,12 +16,14 @@ namespace psync::ops {
 // Row-wise log-softmax of [N,C].
 Tensor LogSoftmax(const Tensor& logits);
 // Mean over rows of -log_softmax(logits)[i, targets[i]]: logits [N,C],
-// targets [N] int64 class indices in [0, C). Returns shape []. On the CPU an
+// targets [N] int64 class indices in [0, C). Returns shape [] of the
+// logits' math dtype (float32 for bfloat16 logits). On the CPU an
 // index out of range throws TensorError naming the row; on CUDA it makes the
 // loss NaN (the device cannot throw).
 Tensor CrossEntropy(const Tensor& logits, const Tensor& targets);
-// d(CrossEntropy)/d(logits) times grad (one element, any device):
-// grad * (softmax(logits) - onehot(targets)) / N.
+// d(CrossEntropy)/d(logits) times grad (one element of the loss's dtype,
+// any device): grad * (softmax(logits) - onehot(targets)) / N, in the
+// logits' dtype.
 Tensor CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets);
 // CrossEntropy and CrossEntropyBackward in one pass over the logits (llm.c's
 // fused_classifier): returns the mean loss (shape []; float32, float64 for
@@ -56,26 +60,46 @@ Tensor EmbeddingBackwardInto(Tensor out, const Tensor& grad, const Tensor& ids, 
 Tensor EmbeddingBackward(const Tensor& grad, const Tensor& ids, int64_t num_rows);
 
 // Over the last dim of x [..., C]: (x - mean) * rstd * weight + bias with
-// rstd = 1 / sqrt(var + eps), var the biased variance (torch.nn.LayerNorm).
-// mean and rstd ([...], x's dtype) are what the backward needs.
+// rstd = 1 / sqrt(var + eps), var the biased variance (torch.nn.LayerNorm),
+// computed in x's math dtype (float32 for bfloat16 x) and stored in
+// out_dtype (x's dtype by default; float32 x may give a bfloat16 y for the
+// matmul that reads it, and vice versa). weight, bias [C] and the mean and
+// rstd ([...]) that the backward needs have x's math dtype.
 struct LayerNormResult {
   Tensor y, mean, rstd;
 };
 LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-// Gradients of LayerNorm from grad [..., C] and the forward's x, weight,
-// mean and rstd. dweight/dbias: contiguous [C] destinations or undefined
-// (new tensors); all three are always computed.
+LayerNormResult LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType out_dtype);
+// The residual add of a transformer fused with the LayerNorm that follows
+// it (llm.c's residual_layernorm): h = x + a (x the float32/float64
+// residual stream, a of x's dtype or bfloat16, h rounded to x's dtype),
+// then LayerNorm(h, ..., out_dtype). Bit for bit Add then LayerNorm, in one
+// pass over the rows.
+struct ResidualLayerNormResult {
+  Tensor h, y, mean, rstd;
+};
+ResidualLayerNormResult ResidualLayerNorm(const Tensor& x, const Tensor& a, const Tensor& weight, const Tensor& bias,
+                                          double eps, DType out_dtype);
+// Gradients of LayerNorm from grad [..., C] (x's dtype, or bfloat16/float32
+// with float32/bfloat16 x) and the forward's x, weight, mean and rstd. dx
+// has x's dtype; with residual_grad (x's shape and dtype), dx =
+// residual_grad + the LayerNorm's dx (the gradient of ResidualLayerNorm's
+// h, which also feeds the next residual add). dweight/dbias: contiguous [C]
+// destinations of x's math dtype or undefined (new tensors); all three are
+// always computed.
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };
 LayerNormGrads LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, Tensor dweight_out = Tensor(), Tensor dbias_out = Tensor());
+                                 const Tensor& rstd, Tensor dweight_out = Tensor(), Tensor dbias_out = Tensor(),
+                                 const Tensor& residual_grad = Tensor());
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) elementwise (torch's
 // gelu(approximate="tanh")), evaluated as x / (1 + exp(-2 sqrt(2/pi) (...)))
 // (the same function, without tanh's cancellation for negative x).
 Tensor Gelu(const Tensor& x);
-// grad * gelu'(x), x the forward's input.
+// grad * gelu'(x), x the forward's input, in x's dtype (grad: x's dtype,
+// or float32/bfloat16 with bfloat16/float32 x).
 Tensor GeluBackward(const Tensor& grad, const Tensor& x);
 
 // scores [..., T, T] -> [..., T, T]: row i of each [T, T] matrix is

@@ -107,7 +107,7 @@ void ProductPerImage(Device d, DType dt, int64_t batch, int64_t m, int64_t n, in
     g.a.batch_strides = {a.batch_stride};
     g.b.batch_strides = {b.batch_stride};
   }
-  g.c = c.raw_data();
+  g.c = c;
   BlasKernelsFor(d).Gemm(g);
 }
 

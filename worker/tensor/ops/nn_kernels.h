@@ -1,6 +1,9 @@
 // Kernel interface of the neural-network family (internal to worker/tensor).
-// Tensors are contiguous; floating tensors share one dtype; index tensors
-// (targets, ids) are int64. Every kernel gets non-empty tensors.
+// Tensors are contiguous; index tensors (targets, ids) are int64. Every
+// kernel gets non-empty tensors. Floating tensors share one dtype, except
+// where a comment says otherwise: the GPT layers and cross-entropy take
+// bfloat16 activations next to float32 parameters, statistics and losses
+// (ops/nn.h), the kernels computing in float32.
 //
 // Determinism: every sum is taken in double in an order fixed by the shapes
 // alone (never by timing or thread count): the same bits on every run.
@@ -26,9 +29,11 @@ class NnKernels {
   virtual ~NnKernels() = default;
   // x, y [rows, cols], rows, cols > 0.
   virtual void LogSoftmax(const Tensor& x, const Tensor& y) const = 0;
-  // loss [] = mean_i (logsumexp(logits[i]) - logits[i, targets[i]]).
+  // loss [] = mean_i (logsumexp(logits[i]) - logits[i, targets[i]]); loss
+  // has the logits' math dtype.
   virtual void CrossEntropy(const Tensor& logits, const Tensor& targets, const Tensor& loss) const = 0;
-  // dlogits = grad[0] * (softmax(logits) - onehot(targets)) / rows; grad on the same device.
+  // dlogits = grad[0] * (softmax(logits) - onehot(targets)) / rows; grad
+  // (the loss's dtype) on the same device.
   virtual void CrossEntropyBackward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
                                     const Tensor& dlogits) const = 0;
   // logits [rows, cols] (unit column stride, row stride logits.stride(0);
@@ -48,16 +53,25 @@ class NnKernels {
   // the positions i with ids[i] == v in increasing i, in double; 0 for rows
   // no id names. Out-of-range ids: as in Embedding (CUDA skips them).
   virtual void EmbeddingBackward(const Tensor& grad, const Tensor& ids, const Tensor& dweight) const = 0;
-  // x, y [rows, C]; weight, bias [C]; mean, rstd [rows] in x's dtype.
+  // x, y [rows, C] (y's dtype may differ); weight, bias [C]; mean, rstd
+  // [rows]: x's math dtype.
   virtual void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd) const = 0;
-  // All three gradients: dx [rows, C]; dweight, dbias [C] (column sums over
-  // rows in chunks of kLayerNormRowChunk rows, the chunks then summed in
-  // order, on every device).
+  // h = x + a (h of x's dtype, a of x's or bfloat16), then LayerNorm(h)
+  // into y, mean, rstd as above; each row's h is computed and normalized in
+  // one pass.
+  virtual void ResidualLayerNorm(const Tensor& x, const Tensor& a, const Tensor& weight, const Tensor& bias,
+                                 double eps, const Tensor& h, const Tensor& y, const Tensor& mean,
+                                 const Tensor& rstd) const = 0;
+  // All three gradients: dx [rows, C] of x's dtype (grad may be bfloat16 or
+  // float32 beside it), plus residual_grad when defined; dweight, dbias [C]
+  // (column sums over rows in chunks of kLayerNormRowChunk rows, the chunks
+  // then summed in order, on every device).
   virtual void LayerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                 const Tensor& dbias) const = 0;
-  // Elementwise, n elements.
+                                 const Tensor& rstd, const Tensor& residual_grad, const Tensor& dx,
+                                 const Tensor& dweight, const Tensor& dbias) const = 0;
+  // Elementwise, n elements. GeluBackward: dx of x's dtype; grad of x's, or
+  // float32/bfloat16 beside bfloat16/float32.
   virtual void Gelu(const Tensor& x, const Tensor& y) const = 0;
   virtual void GeluBackward(const Tensor& grad, const Tensor& x, const Tensor& dx) const = 0;
   // x, y [rows, T], row r the query position i = r % T: y[r, j] =

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/tensor/tensor.h"
 
@@ -31,7 +32,24 @@ struct AdamWStep {
 //   v = fma((1-beta2)*g, g, v*beta2)
 //   p = p + (-step_size*m) / (sqrt(v)/sqrt(bc2) + eps)
 // with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step, step_size = lr/bc1.
-void AdamWUpdate(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& step);
+// p_copy: undefined, or a contiguous bfloat16 tensor of p's shape that gets
+// the new p rounded to bfloat16 in the same pass (the weight copy a bf16
+// step's matmuls read: nn/precision.h), so no separate cast pass runs.
+void AdamWUpdate(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& step,
+                 const Tensor& p_copy = Tensor());
+// One parameter's tensors and step, for AdamWUpdateMany.
+struct AdamWParam {
+  Tensor p, g, m, v, p_copy;
+  AdamWStep step;
+};
+// Checks one parameter as AdamWUpdate would, without updating anything
+// (throws TensorError naming the operand).
+void CheckAdamWParam(const AdamWParam& param);
+// AdamWUpdate of every parameter, each with the same bits as its own
+// AdamWUpdate: on CUDA one kernel launch for all of them (per device, per
+// kAdamWJobsPerLaunch parameters), on the CPU a loop. Checks everything
+// before updating anything.
+void AdamWUpdateMany(const std::vector<AdamWParam>& params);
 
 // One torch.optim.SGD step of one parameter (dampening 0, no Nesterov).
 struct SgdStep {
@@ -44,6 +62,7 @@ struct SgdStep {
 //   d = wd != 0 ? fma(p, wd, g) : g
 //   momentum != 0: buf = first ? d : buf*momentum + d;  d = buf
 //   p = fma(d, -lr, p)
-void SgdUpdate(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& step);
+void SgdUpdate(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& step,
+               const Tensor& p_copy = Tensor());
 
 }  // namespace psync::ops

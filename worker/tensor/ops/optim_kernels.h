@@ -3,6 +3,8 @@
 // scalars are doubles that each kernel rounds once to that dtype.
 #pragma once
 
+#include <vector>
+
 #include "worker/tensor/tensor.h"
 
 namespace psync::ops {
@@ -24,14 +26,27 @@ struct SgdScalars {
   bool first;
 };
 
+// One parameter of a (multi-tensor) AdamW step: p, m, v updated in place, g
+// read; copy (undefined, or bfloat16 of p's shape) gets the rounded new p.
+struct AdamWJob {
+  Tensor p, g, m, v, copy;
+  AdamWScalars s;
+};
+
 class OptimKernels {
  public:
   virtual ~OptimKernels() = default;
-  virtual void AdamW(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                     const AdamWScalars& s) const = 0;
-  // buf is undefined when s.momentum == 0.
-  virtual void Sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdScalars& s) const = 0;
+  // Every job, all on this device (CUDA: one kernel launch per
+  // kAdamWJobsPerLaunch jobs; the CPU loops over them).
+  virtual void AdamW(const std::vector<AdamWJob>& jobs) const = 0;
+  // buf is undefined when s.momentum == 0; copy as in AdamWJob.
+  virtual void Sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdScalars& s,
+                   const Tensor& copy) const = 0;
 };
+
+// Jobs per CUDA launch of the multi-tensor AdamW (its table travels as the
+// kernel's parameter): GPT-2 small's 148 parameters take one launch.
+inline constexpr int kAdamWJobsPerLaunch = 256;
 
 const OptimKernels& CpuOptimKernels();
 const OptimKernels& CudaOptimKernels();

@@ -1,6 +1,7 @@
 // Elementwise ops. Inputs of one op share shape, dtype and device (no
-// broadcasting, except AddBias and Expand); float32 anywhere, float64 on the
-// CPU. Strided inputs are made contiguous first; results are contiguous.
+// broadcasting, except AddBias and Expand); float32 or bfloat16 (computed in
+// float32, one rounding per result) anywhere, float64 on the CPU. Strided
+// inputs are made contiguous first; results are contiguous.
 #pragma once
 
 #include "worker/tensor/tensor.h"

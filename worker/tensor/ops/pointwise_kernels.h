@@ -1,6 +1,7 @@
 // Kernel interface of the elementwise family (internal to worker/tensor).
 // Every tensor argument is contiguous, with the same floating dtype
-// (float32; float64 on the CPU), already validated by ops/pointwise.cc.
+// (float32 or bfloat16; float64 on the CPU), already validated by
+// ops/pointwise.cc.
 // `y` may alias an input (in-place ops).
 #pragma once
 

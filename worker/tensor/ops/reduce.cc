@@ -17,7 +17,7 @@ namespace {
 Tensor SumScaled(const char* op, const Tensor& x, bool mean) {
   check::Args args = {{"x", &x}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = MathDType(check::FloatOrBf16(op, args));
   Tensor y = Tensor::Empty({}, dt, d);
   // The double sum divided once, then rounded; 0 elements give NaN for Mean.
   ReduceKernelsFor(d).Sum(x.Contiguous(), mean ? static_cast<double>(x.numel()) : 1.0, y);
@@ -32,7 +32,7 @@ Tensor SumRowsInto(Tensor out, const Tensor& x) {
   const char* op = "SumRows";
   check::Args args = {{"x", &x}};
   const Device d = check::Defined(op, args);
-  const DType dt = check::ComputeFloat(op, args);
+  const DType dt = MathDType(check::FloatOrBf16(op, args));
   if (x.dim() < 1) check::Fail(op, args, "x must have at least one dimension");
   const int64_t cols = x.size(-1);
   if (!out.defined()) {
@@ -51,7 +51,7 @@ Tensor SumOfSquaresInto(Tensor out, const Tensor& x) {
   const char* op = "SumOfSquares";
   check::Args args = {{"x", &x}};
   const Device d = check::Defined(op, args);
-  check::ComputeFloat(op, args);
+  check::FloatOrBf16(op, args);
   if (!out.defined()) {
     out = Tensor::Empty({}, kFloat64, d);
   } else if (out.device() != d || out.dtype() != kFloat64 || out.numel() != 1 || !out.is_contiguous()) {
@@ -69,8 +69,8 @@ double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   check::Defined("MaxAbsDiff", args, /*same_device=*/false);
   check::SameNumel("MaxAbsDiff", args);
   for (const check::Arg& arg : args) {
-    if (arg.t->dtype() != kFloat32 && arg.t->dtype() != kFloat64) {
-      check::Fail("MaxAbsDiff", args, "compares float32 or float64 tensors");
+    if (arg.t->dtype() != kFloat32 && arg.t->dtype() != kFloat64 && arg.t->dtype() != kBFloat16) {
+      check::Fail("MaxAbsDiff", args, "compares float32, float64 or bfloat16 tensors");
     }
   }
   auto host = [](const Tensor& t) { return t.To(Device::CPU()).To(kFloat64).ToVector<double>(); };

@@ -6,9 +6,12 @@
 
 namespace psync::ops {
 
-Tensor Sum(const Tensor& x);   // -> shape [], x's dtype
+// x float32, float64 (CPU) or bfloat16; a bfloat16 x is summed into a
+// float32 result (every reduction of a bf16 step is float32).
+Tensor Sum(const Tensor& x);   // -> shape [], MathDType(x)
 Tensor Mean(const Tensor& x);  // -> shape []; NaN for 0 elements, like torch
-// x [..., C] -> [C]: the sum over every leading dimension (a bias gradient).
+// x [..., C] -> [C] of MathDType(x): the sum over every leading dimension
+// (a bias gradient; from bfloat16 activations straight into float32).
 Tensor SumRows(const Tensor& x);
 // Same, into out [C] (undefined: a new tensor); returns it.
 Tensor SumRowsInto(Tensor out, const Tensor& x);
@@ -20,7 +23,7 @@ Tensor SumOfSquares(const Tensor& x);
 // (e.g. one slot of a per-parameter buffer); returns it.
 Tensor SumOfSquaresInto(Tensor out, const Tensor& x);
 // Max |a - b| over all elements (copies to host; float32 or float64, any
-// devices, same numel); NaN when any difference is NaN. For tests and checks.
+// devices, same numel; bfloat16 too); NaN when any difference is NaN. For tests and checks.
 double MaxAbsDiff(const Tensor& a, const Tensor& b);
 
 }  // namespace psync::ops

@@ -1,5 +1,6 @@
 // Kernel interface of the reduction family (internal to worker/tensor).
-// Arguments are contiguous and share one floating dtype.
+// Arguments are contiguous; x is float32, float64 or bfloat16, and the
+// sums (y) have x's math dtype (float32 for bfloat16).
 #pragma once
 
 #include "worker/tensor/tensor.h"
