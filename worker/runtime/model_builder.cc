@@ -79,7 +79,7 @@ absl::StatusOr<BuiltModel> BuildModel(const WorkerOptions& opt, const data::Data
     }
   }
   if (!opt.init_path.empty()) {
-    absl::Status st = LoadInitialWeights(opt.init_path, **model);
+    absl::Status st = LoadInitialWeights(opt.init_path, **model, opt.init_format);
     if (!st.ok()) return st;
   }
   return BuiltModel{std::move(*model), *mopt};
