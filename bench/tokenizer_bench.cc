@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "bench/bench_util.h"
+#include "common/flags.h"
 #include "worker/tokenizer/bpe_trainer.h"
 #include "worker/tokenizer/gpt2_files.h"
 
@@ -40,7 +40,9 @@ double ThreadCpuSeconds() {
 
 int main(int argc, char** argv) {
   using namespace psync;
-  absl::ParseCommandLine(argc, argv);
+  ParseFlagsOrExit("psync-tokenizer-bench",
+                   "psync-tokenizer-bench --input=FILE (--tokenizer=DIR | --vocab-size=N) [--rounds=5]", argc, argv,
+                   FlagsDefinedIn(__FILE__));
   const std::string input = absl::GetFlag(FLAGS_input);
   std::FILE* f = std::fopen(input.c_str(), "rb");
   if (f == nullptr) {
