@@ -67,13 +67,23 @@ std::string Llmc(int32_t magic, int32_t version, int32_t count, const std::strin
 class TokenFiles : public ::testing::Test {
  protected:
   absl::StatusOr<OpenedData> OpenTokens(const std::string& path, int64_t t, const std::string& format = "auto",
-                                        double val_fraction = 0) {
+                                        double val_fraction = 0, int64_t vocab_size = 0) {
     DataOptions o;
     o.path = path;
     o.format = format;
     o.block_size = t;
     o.val_fraction = val_fraction;
+    o.vocab_size = vocab_size;
     return Open(o);
+  }
+  // Whether `path` is memory-mapped in this process.
+  static bool Mapped(const std::string& path) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find(path) != std::string::npos) return true;
+    }
+    return false;
   }
   // Opening fails with InvalidArgument naming the flag, the file and every needle.
   void ExpectOpenError(const std::string& path, int64_t t, const std::string& format,
@@ -199,20 +209,12 @@ TEST_F(TokenFiles, ValFractionHoldsOutTheTailOfTheStream) {
 TEST_F(TokenFiles, TokensAreMemoryMapped) {
   const std::string path = dir_.File("mapped.bin");
   Reference({"llmc", path, "5000", "1"});
-  auto mapped = [&] {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      if (line.find(path) != std::string::npos) return true;
-    }
-    return false;
-  };
   {
     absl::StatusOr<OpenedData> d = OpenTokens(path, 64);
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_TRUE(mapped());
+    EXPECT_TRUE(Mapped(path));
   }
-  EXPECT_FALSE(mapped());
+  EXPECT_FALSE(Mapped(path));
 }
 
 TEST_F(TokenFiles, CorruptHeadersNameFileFieldAndExpectedValue) {
@@ -271,20 +273,7 @@ class TokenShards : public TokenFiles {
   }
   absl::StatusOr<OpenedData> OpenShards(const std::string& path, int64_t t, int64_t vocab_size = 0,
                                         double val_fraction = 0) {
-    DataOptions o;
-    o.path = path;
-    o.block_size = t;
-    o.vocab_size = vocab_size;
-    o.val_fraction = val_fraction;
-    return Open(o);
-  }
-  bool Mapped(const std::string& path) {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      if (line.find(path) != std::string::npos) return true;
-    }
-    return false;
+    return OpenTokens(path, t, "auto", val_fraction, vocab_size);
   }
   std::string shards_;
 };
