@@ -1,12 +1,14 @@
-// Bearer-token check for every RPC (metadata `authorization: Bearer <token>`).
+// The coordinator's token gate (common/token_gate.h): which calls need the
+// token, what a refused caller is told, and the refusal counters by method.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
-#include <grpcpp/server_context.h>
-
-#include "absl/strings/string_view.h"
+#include "common/refusal_counters.h"
 #include "common/token.h"
+#include "common/token_gate.h"
 
 namespace psync::server {
 
@@ -14,15 +16,13 @@ namespace psync::server {
 using ::psync::BearerTokenMatches;
 using ::psync::TokenEquals;
 
-class TokenAuth {
- public:
-  explicit TokenAuth(std::string token) : token_(std::move(token)) {}
-  bool enabled() const { return !token_.empty(); }
-  // OK, or UNAUTHENTICATED with a message that says what to do.
-  grpc::Status Check(const grpc::ServerContextBase* ctx) const;
+// Every method of psync.v1.Coordinator and psync.v1.Control, as gRPC paths
+// ("/psync.v1.Control/Status"): the rows of the refusal counters.
+std::vector<std::string> CoordinatorMethods();
 
- private:
-  std::string token_;
-};
+// The gate for `token` (non-empty): every Coordinator and Control method
+// needs it; grpc.health.v1 and server reflection answer without it, as
+// before the gate.
+std::shared_ptr<TokenGate> MakeCoordinatorGate(const std::string& token, std::shared_ptr<RefusalCounters> counters);
 
 }  // namespace psync::server

@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "server/limits.h"
+#include "server/request_limits.h"
 
 namespace psync::server {
 namespace {
@@ -91,57 +92,57 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Event> {
   uint64_t subscription_ = 0;
 };
 
+// A view method: the request is empty (any bytes in it are unknown fields,
+// ignored, but bounded); the response is JobState's view.
+template <typename Response>
+grpc::ServerUnaryReactor* AnswerView(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp, const char* method,
+                                     void (JobState::*fill)(Response*) const, const JobState* job) {
+  grpc::Status st = CheckRequestSize(*req, method, kMaxControlRequestBytes);
+  if (st.ok()) {
+    Response r;
+    (job->*fill)(&r);
+    EncodeResponse(r, resp);
+  }
+  return Finished(ctx, st);
+}
+
 }  // namespace
 
-grpc::ServerUnaryReactor* ControlService::Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,
-                                                 v1::StatusResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) job_->FillStatus(resp);
-  return Finished(ctx, st);
+grpc::ServerUnaryReactor* ControlService::Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                 grpc::ByteBuffer* resp) {
+  return AnswerView(ctx, req, resp, "Status", &JobState::FillStatus, job_);
 }
 
-grpc::ServerUnaryReactor* ControlService::Workers(grpc::CallbackServerContext* ctx, const v1::WorkersRequest*,
-                                                  v1::WorkersResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) job_->FillWorkers(resp);
-  return Finished(ctx, st);
+grpc::ServerUnaryReactor* ControlService::Workers(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                  grpc::ByteBuffer* resp) {
+  return AnswerView(ctx, req, resp, "Workers", &JobState::FillWorkers, job_);
 }
 
-grpc::ServerUnaryReactor* ControlService::Buckets(grpc::CallbackServerContext* ctx, const v1::BucketsRequest*,
-                                                  v1::BucketsResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) job_->FillBuckets(resp);
-  return Finished(ctx, st);
+grpc::ServerUnaryReactor* ControlService::Buckets(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                  grpc::ByteBuffer* resp) {
+  return AnswerView(ctx, req, resp, "Buckets", &JobState::FillBuckets, job_);
 }
 
-grpc::ServerUnaryReactor* ControlService::Unused(grpc::CallbackServerContext* ctx, const v1::UnusedRequest*,
-                                                 v1::UnusedResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) job_->FillUnused(resp);
-  return Finished(ctx, st);
+grpc::ServerUnaryReactor* ControlService::Unused(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                 grpc::ByteBuffer* resp) {
+  return AnswerView(ctx, req, resp, "Unused", &JobState::FillUnused, job_);
 }
 
-grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* ctx,
-                                                   const v1::ShutdownRequest* req, v1::ShutdownResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
+grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* resp) {
+  v1::ShutdownRequest req;
+  grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "Shutdown", kMaxControlRequestBytes, &req);
   if (st.ok()) {
-    *resp = job_->Shutdown(req->reason().substr(0, kMaxStringBytes));
-    PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << resp->stop_after_iteration();
+    const v1::ShutdownResponse r = job_->Shutdown(req.reason().substr(0, kMaxStringBytes));
+    PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << r.stop_after_iteration();
+    EncodeResponse(r, resp);
   }
   return Finished(ctx, st);
 }
 
 grpc::ServerWriteReactor<v1::Event>* ControlService::Watch(grpc::CallbackServerContext* ctx,
                                                            const v1::WatchRequest* req) {
-  grpc::Status st = auth_->Check(ctx);
-  if (!st.ok()) {
-    class Refused final : public grpc::ServerWriteReactor<v1::Event> {
-     public:
-      explicit Refused(const grpc::Status& s) { Finish(s); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused(st);
-  }
   EventLog& log = job_->events();
   // The log position first, then Ended(): a final event appended in between
   // is after the position, so it is still sent.

@@ -8,30 +8,36 @@
 #include <grpcpp/grpcpp.h>
 
 #include "psync/v1/control.grpc.pb.h"
-#include "server/auth.h"
 #include "server/job_state.h"
 
 namespace psync::server {
 
-class ControlService final : public v1::Control::CallbackService {
- public:
-  ControlService(JobState* job, const TokenAuth* auth) : job_(job), auth_(auth) {}
+// The unary methods are raw (ByteBuffer): a request over its method's size
+// limit (request_limits.h; control requests are empty or a short reason)
+// is refused before anything decodes it. Watch's request is decoded by
+// gRPC, within the transport's limit.
+using ControlServiceBase = v1::Control::WithRawCallbackMethod_Status<v1::Control::WithRawCallbackMethod_Workers<
+    v1::Control::WithRawCallbackMethod_Buckets<v1::Control::WithRawCallbackMethod_Unused<
+        v1::Control::WithRawCallbackMethod_Shutdown<v1::Control::WithCallbackMethod_Watch<v1::Control::Service>>>>>>;
 
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
-                                   v1::StatusResponse* resp) override;
-  grpc::ServerUnaryReactor* Workers(grpc::CallbackServerContext* ctx, const v1::WorkersRequest* req,
-                                    v1::WorkersResponse* resp) override;
-  grpc::ServerUnaryReactor* Buckets(grpc::CallbackServerContext* ctx, const v1::BucketsRequest* req,
-                                    v1::BucketsResponse* resp) override;
-  grpc::ServerUnaryReactor* Unused(grpc::CallbackServerContext* ctx, const v1::UnusedRequest* req,
-                                   v1::UnusedResponse* resp) override;
-  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const v1::ShutdownRequest* req,
-                                     v1::ShutdownResponse* resp) override;
+class ControlService final : public ControlServiceBase {
+ public:
+  explicit ControlService(JobState* job) : job_(job) {}
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Workers(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Buckets(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Unused(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<v1::Event>* Watch(grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) override;
 
  private:
   JobState* job_;
-  const TokenAuth* auth_;
 };
 
 }  // namespace psync::server

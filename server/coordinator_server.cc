@@ -44,6 +44,31 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
   }
 };
 
+// Without a token: TLS with the PEM pair when given, else plaintext.
+std::shared_ptr<grpc::ServerCredentials> UngatedCredentials(const ServerOptions& options) {
+  if (options.tls_cert_pem.empty() && options.tls_key_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+// What one caller can cost (server/README.md, "What a call can cost"):
+// refused calls never get a read posted (the gate), and without BDP probing
+// each stream's receive window stays at HTTP/2's 64 KiB, so a refused
+// stream's data in flight is bounded too (with probing on, 32 refused
+// 15 MiB calls still took the peak RSS from 17 to 120 MB; without, to
+// 22 MB). Our messages are small or rare (a Join manifest of a few MB is
+// read once per rank), so the bigger windows buy nothing.
+void BoundCallCost(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
+  builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kMaxReadChunkBytes);
+  grpc::ResourceQuota quota("psync-coordinator");
+  quota.Resize(kGrpcMemoryQuotaBytes);
+  builder->SetResourceQuota(quota);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(ServerOptions options) {
@@ -71,25 +96,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   // Why: a generation's bootstrap keys are useless once it ended; dropping
   // them keeps restarts from filling the store (kMaxKeysPerJob).
   s->job_->SetGenerationEndHook([kv = s->kv_.get()](const std::string& prefix) { kv->ErasePrefix(prefix); });
-  s->auth_ = std::make_unique<TokenAuth>(options.token);
-  s->coordinator_ = std::make_unique<CoordinatorService>(s->job_.get(), s->kv_.get(), s->auth_.get());
-  s->control_ = std::make_unique<ControlService>(s->job_.get(), s->auth_.get());
+  s->coordinator_ = std::make_unique<CoordinatorService>(s->job_.get(), s->kv_.get());
+  s->control_ = std::make_unique<ControlService>(s->job_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // registered; used only with options.reflection
   std::shared_ptr<grpc::ServerCredentials> creds;
-  if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
-    creds = grpc::SslServerCredentials(ssl);
+  if (!options.token.empty()) {
+    s->refusals_ = std::make_shared<RefusalCounters>(CoordinatorMethods());
+    s->gate_ = MakeCoordinatorGate(options.token, s->refusals_);
+    creds = GatedServerCredentials(s->gate_, options.tls_cert_pem, options.tls_key_pem);
   } else {
-    creds = grpc::InsecureServerCredentials();
+    creds = UngatedCredentials(options);
   }
   grpc::ServerBuilder builder;
   if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string addr = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(addr, creds, &s->port_);
-  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  BoundCallCost(&builder);
   // Keepalive: ping every client every 10 s (even with no RPC in flight) and
   // drop the connection when a ping is not acknowledged within 5 s, so a
   // worker whose link died without a TCP reset has its stream closed. Accept

@@ -22,12 +22,13 @@ class Server;
 
 namespace psync {
 class TimerQueue;  // common/timer_queue.h
+class TokenGate;   // common/token_gate.h
+class RefusalCounters;  // common/refusal_counters.h
 }  // namespace psync
 
 namespace psync::server {
 
 class KvStore;
-class TokenAuth;
 class CoordinatorService;
 class ControlService;
 class LivenessTicker;
@@ -55,6 +56,9 @@ class CoordinatorServer {
   int port() const { return port_; }
   JobState& job() { return *job_; }
   KvStore& kv() { return *kv_; }
+  // Calls refused for want of the token, by method (null without a token):
+  // what /metrics will export.
+  const RefusalCounters* refusals() const { return refusals_.get(); }
   // Stops accepting RPCs, answers waiting Joins/StoreGets/Watches, ends
   // streams (running workers get ABORT "coordinator shutting down"), joins
   // the timer thread.
@@ -68,7 +72,8 @@ class CoordinatorServer {
   std::unique_ptr<PlanFanOut> fanout_;  // before job_: JobState uses it
   std::unique_ptr<JobState> job_;
   std::unique_ptr<KvStore> kv_;
-  std::unique_ptr<TokenAuth> auth_;
+  std::shared_ptr<RefusalCounters> refusals_;  // null without a token
+  std::shared_ptr<TokenGate> gate_;            // null without a token
   std::unique_ptr<CoordinatorService> coordinator_;
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;

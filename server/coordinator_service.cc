@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "server/grpc_status.h"
 #include "server/limits.h"
+#include "server/request_limits.h"
 #include "server/train_reactor.h"
 
 namespace psync::server {
@@ -56,15 +57,16 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
 // A StoreGet: answered by KvStore when the key appears or the wait ends.
 class StoreGetReactor final : public grpc::ServerUnaryReactor {
  public:
-  StoreGetReactor(KvStore* kv, const std::string& key, std::chrono::milliseconds timeout,
-                  v1::StoreGetResponse* resp)
+  StoreGetReactor(KvStore* kv, const std::string& key, std::chrono::milliseconds timeout, grpc::ByteBuffer* resp)
       : kv_(kv) {
     ticket_ = kv->Get(key, timeout, [this, resp](absl::StatusOr<std::string> v) {
       if (!v.ok()) {
         Finish(ToGrpc(v.status()));
         return;
       }
-      resp->set_value(std::move(*v));
+      v1::StoreGetResponse r;
+      r.set_value(std::move(*v));
+      EncodeResponse(r, resp);
       Finish(grpc::Status::OK);
     });
   }
@@ -95,43 +97,55 @@ grpc::Status CoordinatorService::CheckJob(const std::string& job_id) const {
 
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                                    grpc::ByteBuffer* resp) {
-  grpc::Status auth = auth_->Check(ctx);
-  if (!auth.ok()) return Finished(ctx, auth);
+  auto* raw = const_cast<grpc::ByteBuffer*>(req);
+  // Why count first: decoding a manifest costs ~150 bytes per entry, so one
+  // of over a million tiny entries would cost ~180 MB before
+  // ValidateJoinRequest could refuse it (and glibc keeps most of it).
+  if (grpc::Status st = CheckRequestSize(*raw, "Join", kMaxJoinRequestBytes); !st.ok()) {
+    raw->Clear();
+    return Finished(ctx, st);
+  }
+  if (const long n = CountJoinManifest(*raw); n > kMaxParams) {
+    raw->Clear();
+    return Finished(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      absl::StrCat("manifest has ", n, " parameters; expected 1..", kMaxParams)));
+  }
   v1::JoinRequest request;
   // Deserialize clears the buffer: the request's bytes are freed here, not
   // when the world completes.
-  grpc::Status parsed =
-      grpc::SerializationTraits<v1::JoinRequest>::Deserialize(const_cast<grpc::ByteBuffer*>(req), &request);
-  if (!parsed.ok()) {
-    return Finished(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                      "JoinRequest is not a valid psync.v1.JoinRequest message"));
+  if (grpc::Status st = DecodeRequest(raw, "Join", kMaxJoinRequestBytes, &request); !st.ok()) {
+    return Finished(ctx, st);
   }
   return new JoinReactor(job_, request, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* ctx,
-                                                       const v1::StoreSetRequest* req, v1::StoreSetResponse*) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) st = CheckJob(req->job_id());
-  if (st.ok()) st = ToGrpc(kv_->Set(req->key(), req->value()));
+grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* resp) {
+  v1::StoreSetRequest req;
+  grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "StoreSet", kMaxStoreSetRequestBytes, &req);
+  if (st.ok()) st = CheckJob(req.job_id());
+  if (st.ok()) st = ToGrpc(kv_->Set(req.key(), req.value()));
+  if (st.ok()) EncodeResponse(v1::StoreSetResponse(), resp);
   return Finished(ctx, st);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* ctx,
-                                                       const v1::StoreGetRequest* req, v1::StoreGetResponse* resp) {
-  grpc::Status st = auth_->Check(ctx);
-  if (st.ok()) st = CheckJob(req->job_id());
-  if (st.ok() && req->timeout_ms() < 0) {
+grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* resp) {
+  v1::StoreGetRequest req;
+  grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "StoreGet", kMaxStoreGetRequestBytes, &req);
+  if (st.ok()) st = CheckJob(req.job_id());
+  if (st.ok() && req.timeout_ms() < 0) {
     st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("timeout_ms is ", req->timeout_ms(), "; must be >= 0"));
+                      absl::StrCat("timeout_ms is ", req.timeout_ms(), "; must be >= 0"));
   }
   if (!st.ok()) return Finished(ctx, st);
-  const auto timeout = std::chrono::milliseconds(std::min(req->timeout_ms(), kMaxStoreWaitMs));
-  return new StoreGetReactor(kv_, req->key(), timeout, resp);
+  const auto timeout = std::chrono::milliseconds(std::min(req.timeout_ms(), kMaxStoreWaitMs));
+  return new StoreGetReactor(kv_, req.key(), timeout, resp);
 }
 
-grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* CoordinatorService::Train(grpc::CallbackServerContext* ctx) {
-  return new TrainReactor(ctx, job_, auth_);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Train(
+    grpc::CallbackServerContext* ctx) {
+  return new TrainReactor(ctx, job_);
 }
 
 }  // namespace psync::server

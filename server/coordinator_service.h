@@ -11,37 +11,38 @@
 #include <grpcpp/grpcpp.h>
 
 #include "psync/v1/coordinator.grpc.pb.h"
-#include "server/auth.h"
 #include "server/job_state.h"
 #include "server/kv_store.h"
 
 namespace psync::server {
 
-// Join is a raw (ByteBuffer) method: its request is parsed and freed at
-// once instead of living until the world completes, and every response
-// shares one serialized copy of the common part (rendezvous.h,
-// SharedJoinResponse), so thousands of waiting Joins cost little memory.
+// Every method is raw (ByteBuffer): a request is checked against its
+// method's size limit before anything decodes it (request_limits.h). Join's
+// request is parsed and freed at once instead of living until the world
+// completes, and every response shares one serialized copy of the common
+// part (rendezvous.h, SharedJoinResponse), so thousands of waiting Joins
+// cost little memory. Train reads raw messages so that bytes that do not
+// decode are told apart from the end of the stream (train_reactor.h).
 using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Join<
-    v1::Coordinator::WithCallbackMethod_StoreSet<v1::Coordinator::WithCallbackMethod_StoreGet<
-        v1::Coordinator::WithCallbackMethod_Train<v1::Coordinator::Service>>>>;
+    v1::Coordinator::WithRawCallbackMethod_StoreSet<v1::Coordinator::WithRawCallbackMethod_StoreGet<
+        v1::Coordinator::WithRawCallbackMethod_Train<v1::Coordinator::Service>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
-  CoordinatorService(JobState* job, KvStore* kv, const TokenAuth* auth) : job_(job), kv_(kv), auth_(auth) {}
+  CoordinatorService(JobState* job, KvStore* kv) : job_(job), kv_(kv) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
-                                     v1::StoreSetResponse* resp) override;
-  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreGetRequest* req,
-                                     v1::StoreGetResponse* resp) override;
-  grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* Train(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Train(grpc::CallbackServerContext* ctx) override;
 
  private:
   grpc::Status CheckJob(const std::string& job_id) const;
   JobState* job_;
   KvStore* kv_;
-  const TokenAuth* auth_;
 };
 
 }  // namespace psync::server

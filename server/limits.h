@@ -3,6 +3,7 @@
 // enforces them. No gRPC.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -10,7 +11,24 @@
 
 namespace psync::server {
 
+// The transport's limit: the largest request any method takes (a Join,
+// below); each method's own, smaller limit is request_limits.h's.
 inline constexpr int kMaxReceiveMessageBytes = 16 << 20;
+// Streams (calls) one connection may have open at once. A worker uses 3 at
+// most (Train, Join, a StoreGet), psync-relay one per generation; the
+// coordinator bench simulates up to 512 workers on one connection.
+inline constexpr int kMaxConcurrentStreamsPerConnection = 1024;
+// gRPC's own memory (transport buffers, call arenas) across every
+// connection, as gRPC accounts it (reservations, not resident pages);
+// above it gRPC shrinks buffers and closes idle connections, so it is a
+// backstop against many connections, sized well above normal use (the
+// coordinator of 4096 simulated workers peaks at ~130 MB RSS in all). At
+// 256 MB a flood of 64 connections' 4 MiB read reservations reached it and
+// gRPC closed a token holder's idle connection (bench/auth_flood_bench.py).
+inline constexpr size_t kGrpcMemoryQuotaBytes = size_t{1} << 30;
+// The most one read from a connection takes (gRPC's default is 4 MiB and
+// reserves that much per connection under load); a 16 MiB Join needs 64.
+inline constexpr int kMaxReadChunkBytes = 256 << 10;
 inline constexpr int kMaxParams = 1 << 20;              // bitmap <= 128 KiB
 inline constexpr int kMaxNameBytes = 1024;
 inline constexpr int kMaxShapeRank = 16;

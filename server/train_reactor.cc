@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "server/grpc_status.h"
+#include "server/request_limits.h"
 
 namespace psync::server {
 
@@ -52,7 +53,8 @@ class TrainReactor::Writer final : public PlanSink {
     if (finished_ || writing_ || reactor_ == nullptr) return;
     if (!queue_.empty() && !write_failed_) {
       writing_ = true;
-      reactor_->StartWrite(queue_.front().get());
+      EncodeResponse(*queue_.front(), &out_);
+      reactor_->StartWrite(&out_);
       return;
     }
     // Finish only once the sink is closed (by JobState, or by TrainStream
@@ -66,6 +68,7 @@ class TrainReactor::Writer final : public PlanSink {
   std::mutex mu_;
   TrainReactor* reactor_;
   std::deque<PlanPtr> queue_;  // front() is being written while writing_
+  grpc::ByteBuffer out_;       // ... serialized
   bool writing_ = false;
   bool closed_ = false;
   bool reads_done_ = false;
@@ -74,21 +77,22 @@ class TrainReactor::Writer final : public PlanSink {
   grpc::Status status_;
 };
 
-TrainReactor::TrainReactor(grpc::CallbackServerContext* ctx, JobState* job, const TokenAuth* auth)
+TrainReactor::TrainReactor(grpc::CallbackServerContext* ctx, JobState* job)
     : ctx_(ctx), writer_(std::make_shared<Writer>(this)), stream_(job, writer_) {
-  grpc::Status st = auth->Check(ctx);
-  if (!st.ok()) {
-    writer_->Close();  // never attached: no plan can come
-    writer_->ReadsDone(st);
-    return;
-  }
-  StartRead(&up_);
+  StartRead(&raw_);
 }
 
 void TrainReactor::OnReadDone(bool ok) {
-  const TrainStream::Step step = ok ? stream_.Receive(up_) : stream_.InputEnded(ctx_->IsCancelled());
+  TrainStream::Step step;
+  if (!ok) {
+    step = stream_.InputEnded(ctx_->IsCancelled());
+  } else if (grpc::Status st = DecodeRequest(&raw_, "Train", kMaxTrainMessageBytes, &up_); !st.ok()) {
+    step = stream_.Undecodable(st.error_message());
+  } else {
+    step = stream_.Receive(up_);
+  }
   if (step.read_more) {
-    StartRead(&up_);
+    StartRead(&raw_);
     return;
   }
   writer_->ReadsDone(ToGrpc(step.status));

@@ -25,15 +25,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include "psync/v1/coordinator.pb.h"
-#include "server/auth.h"
 #include "server/job_state.h"
 #include "server/train_stream.h"
 
 namespace psync::server {
 
-class TrainReactor final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan> {
+// Raw messages both ways: a read that does not decode is a protocol error
+// (TrainStream::Undecodable), not the end of the stream, which is all a
+// typed read could report; plans are serialized as each write starts.
+class TrainReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  TrainReactor(grpc::CallbackServerContext* ctx, JobState* job, const TokenAuth* auth);
+  TrainReactor(grpc::CallbackServerContext* ctx, JobState* job);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -45,7 +47,8 @@ class TrainReactor final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>
   grpc::CallbackServerContext* const ctx_;
   std::shared_ptr<Writer> writer_;
   TrainStream stream_;
-  v1::TrainUp up_;  // the message being read (one read at a time)
+  grpc::ByteBuffer raw_;  // the message being read (one read at a time)
+  v1::TrainUp up_;        // ... decoded
 };
 
 }  // namespace psync::server

@@ -26,6 +26,13 @@ TrainStream::Step TrainStream::InputEnded(bool cancelled) {
   return End(cancelled ? "stream closed (cancelled)" : "stream closed", absl::OkStatus());
 }
 
+TrainStream::Step TrainStream::Undecodable(const std::string& why) {
+  absl::Status st = absl::InvalidArgumentError(absl::StrCat("undecodable message on the Train stream: ", why));
+  if (stream_) PSYNC_LOG(WARNING) << Name() << ": " << st.message();
+  // Why this cause: the other ranks' ABORT says what broke, not "stream closed".
+  return End("protocol error: undecodable message", std::move(st));
+}
+
 TrainStream::Step TrainStream::Hello(const v1::TrainUp& up) {
   if (!up.has_hello()) {
     return End("", absl::InvalidArgumentError(

@@ -40,6 +40,9 @@ class TrainStream {
   Step Receive(const v1::TrainUp& up);
   // The client stopped sending (half-closed; `cancelled`: it went away).
   Step InputEnded(bool cancelled);
+  // A message that does not decode as a TrainUp (or is over the size
+  // limit: `why` says which): a protocol violation, like any other.
+  Step Undecodable(const std::string& why);
 
  private:
   Step Hello(const v1::TrainUp& up);

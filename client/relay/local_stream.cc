@@ -13,7 +13,7 @@ namespace psync::relay {
 // then the end of the stream (Finish) once the queue is drained.
 class LocalWriter final : public LocalSink {
  public:
-  explicit LocalWriter(grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* r) : r_(r) {}
+  explicit LocalWriter(grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* r) : r_(r) {}
 
   void Push(std::shared_ptr<const v1::Plan> plan) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -50,7 +50,10 @@ class LocalWriter final : public LocalSink {
     if (r_ == nullptr || writing_ || finished_) return;
     if (!q_.empty() && !failed_) {
       writing_ = true;
-      r_->StartWrite(q_.front().get());
+      bool own = false;
+      out_.Clear();  // Serialize needs an empty buffer
+      (void)grpc::SerializationTraits<v1::Plan>::Serialize(*q_.front(), &out_, &own);
+      r_->StartWrite(&out_);
       return;
     }
     if (end_) {
@@ -60,19 +63,15 @@ class LocalWriter final : public LocalSink {
   }
 
   std::mutex mu_;
-  grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* r_;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* r_;
   std::deque<std::shared_ptr<const v1::Plan>> q_;  // front() is being written while writing_
+  grpc::ByteBuffer out_;                           // ... serialized
   bool writing_ = false, end_ = false, failed_ = false, finished_ = false;
   grpc::Status st_;
 };
 
-LocalStream::LocalStream(RankRegistry* registry, const absl::Status& refused)
-    : registry_(registry), writer_(std::make_shared<LocalWriter>(this)) {
-  if (!refused.ok()) {
-    writer_->End(refused);
-    return;
-  }
-  StartRead(&up_);
+LocalStream::LocalStream(RankRegistry* registry) : registry_(registry), writer_(std::make_shared<LocalWriter>(this)) {
+  StartRead(&raw_);
 }
 
 void LocalStream::OnReadDone(bool ok) {
@@ -81,6 +80,17 @@ void LocalStream::OnReadDone(bool ok) {
     // coordinator must hear that this rank is lost, as without the relay.
     if (batcher_ && !done_) batcher_->Gone(rank_, "stream closed (relayed by psync-relay)");
     writer_->End(absl::OkStatus());
+    return;
+  }
+  // Why the bound: a plan-relay message is a report or a heartbeat (the
+  // coordinator's own limit for a Train message is the same 16 MiB).
+  constexpr size_t kMaxMessageBytes = 16 << 20;
+  const size_t bytes = raw_.Length();
+  if (bytes > kMaxMessageBytes ||
+      !grpc::SerializationTraits<v1::TrainUp>::Deserialize(&raw_, &up_).ok()) {
+    Violation("protocol error: undecodable message",
+              absl::StrCat("undecodable message on the Train stream through psync-relay: ", bytes,
+                           " bytes that are not a psync.v1.TrainUp", bytes > kMaxMessageBytes ? " (over 16 MiB)" : ""));
     return;
   }
   if (!batcher_) {
@@ -104,7 +114,7 @@ void LocalStream::OnHello() {
   }
   batcher_ = *b;
   rank_ = up_.hello().rank();
-  StartRead(&up_);
+  StartRead(&raw_);
 }
 
 void LocalStream::OnMessage() {
@@ -129,12 +139,16 @@ void LocalStream::OnMessage() {
       break;
   }
   if (!bad.empty()) {
-    // Why: a protocol violation loses the rank, as at the coordinator.
-    batcher_->Gone(rank_, absl::StrCat("protocol error: ", bad));
-    writer_->End(absl::InvalidArgumentError(bad));
+    Violation(absl::StrCat("protocol error: ", bad), bad);
     return;
   }
-  StartRead(&up_);
+  StartRead(&raw_);
+}
+
+void LocalStream::Violation(const std::string& cause, const std::string& message) {
+  // Why: a protocol violation loses the rank, as at the coordinator.
+  if (batcher_ && !done_) batcher_->Gone(rank_, cause);
+  writer_->End(absl::InvalidArgumentError(message));
 }
 
 void LocalStream::OnWriteDone(bool ok) { writer_->WriteDone(ok); }

@@ -30,11 +30,15 @@ class RankRegistry {
 
 class LocalWriter;
 
-class LocalStream final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan> {
+// Raw messages both ways, as at the coordinator: a message that does not
+// decode as a TrainUp is a protocol error (INVALID_ARGUMENT to the worker,
+// RankClosed "protocol error: undecodable message" upstream), not the end
+// of the stream.
+class LocalStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // `refused` (not OK): the stream ends at once with it (a missing or wrong
-  // token). Deletes itself when gRPC is done with it.
-  LocalStream(RankRegistry* registry, const absl::Status& refused);
+  // Deletes itself when gRPC is done with it. (The token is checked before
+  // the stream reaches it: PlanRelay serves through common/token_gate.h.)
+  explicit LocalStream(RankRegistry* registry);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -43,11 +47,15 @@ class LocalStream final : public grpc::ServerBidiReactor<v1::TrainUp, v1::Plan> 
  private:
   void OnHello();
   void OnMessage();
+  // Reading stops on a protocol violation: the rank is lost upstream with
+  // `cause`, the worker's stream ends with INVALID_ARGUMENT `message`.
+  void Violation(const std::string& cause, const std::string& message);
 
   RankRegistry* const registry_;
   std::shared_ptr<LocalWriter> writer_;
   std::shared_ptr<HostBatcher> batcher_;  // set by the hello
-  v1::TrainUp up_;
+  grpc::ByteBuffer raw_;  // the message being read
+  v1::TrainUp up_;        // ... decoded
   int rank_ = -1;
   bool done_ = false;
 };

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_client.h"
 #include "common/timer_queue.h"
-#include "common/token.h"
+#include "common/token_gate.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "client/relay/host_batcher.h"
 #include "client/relay/local_stream.h"
@@ -21,27 +21,16 @@ struct PlanRelay::Impl : RankRegistry {
   RelayOptions opt;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
-  std::unique_ptr<v1::Coordinator::CallbackService> service;
+  std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   RelayCounters counters;
+  std::shared_ptr<TokenGate> gate;  // null without a token
   TimerQueue timers;  // every batcher's deadlines: one thread for the relay
 
   std::mutex mu;  // guards groups, shut_down
   std::vector<std::shared_ptr<UpstreamStream>> groups;
   bool shut_down = false;
-
-  absl::Status Authorize(grpc::CallbackServerContext* ctx) const {
-    if (opt.token.empty()) return absl::OkStatus();
-    const auto& md = ctx->client_metadata();
-    auto it = md.find("authorization");
-    const absl::string_view value =
-        it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
-    if (!BearerTokenMatches(value, opt.token)) {
-      return absl::UnauthenticatedError("psync-relay: missing or invalid token (the job's PSYNC_TOKEN is required)");
-    }
-    return absl::OkStatus();
-  }
 
   // Puts a local rank into the forming batcher of its generation (or a new one).
   absl::StatusOr<std::shared_ptr<HostBatcher>> Register(const v1::Hello& h, std::shared_ptr<LocalSink> sink) override {
@@ -106,11 +95,16 @@ struct PlanRelay::Impl : RankRegistry {
 
 namespace {
 
-class RelayService final : public v1::Coordinator::CallbackService {
+// Train raw (local_stream.h); the other methods answer UNIMPLEMENTED
+// through the callback API, so the server needs no synchronous threads.
+using RelayServiceBase = v1::Coordinator::WithCallbackMethod_Join<v1::Coordinator::WithCallbackMethod_StoreSet<
+    v1::Coordinator::WithCallbackMethod_StoreGet<v1::Coordinator::WithRawCallbackMethod_Train<v1::Coordinator::Service>>>>;
+
+class RelayService final : public RelayServiceBase {
  public:
   explicit RelayService(PlanRelay::Impl* relay) : relay_(relay) {}
-  grpc::ServerBidiReactor<v1::TrainUp, v1::Plan>* Train(grpc::CallbackServerContext* ctx) override {
-    return new LocalStream(relay_, relay_->Authorize(ctx));
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Train(grpc::CallbackServerContext*) override {
+    return new LocalStream(relay_);
   }
   // Join, StoreSet and StoreGet stay UNIMPLEMENTED: workers send them to the coordinator.
 
@@ -141,7 +135,21 @@ absl::StatusOr<std::unique_ptr<PlanRelay>> PlanRelay::Start(const RelayOptions& 
   impl->stub = v1::Coordinator::NewStub(impl->channel);
   impl->service = std::make_unique<RelayService>(impl.get());
   grpc::ServerBuilder b;
-  b.AddListeningPort(absl::StrCat(opt.listen_host, ":", opt.port), grpc::InsecureServerCredentials(), &impl->port);
+  std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
+  if (!opt.token.empty()) {
+    // Why a gate: a local caller without the job's token is refused before
+    // its message is read (common/token_gate.h), as at the coordinator.
+    TokenGateOptions g;
+    g.token = opt.token;
+    g.server_name = "psync-relay";
+    g.missing_message = "psync-relay: missing token (the job's PSYNC_TOKEN is required)";
+    g.wrong_message = "psync-relay: invalid token (the job's PSYNC_TOKEN is required)";
+    impl->gate = std::make_shared<TokenGate>(
+        std::move(g), std::make_shared<RefusalCounters>(std::vector<std::string>{"/psync.v1.Coordinator/Train"}));
+    server_creds = GatedServerCredentials(impl->gate);
+  }
+  b.AddListeningPort(absl::StrCat(opt.listen_host, ":", opt.port), server_creds, &impl->port);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as the coordinator (coordinator_server.cc)
   b.RegisterService(impl->service.get());
   b.SetMaxReceiveMessageSize(16 << 20);
   impl->server = b.BuildAndStart();

@@ -11,21 +11,6 @@
 
 namespace psync::runtime {
 
-double Quantile(std::vector<double> values, double q) {
-  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(values.begin(), values.end());
-  const double pos = q * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(values.size() - 1, lo + 1);
-  const double frac = pos - static_cast<double>(lo);
-  return values[lo] + (values[hi] - values[lo]) * frac;
-}
-
-std::vector<double> RunSummary::TimedSteps() const {
-  if (step_ms.size() <= 10) return step_ms;
-  return std::vector<double>(step_ms.begin() + 10, step_ms.end());
-}
-
 std::string RunSummary::ToJson() const {
   auto num = [](double v) -> json::Json {
     if (!std::isfinite(v)) return nullptr;
@@ -44,7 +29,7 @@ std::string RunSummary::ToJson() const {
   o["data"] = data;
   o["median_step_ms"] = num(median_step_ms());
   o["p90_step_ms"] = num(p90_step_ms());
-  o["timed_steps"] = static_cast<int64_t>(TimedSteps().size());
+  o["timed_steps"] = step_ms.timed();
   o["exit_reason"] = exit_reason;
   o["exit_code"] = exit_code;
   o["backend"] = backend;

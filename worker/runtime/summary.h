@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/quantile_sketch.h"
+#include "worker/runtime/step_times.h"
 
 namespace psync::runtime {
 
-// The q-quantile (0..1) of `values`, linear interpolation between closest
-// ranks (numpy's default). NaN for an empty input.
-double Quantile(std::vector<double> values, double q);
+// numpy's default quantile (common/quantile_sketch.h).
+using ::psync::Quantile;
 
 struct RunSummary {
   int rank = -1;
@@ -24,17 +25,16 @@ struct RunSummary {
   double val_accuracy = 0;            // the last evaluation's top-1 (NaN if none, or regression)
   double items_per_s = 0;             // tokens (language model) or examples per second over all ranks
   std::string model, data;            // Describe() of each
-  std::vector<double> step_ms;        // wall time of every completed step
+  StepTimes step_ms;                  // wall time of the completed steps (bounded: step_times.h)
   std::string exit_reason;
   int exit_code = 0;
   std::string backend, device;
   double total_s = 0;
 
-  // Step times used for median/p90: the steps after the first 10 (all steps
-  // when there are 10 or fewer).
-  std::vector<double> TimedSteps() const;
-  double median_step_ms() const { return Quantile(TimedSteps(), 0.5); }
-  double p90_step_ms() const { return Quantile(TimedSteps(), 0.9); }
+  // Over the steps after the first 10 (all steps when there are 10 or
+  // fewer); exact up to 4096 of them, then within 1% (step_times.h).
+  double median_step_ms() const { return step_ms.Median(); }
+  double p90_step_ms() const { return step_ms.P90(); }
 
   // {"rank":..,"steps_completed":..,"final_loss":..,"median_step_ms":..,
   //  "p90_step_ms":..,"exit_reason":..,...}

@@ -263,10 +263,9 @@ absl::Status TrainLoop::Evaluate(int64_t step, StepMetrics* m) {
 void TrainLoop::PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now) {
   const bool due = opt_.progress_every > 0 && ((step + 1) % opt_.progress_every == 0 || step + 1 == opt_.steps);
   if (ctx_.rank != 0 || opt_.quiet || !(due || std::isfinite(m.val_loss))) return;
-  // Rates from the median of the steps so far (robust to a slow first step).
-  RunSummary s;
-  s.step_ms = result_.step_ms;
-  const double median_ms = s.median_step_ms();
+  // Rates from the median of the last StepTimes::kWindow steps (robust to
+  // a slow step; bounded work however long the run).
+  const double median_ms = result_.step_ms.RecentMedian();
   const double eta = median_ms * static_cast<double>(opt_.steps - step - 1) / 1000.0;
   std::string line = absl::StrFormat("step %d/%d | loss %.4f", step + 1, opt_.steps, m.loss);
   if (std::isfinite(m.val_loss)) absl::StrAppendFormat(&line, " | val %.4f", m.val_loss);
@@ -331,8 +330,7 @@ TrainResult TrainLoop::Run() {
     const auto t1 = Clock::now();
     last_step_ms_ = Ms(t1 - t0);
     prev_loss_ = *loss;
-    result_.step_ms.push_back(last_step_ms_);
-    result_.losses.push_back(*loss);
+    result_.step_ms.Add(last_step_ms_);
     result_.steps_completed = step + 1;
     result_.final_loss = *loss;
     m.step_ms = last_step_ms_;
@@ -367,9 +365,7 @@ TrainResult TrainLoop::Run() {
       return Fail(st, last, "writing the final checkpoint");
     }
   }
-  RunSummary s;
-  s.step_ms = result_.step_ms;
-  result_.items_per_s = items_per_step_ / (s.median_step_ms() / 1000.0);
+  result_.items_per_s = items_per_step_ / (result_.step_ms.Median() / 1000.0);
   if (window_.StopsBefore(result_.steps_completed)) return Stopped(window_.stop_after());
   result_.exit_code = kExitOk;
   result_.reason = absl::StrCat("completed ", result_.steps_completed, " steps");

@@ -37,6 +37,7 @@
 #include "worker/runtime/exit_codes.h"
 #include "worker/runtime/metrics_writer.h"
 #include "worker/runtime/plan_source.h"
+#include "worker/runtime/step_times.h"
 #include "worker/runtime/trace_writer.h"
 #include "worker/runtime/worker_flags.h"
 
@@ -87,8 +88,7 @@ struct TrainResult {
   double final_loss = 0;           // NaN when no step completed
   double val_loss = 0;             // the last evaluation's; NaN when none ran
   double val_accuracy = 0;         // NaN when none ran, or regression
-  std::vector<double> step_ms;
-  std::vector<double> losses;      // this rank's loss per completed step
+  StepTimes step_ms;               // bounded, O(1) per step (step_times.h)
   double items_per_s = 0;          // tokens (language model) or examples per second, all ranks, median step
 };
 

@@ -11,6 +11,7 @@
 #include "psync/v1/coordinator.grpc.pb.h"
 #include "server/coordinator_server.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
+#include "tests/integration/coordinator/raw_grpc.h"
 #include "worker/runtime/coordinator/coordinator_client.h"
 
 namespace psync {
@@ -367,6 +368,73 @@ TEST(PlanRelay, UnreachableCoordinatorEndsTheWorkersStreamsNamingIt) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable) << p.status();
   EXPECT_NE(p.status().message().find("via the plan relay at"), std::string::npos) << p.status();
+}
+
+
+// ---- Garbage on a Train stream (issue 25 item 2): bytes that do not decode
+// after a valid hello are a protocol error, not a clean close.
+
+// A raw Train stream (raw_grpc.h): the final status.
+grpc::Status RawTrainStream(const std::string& target, const std::vector<std::string>& messages,
+                            const std::string& token = "") {
+  return test_support::RawStream(target, "/psync.v1.Coordinator/Train", messages, token);
+}
+
+std::string HelloBytes(int rank, int64_t generation) {
+  v1::TrainUp up;
+  up.mutable_hello()->set_job_id("psync");
+  up.mutable_hello()->set_rank(rank);
+  up.mutable_hello()->set_generation(generation);
+  return up.SerializeAsString();
+}
+
+// Ten continuation bytes: a varint that never ends, so no protobuf message.
+const std::string kGarbage(10, '\xff');
+
+TEST(HostStreamGrpc, GarbageAfterHelloIsAProtocolErrorNamingTheRank) {
+  Server s(2, "tok");
+  auto ws = JoinWorld(s, 2, 1, "tok");
+  ASSERT_TRUE(ws[0].client->OpenTrainStream(0, ws[0].joined.generation).ok());
+  // Rank 0 attached first, so the loss reaches it as an ABORT plan.
+  ASSERT_TRUE(WaitFor([&] {
+    v1::WorkersResponse w;
+    s.srv->job().FillWorkers(&w);
+    return w.workers_size() == 2 && w.workers(0).train_stream() > 0;
+  }));
+  const grpc::Status st = RawTrainStream(s.target, {HelloBytes(1, ws[1].joined.generation), kGarbage}, "tok");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  auto p = ws[0].client->WaitPlan(0, 5000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
+  EXPECT_NE(p->reason.find("protocol error: undecodable message"), std::string::npos) << p->reason;
+  EXPECT_EQ(s.State(), v1::JOB_ABORTED);
+}
+
+TEST(HostStreamGrpc, GarbageInsteadOfHelloIsRefused) {
+  Server s(1);
+  const grpc::Status st = RawTrainStream(s.target, {kGarbage});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  EXPECT_EQ(s.State(), v1::JOB_WAITING);  // nothing attached, nothing lost
+}
+
+TEST(PlanRelay, GarbageFromAWorkerIsAProtocolErrorNamingTheRank) {
+  Server s(2, "tok");
+  auto relay = StartRelay(s, 2, "tok");
+  auto ws = JoinWorld(s, 2, 2, "tok");
+  ASSERT_TRUE(ws[0].client->UseTrainRelay(RelayTarget(*relay), 5000ms).ok());
+  ASSERT_TRUE(ws[0].client->OpenTrainStream(0, ws[0].joined.generation).ok());
+  const grpc::Status st =
+      RawTrainStream(RelayTarget(*relay), {HelloBytes(1, ws[1].joined.generation), kGarbage}, "tok");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("undecodable message"), std::string::npos) << st.error_message();
+  auto p = ws[0].client->WaitPlan(0, 10000ms);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->action, Action::kAbort);
+  EXPECT_NE(p->reason.find("rank 1 ("), std::string::npos) << p->reason;
+  EXPECT_NE(p->reason.find("protocol error: undecodable message"), std::string::npos) << p->reason;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "psync/v1/control.grpc.pb.h"
 #include "psync/v1/coordinator.grpc.pb.h"
+#include "common/refusal_counters.h"
 #include "server/coordinator_server.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
@@ -34,11 +35,13 @@ using test_support::kParams;
 
 std::unique_ptr<server::CoordinatorServer> StartServer(std::chrono::milliseconds report,
                                                        std::chrono::milliseconds heartbeat = 0ms,
-                                                       const std::string& cert = "", const std::string& key = "") {
+                                                       const std::string& cert = "", const std::string& key = "",
+                                                       const std::string& token = "") {
   server::ServerOptions o = test_support::TestServerOptions(2, report);
   o.job.heartbeat_timeout = heartbeat;
   o.tls_cert_pem = cert;
   o.tls_key_pem = key;
+  o.token = token;
   auto s = server::CoordinatorServer::Start(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
@@ -207,15 +210,19 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+// A self-signed certificate for localhost / 127.0.0.1 in `dir` (cert.pem, key.pem).
+bool MakeCert(const std::string& dir) {
+  return RunCmd({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/key.pem", "-out",
+                 dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost", "-addext",
+                 "subjectAltName=DNS:localhost,IP:127.0.0.1"}) == 0;
+}
+
 TEST(CoordinatorTls, CaClientConnectsPlaintextAndMissingCaFail) {
   if (RunCmd({"openssl", "version"}) != 0) GTEST_SKIP() << "openssl CLI not found: cannot generate a test certificate";
   test_support::TempDir tmp("psync-tls-test");
   const std::string dir = tmp.path();
   const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
-  ASSERT_EQ(RunCmd({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                 "-days", "1", "-subj", "/CN=localhost", "-addext",
-                 "subjectAltName=DNS:localhost,IP:127.0.0.1"}),
-            0);
+  ASSERT_TRUE(MakeCert(dir));
   auto srv = StartServer(10000ms, 0ms, ReadAll(cert), ReadAll(key));
   ASSERT_TRUE(srv);
   const std::string target = "127.0.0.1:" + std::to_string(srv->port());
@@ -251,6 +258,32 @@ TEST(CoordinatorTls, CaClientConnectsPlaintextAndMissingCaFail) {
   EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + cert, "status"}), 0);
   EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--timeout=2", "status"}), 1);
   EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + dir + "/nope.pem", "status"}), 2);
+#endif
+  srv->Shutdown();
+}
+
+// The token gate (common/token_gate.h) on TLS as on plaintext: a call
+// without the token is refused before it is read, and counted.
+TEST(CoordinatorTls, TheTokenGateRefusesOverTlsToo) {
+  if (RunCmd({"openssl", "version"}) != 0) GTEST_SKIP() << "openssl CLI not found: cannot generate a test certificate";
+  test_support::TempDir tmp("psync-tls-test");
+  const std::string dir = tmp.path();
+  ASSERT_TRUE(MakeCert(dir));
+  auto srv = StartServer(10000ms, 0ms, ReadAll(dir + "/cert.pem"), ReadAll(dir + "/key.pem"), "tls-t0k");
+  ASSERT_TRUE(srv);
+  const std::string target = "127.0.0.1:" + std::to_string(srv->port());
+  auto no_token = CoordinatorClient::Connect(target, "", 5000ms, dir + "/cert.pem");
+  ASSERT_TRUE(no_token.ok()) << no_token.status();
+  auto j = (*no_token)->Join(Req(0), 5000ms);
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kUnauthenticated) << j.status();
+  ASSERT_NE(srv->refusals(), nullptr);
+  EXPECT_EQ(srv->refusals()->Of("/psync.v1.Coordinator/Join"), 1u);
+#ifdef PSYNCCTL_PATH
+  EXPECT_NE(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + dir + "/cert.pem", "status"}), 0);
+  EXPECT_EQ(srv->refusals()->Of("/psync.v1.Control/Status"), 1u);
+  EXPECT_EQ(RunCmd({PSYNCCTL_PATH, "--coordinator=" + target, "--tls-ca=" + dir + "/cert.pem", "--token=tls-t0k",
+                    "status"}),
+            0);
 #endif
   srv->Shutdown();
 }
