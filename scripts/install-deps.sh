@@ -12,7 +12,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
-      python3 iproute2)
+      python3 python3-regex iproute2)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
 if [[ "${PSYNC_WITH_BENCH_TOOLS:-0}" == 1 ]]; then pkgs+=(python3-grpcio); fi
 # Deploy tools (scripts/test.sh sets this): docker-compose and PyYAML for deploy_validate;

@@ -8,7 +8,7 @@ down (ARCHITECTURE.md, README.md "Layout").
     worker/nn, optim          level 3
     worker/ddp, data, checkpoint                      level 4
     worker/control            level 5
-    worker/runtime, sample    level 6
+    worker/runtime, sample, tools    level 6
     server/, client/          common and protos only (never worker/, never each other)
 
 A module may include its own files and any module of a lower level; two
@@ -27,7 +27,7 @@ WORKER_LEVELS = {
     "nn": 3, "optim": 3,
     "ddp": 4, "data": 4, "checkpoint": 4,
     "control": 5,
-    "runtime": 6, "sample": 6,
+    "runtime": 6, "sample": 6, "tools": 6,
 }
 SOURCE_EXT = (".h", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -7,7 +7,11 @@
 //     checkpoint (structure, manifest, CRC);
 //   * any other safetensors file, taken as a state dict: the --save files
 //     of psync before --save wrote checkpoints (metadata "model",
-//     "model.<key>", "steps_completed") or a PyTorch state_dict.
+//     "model.<key>", "steps_completed") or a PyTorch state_dict;
+//   * a GPT-2 checkpoint in Hugging Face's layout (hf_gpt2.h: Conv1D
+//     weights transposed, "transformer." names, buffers dropped, the tied
+//     lm_head checked), converted to psync's names and layout; detected
+//     (WeightsFormat::kAuto) or named (--init-format=hf).
 //
 // Threads: a stateless function; safe from any thread.
 #pragma once
@@ -26,11 +30,20 @@ struct ModelWeights {
   // records none (a plain state dict).
   ModelRecord model;
   NamedTensors params;  // CPU tensors under the model's names, in file order
+  bool hf_layout = false;  // read from Hugging Face's GPT-2 layout (converted)
 };
+
+// How a file's tensors are laid out: kAuto tells HF's layout from its names
+// and shapes (LooksLikeHfGpt2); kPsync takes the names as they are; kHf
+// converts (a psync checkpoint is always read as one).
+enum class WeightsFormat { kAuto, kPsync, kHf };
+// "auto" | "psync" | "hf" (--init-format); InvalidArgument otherwise.
+absl::StatusOr<WeightsFormat> ParseWeightsFormat(const std::string& text);
 
 // Errors name `path`: a malformed or truncated file (InvalidArgument), a
 // checkpoint that fails its checks (as ReadCheckpoint with Need::kWeights),
-// I/O (NotFound, PermissionDenied, Internal).
-absl::StatusOr<ModelWeights> ReadModelWeights(const std::string& path);
+// an HF file that is not GPT-2 (InvalidArgument naming the tensor), I/O
+// (NotFound, PermissionDenied, Internal).
+absl::StatusOr<ModelWeights> ReadModelWeights(const std::string& path, WeightsFormat format = WeightsFormat::kAuto);
 
 }  // namespace psync::checkpoint

@@ -28,12 +28,17 @@ struct DataOptions {
   // --data: a file; for idx "IMAGES" (its labels file is found by replacing
   // "images-idx3" with "labels-idx1" in the name) or "IMAGES,LABELS";
   // "fashion-mnist" or "fashion-mnist:DIR" (train + t10k from DIR, default
-  // /usr/share/datasets/fashion-mnist); "" = the synthetic rows.
+  // /usr/share/datasets/fashion-mnist); "" = the synthetic rows; tokens: a
+  // directory of llm.c shards or a glob ('DIR/*_train_*.bin'), read as one
+  // stream in sorted order (token_stream.h).
   std::string path;
   std::string format = "auto";    // --data-format: auto|rows|synthetic|idx|tokens|bytes
   std::string val_path;           // --val-data: same forms as --data
   double val_fraction = 0;        // --val-fraction: hold out the tail of --data (0 = none)
   int64_t block_size = 0;         // --block-size T: tokens per sequence (tokens, bytes)
+  // --vocab-size (gpt; 0 = unknown). Shards (a directory or glob) then check
+  // the ids they read against it instead of a pass over all of them at Open.
+  int64_t vocab_size = 0;
   bool shuffle = false;           // --shuffle: a seeded permutation per epoch (rows, synthetic, idx)
   uint64_t seed = 0;              // --seed: the shuffle and the synthetic rows
   int64_t synthetic_rows = 1024;  // --synthetic-rows

@@ -10,6 +10,7 @@
 #include "worker/data/idx_file.h"
 #include "worker/data/source_error.h"
 #include "worker/data/token_file.h"
+#include "worker/data/token_stream.h"
 
 namespace psync::data {
 
@@ -17,6 +18,15 @@ absl::StatusOr<std::string> DetectFormat(const std::string& path, const std::str
   if (path.empty()) return std::string("synthetic");
   if (IsFashionMnistName(path) || absl::StrContains(path, ',')) return std::string("idx");
   if (absl::EndsWith(path, ".safetensors")) return std::string("rows");
+  if (IsShardSet(path)) {
+    // A set of shards is llm.c token files; the first one says whether it is.
+    PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> shards, ListShards(path, flag));
+    absl::StatusOr<std::string> first = DetectFormat(shards.front(), absl::StrCat(flag, " shard"));
+    if (first.ok() && *first == "tokens") return first;
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": its first shard ", shards.front(),
+                                                   " is not an llm.c token file (magic ", kLlmcMagic,
+                                                   "); a directory or glob of shards is read as llm.c token files"));
+  }
   bool compressed = false;
   absl::StatusOr<std::string> head = ReadHead(path, 16, &compressed);
   if (!head.ok()) return WithFlag(head.status(), flag);

@@ -1,5 +1,6 @@
 // --data-format=tokens|bytes: language modelling on a token stream
-// (token_file.h), the contract of docs/cli-contract.md with N tokens and
+// (token_stream.h: one file, or a glob / directory of llm.c shards read as
+// one stream), the contract of docs/cli-contract.md with N tokens and
 // block size T (N > T):
 //
 //   step s, global batch B: sequence k (0..B-1) starts at
@@ -10,7 +11,8 @@
 //
 // Batches: inputs and targets int64 [b, T]. Examples(i, c) are the windows
 // starting at i*T (num_examples = (N - 1) / T). The tokens stay in the
-// mapping; only the batches are copied.
+// mapping; only the batches are copied. Positions are int64: a stream of
+// shards may hold more than 2^31 tokens.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +22,18 @@
 #include "absl/status/statusor.h"
 #include "worker/data/data_options.h"
 #include "worker/data/dataset.h"
-#include "worker/data/token_file.h"
+#include "worker/data/token_stream.h"
 
 namespace psync::data {
 
 class TokenDataset : public Dataset {
  public:
-  // Tokens [begin, begin + count) of `file` (count > block_size >= 1).
-  TokenDataset(TokenFile file, int64_t begin, int64_t count, int64_t block_size, std::string description);
+  // Tokens [begin, begin + count) of `tokens` (count > block_size >= 1).
+  // max_token_id: the largest id there, or -1 when the stream checks ids
+  // against `vocab_limit` itself (shards with --vocab-size: num_outputs is then
+  // vocab_limit).
+  TokenDataset(TokenStream tokens, int64_t begin, int64_t count, int64_t block_size, int64_t max_token_id,
+               int64_t vocab_limit, std::string description);
 
   std::string Describe() const override;  // description + the largest token id
   const DataInfo& info() const override { return info_; }
@@ -41,9 +47,9 @@ class TokenDataset : public Dataset {
 
  private:
   // Copies the T-token windows starting at `starts` into inputs/targets.
-  Batch Windows(const std::vector<int64_t>& starts) const;
+  absl::StatusOr<Batch> Windows(const std::vector<int64_t>& starts) const;
 
-  TokenFile file_;
+  TokenStream tokens_;
   int64_t begin_, count_, block_size_;
   std::string description_;
   DataInfo info_;

@@ -8,7 +8,8 @@
 //   bytes (--data-format=bytes)   every byte of the file is a token (V = 256)
 //
 // Every error is InvalidArgument naming the flag, the file, the header field
-// and the expected value; nothing past a bad header is read.
+// and the expected value; nothing past a bad header is read. A set of llm.c
+// files read as one stream (a glob or a directory) is token_stream.h.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +41,14 @@ struct TokenFile {
 
 absl::StatusOr<TokenFile> OpenLlmcTokens(const std::string& path, const std::string& flag);
 absl::StatusOr<TokenFile> OpenByteTokens(const std::string& path, const std::string& flag);
+
+// The token count N of an llm.c file from its header and size alone (the
+// same checks as OpenLlmcTokens; the tokens are not read or mapped).
+absl::StatusOr<int64_t> ReadLlmcTokenCount(const std::string& path, const std::string& flag);
+
+// Writes an llm.c file (version 1, uint16 tokens) atomically. InvalidArgument
+// when there are no tokens, more than 2^31 - 1 (the header's int32 count), or
+// an id above 65535 (naming its index).
+absl::Status WriteLlmcTokens(const std::string& path, const int32_t* tokens, int64_t count);
 
 }  // namespace psync::data

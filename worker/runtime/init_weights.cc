@@ -10,8 +10,9 @@
 
 namespace psync::runtime {
 
-absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model) {
-  absl::StatusOr<checkpoint::ModelWeights> read = checkpoint::ReadModelWeights(path);
+absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model,
+                                                checkpoint::WeightsFormat format) {
+  absl::StatusOr<checkpoint::ModelWeights> read = checkpoint::ReadModelWeights(path, format);
   if (!read.ok()) {
     return absl::Status(read.status().code(), absl::StrCat("--init: ", std::string(read.status().message())));
   }
@@ -51,8 +52,8 @@ absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const n
   return out;
 }
 
-absl::Status LoadInitialWeights(const std::string& path, nn::Module& model) {
-  absl::StatusOr<NamedTensors> init = ReadInitialWeights(path, model);
+absl::Status LoadInitialWeights(const std::string& path, nn::Module& model, checkpoint::WeightsFormat format) {
+  absl::StatusOr<NamedTensors> init = ReadInitialWeights(path, model, format);
   if (!init.ok()) return init.status();
   std::map<std::string, Tensor> state(init->begin(), init->end());
   absl::Status st = nn::LoadStateDict(model, state);

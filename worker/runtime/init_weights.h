@@ -6,21 +6,26 @@
 // present with its shape (float32, finite values), nothing else in the file.
 // Errors are InvalidArgument naming the file and the first offending tensor,
 // with the shape the model expects (PyTorch's state_dict names:
-// "layers.0.weight", "h.3.attn.c_attn.weight", ...).
+// "layers.0.weight", "h.3.attn.c_attn.weight", ...). A GPT-2 in Hugging
+// Face's layout is converted first (`format`, checkpoint/weights.h:
+// detected by default).
 #pragma once
 
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/checkpoint/weights.h"
 #include "worker/nn/module.h"
 #include "worker/tensor/named_tensors.h"
 
 namespace psync::runtime {
 
 // The file's tensors in the model's registration order, validated.
-absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model);
+absl::StatusOr<NamedTensors> ReadInitialWeights(const std::string& path, const nn::Module& model,
+                                                checkpoint::WeightsFormat format = checkpoint::WeightsFormat::kAuto);
 // ReadInitialWeights, then copies them into the model's parameters.
-absl::Status LoadInitialWeights(const std::string& path, nn::Module& model);
+absl::Status LoadInitialWeights(const std::string& path, nn::Module& model,
+                                checkpoint::WeightsFormat format = checkpoint::WeightsFormat::kAuto);
 
 }  // namespace psync::runtime

@@ -71,7 +71,7 @@ absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, const data::DataInf
     }
   }
   if (!spec.init_path.empty()) {
-    absl::Status st = LoadInitialWeights(spec.init_path, **model);
+    absl::Status st = LoadInitialWeights(spec.init_path, **model, spec.init_format);
     if (!st.ok()) return st;
   }
   // After --init, so the bf16 copies start from the loaded weights.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/checkpoint/weights.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/precision.h"
 #include "worker/nn/models/model.h"
@@ -23,6 +24,7 @@ struct ModelSpec {
   nn::ModelOptions options;
   int skip_layer = -1;        // --skip-layer / --skip-block; -1 = none
   std::string init_path;      // --init; empty = the seeded initialisation
+  checkpoint::WeightsFormat init_format = checkpoint::WeightsFormat::kAuto;  // --init-format
   nn::Precision precision = nn::Precision::kFp32;  // --precision (nn/precision.h)
 };
 

@@ -65,6 +65,7 @@ ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
   m.options.cnn_channels = opt.cnn_channels;
   m.skip_layer = opt.skip_layer;
   m.init_path = opt.init_path;
+  m.init_format = opt.init_format;
   m.precision = *nn::ParsePrecision(opt.precision);  // validated with the flags
   return m;
 }

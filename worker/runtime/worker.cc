@@ -66,6 +66,7 @@ int64_t PeakDeviceBytes(Device device) {
 
 data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   data::DataOptions d = opt.data;
+  if (opt.model == "gpt") d.vocab_size = opt.vocab_size;  // shards check their ids against it
   if (opt.model == "mlp") {  // rows: x and y widths are the MLP's ends
     d.rows_in = opt.widths.front();
     d.rows_out = opt.widths.back();

@@ -53,11 +53,13 @@ ABSL_FLAG(std::string, cnn_channels, "16,32", "cnn: output channels of the two 3
 ABSL_FLAG(int, skip_block, -1, "gpt: transformer block to skip; -1 = none");
 ABSL_FLAG(std::string, skip_pattern, "always", "when the skipped layer/block is skipped: always|odd|lastmicro");
 ABSL_FLAG(std::string, init, "", "initial weights (safetensors with the model's parameter names and shapes)");
+ABSL_FLAG(std::string, init_format, "auto",
+          "auto | psync | hf: how --init is laid out (hf: a GPT-2 in Hugging Face's layout; auto tells them apart)");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the default initialisation, the synthetic data and --shuffle");
 // ---- data
 ABSL_FLAG(std::string, data, "",
           "training data: a file (safetensors rows, IDX images, llm.c tokens, or any file with --data-format=bytes), "
-          "fashion-mnist[:DIR]; default: seeded synthetic rows");
+          "a directory or glob of llm.c shards (one stream, sorted), fashion-mnist[:DIR]; default: seeded synthetic rows");
 ABSL_FLAG(std::string, data_format, "auto", "auto | rows | synthetic | idx | tokens | bytes (worker/data/README.md)");
 ABSL_FLAG(std::string, val_data, "", "held-out data, same forms as --data");
 ABSL_FLAG(double, val_fraction, 0, "hold out the tail of --data for evaluation (0 = none)");
@@ -118,7 +120,7 @@ const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout",
       "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "attention", "cnn_channels", "skip_layer", "skip_block",
-      "skip_pattern", "init", "seed",
+      "skip_pattern", "init", "init_format", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
       "eval_batch",
       "global_batch", "accumulate", "steps", "optimizer", "lr", "momentum", "weight_decay", "beta1", "beta2", "eps",
@@ -284,6 +286,9 @@ absl::Status ParseModel(const FlagSource& src, WorkerOptions& o) {
   else if (pattern == "lastmicro") o.skip_pattern = SkipPattern::kLastMicro;
   else return Bad("skip-pattern", absl::StrCat("'", pattern, "' is not one of always|odd|lastmicro"));
   o.init_path = absl::GetFlag(FLAGS_init);
+  absl::StatusOr<checkpoint::WeightsFormat> init_format = checkpoint::ParseWeightsFormat(absl::GetFlag(FLAGS_init_format));
+  if (!init_format.ok()) return Bad("init-format", std::string(init_format.status().message()));
+  o.init_format = *init_format;
   o.seed = absl::GetFlag(FLAGS_seed);
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/checkpoint/weights.h"
 #include "worker/data/data_options.h"
 #include "worker/runtime/train_options.h"
 
@@ -46,6 +47,7 @@ struct WorkerOptions {
   int skip_layer = -1;      // the MLP layer (--skip-layer) or GPT block (--skip-block) to skip; -1 = none
   SkipPattern skip_pattern = SkipPattern::kAlways;
   std::string init_path;
+  checkpoint::WeightsFormat init_format = checkpoint::WeightsFormat::kAuto;  // --init-format
   uint64_t seed = 0;
   // data (worker/data): --data, --data-format, --val-data, --val-fraction,
   // --shuffle, --synthetic-rows; block_size and seed are copied from above.

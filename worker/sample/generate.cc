@@ -64,6 +64,7 @@ absl::StatusOr<std::vector<int64_t>> Generate(nn::Model& model, Device device, c
     Tensor last = logits.Narrow(1, T - 1, 1).Contiguous().To(Device::CPU()).To(kFloat32);
     std::vector<float> row = last.ToVector();
     if (static_cast<int64_t>(row.size()) != V) return absl::InternalError("unexpected logits shape");
+    if (options.vocab_limit > 0 && options.vocab_limit < V) row.resize(static_cast<size_t>(options.vocab_limit));
     const int64_t next = DrawToken(row, options.temperature, options.top_k, &rng);
     out.push_back(next);
     context.push_back(next);

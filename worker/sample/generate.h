@@ -18,6 +18,7 @@ struct SampleOptions {
   int64_t top_k = 0;          // 0 = the whole vocabulary
   uint64_t seed = 0;
   int64_t block_size = 0;     // the model's context length (T)
+  int64_t vocab_limit = 0;    // draw only ids below this (a tokenizer smaller than the model's V); 0 = all
 };
 
 // Returns only the generated tokens. `prompt` must not be empty (the model

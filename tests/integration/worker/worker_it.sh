@@ -758,6 +758,118 @@ EOF
     wait_nodes u0 u1
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
+  hf_weights)  # --init of a GPT-2 in Hugging Face's layout (written by hf_gpt2.py from psync's own init) gives
+               # the same first step, bit for bit; psync-export writes that layout and reads it back
+    EXPORT=$B/worker/tools/psync-export
+    SAMPLE=$B/worker/sample/psync-sample
+    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+    head -c 30000 /dev/urandom | tr -dc 'a-zA-Z0-9 .,\n' | head -c 6000 >"$T/text.txt"
+    GPT=(--model=gpt --vocab-size=128 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --seed=3 --data="$T/text.txt"
+         --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=4)
+    run_job 1 "$T/init.st" "${GPT[@]}" --steps=0
+    /usr/bin/python3 "$HERE/hf_gpt2.py" to-hf "$T/init.st" "$T/hf" --lm-head --n-head=2 || fail "to-hf"
+    /usr/bin/python3 "$HERE/hf_gpt2.py" to-hf "$T/init.st" "$T/hub" --no-prefix --buffers --n-head=2 || fail "to-hf hub"
+    run_job 1 "$T/own.st" "${GPT[@]}" --steps=1 --metrics="$T/own.jsonl"
+    run_job 1 "$T/hf.st" "${GPT[@]}" --steps=1 --metrics="$T/hf.jsonl" --init="$T/hf/model.safetensors"
+    loss() { sed -n 's/^{"step": 1, "loss": \([^,]*\),.*/\1/p' "$1"; }
+    [[ -n $(loss "$T/own.jsonl") && $(loss "$T/own.jsonl") == "$(loss "$T/hf.jsonl")" ]] ||
+      fail "first-step loss: own $(loss "$T/own.jsonl"), hf $(loss "$T/hf.jsonl")"
+    same_weights "$T/own.st" "$T/hf.st" 0
+    note "first-step loss $(loss "$T/own.jsonl") from psync's init and from its HF layout"
+    # psync-export --format=hf writes what hf_gpt2.py wrote (less the tied head); --format=psync reads it back.
+    "$EXPORT" --checkpoint="$T/init.st" --format=hf --out="$T/exported" >"$T/export.log" 2>&1 || fail "psync-export hf: $(cat "$T/export.log")"
+    /usr/bin/python3 "$HERE/hf_gpt2.py" to-hf "$T/init.st" "$T/plain" --n-head=2 || fail "to-hf plain"
+    /usr/bin/python3 "$HERE/hf_gpt2.py" same-tensors "$T/plain/model.safetensors" "$T/exported/model.safetensors" ||
+      fail "psync-export --format=hf differs from hf_gpt2.py's layout"
+    grep -q '"n_head": 2' "$T/exported/config.json" || fail "config.json: $(cat "$T/exported/config.json")"
+    # The hub's layout (no prefix, attn.bias buffers), named: the same weights as the init it came from.
+    "$EXPORT" --checkpoint="$T/hub/model.safetensors" --input-format=hf --format=psync --out="$T/back.st" >"$T/export.log" 2>&1 ||
+      fail "psync-export psync: $(cat "$T/export.log")"
+    same_weights "$T/init.st" "$T/back.st" 0
+    # psync-sample reads the HF file (n_head from config.json) like the psync file it came from.
+    "$SAMPLE" --checkpoint="$T/hf/model.safetensors" --tokens=30 --prompt=ab >"$T/s_hf" || fail "psync-sample on an HF file"
+    "$SAMPLE" --checkpoint="$T/init.st" --tokens=30 --prompt=ab >"$T/s_own" || fail "psync-sample on init.st"
+    cmp -s "$T/s_hf" "$T/s_own" || fail "psync-sample: the HF file sampled other text"
+    # Refusals, before joining (exit 2): an untied head; the layout named wrongly.
+    /usr/bin/python3 "$HERE/hf_gpt2.py" to-hf "$T/init.st" "$T/untied" --untie --n-head=2 || fail "to-hf untied"
+    out=$("$WORKER" "${GPT[@]}" --steps=1 --init="$T/untied/model.safetensors" --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"lm_head.weight differs from wte.weight"* ]] || fail "untied head: rc=$rc out=$out"
+    out=$("$WORKER" "${GPT[@]}" --steps=1 --init="$T/hub/model.safetensors" --init-format=psync --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"h.0.attn.c_attn.weight"* ]] || fail "--init-format=psync on an HF file: rc=$rc out=$out"
+    note "refused: $out" ;;
+
+  hf_transformers)  # psync's logits on an exported HF directory == transformers' GPT2LMHeadModel (1e-4)
+    if ! /usr/bin/python3 -c 'import transformers, torch' 2>/dev/null; then echo "SKIP: transformers is not importable"; exit 77; fi
+    head -c 30000 /dev/urandom | tr -dc 'a-zA-Z0-9 .,\n' | head -c 6000 >"$T/text.txt"
+    run_job 1 "$T/w.st" --model=gpt --vocab-size=128 --block-size=32 --n-layer=2 --n-head=4 --n-embd=64 --data="$T/text.txt" \
+      --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=4 --steps=30
+    "$B/worker/tools/psync-export" --checkpoint="$T/w.st" --format=hf --out="$T/hf" >/dev/null || fail "psync-export"
+    IDS=5,17,99,3,64,64,0,127,42,8,1,2,3,4,5,6,7,8,9,10
+    "$B/tests/integration/worker/gpt_logits" "$T/hf/model.safetensors" "$IDS" "$T/logits.st" || fail "gpt_logits"
+    /usr/bin/python3 "$HERE/hf_gpt2.py" check-logits "$T/hf" "$T/logits.st" "$IDS" 1e-4 || fail "logits differ from transformers" ;;
+
+  shards)  # a directory or glob of llm.c shards trains exactly like the one file they were cut from
+    /usr/bin/python3 - "$T" <<'PY' || fail "writing shards"
+import os, random, struct, sys
+t = sys.argv[1]
+rng = random.Random(4)
+toks = [rng.randrange(64) if rng.random() < 0.3 else (i * 7) % 64 for i in range(5000)]
+def write(path, part):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)) + struct.pack("<%dH" % len(part), *part))
+write(os.path.join(t, "all.bin"), toks)
+os.makedirs(os.path.join(t, "sh"))
+for i, (a, b) in enumerate([(0, 1700), (1700, 1709), (1709, 5000)]):  # a 9-token shard: windows span three
+    write(os.path.join(t, "sh", "x_train_%06d.bin" % i), toks[a:b])
+PY
+    GPT=(--model=gpt --vocab-size=64 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --optimizer=adamw --lr=0.003
+         --global-batch=8 --steps=8 --val-fraction=0.1 --eval-every=4)
+    run_job 2 "$T/one.st" "${GPT[@]}" --data="$T/all.bin"
+    run_job 2 "$T/dir.st" "${GPT[@]}" --data="$T/sh"
+    run_job 2 "$T/glob.st" "${GPT[@]}" --data="$T/sh/x_train_*.bin" --data-format=tokens
+    same_weights "$T/one.st" "$T/dir.st" 0
+    same_weights "$T/one.st" "$T/glob.st" 0
+    out=$("$WORKER" "${GPT[@]}" --data="$T/nothing_*.bin" --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"no shard files match the pattern"* ]] || fail "empty glob: rc=$rc out=$out"
+    note "empty glob: $out" ;;
+
+  tokenizer)  # psync-tokenize train/encode/decode round trip; a GPT trains on the shards; psync-sample --tokenizer
+    TOK=$B/worker/tools/psync-tokenize
+    cat /usr/share/common-licenses/* >"$T/corpus.txt" 2>/dev/null
+    [[ -s $T/corpus.txt ]] || head -c 200000 /dev/urandom | tr -dc 'a-z \n' >"$T/corpus.txt"
+    "$TOK" train --input="$T/corpus.txt" --vocab-size=300 --out="$T/tok" >"$T/tok.log" 2>&1 || fail "train: $(cat "$T/tok.log")"
+    "$TOK" train --input="$T/corpus.txt" --vocab-size=300 --out="$T/tok2" >/dev/null 2>&1 || fail "train again"
+    cmp -s "$T/tok/merges.txt" "$T/tok2/merges.txt" && cmp -s "$T/tok/vocab.json" "$T/tok2/vocab.json" ||
+      fail "training twice gave two tokenizers"
+    "$TOK" encode --tokenizer="$T/tok" --input="$T/corpus.txt" --out="$T/enc/c" --shard-tokens=20000 >"$T/enc.log" 2>&1 ||
+      fail "encode: $(cat "$T/enc.log")"
+    note "$(cat "$T/enc.log")"
+    "$TOK" decode --tokenizer="$T/tok/vocab.json" --input="$(ls "$T"/enc/c_*.bin | paste -sd,)" >"$T/decoded.txt" ||
+      fail "decode"
+    cmp -s "$T/corpus.txt" "$T/decoded.txt" || fail "decode(encode(corpus)) differs from the corpus"
+    run_job 2 "$T/gpt.st" --model=gpt --vocab-size=300 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
+      --data="$T/enc" --optimizer=adamw --lr=0.003 --global-batch=8 --steps=10
+    "$B/worker/sample/psync-sample" --checkpoint="$T/gpt.st" --tokenizer="$T/tok" --prompt="The " --tokens=20 \
+      >"$T/sample.txt" 2>&1 || fail "psync-sample --tokenizer: $(cat "$T/sample.txt")"
+    [[ $(head -c 4 "$T/sample.txt") == "The " ]] || fail "the sample does not start with its prompt: $(cat "$T/sample.txt")"
+    out=$("$B/worker/sample/psync-sample" --checkpoint="$T/gpt.st" 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"vocabulary of 300 tokens; without --tokenizer"* ]] || fail "V=300 without --tokenizer: rc=$rc $out"
+    # A vocabulary llm.c shards cannot hold is refused by name.
+    /usr/bin/python3 - "$T/tok/vocab.json" "$T/big" <<'PY' || fail "writing a big vocabulary"
+import json, os, sys
+v = json.load(open(sys.argv[1], encoding="utf-8"))
+v = {k: i for k, i in v.items() if i < 256}
+for i in range(256, 65537):
+    v["<extra_%d>" % i] = i
+os.makedirs(sys.argv[2])
+json.dump(v, open(os.path.join(sys.argv[2], "vocab.json"), "w", encoding="utf-8"), ensure_ascii=False)
+open(os.path.join(sys.argv[2], "merges.txt"), "w").write("#version: 0.2\n")
+PY
+    out=$("$TOK" encode --tokenizer="$T/big" --input="$T/corpus.txt" --out="$T/big/x" 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"65537 tokens, but llm.c shards hold uint16 ids: at most 65536 tokens"* ]] ||
+      fail "a vocabulary of 65537: rc=$rc out=$out"
+    note "sample: $(head -c 60 "$T/sample.txt" | tr '\n' ' ')" ;;
+
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
 echo "PASS [$CASE${BACKEND:+ backend=$BACKEND}]"

@@ -58,8 +58,18 @@ TEST(DetectFormat, FromNameAndFirstBytes) {
               {"gzip-compressed, but not IDX inside", "after gunzip"});
   ExpectError(DetectFormat(dir.File("nope")).status(), absl::StatusCode::kNotFound,
               {"--data " + dir.File("nope"), "no such file"});
-  ExpectError(DetectFormat(dir.path(), "--val-data").status(), absl::StatusCode::kInvalidArgument,
-              {"--val-data " + dir.path(), "is a directory"});
+  // A directory is a set of llm.c shards (token_stream.h): its sorted *.bin
+  // files, the first of which must be one (shard.bin sorts before table.bin).
+  EXPECT_EQ(*DetectFormat(dir.path(), "--val-data"), "tokens");
+  const std::string empty = dir.File("empty");
+  std::filesystem::create_directories(empty);
+  ExpectError(DetectFormat(empty, "--val-data").status(), absl::StatusCode::kNotFound,
+              {"--val-data " + empty, "no shard files (*.bin) in the directory"});
+  const std::string rows_dir = dir.File("rows");
+  std::filesystem::create_directories(rows_dir);
+  ASSERT_TRUE(safetensors::Write(rows_dir + "/a.bin", {{"x", Tensor::FromVector(std::vector<float>{1}, {1, 1})}}).ok());
+  ExpectError(DetectFormat(rows_dir, "--val-data").status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + rows_dir, "its first shard " + rows_dir + "/a.bin is not an llm.c token file"});
 }
 
 TEST(Open, ValDataAndValFractionAreExclusiveAndChecked) {

@@ -6,7 +6,8 @@ loader must return, computed here from the file bytes, not from psync code.
 
   llmc PATH N SEED                   write an llm.c token file (N uint16 tokens)
   bytes PATH N SEED                  write N random bytes
-  token-batches PATH KIND T B STEPS  KIND llmc|bytes: one line per (step, k):
+  token-batches PATH KIND T B STEPS  KIND llmc|bytes|shards (PATH: a directory of *.bin or a glob,
+                                     concatenated in sorted order): one line per (step, k):
                                      "s k o | inputs... | targets..."
   token-windows PATH KIND T          Examples(): one line per window i: "i | inputs | targets"
   idx PREFIX N H W CLASSES SEED gz|plain   write PREFIX-images-idx3-ubyte[.gz] and labels
@@ -14,7 +15,9 @@ loader must return, computed here from the file bytes, not from psync code.
   perm N SEED EPOCH                  the documented shuffle permutation
   fmnist DIR                         counts, first 20 labels, label histogram, pixel sums of train and t10k
 """
+import glob
 import gzip
+import os
 import struct
 import sys
 
@@ -33,6 +36,12 @@ def f32(v):
 
 
 def read_tokens(path, kind):
+    if kind == "shards":
+        if os.path.isdir(path):
+            files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".bin")]
+        else:
+            files = glob.glob(path)
+        return [t for f in sorted(files) for t in read_tokens(f, "llmc")]
     data = open(path, "rb").read()
     if kind == "bytes":
         return list(data)

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/common/temp_dir.h"
@@ -65,13 +67,23 @@ std::string Llmc(int32_t magic, int32_t version, int32_t count, const std::strin
 class TokenFiles : public ::testing::Test {
  protected:
   absl::StatusOr<OpenedData> OpenTokens(const std::string& path, int64_t t, const std::string& format = "auto",
-                                        double val_fraction = 0) {
+                                        double val_fraction = 0, int64_t vocab_size = 0) {
     DataOptions o;
     o.path = path;
     o.format = format;
     o.block_size = t;
     o.val_fraction = val_fraction;
+    o.vocab_size = vocab_size;
     return Open(o);
+  }
+  // Whether `path` is memory-mapped in this process.
+  static bool Mapped(const std::string& path) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find(path) != std::string::npos) return true;
+    }
+    return false;
   }
   // Opening fails with InvalidArgument naming the flag, the file and every needle.
   void ExpectOpenError(const std::string& path, int64_t t, const std::string& format,
@@ -197,20 +209,12 @@ TEST_F(TokenFiles, ValFractionHoldsOutTheTailOfTheStream) {
 TEST_F(TokenFiles, TokensAreMemoryMapped) {
   const std::string path = dir_.File("mapped.bin");
   Reference({"llmc", path, "5000", "1"});
-  auto mapped = [&] {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      if (line.find(path) != std::string::npos) return true;
-    }
-    return false;
-  };
   {
     absl::StatusOr<OpenedData> d = OpenTokens(path, 64);
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_TRUE(mapped());
+    EXPECT_TRUE(Mapped(path));
   }
-  EXPECT_FALSE(mapped());
+  EXPECT_FALSE(Mapped(path));
 }
 
 TEST_F(TokenFiles, CorruptHeadersNameFileFieldAndExpectedValue) {
@@ -251,6 +255,148 @@ TEST_F(TokenFiles, CorruptHeadersNameFileFieldAndExpectedValue) {
   // not there
   ExpectError(OpenTokens(dir_.File("missing.bin"), 4, "tokens").status(), absl::StatusCode::kNotFound,
               {"--data " + dir_.File("missing.bin"), "no such file"});
+}
+
+// ---- sets of llm.c shards (--data=DIR or a glob): one stream in sorted order
+
+class TokenShards : public TokenFiles {
+ protected:
+  // Shards of 40, 7 and 60 tokens in dir_/shards, written out of order; a
+  // window of T + 1 = 9 tokens can span all three.
+  void WriteShards() {
+    shards_ = dir_.File("shards");
+    std::filesystem::create_directories(shards_);
+    Reference({"llmc", shards_ + "/d_train_000002.bin", "60", "3"});
+    Reference({"llmc", shards_ + "/d_train_000000.bin", "40", "1"});
+    Reference({"llmc", shards_ + "/d_train_000001.bin", "7", "2"});
+    WriteBytes(shards_ + "/notes.txt", "not a shard");
+  }
+  absl::StatusOr<OpenedData> OpenShards(const std::string& path, int64_t t, int64_t vocab_size = 0,
+                                        double val_fraction = 0) {
+    return OpenTokens(path, t, "auto", val_fraction, vocab_size);
+  }
+  std::string shards_;
+};
+
+TEST_F(TokenShards, ADirectoryOrAGlobIsOneStreamInSortedOrder) {
+  WriteShards();
+  for (const std::string& path : {shards_, shards_ + "/d_train_*.bin"}) {
+    absl::StatusOr<OpenedData> d = OpenShards(path, 8);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->format, "tokens");  // auto: the first shard's magic
+    const auto& ds = static_cast<const TokenDataset&>(*d->train);
+    EXPECT_EQ(ds.num_tokens(), 107);
+    EXPECT_NE(ds.Describe().find("(llm.c, 3 shards, 107 tokens, T=8, mmap on first use)"), std::string::npos)
+        << ds.Describe();
+    // Python concatenates the sorted shards; 13 steps of 8 wrap around the 99 starts.
+    CheckContract(ds, path, "shards", 8, 8, 13);
+    std::vector<Sequence> all = ParseSequences(Reference({"token-windows", path, "shards", "1"}), false);
+    int64_t max_id = 0;
+    for (const Sequence& w : all) max_id = std::max({max_id, w.inputs[0], w.targets[0]});
+    EXPECT_EQ(ds.info().max_token_id, max_id);
+  }
+}
+
+TEST_F(TokenShards, ValFractionHoldsOutTheTailOfTheConcatenation) {
+  WriteShards();
+  absl::StatusOr<OpenedData> d = OpenShards(shards_, 4, 0, 0.5);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const auto& val = static_cast<const TokenDataset&>(*d->val);
+  EXPECT_EQ(val.num_tokens(), 53);  // floor(0.5 * 107); it starts in the middle shard
+  std::vector<Sequence> all = ParseSequences(Reference({"token-windows", shards_, "shards", "1"}), false);
+  absl::StatusOr<Batch> v = val.Examples(0, 1);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->inputs.ToVector<int64_t>(),
+            (std::vector<int64_t>{all[54].inputs[0], all[55].inputs[0], all[56].inputs[0], all[57].inputs[0]}));
+}
+
+TEST_F(TokenShards, ShardsAreMappedOnlyWhenReadTouchesThem) {
+  WriteShards();
+  const std::string first = shards_ + "/d_train_000000.bin", last = shards_ + "/d_train_000002.bin";
+  {
+    // With --vocab-size nothing scans the shards at Open: none is mapped.
+    absl::StatusOr<OpenedData> d = OpenShards(shards_, 8, 50257);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->train->info().max_token_id, -1);
+    EXPECT_EQ(d->train->info().num_outputs, 50257);
+    EXPECT_FALSE(Mapped(first));
+    EXPECT_FALSE(Mapped(last));
+    ASSERT_TRUE(d->train->Get(Spec(0, 0, 1, 0, 1, 2)).ok());  // tokens 0..16: the first two shards
+    EXPECT_TRUE(Mapped(first));
+    EXPECT_FALSE(Mapped(last));
+  }
+  EXPECT_FALSE(Mapped(first));
+}
+
+TEST_F(TokenShards, IdsOutsideTheVocabularyNameTheShardWhenRead) {
+  WriteShards();
+  // Ids are < 50257 (reference.py); a vocabulary of 100 cannot hold them.
+  absl::StatusOr<OpenedData> d = OpenShards(shards_, 8, 100);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ExpectError(d->train->Get(Spec(0, 0, 1, 0, 1, 2)).status(), absl::StatusCode::kInvalidArgument,
+              {"--data shard " + shards_ + "/d_train_000000.bin: token 0 is id",
+               "outside the model's vocabulary of 100 (--vocab-size)"});
+}
+
+TEST_F(TokenShards, HeadersAreCheckedPerShardAndErrorsNameIt) {
+  WriteShards();
+  const std::string bad = shards_ + "/d_train_000001.bin";
+  std::string bytes = ReadBytes(bad);
+  WriteBytes(bad, bytes.substr(0, bytes.size() - 2));  // one token short
+  ExpectError(OpenShards(shards_, 8).status(), absl::StatusCode::kInvalidArgument,
+              {"--data shard " + bad + ": token count (header int32 2) is 7", "(truncated)"});
+  WriteBytes(bad, Llmc(1234, 1, 7, bytes.substr(1024)));
+  ExpectError(OpenShards(shards_ + "/*.bin", 8).status(), absl::StatusCode::kInvalidArgument,
+              {"--data shard " + bad + ": magic (header int32 0) is 1234"});
+  WriteBytes(bad, bytes);
+  // A shard rewritten after Open: the read that maps it says so.
+  absl::StatusOr<OpenedData> d = OpenShards(shards_, 8, 50257);
+  ASSERT_TRUE(d.ok()) << d.status();
+  WriteBytes(bad, Llmc(kLlmcMagic, 1, 6, bytes.substr(1024, 12)));
+  ExpectError(d->train->Get(Spec(0, 0, 1, 0, 1, 8)).status(), absl::StatusCode::kFailedPrecondition,
+              {"--data shard " + bad + ": holds 6 tokens now, but 7 when the data was opened"});
+}
+
+TEST_F(TokenShards, SetsThatCannotBeReadAreRefused) {
+  WriteShards();
+  ExpectError(OpenShards(dir_.File("none_*.bin"), 8).status(), absl::StatusCode::kNotFound,
+              {"--data " + dir_.File("none_*.bin") + ": no shard files match the pattern"});
+  Reference({"llmc", shards_ + "/d_val_000000.bin", "20", "4"});
+  ExpectError(OpenShards(shards_, 8).status(), absl::StatusCode::kInvalidArgument,
+              {"holds both training (*_train_*) and validation (*_val_*) shards", "--data='" + shards_ + "/*_train_*.bin'"});
+  // The glob that picks one split works; so does --val-data with the other.
+  DataOptions o;
+  o.path = shards_ + "/*_train_*.bin";
+  o.val_path = shards_ + "/*_val_*.bin";
+  o.block_size = 8;
+  absl::StatusOr<OpenedData> d = Open(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(static_cast<const TokenDataset&>(*d->val).num_tokens(), 20);
+  o.val_path.clear();
+  o.format = "bytes";
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument, {"--data-format=bytes takes one file"});
+}
+
+// Positions are int64: two shards of 2^31 - 1 tokens (sparse files) are one
+// stream of 2^32 - 2, read past 2^31 without scanning anything first.
+TEST_F(TokenShards, TheTotalMayPassTwoToTheThirtyOne) {
+  const std::string big = dir_.File("big");
+  std::filesystem::create_directories(big);
+  const int32_t n = INT32_MAX;
+  for (const char* name : {"/a.bin", "/b.bin"}) {
+    const std::string p = big + name;
+    WriteBytes(p, Llmc(kLlmcMagic, 1, n, ""));
+    std::filesystem::resize_file(p, 1024 + 2 * static_cast<uintmax_t>(n));  // sparse: zeros, no disk
+  }
+  absl::StatusOr<OpenedData> d = OpenShards(big, 4, 50257);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const auto& ds = static_cast<const TokenDataset&>(*d->train);
+  EXPECT_EQ(ds.num_tokens(), 2 * int64_t{n});
+  const int64_t step = (int64_t{1} << 31) / 4 / 2 + 7;  // starts just past 2^31
+  EXPECT_GT(ds.SequenceStart(step, 2, 0), int64_t{1} << 31);
+  absl::StatusOr<Batch> b = ds.Get(Spec(step, 0, 1, 0, 1, 2));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->inputs.ToVector<int64_t>(), std::vector<int64_t>(8, 0));
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ TEST_F(WorkerFlags, ZeroStages) {
 TEST_F(WorkerFlags, FlagsAreParsedWithDashOrUnderscoreSpelling) {
   auto o = Parse({"--coordinator=10.1.2.3:7000", "--rank=2", "--world-size=4", "--local_rank", "1",
                   "--widths=8,16,16,4", "--global-batch=32", "--accumulate=2", "--timeout=1500ms",
-                  "--skip-layer=1", "--skip-pattern=odd", "--find-unused-parameters", "--device=cuda:1"});
+                  "--skip-layer=1", "--skip-pattern=odd", "--find-unused-parameters", "--device=cuda:1",
+                  "--init-format=hf"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->coordinator, "10.1.2.3:7000");
   EXPECT_EQ(o->rank, 2);
@@ -97,6 +98,7 @@ TEST_F(WorkerFlags, FlagsAreParsedWithDashOrUnderscoreSpelling) {
   EXPECT_EQ(o->skip_pattern, SkipPattern::kOdd);
   EXPECT_TRUE(o->find_unused_parameters);
   EXPECT_EQ(o->device, "cuda:1");
+  EXPECT_EQ(o->init_format, checkpoint::WeightsFormat::kHf);
 }
 
 TEST_F(WorkerFlags, TorchrunEnvironmentFillsUnsetFlags) {
@@ -174,6 +176,7 @@ TEST_F(WorkerFlags, BadModelAndOptimisationValuesNameTheFlag) {
   ExpectError({"--widths=8"}, {}, {"--widths"});
   ExpectError({"--skip-pattern=sometimes"}, {}, {"--skip-pattern", "sometimes"});
   ExpectError({"--attention=flash"}, {}, {"--attention", "fused or materialized"});
+  ExpectError({"--init-format=gguf"}, {}, {"--init-format", "gguf"});
   ExpectError({"--skip-layer=-2"}, {}, {"--skip-layer"});
   ExpectError({"--synthetic-rows=0"}, {}, {"--synthetic-rows"});
   ExpectError({"--global-batch=0"}, {}, {"--global-batch"});
