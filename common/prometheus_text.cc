@@ -70,8 +70,13 @@ std::string SeriesKey(MetricLabels labels) {
 std::string PrometheusText::FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+  // Shortest round-trip digits; plain decimals where they read well (as Go's
+  // client writes le="0.0001"), exponents beyond.
+  char buf[400];
+  const double a = std::fabs(v);
+  const std::to_chars_result r = (a == 0 || (a >= 1e-4 && a < 1e15))
+                                     ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                                     : std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
 }
 

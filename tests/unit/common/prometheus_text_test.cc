@@ -60,6 +60,10 @@ TEST(PrometheusText, SpellsValuesAsPrometheusDoes) {
   EXPECT_EQ(PrometheusText::FormatValue(-1), "-1");
   EXPECT_EQ(PrometheusText::FormatValue(0.1), "0.1");
   EXPECT_EQ(PrometheusText::FormatValue(2.5e-5), "2.5e-05");
+  EXPECT_EQ(PrometheusText::FormatValue(0.0001), "0.0001");
+  EXPECT_EQ(PrometheusText::FormatValue(0.00025), "0.00025");
+  EXPECT_EQ(PrometheusText::FormatValue(1e300), "1e+300");
+  EXPECT_EQ(PrometheusText::FormatValue(-0.0), "-0");
   EXPECT_EQ(PrometheusText::FormatValue(12345678901234.0), "12345678901234");
   EXPECT_EQ(PrometheusText::FormatValue(std::nan("")), "NaN");
   EXPECT_EQ(PrometheusText::FormatValue(std::numeric_limits<double>::infinity()), "+Inf");
