@@ -13,6 +13,9 @@ pkgs=(cmake ninja-build g++ pkg-config
       libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
       python3 python3-regex iproute2)
+# The Prometheus text parser the /metrics test reads the coordinator with
+# (tests/integration/coordinator/metrics_live_test.py).
+pkgs+=(python3-prometheus-client)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
 if [[ "${PSYNC_WITH_BENCH_TOOLS:-0}" == 1 ]]; then pkgs+=(python3-grpcio); fi
 # Deploy tools (scripts/test.sh sets this): docker-compose and PyYAML for deploy_validate;

@@ -16,6 +16,11 @@
 #      --help lists
 #   6. the entrypoint dispatches to the binaries; the runtime package list of
 #      the images covers the binaries' shared libraries (ldd + dpkg -S)
+#   7. metrics: the coordinator is annotated for Prometheus and serves
+#      /metrics on the port the annotations, the container, the Service, the
+#      NetworkPolicy and compose name; every psync_* metric the Grafana
+#      dashboard (deploy/grafana/) queries is one the coordinator serves
+#      (read from a coordinator started here, given the binaries)
 # Prints "validate-deploy: N passed, N failed, N skipped"; exits 1 on any
 # failure, 77 when nothing failed but a check was skipped (a tool or the
 # binaries missing: ctest reports the test as skipped, never as passed), 0 when
@@ -106,6 +111,23 @@ for b in psync-coordinator psync-worker psyncctl psync-launch; do
   fi
 done
 ((have_bins)) || skip "binaries not given (or incomplete): flags are not checked against --help"
+
+# The metric families a coordinator serves (with a token, so the refusal
+# counters are there too): what the Grafana dashboard may query.
+if f=$(find_bin psync-coordinator); then
+  PSYNC_TOKEN=validate-deploy timeout 60 "$f" --host=127.0.0.1 --port=0 --world-size=1 --metrics-port=0 \
+    >"$work/coordinator.out" 2>&1 &
+  cpid=$!
+  for _ in $(seq 1 200); do grep -q "listening on" "$work/coordinator.out" && break; sleep 0.1; done
+  url=$(sed -n 's/^psync-coordinator metrics on \(http:[^ ]*\)$/\1/p' "$work/coordinator.out")
+  if [[ -n "$url" ]]; then
+    "$py" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' \
+      "$url" >"$helpdir/metrics.txt" 2>"$work/scrape.err" || bad "GET $url: $(cat "$work/scrape.err")"
+  else
+    bad "psync-coordinator --metrics-port=0 printed no metrics line: $(head -c 500 "$work/coordinator.out")"
+  fi
+  kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null
+fi
 
 "$py" - "$root" "$work/compose.yaml" "$helpdir" "$work/pycount" "${rendered[@]}" <<'PYEOF'
 import glob, json, os, re, shlex, sys, fnmatch
@@ -216,6 +238,33 @@ for sh in glob.glob(os.path.join(root, "deploy/**/*.sh"), recursive=True):
 # ------------------------------------------------ k8s structural checks
 def containers(pod):
     return (pod.get("initContainers") or []) + (pod.get("containers") or [])
+
+def arg_value(args, flag):
+    for a in args or []:
+        if str(a).startswith(flag + "="): return str(a).split("=", 1)[1]
+    return None
+
+def metrics_errors(dep, cc, svc, pols, worker_labels):
+    """The coordinator serves /metrics where Prometheus is told to look, and only Prometheus may look."""
+    errs = []
+    ann = dep["spec"]["template"]["metadata"].get("annotations") or {}
+    if ann.get("prometheus.io/scrape") != "true": errs.append("coordinator pod: no prometheus.io/scrape: \"true\"")
+    if ann.get("prometheus.io/path", "/metrics") != "/metrics": errs.append("coordinator pod: prometheus.io/path is not /metrics")
+    port = str(ann.get("prometheus.io/port"))
+    if arg_value(cc.get("args"), "--metrics-port") != port:
+        errs.append(f"coordinator: --metrics-port={arg_value(cc.get('args'), '--metrics-port')} is not the annotated port {port}")
+    if arg_value(cc.get("args"), "--metrics-host") not in ("0.0.0.0", "::"):
+        errs.append("coordinator: --metrics-host is not 0.0.0.0 (Prometheus scrapes the pod IP)")
+    cports = {str(p.get("containerPort")): p.get("name") for p in cc.get("ports") or []}
+    if cports.get(port) != "metrics": errs.append(f"coordinator: no containerPort {port} named metrics")
+    if not any(str(p.get("port")) == port and p.get("targetPort") in ("metrics", int(port) if port.isdigit() else None)
+               for p in svc["spec"].get("ports", [])):
+        errs.append(f"Service has no port {port} -> metrics")
+    rule_ports = [(r, {str(p.get("port")) for p in r.get("ports") or []}) for p in pols for r in p["spec"].get("ingress") or []]
+    if not any(port in ps for _, ps in rule_ports): errs.append(f"NetworkPolicy admits nobody to the metrics port {port}")
+    for r, ps in rule_ports:
+        if port in ps and "29500" in ps: errs.append("NetworkPolicy: the metrics and gRPC ports share a rule (Prometheus would reach gRPC)")
+    return errs
 
 for rdir, path in renders:
     docs = [d for d in yaml.safe_load_all(open(path)) if d]
@@ -366,10 +415,51 @@ for rdir, path in renders:
                     if ps == {} or "ipBlock" in f: admits_all = True
         if not admits_workers: errs.append("NetworkPolicy does not admit the worker pods")
         if admits_all: errs.append("NetworkPolicy admits every pod / address")
+    errs += metrics_errors(dep, cc, svc, pols, wl)
     if errs:
         for e in errs: bad(f"{tag}: {e}")
     else:
-        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), restarts (--max-restarts={max_restarts} = backoffLimit, exit 4 replaced), checkpoints PVC at {ckdir}, token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings")
+        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), restarts (--max-restarts={max_restarts} = backoffLimit, exit 4 replaced), checkpoints PVC at {ckdir}, token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings, /metrics annotated for Prometheus")
+
+# ------------------------------------------------ metrics: compose and the Grafana dashboard
+coord = (compose.get("services") or {}).get("coordinator") or {}
+cargs = [str(a) for a in coord.get("command") or []]
+cport = arg_value(cargs, "--metrics-port")
+if cport is None or arg_value(cargs, "--metrics-host") != "0.0.0.0" or cport not in [str(e) for e in coord.get("expose") or []]:
+    bad(f"docker-compose.yml: the coordinator does not serve /metrics on 0.0.0.0 and expose its port ({cport})")
+else:
+    ok(f"docker-compose.yml: coordinator serves and exposes /metrics on {cport}")
+served = None
+mpath = os.path.join(helpdir, "metrics.txt")
+if os.path.exists(mpath):
+    served = set()
+    for name, typ in re.findall(r"(?m)^# TYPE (\S+) (\S+)$", open(mpath).read()):
+        served |= {name + s for s in ("_bucket", "_sum", "_count")} if typ == "histogram" else {name}
+dashboards = sorted(glob.glob(os.path.join(root, "deploy/grafana/*.json")))
+if not dashboards: bad("deploy/grafana/ holds no dashboard")
+WANTED = {"psync_plans_total", "psync_rank_step_seconds", "psync_rank_loss", "psync_rank_tokens_per_second",
+          "psync_step_slowest_vs_median_ratio", "psync_restarts_total", "psync_rank_lost_total",
+          "psync_plan_latency_seconds_bucket", "psync_refused_calls_total"}
+for db in dashboards:
+    rel = os.path.relpath(db, root)
+    try:
+        d = json.load(open(db))
+    except ValueError as e:
+        bad(f"{rel}: not JSON: {e}"); continue
+    exprs = [t.get("expr", "") for p in d.get("panels") or [] for t in p.get("targets") or []]
+    used = {m for e in exprs for m in re.findall(r"\bpsync_[a-z0-9_]+", e)}
+    errs = [f"no panel queries {m}" for m in sorted(WANTED - used)]
+    if any(not e for e in exprs) or not exprs: errs.append("a panel target without expr")
+    ids = [p.get("id") for p in d.get("panels") or []]
+    if len(ids) != len(set(ids)): errs.append("panel ids repeat")
+    if served is not None: errs += [f"queries {m}, which the coordinator does not serve" for m in sorted(used - served)]
+    if errs:
+        for e in errs: bad(f"{rel}: {e}")
+    else:
+        ok(f"{rel}: {len(exprs)} queries over {len(used)} psync metrics" +
+           (", all served by the coordinator" if served is not None else " (not checked against a coordinator: binaries not given)"))
+    if served is None:
+        print(f"SKIP: {rel}: metric names not checked against a running coordinator (binaries not given)"); skips += 1
 
 # ------------------------------------------------ Dockerfiles
 ignores = []

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/auth.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
@@ -16,7 +17,9 @@
 #include "server/limits.h"
 #include "server/listen_policy.h"
 #include "server/liveness.h"
+#include "server/job_metrics.h"
 #include "server/plan_fanout.h"
+#include "common/metrics_http_server.h"
 #include "common/timer_queue.h"
 
 namespace psync::server {
@@ -69,6 +72,21 @@ void BoundCallCost(grpc::ServerBuilder* builder) {
   builder->SetResourceQuota(quota);
 }
 
+// GET /metrics (job_metrics.h): a snapshot under JobState's lock, rendered
+// on the HTTP server's own thread, so no HTTP client ever waits on (or
+// holds up) a gRPC thread.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetrics(const ServerOptions& options, const JobState* job,
+                                                                 const RefusalCounters* refusals) {
+  MetricsHttpServer::Options mo;
+  mo.host = options.metrics_host;
+  mo.port = options.metrics_port;
+  return MetricsHttpServer::Start(mo, [job, refusals] {
+    JobMetrics m;
+    job->FillMetrics(&m);
+    return RenderJobMetrics(m, refusals);
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(ServerOptions options) {
@@ -109,6 +127,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   } else {
     creds = UngatedCredentials(options);
   }
+  if (options.metrics_port >= 0) {
+    PSYNC_ASSIGN_OR_RETURN(s->metrics_, StartMetrics(options, s->job_.get(), s->refusals_.get()));
+  }
   grpc::ServerBuilder builder;
   if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string addr = absl::StrCat(options.host, ":", options.port);
@@ -144,16 +165,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   return s;
 }
 
+int CoordinatorServer::metrics_port() const { return metrics_ ? metrics_->port() : -1; }
+
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  liveness_->Stop();
-  if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+  if (metrics_) metrics_->Stop();
+  // Why the checks: a Start that failed half-way (a port in use) ends here too.
+  if (liveness_) liveness_->Stop();
+  if (auto* health = server_ ? server_->GetHealthCheckService() : nullptr) health->Shutdown();
   job_->Abort("coordinator shutting down");  // ends streams, answers waiting Joins
   kv_->Close();                              // answers waiting StoreGets
   job_->events().Close();                    // ends Watches
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server_->Wait();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
   timers_->Stop();  // after the last RPC: nothing can schedule any more
   fanout_->Stop();  // likewise, nothing can broadcast any more
 }

@@ -1,12 +1,17 @@
 // CoordinatorServer: builds and runs the gRPC server for one job:
 // Coordinator + Control services (callback API), health (service "" and
 // "psync.v1.Coordinator" SERVING), reflection only when asked for, optional
-// token and TLS, and the timer thread (join / store deadlines, liveness).
-// Used by main.cc and by in-process tests.
+// token and TLS, the timer thread (join / store deadlines, liveness), and,
+// with ServerOptions::metrics_port, GET /metrics (Prometheus text,
+// job_metrics.h) on an HTTP server of its own. Used by main.cc and by
+// in-process tests.
 //
 // Threads: gRPC's callback threads (a small pool that does not grow with
 // the number of workers) run every RPC; this object owns the one TimerQueue
-// thread and PlanFanOut's helper thread(s) (plan_fanout.h). Shutdown() may be called from any thread, once.
+// thread, PlanFanOut's helper thread(s) (plan_fanout.h) and, with metrics
+// on, MetricsHttpServer's thread (every HTTP client is served there; it
+// takes JobState's lock only to copy a snapshot, at most every 100 ms).
+// Shutdown() may be called from any thread, once.
 #pragma once
 
 #include <chrono>
@@ -22,6 +27,7 @@ class Server;
 
 namespace psync {
 class TimerQueue;  // common/timer_queue.h
+class MetricsHttpServer;  // common/metrics_http_server.h
 class TokenGate;   // common/token_gate.h
 class RefusalCounters;  // common/refusal_counters.h
 }  // namespace psync
@@ -44,6 +50,12 @@ struct ServerOptions {
   bool reflection = false;             // gRPC server reflection (grpcurl without .proto files)
   std::string tls_cert_pem, tls_key_pem;  // both empty = plaintext
   std::chrono::milliseconds liveness_period{1000};
+  // GET /metrics on metrics_host:metrics_port; -1 = off (the default), 0 =
+  // pick a free port (see metrics_port()). No token is asked for: it only
+  // reads numbers (docs/cli-contract.md, "/metrics"), and it listens on
+  // loopback unless metrics_host says otherwise.
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = -1;
 };
 
 class CoordinatorServer {
@@ -54,6 +66,8 @@ class CoordinatorServer {
   ~CoordinatorServer();
 
   int port() const { return port_; }
+  // The port /metrics is served on; -1 when off.
+  int metrics_port() const;
   JobState& job() { return *job_; }
   KvStore& kv() { return *kv_; }
   // Calls refused for want of the token, by method (null without a token):
@@ -78,6 +92,7 @@ class CoordinatorServer {
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<LivenessTicker> liveness_;
+  std::unique_ptr<MetricsHttpServer> metrics_;  // after job_: its thread reads JobState
   bool shut_down_ = false;
 };
 

@@ -175,11 +175,12 @@ absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_poi
         absl::StrCat("rank ", r, " is not training (", v1::WorkerState_Name(m.state), ")"));
   }
   if (absl::Status st = plans_.Validate(r, report); !st.ok()) return st;
-  plans_.Add(r, report);
+  plans_.Add(r, report, now);
   if (plans_.started() && last_plan_time_ == Clock::time_point{}) last_plan_time_ = now;
   m.last_iteration = report.iteration();
   m.last_step_ms = report.last_step_ms();
   m.last_loss = report.loss();
+  m.last_tokens_per_s = report.tokens_per_s();
   m.last_activity = now;
   m.last_heard = now;
   m.last_report_unix_ms = NowUnixMs();

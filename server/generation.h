@@ -30,6 +30,8 @@
 
 namespace psync::server {
 
+struct JobMetrics;  // job_metrics.h
+
 // What JobState knows about a joined rank's run (the identity is in Rendezvous).
 struct RankRuntime {
   v1::WorkerState state = v1::WORKER_STATE_UNSPECIFIED;
@@ -38,7 +40,7 @@ struct RankRuntime {
   // kept after the rank lets go of it): a stream may only speak for its ranks.
   const PlanSink* stream = nullptr;
   int64_t last_iteration = -1;  // last reported
-  double last_step_ms = 0, last_loss = 0;
+  double last_step_ms = 0, last_loss = 0, last_tokens_per_s = 0;
   std::string exit_reason;
   std::chrono::steady_clock::time_point last_activity{};  // last report (or attach)
   std::chrono::steady_clock::time_point last_heard{};     // last message of any kind on the Train stream
@@ -117,6 +119,8 @@ class Generation {
   void FillWorkers(v1::WorkersResponse* out) const;
   void FillBuckets(v1::BucketsResponse* out) const;
   void FillUnused(v1::UnusedResponse* out) const;
+  // This generation's part of /metrics (ranks, step stats); `now` for report ages.
+  void FillMetrics(Clock::time_point now, JobMetrics* out) const;
 
  private:
   const JobConfig& cfg_;

@@ -17,6 +17,7 @@ JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
       start_time_(Clock::now()),
       joins_(scheduler, [this](uint64_t ticket) { ExpireJoin(ticket); }),
       delivery_(cfg_.world_size, cfg_.test_only_plan_delay, scheduler, flushes, [this] { DeliverDuePlans(); }),
+      counters_(cfg_.world_size),
       gen_(std::make_unique<Generation>(cfg_, 1)) {}
 
 void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook) {
@@ -223,6 +224,7 @@ absl::Status JobState::ReportsLocked(const StreamRef& stream, const std::vector<
   // and the plans they complete go out once, after the last of them.
   for (size_t i = 0; i < reports.size(); ++i) {
     PSYNC_RETURN_IF_ERROR(gen_->Report(senders[i], *reports[i], Clock::now()));
+    counters_.Reported(senders[i]);
     if (std::string why = gen_->StepsMismatchAfterReport(senders[i]); !why.empty()) {
       AbortLocked(why, out);
       return absl::OkStatus();  // the report ended the job; the rest are moot
@@ -324,8 +326,10 @@ void JobState::DisconnectLocked(const std::vector<int>& ranks, const std::string
 void JobState::EmitReadyPlansLocked(Outbox* out) {
   PlanAggregator& plans = gen_->plans();
   while (plans.Ready()) {
+    const Clock::time_point now = Clock::now();
+    counters_.PlanEmitted(plans.PendingArrivals(), now);
     auto plan = std::make_shared<const v1::Plan>(plans.Emit());
-    gen_->PlanEmitted(Clock::now());
+    gen_->PlanEmitted(now);
     if (plan->has_bucket_plan()) {
       const v1::BucketPlan& bp = plan->bucket_plan();
       events_.Append(v1::EVENT_PLAN_APPLIED, -1, bp.applies_from_iteration(),
@@ -381,6 +385,7 @@ void JobState::MarkRanksLostLocked(const std::vector<int>& candidates, const std
     RankRuntime& m = gen_->rank(rank);
     m.state = v1::WORKER_LOST;
     m.exit_reason = msg;
+    counters_.Lost(rank);
     if (delivery_.bound(rank)) {
       // Tell the rank itself too, in case its stream still works (e.g. it was
       // blamed for a missing report): it stops instead of waiting. Plan.ranks

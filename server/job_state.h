@@ -13,7 +13,8 @@
 //   PlanDelivery    (plan_delivery.h)    which stream's sink gets which plan, once per stream; the
 //                                        test-only plan delay
 //   LivenessPolicy  (liveness_policy.h)  which rank to declare lost
-//   job_views       (job_views.h)        the read-only Control views
+//   job_views       (job_views.h)        the read-only Control views and the /metrics snapshot
+//   JobCounters     (job_counters.h)     what /metrics counts over all generations
 //
 // Job state machine (v1::JobState):
 //
@@ -83,6 +84,7 @@
 #include "server/event_log.h"
 #include "server/generation.h"
 #include "server/job_config.h"
+#include "server/job_counters.h"
 #include "server/outbox.h"
 #include "server/pending_joins.h"
 #include "server/plan_delivery.h"
@@ -90,6 +92,8 @@
 #include "server/stream_ref.h"
 
 namespace psync::server {
+
+struct JobMetrics;  // job_metrics.h
 
 class JobState {
  public:
@@ -167,6 +171,8 @@ class JobState {
   void FillWorkers(v1::WorkersResponse* out) const;
   void FillBuckets(v1::BucketsResponse* out) const;
   void FillUnused(v1::UnusedResponse* out) const;
+  // What GET /metrics shows (job_metrics.h): a copy, O(world size).
+  void FillMetrics(JobMetrics* out) const;
   v1::JobState state() const;
   int64_t generation() const;
   int restarts() const;
@@ -220,6 +226,7 @@ class JobState {
   std::function<void(const std::string&)> generation_end_hook_;
   PendingJoins joins_;
   PlanDelivery delivery_;
+  JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations
   std::unique_ptr<Generation> gen_;  // the current generation (replaced by RestartLocked)
 };
 

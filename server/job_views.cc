@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/used_bitmap.h"
+#include "server/job_metrics.h"
 
 namespace psync::server {
 
@@ -84,6 +85,30 @@ void Generation::FillStatus(v1::StatusResponse* out) const {
   }
 }
 
+void Generation::FillMetrics(Clock::time_point now, JobMetrics* out) const {
+  out->generation = number_;
+  out->joined = rendezvous_.joined();
+  out->iteration = plans_.last_plan();
+  std::vector<double> step_ms(ranks_.size(), 0.0);
+  for (int r = 0; r < world_size(); ++r) {
+    if (!rendezvous_.member(r).joined) continue;
+    const RankRuntime& rt = rank(r);
+    RankMetrics m;
+    m.rank = r;
+    m.state = rt.state;
+    m.iteration = rt.last_iteration;
+    // Why last_activity: once a rank reported, it is the time of its last
+    // report (set by Report; attaching comes before any report).
+    if (rt.last_iteration >= 0) m.report_age_s = std::chrono::duration<double>(now - rt.last_activity).count();
+    m.step_ms = rt.last_step_ms;
+    m.loss = rt.last_loss;
+    m.tokens_per_s = rt.last_tokens_per_s;
+    out->ranks.push_back(m);
+    step_ms[static_cast<size_t>(r)] = rt.last_step_ms;
+  }
+  out->steps = ComputeStepStats(step_ms);
+}
+
 void Generation::FillBuckets(v1::BucketsResponse* out) const {
   if (!rendezvous_.has_reference()) return;
   *out->mutable_plan() = plans_.current_bucket_plan();
@@ -116,6 +141,20 @@ void JobState::FillStatus(v1::StatusResponse* out) const {
   out->set_max_restarts(cfg_.max_restarts);
   out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
   gen_->FillStatus(out);
+}
+
+void JobState::FillMetrics(JobMetrics* out) const {
+  std::lock_guard<std::mutex> l(mu_);
+  out->job_id = cfg_.job_id;
+  out->world_size = cfg_.world_size;
+  out->state = state_;
+  out->restarts = restarts_;
+  out->max_restarts = cfg_.max_restarts;
+  out->reports = counters_.reports();
+  out->lost = counters_.lost();
+  out->plans = counters_.plans();
+  out->plan_latency = counters_.plan_latency();
+  gen_->FillMetrics(Clock::now(), out);
 }
 
 void JobState::FillWorkers(v1::WorkersResponse* out) const {

@@ -46,6 +46,11 @@ ABSL_FLAG(int, max_restarts, 0,
           "restartable mode: a worker lost while the job runs aborts only the current generation, and the "
           "coordinator waits for every rank to Join again as the next generation (resuming from a checkpoint), "
           "at most this many times; 0 = a lost worker aborts the job");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve GET /metrics (Prometheus text format) on this port; -1 = off, 0 = pick a free port");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "address /metrics listens on; loopback by default, e.g. 0.0.0.0 for a scraper on another host "
+          "(/metrics asks for no token: it only reads numbers)");
 ABSL_FLAG(absl::Duration, test_only_plan_delay, absl::ZeroDuration(),
           "TEST ONLY: hold every plan back this long before sending it (simulates a slow coordinator)");
 
@@ -110,11 +115,14 @@ int main(int argc, char** argv) {
   opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
   opt.job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
+  opt.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  opt.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (opt.token.empty()) {
     if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
   }
   if (opt.job.world_size < 1) return BadFlag("--world-size is required and must be >= 1");
   if (opt.port < 0 || opt.port > 65535) return BadFlag("--port must be in 0..65535");
+  if (opt.metrics_port < -1 || opt.metrics_port > 65535) return BadFlag("--metrics-port must be -1 (off) or 0..65535");
   if (opt.job.job_id.empty()) return BadFlag("--job-id must not be empty");
   if (opt.job.join_timeout.count() <= 0) return BadFlag("--join-timeout must be > 0");
   if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
@@ -159,6 +167,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "psync-coordinator: --port-file: %s\n", std::string(st.message()).c_str());
       return 1;
     }
+  }
+  if ((*server)->metrics_port() >= 0) {
+    std::cout << "psync-coordinator metrics on http://" << opt.metrics_host << ":" << (*server)->metrics_port()
+              << "/metrics" << std::endl;
   }
   std::cout << "psync-coordinator listening on " << opt.host << ":" << port << std::endl;
   LogJob(opt);

@@ -37,6 +37,7 @@ void PlanAggregator::ResetSlot(int64_t iteration) {
   s.iteration = iteration;
   s.reports = 0;
   s.reported.assign(static_cast<size_t>(world_), false);
+  s.arrived.assign(static_cast<size_t>(world_), {});
   s.used_or.assign(bitmap_bytes_, '\0');
 }
 
@@ -80,6 +81,9 @@ absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
   if (!std::isfinite(r.last_step_ms()) || r.last_step_ms() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("last_step_ms ", r.last_step_ms(), " is not a valid time"));
   }
+  if (!std::isfinite(r.tokens_per_s()) || r.tokens_per_s() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens_per_s ", r.tokens_per_s(), " is not a valid rate"));
+  }
   if (r.ready_order_size() > 0) {
     if (rank != 0) {
       return absl::InvalidArgumentError(
@@ -93,7 +97,7 @@ absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
   return absl::OkStatus();
 }
 
-void PlanAggregator::Add(int rank, const v1::Report& r) {
+void PlanAggregator::Add(int rank, const v1::Report& r, std::chrono::steady_clock::time_point arrived) {
   const int64_t i = r.iteration();
   if (!started_) {
     // Why: the first report fixes the first iteration (ranks start together).
@@ -113,6 +117,7 @@ void PlanAggregator::Add(int rank, const v1::Report& r) {
   Slot& s = SlotFor(i);
   for (size_t b = 0; b < s.used_or.size(); ++b) s.used_or[b] |= r.used_bitmap()[b];
   s.reported[static_cast<size_t>(rank)] = true;
+  s.arrived[static_cast<size_t>(rank)] = arrived;
   ++s.reports;
   last_reported_[static_cast<size_t>(rank)] = i;
   if (i > max_reported_) {

@@ -19,6 +19,7 @@
 // gets a new one (it is movable for that).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,8 +43,8 @@ class PlanAggregator {
 
   // Everything wrong with `r` as rank `rank`'s next report (no state change).
   absl::Status Validate(int rank, const v1::Report& r) const;
-  // Records a report that passed Validate.
-  void Add(int rank, const v1::Report& r);
+  // Records a report that passed Validate, which arrived at `arrived`.
+  void Add(int rank, const v1::Report& r, std::chrono::steady_clock::time_point arrived = {});
   // True when every rank reported next_plan().
   bool Ready() const;
   // Builds Plan{next_plan()} (Ready() must hold) and moves on to the next iteration.
@@ -67,6 +68,11 @@ class PlanAggregator {
   int64_t last_plan() const { return last_plan_; }   // -1 = none yet
   // Whether `rank` reported next_plan() already (waiting for the others).
   bool ReportedPending(int rank) const;
+  // When each rank's report of next_plan() arrived (Add's `arrived`), by
+  // rank; once Ready(), for the plan latency (server/job_counters.h).
+  const std::vector<std::chrono::steady_clock::time_point>& PendingArrivals() const {
+    return SlotFor(next_plan_).arrived;
+  }
   int64_t last_reported(int rank) const { return last_reported_[static_cast<size_t>(rank)]; }
   // Highest iteration any rank reported (-1 = none), and a rank that did.
   int64_t max_reported(int* rank = nullptr) const;
@@ -81,6 +87,7 @@ class PlanAggregator {
     int64_t iteration = -1;
     int reports = 0;
     std::vector<bool> reported;  // by rank
+    std::vector<std::chrono::steady_clock::time_point> arrived;  // by rank
     std::string used_or;         // OR of the used bitmaps
   };
   Slot& SlotFor(int64_t iteration) { return slots_[static_cast<size_t>(iteration % k_)]; }

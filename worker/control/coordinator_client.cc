@@ -342,6 +342,7 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
   r->set_used_bitmap(report.used_bitmap);
   r->set_loss(report.loss);
   r->set_last_step_ms(report.last_step_ms);
+  r->set_tokens_per_s(report.tokens_per_s);
   for (int p : report.ready_order) r->add_ready_order(p);
   impl_->last_iteration.store(report.iteration);
   bool ok;

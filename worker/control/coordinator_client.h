@@ -119,6 +119,7 @@ struct Report {
   double loss = 0;
   double last_step_ms = 0;
   std::vector<int> ready_order;  // rank 0, once (report of iteration 1); else empty
+  double tokens_per_s = 0;     // this rank's tokens (examples) per second in the previous step; 0 = none yet
 };
 
 // Bitmaps: common/used_bitmap.h (byte p/8, bit p%8, LSB first).

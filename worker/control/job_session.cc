@@ -24,12 +24,13 @@ class ClientReports : public ReportChannel {
  public:
   explicit ClientReports(CoordinatorClient* client) : client_(client) {}
   absl::Status SendReport(int64_t iteration, const std::vector<uint8_t>& used, double loss, double last_step_ms,
-                          const std::vector<size_t>& ready_order) override {
+                          const std::vector<size_t>& ready_order, double tokens_per_s) override {
     Report r;
     r.iteration = iteration;
     r.used_bitmap = bitmap::Pack(used);
     r.loss = std::isfinite(loss) ? loss : 0.0;
     r.last_step_ms = last_step_ms;
+    r.tokens_per_s = std::isfinite(tokens_per_s) && tokens_per_s >= 0 ? tokens_per_s : 0.0;
     for (size_t i : ready_order) r.ready_order.push_back(static_cast<int>(i));
     return client_->SendReport(r);
   }

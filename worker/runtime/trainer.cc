@@ -118,6 +118,7 @@ class TrainLoop {
   double items_per_step_ = 0;
   TrainResult result_;
   double last_step_ms_ = 0, prev_loss_ = 0;
+  double rank_tokens_per_s_ = 0;  // this rank's share of the last step's items per second (the reports carry it)
   Clock::time_point start_;
   int64_t last_evaluated_ = -1;
   int64_t last_checkpoint_ = -1;
@@ -207,8 +208,8 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
       // overlaps this backward.
       std::vector<size_t> ready_order;
       if (ctx_.rank == 0 && step == 1) ready_order = reducer_.recorded_ready_order();
-      PSYNC_RETURN_IF_ERROR(
-          ctx_.reports->SendReport(step, used, step == 0 ? 0.0 : prev_loss_, last_step_ms_, ready_order));
+      PSYNC_RETURN_IF_ERROR(ctx_.reports->SendReport(step, used, step == 0 ? 0.0 : prev_loss_, last_step_ms_,
+                                                     ready_order, rank_tokens_per_s_));
     }
     {
       TraceWriter::Scope span(ctx_.trace, "backward", "train", TraceWriter::kMain,
@@ -320,6 +321,8 @@ std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher
   result_.final_loss = *loss;
   m.step_ms = last_step_ms_;
   m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
+  // Why / world: the global batch is split evenly over the ranks (worker_flags checks it divides).
+  rank_tokens_per_s_ = m.tokens_per_s / ctx_.world_size;
   if (EvaluatesAfter(step)) {
     if (absl::Status st = Evaluate(step, &m); !st.ok()) return Failure{st, step, "evaluation"};
   }
