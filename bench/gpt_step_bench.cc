@@ -151,7 +151,7 @@ std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::De
 }
 
 // AdamW computing in c.precision (it writes the bf16 weight copies); with a
-// ZeRO reducer the sharded one, attached to its shards (float32 only).
+// ZeRO reducer the sharded one, attached to its shards.
 std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::GPT& model,
                                                    psync::ddp::DistributedDataParallel* ddp) {
   auto policy = model.UsePrecision(c.precision);
@@ -164,9 +164,9 @@ std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::G
   o.beta1 = 0.9;
   o.beta2 = 0.95;
   if (ddp != nullptr && ddp->reducer().zero_buckets()) {
+    // bf16: the copies follow the gathered weights (as psync-worker does).
     if (c.precision == psync::nn::Precision::kBf16) {
-      std::fprintf(stderr, "%s: --zero runs at --precision=fp32|tf32 only (the sharded optimizer writes no bf16 copies)\n", kName);
-      std::exit(1);
+      ddp->reducer().zero_buckets()->SetAfterGather([p = *policy] { p->RefreshCopies(); });
     }
     auto sharded = psync::optim::ShardedOptimizer::Create(model.named_parameters(),
                                                           std::make_unique<psync::optim::AdamWRule>(o));

@@ -134,6 +134,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string addr = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(addr, creds, &s->port_);
+  // Why no SO_REUSEPORT (gRPC's default on Linux): a second coordinator on a
+  // port in use would start without an error and take half the workers.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   BoundCallCost(&builder);
   // Keepalive: ping every client every 10 s (even with no RPC in flight) and
   // drop the connection when a ping is not acknowledged within 5 s, so a

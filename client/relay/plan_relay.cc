@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<PlanRelay>> PlanRelay::Start(const RelayOptions& 
   }
   b.AddListeningPort(absl::StrCat(opt.listen_host, ":", opt.port), server_creds, &impl->port);
   b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as the coordinator (coordinator_server.cc)
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is refused, as at the coordinator
   b.RegisterService(impl->service.get());
   b.SetMaxReceiveMessageSize(16 << 20);
   impl->server = b.BuildAndStart();

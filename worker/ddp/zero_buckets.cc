@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_from_exception.h"
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp {
@@ -123,12 +124,14 @@ void ZeroBuckets::GatherParameters(size_t b) {
 }
 
 absl::Status ZeroBuckets::WaitParameters() {
+  if (gathers_.empty()) return absl::OkStatus();
   absl::Status first;
   for (const auto& w : gathers_) {
     absl::Status st = w->Wait(timeout_);
     if (!st.ok() && first.ok()) first = st;
   }
   gathers_.clear();
+  if (first.ok() && after_gather_) first = RunCatching("after gathering the parameters", after_gather_);
   return first;
 }
 

@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,6 +74,11 @@ class ZeroBuckets : public optim::GradientShards {
   // Bytes of gradient storage this rank holds between steps (stage 2: the
   // shards; the reducer adds its buffers).
   int64_t shard_bytes() const;
+  // Runs `fn` (training thread) each time a round of parameter gathers has
+  // landed: --precision=bf16 rewrites the weights' bfloat16 copies from the
+  // gathered float32 values (the sharded update wrote only this rank's
+  // shard). fn may throw; WaitParameters returns it as a Status.
+  void SetAfterGather(std::function<void()> fn) { after_gather_ = std::move(fn); }
 
   // optim::GradientShards
   const std::vector<autograd::Variable>& parameters() const override { return params_; }
@@ -97,6 +103,7 @@ class ZeroBuckets : public optim::GradientShards {
   std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward
   std::vector<uint8_t> reduced_;       // per bucket, likewise
   std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
+  std::function<void()> after_gather_;                // SetAfterGather
 };
 
 }  // namespace psync::ddp

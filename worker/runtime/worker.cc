@@ -17,6 +17,7 @@
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
+#include "worker/ddp/zero_buckets.h"
 #include "worker/optim/registry.h"
 #include "worker/optim/sharded_optimizer.h"
 #include "worker/optim/update_rule.h"
@@ -91,7 +92,8 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOpt
     return o;
   }
   // --zero: the same update on this rank's shards (attached once DDP exists;
-  // float32 and tf32 only: the flags refuse bf16).
+  // with bf16 the copies are rewritten after each parameter gather instead:
+  // ZeroBuckets::SetAfterGather).
   absl::StatusOr<std::unique_ptr<optim::UpdateRule>> rule = optim::UpdateRules().Create(opt.optimizer, args.options);
   if (!rule.ok()) return rule.status();
   absl::StatusOr<std::unique_ptr<optim::ShardedOptimizer>> sharded =
@@ -198,6 +200,10 @@ absl::Status WorkerRun::SetUpTraining() {
   if (!ddp.ok()) return ddp.status();
   ddp_ = std::move(*ddp);
   precision_->RefreshCopies();  // DDP gave every rank rank 0's weights
+  if (std::shared_ptr<ddp::ZeroBuckets> zero = ddp_->reducer().zero_buckets()) {
+    // --zero: each rank updates only its shard; the copies follow the gathered weights.
+    if (precision_->precision() == nn::Precision::kBf16) zero->SetAfterGather([p = precision_] { p->RefreshCopies(); });
+  }
   // --zero: the optimizer updates the shards DDP's buckets hand it.
   if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get())) {
     if (absl::Status st = sharded->Attach(ddp_->reducer().zero_buckets()); !st.ok()) {

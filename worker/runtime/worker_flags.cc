@@ -369,10 +369,6 @@ absl::Status ParseDdp(WorkerOptions& o) {
     return Bad("zero", absl::StrCat("--zero=", o.zero, " reduce-scatters plain float32 gradients; it cannot be "
                                     "combined with --grad-compression=", o.grad_compression));
   }
-  if (o.zero > 0 && o.precision == "bf16") {
-    return Bad("zero", absl::StrCat("--zero=", o.zero, " is not combined with --precision=bf16 yet (the sharded "
-                                    "optimizer writes no bfloat16 weight copies); use --precision=fp32 or tf32"));
-  }
   const bool cuda = o.device != "cpu";
   if (cuda && o.backend != "auto" && o.backend != "nccl" && o.backend != "shm") {
     return Bad("backend", absl::StrCat(o.backend, " reduces CPU tensors; with --device=", o.device,

@@ -293,5 +293,16 @@ TEST(CoordinatorTls, TheTokenGateRefusesOverTlsToo) {
   srv->Shutdown();
 }
 
+// A second coordinator on a port in use is refused (gRPC would otherwise
+// share the port through SO_REUSEPORT and split the workers between them).
+TEST(CoordinatorPort, ASecondCoordinatorOnAPortInUseIsRefused) {
+  test_support::TestServer first(test_support::TestServerOptions(2, std::chrono::milliseconds(5000)));
+  ASSERT_NE(first.srv, nullptr);
+  server::ServerOptions o = test_support::TestServerOptions(2, std::chrono::milliseconds(5000));
+  o.port = first.srv->port();
+  absl::StatusOr<std::unique_ptr<server::CoordinatorServer>> second = server::CoordinatorServer::Start(o);
+  EXPECT_FALSE(second.ok()) << "a second coordinator started on port " << o.port;
+}
+
 }  // namespace
 }  // namespace psync

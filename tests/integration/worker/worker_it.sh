@@ -292,7 +292,8 @@ case $CASE in
                  "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
                  "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters" ;;
   zero_equal)  # --zero=1 and --zero=2 end with the weights of --zero=0: bit for bit on shm without
-               # clipping (the reduce-scatter sums in the allreduce's order), within 1e-6 with it
+               # clipping (the reduce-scatter sums in the allreduce's order), within 1e-6 with it;
+               # at --precision=bf16 too
     python3 -c 'import random,sys; random.seed(9); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
       >"$T/tokens.bin"
     GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
@@ -309,6 +310,13 @@ case $CASE in
       run_job "$n" "$T/c0.st" "${GPT[@]}" --zero=0 --clip-grad-norm=0.5 --accumulate=2
       run_job "$n" "$T/c1.st" "${GPT[@]}" --zero=1 --clip-grad-norm=0.5 --accumulate=2
       same_weights "$T/c0.st" "$T/c1.st" "$([[ $exact == 0 ]] && echo 1e-6 || echo "$exact")"
+    done
+    # --precision=bf16: the bf16 copies follow the gathered weights, so the
+    # sharded runs match the unsharded bf16 run as closely as float32 does
+    run_job 2 "$T/b0.st" "${GPT[@]}" --precision=bf16 --zero=0
+    for z in 1 2; do
+      run_job 2 "$T/b$z.st" "${GPT[@]}" --precision=bf16 --zero="$z"
+      same_weights "$T/b0.st" "$T/b$z.st" "$exact"
     done ;;
   zero_memory)  # the per-rank summary at W=4: optimizer state and gradients held, zero 0 / 1 / 2
     head -c 40000 /dev/urandom >"$T/tokens.bin"

@@ -196,6 +196,11 @@ Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
   // copy ([V, C], unpadded): bfloat16 logits, read by the float32 loss.
   const Tensor& w = precision().MatmulWeight(wte_->weight());
   if (w.dtype() == kBFloat16) return autograd::Linear(y, wte_->weight(), Variable(), w);
+  // Why a copy can be needed: --zero moves every parameter's values into its
+  // flat buffers, so wte may no longer be the view of the padded rows it was
+  // built as ([V, C], once per step: small beside the head's product).
+  Tensor rows = wte_padded_.Narrow(0, 0, config_.vocab_size);
+  if (!w.IsSameView(rows)) ops::Copy(rows, w);
   return autograd::LinearPadded(y, wte_->weight(), wte_padded_);
 }
 
