@@ -575,6 +575,13 @@ for df in dockerfiles:
     if not re.search(r'(?m)^ENTRYPOINT\s+\["/usr/bin/tini",\s*"--",\s*"/usr/local/bin/psync-entrypoint"\]', final):
         errs.append("final stage ENTRYPOINT is not tini + psync-entrypoint")
     if "runtime-packages.txt" not in final: errs.append("runtime stage does not install deploy/docker/runtime-packages.txt")
+    # psync-launch (the Kubernetes node pods) runs psync-worker, psyncctl and,
+    # with --nproc > 1, psync-relay from the same image.
+    built = re.search(r"cmake --build [^\n]*?--target\s+([^\n&]*)", text)
+    installed = re.search(r"for b in ([^;]*);", text)
+    for b in ("psync-coordinator", "psync-worker", "psyncctl", "psync-launch", "psync-relay"):
+        if not built or b not in built.group(1).split() or not installed or b not in installed.group(1).split():
+            errs.append(f"does not build and install {b}")
     # BuildKit pulls a `# syntax=` frontend from a registry; the images must
     # build from the Debian bases alone (scripts/compose-test.sh builds offline).
     if re.search(r"(?m)\A(#.*\n)*#\s*syntax\s*=", open(df).read()): errs.append("has a '# syntax=' directive (a frontend image pull)")
