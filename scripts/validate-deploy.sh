@@ -3,10 +3,13 @@
 #   1. shell syntax of the deploy scripts
 #   2. docker-compose config -q of deploy/compose/docker-compose.yml
 #   3. kubectl kustomize of deploy/k8s/base and every overlay, then structural
-#      checks of the rendered objects (probes, ports, ranks, token, policies,
-#      WORLD_SIZE == completions == parallelism, GPU requests, $(VAR) refs,
-#      restarts: coordinator --max-restarts == Job backoffLimit and the pod
-#      failure policy, checkpoints on a PersistentVolumeClaim)
+#      checks of the rendered objects (probes, ports, token, policies, one pod
+#      per node: psync-launch --nnodes/--nproc, node rank = completion index,
+#      completions == parallelism == NNODES, WORLD_SIZE == NNODES * NPROC_PER_NODE,
+#      the headless Service, GPU requests == --nproc, NCCL settings, /dev/shm,
+#      $(VAR) refs, restarts: coordinator --max-restarts == Job backoffLimit and
+#      the pod failure policy, checkpoints on a PersistentVolumeClaim, the data
+#      volume read-only)
 #   4. Dockerfiles: COPY sources exist and are not excluded by .dockerignore,
 #      a non-root USER, the tini + entrypoint ENTRYPOINT
 #   With the built binaries (arguments: binaries or directories holding
@@ -284,10 +287,24 @@ for rdir, path in renders:
     if len(deps) != 1 or len(jobs) != 1 or not svcs:
         bad(f"{tag}: want 1 coordinator Deployment, 1 worker Job, a Service; got {len(deps)}/{len(jobs)}/{len(svcs)}")
         continue
-    dep, job, svc = deps[0], jobs[0], svcs[0]
+    dep, job = deps[0], jobs[0]
     cpod = dep["spec"]["template"]["spec"]; cl = dep["spec"]["template"]["metadata"].get("labels", {})
     wpod = job["spec"]["template"]["spec"]; wl = job["spec"]["template"]["metadata"].get("labels", {})
     errs = []
+    def selects(service, labels):
+        sel = service["spec"].get("selector") or {}
+        return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
+    # The coordinator's Service (ClusterIP, port 29500) and the node pods'
+    # headless Service (stable names: the pod template's subdomain).
+    csvcs = [x for x in svcs if selects(x, cl) and x["spec"].get("clusterIP") != "None"]
+    hsvcs = [x for x in svcs if selects(x, wl) and x["spec"].get("clusterIP") == "None"]
+    svc = csvcs[0] if csvcs else svcs[0]
+    if len(csvcs) != 1: errs.append(f"want 1 ClusterIP Service selecting the coordinator, got {len(csvcs)}")
+    if len(hsvcs) != 1: errs.append(f"want 1 headless Service (clusterIP: None) selecting the node pods, got {len(hsvcs)}")
+    elif wpod.get("subdomain") != hsvcs[0]["metadata"]["name"]:
+        errs.append(f"node pods' subdomain {wpod.get('subdomain')} is not the headless Service {hsvcs[0]['metadata']['name']}")
+    elif not hsvcs[0]["spec"].get("publishNotReadyAddresses"):
+        errs.append("headless Service: publishNotReadyAddresses is not true (node names would resolve only once ready)")
 
     def env_of(c):
         names, vals, refs = set(), {}, []
@@ -328,23 +345,48 @@ for rdir, path in renders:
     sel = svc["spec"].get("selector") or {}
     if not sel or any(cl.get(k) != v for k, v in sel.items()): errs.append("Service selector does not match the coordinator pod")
     if not any(p.get("port") == 29500 for p in svc["spec"].get("ports", [])): errs.append("Service has no port 29500")
-    # Job: indexed, sizes agree with WORLD_SIZE, rank from the index, MASTER_* -> Service
+    # Job: indexed, one pod per node running psync-launch in node mode against
+    # the coordinator's Service; the node rank from the completion index; the
+    # sizes agree: completions == parallelism == NNODES, WORLD_SIZE == NNODES * NPROC_PER_NODE.
     js = job["spec"]
-    if js.get("completionMode") != "Indexed": errs.append("worker Job is not Indexed")
+    if js.get("completionMode") != "Indexed": errs.append("node Job is not Indexed")
     wc = wpod["containers"][0]
     names, vals, _ = env_of(wc)
-    ws = vals.get("WORLD_SIZE")
-    if not (str(js.get("completions")) == str(js.get("parallelism")) == str(ws)):
-        errs.append(f"worker Job completions={js.get('completions')} parallelism={js.get('parallelism')} WORLD_SIZE={ws} differ")
-    rank_env = [e for e in wc.get("env") or [] if e["name"] == "RANK"]
-    fp = ((rank_env[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "") if rank_env else ""
-    if "job-completion-index" not in fp: errs.append("worker RANK is not taken from the job completion index")
+    def expand(v, env):
+        return re.sub(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: str(env.get(m.group(1), m.group(0))), str(v))
+    wargs = [expand(a, vals) for a in (wc.get("command") or []) + (wc.get("args") or [])]
+    if "psync-launch" not in [os.path.basename(a) for a in wargs[:2]]:
+        errs.append(f"node pods do not run psync-launch (args {wargs[:2]})")
+    sep = wargs.index("--") if "--" in wargs else len(wargs)
+    largs, wkargs = wargs[:sep], wargs[sep + 1:]
+    nnodes, nproc, ws = arg_value(largs, "--nnodes"), arg_value(largs, "--nproc"), vals.get("WORLD_SIZE")
+    if not (nnodes and nproc and nnodes.isdigit() and nproc.isdigit()):
+        errs.append(f"psync-launch: --nnodes={nnodes} --nproc={nproc} are not numbers after $(VAR) expansion")
+        nnodes = nproc = "0"
+    if not (str(js.get("completions")) == str(js.get("parallelism")) == nnodes):
+        errs.append(f"node Job completions={js.get('completions')} parallelism={js.get('parallelism')} differ from --nnodes={nnodes}")
+    if str(ws) != str(int(nnodes) * int(nproc)):
+        errs.append(f"WORLD_SIZE={ws} is not --nnodes={nnodes} x --nproc={nproc}")
+    node_rank_env = [e for e in wc.get("env") or [] if e["name"] == "NODE_RANK"]
+    fp = ((node_rank_env[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "") if node_rank_env else ""
+    if "job-completion-index" not in fp: errs.append("node pods' NODE_RANK is not taken from the job completion index")
+    if arg_value(wc.get("args"), "--node-rank") != "$(NODE_RANK)": errs.append("psync-launch is not given --node-rank=$(NODE_RANK)")
     if vals.get("MASTER_ADDR") != svc["metadata"]["name"]: errs.append(f"MASTER_ADDR={vals.get('MASTER_ADDR')} is not the Service {svc['metadata']['name']}")
     if str(vals.get("MASTER_PORT")) != "29500": errs.append(f"MASTER_PORT={vals.get('MASTER_PORT')} is not 29500")
-    # restarts: the coordinator's --max-restarts equals the Job's backoffLimit;
-    # exit 4 (generation aborted by a peer's death) and disruptions are
-    # replaced without counting, exit 2 fails the Job; checkpoints live on a
-    # PersistentVolumeClaim mounted at PSYNC_CHECKPOINT_DIR.
+    if arg_value(largs, "--coordinator") != f"{vals.get('MASTER_ADDR')}:{vals.get('MASTER_PORT')}":
+        errs.append(f"psync-launch --coordinator={arg_value(largs, '--coordinator')} is not MASTER_ADDR:MASTER_PORT")
+    if any(a.startswith("--start-coordinator") for a in largs):
+        errs.append("psync-launch --start-coordinator: the coordinator is its own workload here")
+    for f in ("--rank", "--world-size", "--coordinator", "--local-rank"):
+        if any(a == f or a.startswith(f + "=") for a in wkargs):
+            errs.append(f"worker flags after -- set {f}, which psync-launch sets for each worker")
+    cws = arg_value([expand(a, env_of(cpod["containers"][0])[1]) for a in cpod["containers"][0].get("args") or []], "--world-size")
+    if cws != str(ws): errs.append(f"coordinator --world-size={cws} is not WORLD_SIZE={ws}")
+    # restarts: the coordinator's --max-restarts equals the Job's backoffLimit
+    # (and the launchers'); exit 4 (no restart followed, from a node's view)
+    # and disruptions get a new pod without counting, exit 2 and 3 fail the
+    # Job; checkpoints live on a PersistentVolumeClaim mounted at
+    # PSYNC_CHECKPOINT_DIR.
     _, cvals, _ = env_of(cc)
     max_restarts = None
     for a in cc.get("args") or []:
@@ -354,15 +396,24 @@ for rdir, path in renders:
             max_restarts = cvals.get(m.group(1)) if m else v
     if max_restarts is None: errs.append("coordinator: no --max-restarts (dead workers would end the job)")
     elif str(js.get("backoffLimit")) != str(max_restarts):
-        errs.append(f"worker Job backoffLimit={js.get('backoffLimit')} differs from the coordinator's --max-restarts={max_restarts}")
+        errs.append(f"node Job backoffLimit={js.get('backoffLimit')} differs from the coordinator's --max-restarts={max_restarts}")
+    elif arg_value(largs, "--max-restarts") != str(max_restarts):
+        errs.append(f"psync-launch --max-restarts={arg_value(largs, '--max-restarts')} differs from the coordinator's {max_restarts}")
     rules = (js.get("podFailurePolicy") or {}).get("rules") or []
     def action_for(code):
         for r in rules:
             oe = r.get("onExitCodes") or {}
+            if oe.get("containerName") not in (None, wc["name"]): continue
             if oe.get("operator") == "In" and code in (oe.get("values") or []): return r.get("action")
         return "Count"
+    for cn in sorted({(r.get("onExitCodes") or {}).get("containerName") for r in rules} - {None}):
+        if cn not in [c["name"] for c in containers(wpod)]:
+            errs.append(f"podFailurePolicy names container {cn}, which the node pods do not have")
     if action_for(4) != "Ignore": errs.append(f"podFailurePolicy: exit 4 (peer lost) is {action_for(4)}, want Ignore (replace the pod)")
     if action_for(2) != "FailJob": errs.append(f"podFailurePolicy: exit 2 (bad flags) is {action_for(2)}, want FailJob")
+    if action_for(3) != "FailJob": errs.append(f"podFailurePolicy: exit 3 (rendezvous failed, job over) is {action_for(3)}, want FailJob")
+    for code in (0, 1, 5, 137):
+        if action_for(code) != "Count": errs.append(f"podFailurePolicy: exit {code} is {action_for(code)}, want it counted")
     if not any(r.get("action") == "Ignore" and any(c.get("type") == "DisruptionTarget" for c in r.get("onPodConditions") or [])
                for r in rules):
         errs.append("podFailurePolicy: evicted/preempted pods (DisruptionTarget) are not Ignored")
@@ -379,16 +430,33 @@ for rdir, path in renders:
     for a in wc.get("args") or []:
         if str(a).startswith("--checkpoint-dir=") and str(a).split("=", 1)[1] not in (ckdir, "$(PSYNC_CHECKPOINT_DIR)"):
             errs.append(f"worker {a} is not the mounted PSYNC_CHECKPOINT_DIR={ckdir}")
-    # device and GPUs
-    gpu = "gpu" in os.path.basename(rdir)
-    args = wc.get("args") or []
-    lim = ((wc.get("resources") or {}).get("limits") or {})
-    if gpu:
-        if "--device=cuda" not in args: errs.append("gpu: worker args lack --device=cuda")
-        if str(lim.get("nvidia.com/gpu")) != "1": errs.append("gpu: worker limits lack nvidia.com/gpu: 1")
-        if "cuda" not in wc.get("image", ""): errs.append(f"gpu: worker image {wc.get('image')} is not the CUDA image")
+    # the dataset: mounted read-only at PSYNC_DATA_DIR
+    ddir = vals.get("PSYNC_DATA_DIR")
+    dmount = [m for m in wc.get("volumeMounts") or [] if m["mountPath"] == ddir]
+    if not ddir: errs.append("PSYNC_DATA_DIR is not set for the node pods")
+    elif not dmount: errs.append(f"node pods mount nothing at PSYNC_DATA_DIR={ddir}")
+    elif not dmount[0].get("readOnly"): errs.append(f"the data volume at {ddir} is not mounted readOnly")
     else:
-        if "--device=cuda" in args or "nvidia.com/gpu" in lim: errs.append("cpu: worker asks for CUDA")
+        dclaim = (vols.get(dmount[0]["name"], {}).get("persistentVolumeClaim") or {}).get("claimName")
+        if dclaim is not None and dclaim not in pvcs: errs.append(f"the data volume's claim {dclaim} is not in the render")
+    # /dev/shm: memory-backed, sized (the node's ranks share memory; NCCL's shm transport)
+    shm = vols.get(mounts.get("/dev/shm"), {}).get("emptyDir") if mounts.get("/dev/shm") else None
+    if not shm or shm.get("medium") != "Memory" or not shm.get("sizeLimit"):
+        errs.append("node pods: /dev/shm is not a memory-backed emptyDir with a sizeLimit")
+    # device and GPUs: one GPU per local rank
+    gpu = "gpu" in os.path.basename(rdir)
+    res = wc.get("resources") or {}
+    lim, req = res.get("limits") or {}, res.get("requests") or {}
+    if gpu:
+        if "--device=cuda" not in wkargs: errs.append("gpu: worker flags lack --device=cuda")
+        if str(lim.get("nvidia.com/gpu")) != nproc: errs.append(f"gpu: limits nvidia.com/gpu={lim.get('nvidia.com/gpu')} is not --nproc={nproc}")
+        if "nvidia.com/gpu" in req and str(req["nvidia.com/gpu"]) != nproc:
+            errs.append(f"gpu: requests nvidia.com/gpu={req['nvidia.com/gpu']} is not --nproc={nproc}")
+        if "cuda" not in wc.get("image", ""): errs.append(f"gpu: node image {wc.get('image')} is not the CUDA image")
+        for k in ("NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG"):
+            if k not in vals: errs.append(f"gpu: {k} is not set")
+    else:
+        if "--device=cuda" in wkargs or "nvidia.com/gpu" in lim: errs.append("cpu: worker asks for CUDA")
     # NetworkPolicy: selects the coordinator, admits the workers on 29500 only
     pols = [p for p in by.get("NetworkPolicy", []) if all(cl.get(k) == v for k, v in
             (p["spec"].get("podSelector", {}).get("matchLabels") or {}).items()) and p["spec"].get("podSelector", {}).get("matchLabels")]
@@ -416,10 +484,25 @@ for rdir, path in renders:
         if not admits_workers: errs.append("NetworkPolicy does not admit the worker pods")
         if admits_all: errs.append("NetworkPolicy admits every pod / address")
     errs += metrics_errors(dep, cc, svc, pols, wl)
+    # the node pods accept traffic (Gloo/NCCL, any port) from the other node pods only
+    npols = [p for p in by.get("NetworkPolicy", []) if p["spec"].get("podSelector", {}).get("matchLabels")
+             and sel_match(p["spec"]["podSelector"], wl)]
+    if not npols: errs.append("no NetworkPolicy selects the node pods")
+    else:
+        peer_ok = False
+        for p in npols:
+            for rule in p["spec"].get("ingress") or []:
+                if not rule.get("from"): errs.append(f"NetworkPolicy {p['metadata']['name']}: a rule admits every source")
+                for f in rule.get("from") or []:
+                    ps = f.get("podSelector")
+                    if ps == {} or "ipBlock" in f or "namespaceSelector" in f:
+                        errs.append(f"NetworkPolicy {p['metadata']['name']}: admits more than the node pods")
+                    elif ps is not None and sel_match(ps, wl) and not rule.get("ports"): peer_ok = True
+        if not peer_ok: errs.append("NetworkPolicy: node pods do not admit each other on every port (Gloo/NCCL)")
     if errs:
         for e in errs: bad(f"{tag}: {e}")
     else:
-        ok(f"{tag}: coordinator probes/Service, indexed workers (WORLD_SIZE={ws}), restarts (--max-restarts={max_restarts} = backoffLimit, exit 4 replaced), checkpoints PVC at {ckdir}, token Secret, NetworkPolicy, {'GPU' if gpu else 'CPU'} settings, /metrics annotated for Prometheus")
+        ok(f"{tag}: coordinator probes/Service, one pod per node ({nnodes} x psync-launch --nproc={nproc} = WORLD_SIZE {ws}, node rank = completion index, headless Service), restarts (--max-restarts={max_restarts} = backoffLimit, exit 4 replaced, 2/3 fail), checkpoints PVC at {ckdir}, data at {ddir}, token Secret, NetworkPolicies, {'GPU' if gpu else 'CPU'} settings, /metrics annotated for Prometheus")
 
 # ------------------------------------------------ metrics: compose and the Grafana dashboard
 coord = (compose.get("services") or {}).get("coordinator") or {}
@@ -492,6 +575,13 @@ for df in dockerfiles:
     if not re.search(r'(?m)^ENTRYPOINT\s+\["/usr/bin/tini",\s*"--",\s*"/usr/local/bin/psync-entrypoint"\]', final):
         errs.append("final stage ENTRYPOINT is not tini + psync-entrypoint")
     if "runtime-packages.txt" not in final: errs.append("runtime stage does not install deploy/docker/runtime-packages.txt")
+    # psync-launch (the Kubernetes node pods) runs psync-worker, psyncctl and,
+    # with --nproc > 1, psync-relay from the same image.
+    built = re.search(r"cmake --build [^\n]*?--target\s+([^\n&]*)", text)
+    installed = re.search(r"for b in ([^;]*);", text)
+    for b in ("psync-coordinator", "psync-worker", "psyncctl", "psync-launch", "psync-relay"):
+        if not built or b not in built.group(1).split() or not installed or b not in installed.group(1).split():
+            errs.append(f"does not build and install {b}")
     # BuildKit pulls a `# syntax=` frontend from a registry; the images must
     # build from the Debian bases alone (scripts/compose-test.sh builds offline).
     if re.search(r"(?m)\A(#.*\n)*#\s*syntax\s*=", open(df).read()): errs.append("has a '# syntax=' directive (a frontend image pull)")
