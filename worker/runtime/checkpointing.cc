@@ -69,10 +69,12 @@ absl::Status GenerationStillRuns(const control::PlanMailbox* plans, int rank, in
   if (plans == nullptr) return absl::OkStatus();
   absl::Status failure = plans->failure();
   if (failure.ok()) return absl::OkStatus();
-  return WithExitCode(
+  absl::Status refused =
       absl::Status(failure.code(), absl::StrCat("rank ", rank, ": not writing checkpoint ", path, " (step ", steps,
-                                                "): the generation ended: ", failure.message())),
-      ExitCodeOf(failure, kExitPeerLost));
+                                                "): the generation ended: ", failure.message()));
+  // Logged here: the run's exit line names the failure itself, not this file.
+  PSYNC_LOG(WARNING) << refused.message();
+  return WithExitCode(refused, ExitCodeOf(failure, kExitPeerLost));
 }
 
 // What --resume takes from `c`: this run's model, a step within --steps.

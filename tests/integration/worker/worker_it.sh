@@ -29,7 +29,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$T"
+  [[ -n ${KEEP_T:-} ]] && echo "kept $T" || rm -rf "$T"  # KEEP_T=1: keep the logs of a failed case
 }
 trap cleanup EXIT
 fail() { echo "FAIL [$CASE]: $*"; for f in "$T"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
