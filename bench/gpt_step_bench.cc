@@ -255,7 +255,7 @@ bool TimeSteps(const Config& c, int rank, psync::nn::GPT& model, psync::Device d
 // scalars change per step). Grads are zeroed in place (ZeroGrad(false)) so
 // backward accumulates into buffers that outlive the graph.
 bool TimeStepsGraph(const Config& c, psync::nn::GPT& model, ModeResult* r) {
-  auto opt = MakeAdamW(c, model);
+  auto opt = MakeAdamW(c, model, nullptr);
   auto [x, y] = Tokens(c, c.batch, 0, c.device);
   const Tensor flat_y = y.Reshape({-1});
   Variable loss;

@@ -259,7 +259,7 @@ Variable LinearPadded(const Variable& x, const Variable& weight, const Tensor& p
   Shape out_shape = x.shape();
   out_shape.back() = w.size(0);
   Tensor out = ops::Matmul(x2, padded, false, true).Narrow(1, 0, w.size(0)).Reshape(out_shape);
-  auto node = MakeNode<LinearBackward>({&x, &weight, nullptr}, x.shape());  // no bias
+  auto node = MakeNode<LinearBackward>({&x, &weight, nullptr}, x.shape(), w.dtype());  // no bias
   if (node) {
     if (weight.requires_grad()) node->x = x2;
     if (x.requires_grad()) node->w = w;
