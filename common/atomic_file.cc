@@ -77,12 +77,16 @@ absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Commit() {
+absl::Status AtomicFileWriter::Commit(const std::function<absl::Status()>& before_rename) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("commit of ", path_, " before Open or twice"));
   if (::fsync(fd_) != 0) return Errno(errno, absl::StrCat("fsync ", tmp_));
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) return Errno(errno, absl::StrCat("closing ", tmp_));
+  // Why not committed_: the destructor then removes the temporary file.
+  if (before_rename) {
+    if (absl::Status st = before_rename(); !st.ok()) return st;
+  }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) return Errno(errno, absl::StrCat("renaming ", tmp_, " to ", path_));
   committed_ = true;
   // Persist the rename itself. The file is complete either way, so a failure

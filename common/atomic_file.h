@@ -13,6 +13,7 @@
 // (one writer object per file write).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,8 +32,13 @@ class AtomicFileWriter {
   // Creates the temporary file next to `path` with permissions exactly `mode`.
   absl::Status Open(const std::string& path, int mode = 0644);
   absl::Status Append(absl::string_view bytes);
-  // fsync, rename over the target, fsync the directory.
-  absl::Status Commit();
+  // fsync, rename over the target, fsync the directory. `before_rename`
+  // (when given) is asked right before the rename, once the data is on
+  // disk: an error from it cancels the write (the temporary file is
+  // removed, the target is untouched) and is returned. A caller whose file
+  // may become unwanted while it is written (a checkpoint of an aborted
+  // generation) checks that there, as late as possible.
+  absl::Status Commit(const std::function<absl::Status()>& before_rename = {});
 
   const std::string& path() const { return path_; }
 

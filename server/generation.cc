@@ -84,8 +84,11 @@ void Generation::RemoveMember(int r) {
 
 std::shared_ptr<const SharedJoinResponse> Generation::Start(Clock::time_point now) {
   world_complete_time_ = now;
-  // Why: every rank agreed on the start iteration (a resumed generation
-  // starts at its checkpoint's step); the plan window opens there.
+  // Why: the world is complete, so the resume agreement can decide the step
+  // once for the whole generation; no Join can change it afterwards.
+  start_note_ = rendezvous_.Agree();
+  // Every rank starts at that iteration (a resumed generation starts at its
+  // checkpoint's step); the plan window opens there.
   plans_.Start(rendezvous_.start_iteration());
   auto shared = std::make_shared<SharedJoinResponse>();
   v1::JoinResponse& resp = shared->response;

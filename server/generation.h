@@ -82,9 +82,12 @@ class Generation {
   absl::StatusOr<int> AddMember(const v1::JoinRequest& req);
   // A Join that expired or was cancelled before the world completed.
   void RemoveMember(int rank);
-  // Every rank joined: training starts at the agreed iteration. Returns the
-  // Join response every rank shares.
+  // Every rank joined: the resume agreement picks the start iteration
+  // (Rendezvous::Agree) and training starts there. Returns the Join
+  // response every rank shares.
   std::shared_ptr<const SharedJoinResponse> Start(Clock::time_point now);
+  // Why Start chose its iteration (the resume agreement; "" without it).
+  const std::string& start_note() const { return start_note_; }
 
   // Train streams: whether `ranks` (a stream's hello, `host` = hello.ranks)
   // can attach: each joined, on no stream yet, all on one host.
@@ -131,6 +134,7 @@ class Generation {
   PlanAggregator plans_;
   std::vector<RankRuntime> ranks_;
   Clock::time_point world_complete_time_{};
+  std::string start_note_;
   Clock::time_point last_plan_time_{};
   // DONE ranks: the lowest last reported iteration among them (a report
   // beyond it means ranks ran different numbers of steps).

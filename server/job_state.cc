@@ -115,7 +115,8 @@ void JobState::CompleteWorldLocked(Outbox* out) {
                  absl::StrCat("world complete: ", cfg_.world_size, " ranks",
                               gen_->number() > 1 || start > 0
                                   ? absl::StrCat(" (generation ", gen_->number(), ", from iteration ", start, ")")
-                                  : std::string()));
+                                  : std::string(),
+                              gen_->start_note().empty() ? "" : ": ", gen_->start_note()));
   joins_.AnswerWaiting(std::move(shared), out);
 }
 

@@ -18,6 +18,33 @@ absl::Status ValidateString(const char* field, const std::string& s, int max_byt
   return absl::OkStatus();
 }
 
+namespace {
+
+// JoinRequest.agree_resume / checkpoint_steps (coordinator.proto, "Resume agreement").
+absl::Status ValidateCheckpointSteps(const v1::JoinRequest& req) {
+  if (!req.agree_resume()) {
+    if (req.checkpoint_steps_size() == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_steps has ", req.checkpoint_steps_size(),
+                                                   " steps but agree_resume is false; list them only with it"));
+  }
+  if (req.start_iteration() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("start_iteration is ", req.start_iteration(),
+                                                   " with agree_resume; the coordinator picks it (send 0)"));
+  }
+  if (req.checkpoint_steps_size() > kMaxCheckpointSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_steps has ", req.checkpoint_steps_size(),
+                                                   " steps; the limit is ", kMaxCheckpointSteps));
+  }
+  for (int64_t step : req.checkpoint_steps()) {
+    if (step < 1 || step > kMaxIteration) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint_steps holds ", step, "; expected 1..", kMaxIteration));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
   for (auto [field, value] : {std::pair<const char*, const std::string*>{"hostname", &req.hostname()},
                               {"device", &req.device()},
@@ -46,6 +73,7 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("start_iteration is ", req.start_iteration(), "; expected 0..", kMaxIteration));
   }
+  if (absl::Status st = ValidateCheckpointSteps(req); !st.ok()) return st;
   if (req.generation() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("generation is ", req.generation(), "; use 0 for the one being formed, or 1, 2, ..."));

@@ -44,6 +44,8 @@ inline constexpr int kDefaultPlanLookahead = 2;         // K (coordinator.proto,
 inline constexpr int kMaxPlanLookahead = 64;
 // JoinRequest.start_iteration: far below INT64_MAX, so iteration + K never overflows.
 inline constexpr int64_t kMaxIteration = int64_t{1} << 62;
+// JoinRequest.checkpoint_steps: a worker lists its newest few checkpoints.
+inline constexpr int kMaxCheckpointSteps = 64;
 inline constexpr int kMaxRestarts = 1000000;            // --max-restarts
 
 // Bytes of one parameter (product of dims * element size); shape already validated.

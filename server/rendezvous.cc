@@ -1,6 +1,7 @@
 #include "server/rendezvous.h"
 
 #include <algorithm>
+#include <iterator>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -24,11 +25,47 @@ bool SameParam(const v1::ParamSpec& a, const v1::ParamSpec& b) {
 
 }  // namespace
 
+int64_t NewestCommonStep(const std::vector<std::vector<int64_t>>& per_rank) {
+  if (per_rank.empty()) return 0;
+  // A step counts when every list holds it; lists are small (<= 64 steps).
+  std::vector<int64_t> common = per_rank.front();
+  std::sort(common.begin(), common.end());
+  common.erase(std::unique(common.begin(), common.end()), common.end());
+  for (size_t i = 1; i < per_rank.size() && !common.empty(); ++i) {
+    std::vector<int64_t> next = per_rank[i];
+    std::sort(next.begin(), next.end());
+    std::vector<int64_t> both;
+    std::set_intersection(common.begin(), common.end(), next.begin(), next.end(), std::back_inserter(both));
+    common = std::move(both);
+  }
+  return common.empty() ? 0 : common.back();
+}
+
 Rendezvous::Rendezvous(int world_size) : members_(static_cast<size_t>(world_size)) {}
 
 std::string Rendezvous::RankName(int rank) const {
   const MemberIdentity& m = member(rank);
   return absl::StrCat("rank ", rank, " (", m.hostname, ":", m.pid, ")");
+}
+
+absl::Status Rendezvous::CheckStart(const v1::JoinRequest& req, const std::string& first) const {
+  const std::string who =
+      absl::StrCat(req.requested_rank() >= 0 ? absl::StrCat("rank ", req.requested_rank()) : "this worker", " (",
+                   req.hostname().substr(0, 64), ":", req.pid(), ")");
+  if (req.agree_resume() != agree_resume_) {
+    auto mode = [](bool agree) {
+      return agree ? "lets the coordinator pick the resume step (--resume)" : "starts at its own iteration";
+    };
+    return absl::FailedPreconditionError(absl::StrCat(who, " ", mode(req.agree_resume()), " but ", first, " ",
+                                                      mode(agree_resume_), ": pass --resume to every rank or to none"));
+  }
+  // With the agreement the step is decided once the world is complete
+  // (Agree), so differing checkpoint lists are expected, not an error.
+  if (agree_resume_ || req.start_iteration() == start_iteration_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      who, " starts at iteration ", req.start_iteration(), " but ", first, " starts at iteration ", start_iteration_,
+      ": every rank must resume from the same checkpoint step (is the checkpoint directory shared, and did a "
+      "newer checkpoint appear while the ranks started?)"));
 }
 
 absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
@@ -44,16 +81,7 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
         " bytes) differ from ", first, " (", bucket_cap_, " / first ", first_bucket_cap_,
         " bytes): pass the same --bucket-cap-mb and --first-bucket-mb to every rank"));
   }
-  if (req.start_iteration() != start_iteration_) {
-    const std::string who =
-        absl::StrCat(req.requested_rank() >= 0 ? absl::StrCat("rank ", req.requested_rank()) : "this worker", " (",
-                     req.hostname().substr(0, 64), ":", req.pid(), ")");
-    return absl::FailedPreconditionError(absl::StrCat(
-        who, " starts at iteration ", req.start_iteration(), " but ", first, " starts at iteration ",
-        start_iteration_,
-        ": every rank must resume from the same checkpoint step (is the checkpoint directory shared, and did a "
-        "newer checkpoint appear while the ranks started?)"));
-  }
+  if (absl::Status st = CheckStart(req, first); !st.ok()) return st;
   const int n = req.manifest_size();
   const int ref = static_cast<int>(manifest_.size());
   for (int i = 0; i < std::min(n, ref); ++i) {
@@ -110,6 +138,7 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
     bucket_cap_ = req.bucket_cap_bytes();
     first_bucket_cap_ = req.first_bucket_cap_bytes();
     start_iteration_ = req.start_iteration();
+    agree_resume_ = req.agree_resume();
   }
   MemberIdentity& m = members_[static_cast<size_t>(rank)];
   m.joined = true;
@@ -117,6 +146,7 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
   m.device = req.device();
   m.pid = req.pid();
   m.host_id = req.host_id().empty() ? req.hostname() : req.host_id();
+  m.checkpoint_steps.assign(req.checkpoint_steps().begin(), req.checkpoint_steps().end());
   ++joined_;
 }
 
@@ -127,6 +157,33 @@ void Rendezvous::Remove(int rank) {
   --joined_;
   // Why: with nobody left, the next Join may bring a different model.
   if (joined_ == 0) reference_rank_ = -1;
+}
+
+std::string Rendezvous::Agree() {
+  if (!agree_resume_) return "";
+  std::vector<std::vector<int64_t>> lists;
+  lists.reserve(members_.size());
+  for (const MemberIdentity& m : members_) lists.push_back(m.checkpoint_steps);
+  // Why here, once: the world is complete, so no later Join can change the
+  // step; every rank gets this one in its JoinResponse and loads it.
+  start_iteration_ = NewestCommonStep(lists);
+  // The event log names a rank that held the choice back (it listed fewer
+  // or older checkpoints than rank 0), so a lost step is explained.
+  int64_t newest_r0 = 0;
+  for (int64_t s : members_.front().checkpoint_steps) newest_r0 = std::max(newest_r0, s);
+  std::string note = start_iteration_ > 0
+                         ? absl::StrCat("the newest checkpoint step every rank can load is ", start_iteration_)
+                         : "no checkpoint step is loadable by every rank: starting from scratch";
+  if (newest_r0 > start_iteration_) {
+    for (int r = 1; r < world_size(); ++r) {
+      const auto& steps = member(r).checkpoint_steps;
+      if (std::find(steps.begin(), steps.end(), newest_r0) == steps.end()) {
+        absl::StrAppend(&note, "; rank 0 lists step ", newest_r0, " but ", RankName(r), " cannot load it");
+        break;
+      }
+    }
+  }
+  return note;
 }
 
 std::vector<int> Rendezvous::MissingRanks(size_t at_most) const {

@@ -48,7 +48,13 @@ struct MemberIdentity {
   bool joined = false;
   std::string hostname, device, host_id;
   int64_t pid = 0;
+  std::vector<int64_t> checkpoint_steps;  // JoinRequest.checkpoint_steps (resume agreement)
 };
+
+// The resume agreement's rule (coordinator.proto, "Resume agreement"): the
+// newest step that every rank's list holds; 0 when no step is in all of them
+// (or `per_rank` is empty): the generation starts from scratch.
+int64_t NewestCommonStep(const std::vector<std::vector<int64_t>>& per_rank);
 
 class Rendezvous {
  public:
@@ -77,14 +83,25 @@ class Rendezvous {
   const std::string& backend() const { return backend_; }
   int64_t bucket_cap() const { return bucket_cap_; }
   int64_t first_bucket_cap() const { return first_bucket_cap_; }
-  // The iteration every rank starts at (JoinRequest.start_iteration).
+  // The iteration every rank starts at: JoinRequest.start_iteration, or
+  // with the resume agreement the step Agree() chose (0 until then).
   int64_t start_iteration() const { return start_iteration_; }
+  // Whether this generation's ranks let the coordinator pick the step
+  // (JoinRequest.agree_resume).
+  bool agree_resume() const { return agree_resume_; }
+  // Once the world is complete: with the resume agreement, fixes
+  // start_iteration() to the newest checkpoint step every rank can load.
+  // Returns a note for the event log ("" without the agreement).
+  std::string Agree();
 
   // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
   void FillHosts(v1::JoinResponse* resp) const;
 
  private:
   absl::Status CheckCompatible(const v1::JoinRequest& req) const;
+  // The start: the same resume mode as the first worker, and without the
+  // agreement the same start_iteration. `first` names the first worker.
+  absl::Status CheckStart(const v1::JoinRequest& req, const std::string& first) const;
 
   std::vector<MemberIdentity> members_;
   int joined_ = 0;
@@ -94,6 +111,7 @@ class Rendezvous {
   std::string backend_;
   int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
   int64_t start_iteration_ = 0;
+  bool agree_resume_ = false;
 };
 
 }  // namespace psync::server

@@ -69,16 +69,19 @@ bool IsDamage(const absl::Status& st) {
 
 }  // namespace
 
-absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir,
-                                                                      std::vector<SkippedCheckpoint>* skipped) {
+absl::StatusOr<LoadableCheckpoints> ListLoadableCheckpoints(const std::string& dir, int at_most, int64_t max_step,
+                                                            std::vector<SkippedCheckpoint>* skipped) {
   PSYNC_ASSIGN_OR_RETURN(CheckpointDirListing listing, ListCheckpointDir(dir));
   auto skip = [&](const std::string& path, std::string reason) {
     if (skipped != nullptr) skipped->push_back({path, std::move(reason)});
   };
   for (const CheckpointFile& tmp : listing.temp_files) {
-    skip(tmp.path, "temporary file of an interrupted write (never loaded)");
+    if (tmp.step <= max_step) skip(tmp.path, "temporary file of an interrupted write (never loaded)");
   }
+  LoadableCheckpoints out;
   for (const CheckpointFile& f : listing.checkpoints) {
+    if (static_cast<int>(out.steps.size()) >= at_most) break;
+    if (f.step > max_step) continue;
     auto contents = ReadCheckpoint(f.path, Need::kTrainingState);
     if (!contents.ok()) {
       if (!IsDamage(contents.status())) return contents.status();
@@ -90,9 +93,17 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::
                                 contents->manifest.step, " (renamed by hand?)"));
       continue;
     }
-    return LoadedCheckpoint{f.path, std::move(*contents)};
+    out.steps.push_back(f.step);
+    out.paths.push_back(f.path);
+    if (!out.newest) out.newest = LoadedCheckpoint{f.path, std::move(*contents)};
   }
-  return std::nullopt;
+  return out;
+}
+
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir,
+                                                                     std::vector<SkippedCheckpoint>* skipped) {
+  PSYNC_ASSIGN_OR_RETURN(LoadableCheckpoints found, ListLoadableCheckpoints(dir, 1, INT64_MAX, skipped));
+  return std::move(found.newest);
 }
 
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& dir,

@@ -9,6 +9,7 @@
 // a vanished file is skipped like a torn one).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,6 +64,22 @@ struct LoadedCheckpoint {
 // Need::kTrainingState), so a resume never silently falls back past it.
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(
     const std::string& dir, std::vector<SkippedCheckpoint>* skipped = nullptr);
+
+// The newest `at_most` checkpoints of `dir` that load, for the resume
+// agreement (coordinator.proto): each candidate is read in full, from the
+// highest step down, and skipped like LoadLatestCheckpoint's; steps above
+// `max_step` are not considered (a listing as of an earlier moment). The
+// newest one's contents are kept (usually the one loaded next), the others
+// only checked, so at most two are in memory at once. Errors as for
+// LoadLatestCheckpoint.
+struct LoadableCheckpoints {
+  std::vector<int64_t> steps;              // newest first; empty = none loads
+  std::vector<std::string> paths;          // steps[i]'s file
+  std::optional<LoadedCheckpoint> newest;  // steps[0]'s contents
+};
+absl::StatusOr<LoadableCheckpoints> ListLoadableCheckpoints(const std::string& dir, int at_most,
+                                                            int64_t max_step = INT64_MAX,
+                                                            std::vector<SkippedCheckpoint>* skipped = nullptr);
 
 // Like LoadLatestCheckpoint, returning only the path (it reads each
 // candidate in full to validate it).

@@ -86,8 +86,14 @@ absl::StatusOr<FileImage> Encode(const CheckpointContents& contents) {
 }
 
 // Atomic write, then (verify) a full read-back; the file's size in bytes.
-absl::StatusOr<uint64_t> WriteImage(const std::string& path, const FileImage& image, bool verify) {
-  PSYNC_RETURN_IF_ERROR(Annotate(safetensors::Write(path, image.tensors, image.metadata), "writing checkpoint"));
+absl::StatusOr<uint64_t> WriteImage(const std::string& path, const FileImage& image, bool verify,
+                                    const std::function<absl::Status()>& may_commit = {}) {
+  absl::Status refused;  // may_commit's error: the caller's own status, returned as is
+  std::function<absl::Status()> check;
+  if (may_commit) check = [&] { return refused = may_commit(); };
+  absl::Status written = safetensors::Write(path, image.tensors, image.metadata, check);
+  if (!refused.ok()) return refused;
+  PSYNC_RETURN_IF_ERROR(Annotate(written, "writing checkpoint"));
   if (verify) {
     // Whatever was written must read back, weights-only files included.
     auto back = ReadCheckpoint(path, Need::kWeights);
@@ -121,12 +127,20 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const 
 
   WrittenCheckpoint out;
   out.path = CheckpointPath(dir, contents.manifest.step);
-  absl::StatusOr<uint64_t> bytes = WriteImage(out.path, image, options.verify);
+  absl::StatusOr<uint64_t> bytes = WriteImage(out.path, image, options.verify, options.may_commit);
   if (!bytes.ok()) {
     if (bytes.status().code() != absl::StatusCode::kDataLoss) return bytes.status();
     return absl::DataLossError(absl::StrCat(bytes.status().message(), " (older checkpoints are kept)"));
   }
   out.bytes = *bytes;
+  if (options.may_commit) {
+    // Why again: retention deletes files the next generation may have
+    // listed; once the run is no longer wanted, leave them all.
+    if (absl::Status st = options.may_commit(); !st.ok()) {
+      out.retention_errors.push_back(absl::StrCat("retention skipped: ", st.message()));
+      return out;
+    }
+  }
   RetentionResult retention = ApplyRetention(dir, options.keep, contents.manifest.step);
   out.removed = std::move(retention.removed);
   out.retention_errors = std::move(retention.errors);

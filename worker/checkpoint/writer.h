@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ namespace psync::checkpoint {
 struct WriteOptions {
   int keep = 0;        // --keep-checkpoints: keep the newest K checkpoints (0 = all)
   bool verify = true;  // read the new file back in full before retention deletes anything
+  // Asked right before the new file is renamed into place, and again before
+  // retention deletes older files (empty: always go on). An error before the
+  // rename cancels the write (the temporary file is removed, the directory
+  // is as before) and WriteCheckpoint returns it; before retention it only
+  // skips retention (the file is in place; a retention_errors line says
+  // why). A training run passes "is my generation still running?": a rank
+  // must not change the directory once its generation is aborted, since the
+  // next generation's ranks may already have listed it.
+  std::function<absl::Status()> may_commit;
 };
 
 struct WrittenCheckpoint {

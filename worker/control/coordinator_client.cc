@@ -237,6 +237,8 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   r.set_bucket_cap_bytes(req.bucket_cap_bytes);
   r.set_first_bucket_cap_bytes(req.first_bucket_cap_bytes);
   r.set_start_iteration(req.start_iteration);
+  r.set_agree_resume(req.agree_resume);
+  for (int64_t step : req.checkpoint_steps) r.add_checkpoint_steps(step);
   r.set_generation(req.generation);
   impl_->job_id = req.job_id;
   grpc::ClientContext ctx;

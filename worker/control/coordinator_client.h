@@ -95,6 +95,11 @@ struct JoinRequest {
   // value (else Join fails with FailedPrecondition naming both ranks); the
   // coordinator's plans for this generation start there.
   int64_t start_iteration = 0;
+  // The resume agreement (coordinator.proto): true = the coordinator picks
+  // the start iteration among every rank's checkpoint_steps (then
+  // start_iteration stays 0) and returns it in JoinResult::start_iteration.
+  bool agree_resume = false;
+  std::vector<int64_t> checkpoint_steps;  // the checkpoints this worker can load
   // The job generation to join; 0 = whichever the coordinator is forming
   // (a fresh process: the usual case). A worker that rejoins in-process after
   // an ABORT would pass its old JoinResult::generation + 1; an older one is refused.
@@ -105,7 +110,7 @@ struct JoinResult {
   int rank = -1;
   int world_size = 0;
   int64_t generation = 0;      // 1, 2, ... (coordinator.proto, "Generations"); pass to OpenTrainStream
-  int64_t start_iteration = 0;  // the iteration every rank starts at (JoinRequest::start_iteration)
+  int64_t start_iteration = 0;  // the iteration every rank starts at (agreed: see JoinRequest::agree_resume)
   std::string store_prefix;    // prefix for every bootstrap store key
   ddp::BucketPlan initial_bucket_plan;  // manifest indices, bucket 0 first
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator

@@ -62,7 +62,7 @@ struct JobSession::State {
   bool finished = false;
 
   absl::Status Join(const SessionOptions& opt, Device device,
-                    const std::vector<std::pair<std::string, autograd::Variable>>& params, int64_t start_iteration);
+                    const std::vector<std::pair<std::string, autograd::Variable>>& params, const StartOffer& start);
   absl::Status ChooseBackend(const SessionOptions& opt, Device device);
   absl::Status CreateGroup(const SessionOptions& opt, Device device);
   absl::Status OpenTrainStream(const SessionOptions& opt);
@@ -70,7 +70,7 @@ struct JobSession::State {
 
 absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
                                      const std::vector<std::pair<std::string, autograd::Variable>>& params,
-                                     int64_t start_iteration) {
+                                     const StartOffer& start) {
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> c =
       CoordinatorClient::Connect(opt.coordinator, opt.token, opt.timeout, opt.tls_ca);
   if (!c.ok()) return Rendezvous(absl::StrCat("cannot reach the coordinator at ", opt.coordinator), c.status());
@@ -85,9 +85,13 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   req.world_size = opt.world_size;
   req.device = device.ToString();
   req.backend = opt.backend;  // as requested: every rank must ask for the same
-  // A resumed run starts at its checkpoint's step; the coordinator checks
-  // that every rank agrees and starts this generation's plans there.
-  req.start_iteration = start_iteration;
+  // A resumed run starts at a checkpoint's step: either this rank's own
+  // (the coordinator checks that every rank sends the same), or, agreeing,
+  // the newest step every rank lists, which the coordinator picks once the
+  // world is complete; its plans start there.
+  req.start_iteration = start.start_iteration;
+  req.agree_resume = start.agree;
+  req.checkpoint_steps = start.checkpoint_steps;
   for (const auto& [name, p] : params) {
     req.manifest.push_back({name, p.shape(), static_cast<int>(p.data().element_size())});
   }
@@ -164,9 +168,9 @@ JobSession::~JobSession() { Finish(kExitInternal, "worker ended without a reason
 
 absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
     const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
-    int64_t start_iteration) {
+    const StartOffer& start) {
   auto s = std::make_unique<State>();
-  PSYNC_RETURN_IF_ERROR(s->Join(opt, device, params, start_iteration));
+  PSYNC_RETURN_IF_ERROR(s->Join(opt, device, params, start));
   PSYNC_RETURN_IF_ERROR(s->ChooseBackend(opt, device));
   PSYNC_RETURN_IF_ERROR(s->CreateGroup(opt, device));
   PSYNC_RETURN_IF_ERROR(s->OpenTrainStream(opt));
@@ -184,6 +188,7 @@ void JobSession::Finish(int code, const std::string& reason) {
 int JobSession::rank() const { return s_->joined.rank; }
 int JobSession::world_size() const { return s_->joined.world_size; }
 int64_t JobSession::generation() const { return s_->joined.generation; }
+int64_t JobSession::start_iteration() const { return s_->joined.start_iteration; }
 int JobSession::plan_lookahead() const { return s_->joined.plan_lookahead; }
 const std::string& JobSession::backend() const { return s_->choice.backend; }
 const std::string& JobSession::backend_reason() const { return s_->choice.reason; }

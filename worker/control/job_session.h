@@ -45,14 +45,23 @@ struct SessionOptions {
   std::chrono::milliseconds timeout{30000};  // connecting, collectives of the group
 };
 
+// Where this rank can start (JoinRequest.start_iteration / agree_resume /
+// checkpoint_steps): its own iteration, or (`agree`) the checkpoints it can
+// load, of which the coordinator picks the newest every rank can load.
+struct StartOffer {
+  int64_t start_iteration = 0;  // without `agree`: this rank's first iteration
+  bool agree = false;
+  std::vector<int64_t> checkpoint_steps;  // with `agree`
+};
+
 class JobSession {
  public:
   // Errors carry their exit code (common/exit_code.h): kExitRendezvous when
   // the coordinator or the peers cannot be reached or refuse, kExitBadInput
   // for a host layout or backend the flags make impossible.
   static absl::StatusOr<std::unique_ptr<JobSession>> Start(
-      const SessionOptions& opt, Device device,
-      const std::vector<std::pair<std::string, autograd::Variable>>& params, int64_t start_iteration = 0);
+      const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+      const StartOffer& start = {});
   ~JobSession();
   JobSession(const JobSession&) = delete;
   JobSession& operator=(const JobSession&) = delete;
@@ -60,6 +69,9 @@ class JobSession {
   int rank() const;
   int world_size() const;
   int64_t generation() const;
+  // The iteration every rank starts at (JoinResponse.start_iteration): with
+  // StartOffer::agree the checkpoint step to load now (0: none).
+  int64_t start_iteration() const;
   int plan_lookahead() const;
   const std::string& backend() const;         // the group's: gloo, shm, hier or nccl
   const std::string& backend_reason() const;  // why --backend chose it

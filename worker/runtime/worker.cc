@@ -113,11 +113,12 @@ class WorkerRun {
   WorkerExit Run();
 
  private:
-  // Device, data, model, optimizer, --resume, schedule: bad input fails
-  // here (exit 2), before joining.
+  // Device, data, model, optimizer, --resume's scan of the checkpoint
+  // directory, schedule: bad input fails here (exit 2), before joining.
   absl::Status Prepare();
-  // After Join: the batch geometry and --metrics (exit 2), DDP (exit 3, or
-  // the job's failure once the plans stopped).
+  // After Join: the agreed checkpoint (exit 1 if it cannot be loaded), the
+  // batch geometry and --metrics (exit 2), DDP (exit 3, or the job's
+  // failure once the plans stopped).
   absl::Status SetUpTraining();
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp();
   void PrintBanner() const;
@@ -137,6 +138,7 @@ class WorkerRun {
   std::shared_ptr<const nn::PrecisionPolicy> precision_;  // --precision, in use by the model
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::optional<optim::LrSchedule> schedule_;
+  ResumeScan resume_;  // --resume: the checkpoints this rank can load, until the agreed one is loaded
   int64_t first_step_ = 0;
   std::unique_ptr<control::JobSession> session_;
   std::unique_ptr<MetricsWriter> metrics_;
@@ -154,8 +156,9 @@ absl::Status WorkerRun::Prepare() {
   model_options_ = built.options;
   precision_ = built.precision;
   PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_, *precision_));
-  PSYNC_ASSIGN_OR_RETURN(first_step_, ResumeFromCheckpoint(CheckpointOptionsFrom(opt_), *model_, *optimizer_));
-  precision_->RefreshCopies();  // the bf16 copies of resumed float32 weights
+  // Why only list here: which checkpoint to load is decided at rendezvous,
+  // once for the whole generation (the coordinator's resume agreement).
+  PSYNC_ASSIGN_OR_RETURN(resume_, ScanCheckpoints(CheckpointOptionsFrom(opt_)));
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt_.lr_schedule, opt_.lr, opt_.warmup_steps, std::max<int64_t>(1, opt_.steps));
   if (!schedule.ok()) return schedule.status();
@@ -190,6 +193,14 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDd
 }
 
 absl::Status WorkerRun::SetUpTraining() {
+  // The step every rank agreed on at Join; the model and optimizer state
+  // come from exactly that checkpoint (0: the initial weights).
+  first_step_ = session_->start_iteration();
+  if (opt_.resume) {
+    PSYNC_RETURN_IF_ERROR(
+        LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
+    precision_->RefreshCopies();  // the bf16 copies of resumed float32 weights
+  }
   if (absl::Status st = ValidateBatchGeometry(opt_, world_); !st.ok()) return WithExitCode(st, kExitBadInput);
   if (!opt_.metrics_path.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsWriter>> m = MetricsWriter::Open(ExpandRank(opt_.metrics_path, rank_));
@@ -248,8 +259,9 @@ TrainResult WorkerRun::Train() {
   ctx.trace = trace_.get();
   ctx.metrics = metrics_.get();
   ctx.first_step = first_step_;
+  // The mailbox guards every write: no checkpoint once this generation is aborted.
   ctx.save_checkpoint = MakeCheckpointSaver(CheckpointOptionsFrom(opt_), rank_, world_, model_options_, model_.get(),
-                                            optimizer_.get());
+                                            optimizer_.get(), session_->mailbox(), session_->generation());
   PrintBanner();
   return runtime::Train(ctx);
 }
@@ -323,8 +335,11 @@ WorkerExit WorkerRun::Run() {
   // A killed job's shared-memory segments go at the next job's start.
   if (!device_.is_cuda()) comm::shm::RemoveStaleSegments();
 
+  control::StartOffer offer;  // --resume: the coordinator picks among the checkpoints this rank can load
+  offer.agree = opt_.resume;
+  offer.checkpoint_steps = resume_.steps;
   absl::StatusOr<std::unique_ptr<control::JobSession>> session =
-      control::JobSession::Start(SessionOptionsFrom(opt_), device_, model_->named_parameters(), first_step_);
+      control::JobSession::Start(SessionOptionsFrom(opt_), device_, model_->named_parameters(), offer);
   if (!session.ok()) {
     WorkerExit e = ExitFor(session.status(), kExitRendezvous);
     e.rank = rank_;

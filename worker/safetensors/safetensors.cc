@@ -477,7 +477,8 @@ absl::StatusOr<std::string> Serialize(const NamedTensors& tensors,
 }
 
 absl::Status Write(const std::string& path, const NamedTensors& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+                   const std::map<std::string, std::string>& metadata,
+                   const std::function<absl::Status()>& before_rename) {
   auto header = BuildHeader(tensors, metadata);
   if (!header.ok()) return header.status();
 
@@ -489,7 +490,7 @@ absl::Status Write(const std::string& path, const NamedTensors& tensors,
   PSYNC_RETURN_IF_ERROR(out.Append(*header));
   PSYNC_RETURN_IF_ERROR(
       ForEachTensorBytes(tensors, [&](const char* p, size_t n) { return out.Append(absl::string_view(p, n)); }));
-  return out.Commit();
+  return out.Commit(before_rename);
 }
 
 }  // namespace psync::safetensors

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -67,8 +68,10 @@ absl::StatusOr<Contents> ParseWithMetadata(absl::string_view bytes,
 // over `path`, then the directory is fsync'ed, so a crash leaves either the
 // old file or the complete new one. CUDA tensors are copied to the host.
 // Names must be unique, non-empty and not "__metadata__"; tensors defined.
+// `before_rename`: AtomicFileWriter::Commit's (an error cancels the write).
 absl::Status Write(const std::string& path, const NamedTensors& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                   const std::map<std::string, std::string>& metadata = {},
+                   const std::function<absl::Status()>& before_rename = {});
 
 // The exact bytes Write would write (for tests and small files).
 absl::StatusOr<std::string> Serialize(const NamedTensors& tensors,

@@ -29,7 +29,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$T"
+  [[ -n ${KEEP_T:-} ]] && echo "kept $T" || rm -rf "$T"  # KEEP_T=1: keep the logs of a failed case
 }
 trap cleanup EXIT
 fail() { echo "FAIL [$CASE]: $*"; for f in "$T"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
@@ -121,11 +121,12 @@ json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d
 # binds the port --coordinator names).
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # start_node NAME NODE_RANK ADDR [launch flags] -- [worker flags]: one node of
-# a 2-node job of 2 ranks each on this host; sets NPID[NAME], logs $T/NAME.log.
+# a 2-node job of 2 ranks each (NODE_NPROC ranks, if set) on this host; sets
+# NPID[NAME], logs $T/NAME.log.
 declare -A NPID
 start_node() {
   local name=$1 node=$2 addr=$3; shift 3
-  "$LAUNCH" --nnodes=2 --node-rank="$node" --nproc=2 --coordinator="$addr" "$@" >"$T/$name.log" 2>&1 &
+  "$LAUNCH" --nnodes=2 --node-rank="$node" --nproc="${NODE_NPROC:-2}" --coordinator="$addr" "$@" >"$T/$name.log" 2>&1 &
   NPID[$name]=$!; PIDS+=("${NPID[$name]}")
 }
 # newest_checkpoint DIR: the name of the newest DIR/ckpt-*.safetensors ("" if none).
@@ -763,6 +764,47 @@ EOF
     start_coord 4
     start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
     start_node u1 1 "$CADDR" -- --steps=3000 --quiet
+    wait_nodes u0 u1
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
+
+  launch_restart_race)
+    # Issue 23 item 2, the old restart race injected deterministically: two
+    # nodes of one rank each. Rank 0 holds its checkpoint of step 300 until
+    # generation 1 is aborted, then tries to write it (PSYNC_TEST_LATE_CHECKPOINT;
+    # it used to land after the abort); rank 1's replacement lists the
+    # directory as if before ckpt-200 landed (PSYNC_TEST_STALE_LISTING=100). Once
+    # the ranks joined at different steps, the coordinator refused them and
+    # exit 3 failed the job. Now: nothing is written after the abort, the
+    # coordinator picks step 100 (the newest both can load), every rank loads
+    # it, and the job ends with the weights of an uninterrupted run, bit for bit.
+    export PSYNC_TOKEN=race-token NODE_NPROC=1
+    steps=${RACE_STEPS:-400}
+    start_coord 2 --max-restarts=1
+    flags=(--steps="$steps" --quiet --save="$T/r.st" --checkpoint-dir="$T/ck" --checkpoint-every=100)
+    PSYNC_TEST_LATE_CHECKPOINT=300 start_node n0 0 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    PSYNC_TEST_STALE_LISTING=100 start_node n1 1 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    for _ in $(seq 600); do grep -q "holds its checkpoint of step 300" "$T/n0.log" && break; sleep 0.1; done
+    grep -q "holds its checkpoint of step 300" "$T/n0.log" || fail "rank 0 did not reach its checkpoint of step 300"
+    victim=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 1)
+    [[ -n $victim ]] || fail "no pid for rank 1"
+    kill -9 "$victim"
+    wait_nodes n0 n1
+    grep -q "not writing checkpoint .*ckpt-0*300.safetensors (step 300): the generation ended: generation 1 aborted" \
+      "$T/n0.log" || fail "rank 0 did not refuse its late checkpoint: $(grep -i checkpoint "$T/n0.log")"
+    for n in n0 n1; do
+      grep -q "resumed from .*ckpt-0*100.safetensors (step 100," "$T/$n.log" ||
+        fail "$n did not resume from the agreed step 100: $(grep -E 'resumed|resume' "$T/$n.log")"
+      grep -q "(after 1 restart); exit 0" "$T/$n.log" || fail "$n closing line: $(tail -1 "$T/$n.log")"
+    done
+    timeout 20 "$CTL" --coordinator="$CADDR" watch >"$T/events.txt" 2>&1
+    ev=$(grep -o "the newest checkpoint step every rank can load is 100; rank 0 lists step 200 but rank 1 ([^)]*) cannot load it" "$T/events.txt")
+    [[ -n $ev ]] || fail "the coordinator's event log does not explain step 100: $(grep -i complete "$T/events.txt")"
+    note "$(grep -o 'not writing checkpoint [^ ]*' "$T/n0.log"); $ev"
+    kill "$CPID"; wait "$CPID" 2>/dev/null
+    unset PSYNC_TEST_LATE_CHECKPOINT PSYNC_TEST_STALE_LISTING
+    start_coord 2
+    start_node u0 0 "$CADDR" -- --steps="$steps" --quiet --save="$T/u.st"
+    start_node u1 1 "$CADDR" -- --steps="$steps" --quiet
     wait_nodes u0 u1
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 
 #include "common/atomic_file.h"
@@ -138,6 +140,68 @@ TEST_F(Atomicity, CrashedWriterLeavesATempFileThatIsNeverPicked) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_FALSE(std::filesystem::exists(leftover));
   EXPECT_EQ(*FindLatestCheckpoint(dir_.path()), target);
+}
+
+// WriteOptions::may_commit (a training run: "is my generation still
+// running?"): refused right before the rename, the write leaves the
+// directory exactly as it was (no new file, no temporary file, nothing
+// deleted) and returns the guard's own status.
+TEST_F(Atomicity, RefusedBeforeTheRenameChangesNothing) {
+  Training t = MakeTraining("adamw");
+  WriteOptions w;
+  w.keep = 1;  // would delete both older checkpoints
+  int asked = 0;
+  w.may_commit = [&] {
+    ++asked;
+    return absl::AbortedError("generation 1 aborted");
+  };
+  auto out = WriteCheckpoint(dir_.path(), Capture(t, 3), w);
+  EXPECT_EQ(out.status(), absl::AbortedError("generation 1 aborted")) << "returned as is, not annotated";
+  EXPECT_EQ(asked, 1);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path())) files.push_back(e.path().filename());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"ckpt-00000001.safetensors", "ckpt-00000002.safetensors"}));
+}
+
+// Refused after the rename (the abort arrived meanwhile): the file stays (it
+// is complete), but retention deletes nothing and says why.
+TEST_F(Atomicity, RefusedAfterTheRenameSkipsRetention) {
+  Training t = MakeTraining("adamw");
+  WriteOptions w;
+  w.keep = 1;
+  int asked = 0;
+  w.may_commit = [&] { return ++asked == 1 ? absl::OkStatus() : absl::AbortedError("generation 1 aborted"); };
+  auto out = WriteCheckpoint(dir_.path(), Capture(t, 3), w);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(asked, 2);
+  EXPECT_TRUE(out->removed.empty());
+  EXPECT_EQ(out->retention_errors, std::vector<std::string>{"retention skipped: generation 1 aborted"});
+  EXPECT_TRUE(std::filesystem::exists(CheckpointPath(dir_.path(), 1)));
+  EXPECT_TRUE(ReadCheckpoint(out->path).ok());
+}
+
+// The resume agreement's listing: the newest loadable checkpoints, newest
+// first, damaged ones skipped, the newest one's contents kept; max_step
+// hides the newer ones (a listing made before they were written).
+TEST_F(Atomicity, ListLoadableCheckpointsOffersTheNewestFew) {
+  Training t = MakeTraining("adamw");
+  ASSERT_TRUE(WriteCheckpoint(dir_.path(), Capture(t, 3)).ok());
+  WriteFileBytes(CheckpointPath(dir_.path(), 4), good_bytes_.substr(0, good_bytes_.size() / 2));  // torn
+  std::vector<SkippedCheckpoint> skipped;
+  auto found = ListLoadableCheckpoints(dir_.path(), 2, INT64_MAX, &skipped);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->steps, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(found->paths, (std::vector<std::string>{CheckpointPath(dir_.path(), 3), newest_}));
+  ASSERT_TRUE(found->newest.has_value());
+  EXPECT_EQ(found->newest->contents.manifest.step, 3);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].path, CheckpointPath(dir_.path(), 4));
+
+  found = ListLoadableCheckpoints(dir_.path(), 3, /*max_step=*/2);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->steps, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(found->newest->path, newest_);
 }
 
 }  // namespace
