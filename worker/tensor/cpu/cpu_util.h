@@ -8,6 +8,7 @@
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/half.h"
 #include "worker/tensor/tensor.h"
+#include "worker/tensor/typed_data.h"
 
 namespace psync::cpu {
 
@@ -34,15 +35,9 @@ inline To Convert(From v) {
   }
 }
 
-// Typed element pointers of a (contiguous) tensor for a kernel.
-template <typename S>
-const S* In(const Tensor& t) {
-  return static_cast<const S*>(t.raw_data());
-}
-template <typename S>
-S* Out(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
+// Typed element pointers of a tensor for a kernel (typed_data.h).
+using kernel::In;
+using kernel::Out;
 
 // Walks two same-shaped strided layouts in row-major order, one innermost
 // run at a time: fn(offset_a, offset_b, n, inner_stride_a, inner_stride_b).

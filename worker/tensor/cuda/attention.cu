@@ -38,18 +38,8 @@ constexpr int kMaxPerLane = 8;  // D <= 256
 constexpr int kMaxD = kMaxPerLane * kWarp;
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(Bf16 x) { return __bfloat162float(x); }
-template <typename S>
-__device__ __forceinline__ S FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ Bf16 FromFloat<Bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using cuda::Load;  // storage (float or bfloat16) to float, and back (launch.cuh)
+using cuda::Store;
 
 __device__ __forceinline__ float WarpMax(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
@@ -88,14 +78,14 @@ __device__ void LoadTile(Heads<const S> x, int b, int h, int t0, int T, int D, f
   const int ld = D + 1;
   for (int e = threadIdx.x; e < kSimtRows * D; e += blockDim.x) {
     const int r = e / D, d = e % D;
-    tile[r * ld + d] = t0 + r < T ? ToFloat(x.Row(b, h, t0 + r)[d]) : 0.f;
+    tile[r * ld + d] = t0 + r < T ? Load(x.Row(b, h, t0 + r)[d]) : 0.f;
   }
 }
 
 // One row of a [B, H, T, D] operand into a warp's shared row.
 template <typename S>
 __device__ void LoadRow(Heads<const S> x, int b, int h, int t, int D, float* row) {
-  for (int d = threadIdx.x % kWarp; d < D; d += kWarp) row[d] = ToFloat(x.Row(b, h, t)[d]);
+  for (int d = threadIdx.x % kWarp; d < D; d += kWarp) row[d] = Load(x.Row(b, h, t)[d]);
 }
 
 // For the block of query rows i0 .. i0 + 31: streams the key and value tiles
@@ -165,7 +155,7 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
     for (int u = 0; u < kMaxPerLane; ++u) {
       const int d = lane + u * kWarp;
-      if (d < D) o[d] = FromFloat<S>(static_cast<float>(static_cast<double>(acc[r][u]) / l[r]));
+      if (d < D) o[d] = Store<S>(static_cast<float>(static_cast<double>(acc[r][u]) / l[r]));
     }
     if (lane == 0) lse[(static_cast<int64_t>(b) * H + h) * T + i] = static_cast<float>(m[r] + log(l[r]));
   }
@@ -185,7 +175,7 @@ __global__ void DeltaKernel(Heads<const S> grad, Heads<const S> out, float* delt
   const S* g = grad.Row(b, h, t);
   const S* o = out.Row(b, h, t);
   double s = 0.0;
-  for (int d = lane; d < D; d += kWarp) s += static_cast<double>(ToFloat(g[d])) * ToFloat(o[d]);
+  for (int d = lane; d < D; d += kWarp) s += static_cast<double>(Load(g[d])) * Load(o[d]);
   s = WarpSum(s);
   if (lane == 0) delta[r] = static_cast<float>(s);
 }
@@ -230,7 +220,7 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
     for (int u = 0; u < kMaxPerLane; ++u) {
       const int d = lane + u * kWarp;
-      if (d < D) dq.Row(b, h, i)[d] = FromFloat<S>(acc[r][u]);
+      if (d < D) dq.Row(b, h, i)[d] = Store<S>(acc[r][u]);
     }
   }
 }
@@ -293,8 +283,8 @@ __global__ void __launch_bounds__(kSimtThreads)
     for (int u = 0; u < kMaxPerLane; ++u) {
       const int d = lane + u * kWarp;
       if (d < D) {
-        dk.Row(b, h, j)[d] = FromFloat<S>(ak[r][u]);
-        dv.Row(b, h, j)[d] = FromFloat<S>(av[r][u]);
+        dk.Row(b, h, j)[d] = Store<S>(ak[r][u]);
+        dv.Row(b, h, j)[d] = Store<S>(av[r][u]);
       }
     }
   }

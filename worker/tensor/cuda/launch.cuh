@@ -10,6 +10,7 @@
 
 #include "worker/tensor/cuda/cuda_context.h"
 #include "worker/tensor/tensor.h"
+#include "worker/tensor/typed_data.h"
 
 namespace psync::cuda {
 
@@ -44,15 +45,9 @@ __device__ __forceinline__ __nv_bfloat16 Store<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Typed element pointers of a (contiguous) tensor for a kernel launch.
-template <typename S>
-const S* In(const Tensor& t) {
-  return static_cast<const S*>(t.raw_data());
-}
-template <typename S>
-S* Out(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
+// Typed element pointers of a tensor for a kernel (typed_data.h).
+using kernel::In;
+using kernel::Out;
 
 }  // namespace psync::cuda
 
