@@ -18,12 +18,17 @@
 #                       ABORTED with rank 1 LOST, no weights are saved
 #   coordinator-killed  `docker kill` of the coordinator mid-run: both workers exit 5
 #                       (with PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
+#   nodes-worker-killed docker-compose.nodes.yml (two node containers, psync-launch
+#                       --nnodes=2 --nproc=2 each, world 4): psync-worker in node-1
+#                       killed; both launchers restart their ranks into generation 2,
+#                       every rank resumes from the same checkpoint; the runner then
+#                       shuts the job down: both launchers exit 0, four summaries agree
 # Every scenario ends with `docker-compose down -v` and a check that none of its
 # containers, networks or volumes is left.
 #
 # Usage (as root, or as a user of a running dockerd once the base images exist):
-#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-no-restart|coordinator-killed ...]
-#   (default: all four)
+#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed ...]
+#   (default: all five)
 # Exit: 0 passed, 1 failed, 77 skipped (Docker cannot run here, or the image was
 # not ready within the time budget: the reason is printed).
 #
@@ -98,12 +103,12 @@ log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
 skip() { log "SKIP: $*"; exit "$SKIP"; }
 die()  { log "FAIL: $*"; exit 1; }
 
-all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed)
+all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed nodes-worker-killed)
 scenarios=()
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed) scenarios+=("$a") ;;
+    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed) scenarios+=("$a") ;;
     *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
   esac
 done
@@ -539,15 +544,15 @@ fetch_volume() {
   log "$project: volume $vol holds: $(cd "$1" && ls | tr '\n' ' ')"
 }
 
-# Checks the per-rank summaries in $1: every rank's exit_code is $2; for exit 0
+# Checks the per-rank summaries in $1 ($world ranks): every rank's exit_code is $2; for exit 0
 # also the same steps_completed everywhere. Prints steps_completed (rank 0).
 check_summaries() {
-  "$py" - "$1" "$2" <<'EOF'
+  "$py" - "$1" "$2" "$world" <<'EOF'
 import json, os, sys
-d, want = sys.argv[1], int(sys.argv[2])
-s = {r: json.load(open(os.path.join(d, f"summary-rank{r}.json"))) for r in (0, 1)}
+d, want, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = {r: json.load(open(os.path.join(d, f"summary-rank{r}.json"))) for r in range(world)}
 for r, j in s.items():
-    assert j["rank"] == r and j["world_size"] == 2, f"summary-rank{r}.json: rank/world {j['rank']}/{j['world_size']}"
+    assert j["rank"] == r and j["world_size"] == world, f"summary-rank{r}.json: rank/world {j['rank']}/{j['world_size']}"
     assert j["exit_code"] == want, f"rank {r}: summary exit_code {j['exit_code']} ({j['exit_reason']}), want {want}"
 steps = {r: j["steps_completed"] for r, j in s.items()}
 if want == 0:
@@ -655,7 +660,7 @@ runner_shutdown_checks() {
   fetch_volume "$work/$project.data" || return 1
   steps=$(check_summaries "$work/$project.data" 0) || { log "$project: summaries do not match"; return 1; }
   ((steps >= 20)) || { log "$project: only $steps steps completed, want >= 20 (the runner's minimum)"; return 1; }
-  log "$project: both ranks completed $steps steps (summary-rank0.json, summary-rank1.json)"
+  log "$project: all $world ranks completed $steps steps (summary-rank*.json)"
   out=$(check_safetensors "$work/$project.data/weights.safetensors" "$steps") \
     || { log "$project: weights.safetensors is not rank 0's final weights"; return 1; }
   log "$project: weights.safetensors: $out, steps_completed=$steps"
@@ -777,6 +782,31 @@ scenario_coordinator_killed() {
   log "$project: both summaries record exit 5"
 }
 
+# The two-node shape (docker-compose.nodes.yml): psync-worker killed in
+# node-1; node-1's launcher restarts its ranks, node-0's restarts its own when
+# the coordinator opens generation 2, every rank resumes from the newest
+# checkpoint all of them can load, and the job then shuts down cleanly
+# (both launchers exit 0, all four summaries agree).
+scenario_nodes_worker_killed() {
+  log "$project: up coordinator node-0 node-1 (psync-launch --nnodes=2 --nproc=2 in each)"
+  compose 240 up -d --no-build coordinator node-0 node-1 >"$work/$project.up.log" 2>&1 \
+    || { sed 's/^/  up: /' "$work/$project.up.log"; return 1; }
+  c_coord=$(cid coordinator); c_w0=$(cid node-0); c_w1=$(cid node-1)
+  [[ -n "$c_coord" && -n "$c_w0" && -n "$c_w1" ]] || { log "$project: up left no coordinator/node containers"; return 1; }
+  wait_running 30 || return 1
+  local s start restarts
+  log "$project: SIGKILL one psync-worker in node-1 (docker exec)"
+  kill_worker_process "$c_w1" || { log "$project: found no psync-worker process in node-1 to kill"; return 1; }
+  s=$(wait_generation 2 5) || return 1
+  start=$(json 'int(d.get("start_iteration",0))' <<<"$s"); restarts=$(json 'd.get("restarts",0)' <<<"$s")
+  log "$project: generation 2 RUNNING from iteration $start (restarts $restarts): $(json 'd.get("last_restart_reason","")' <<<"$s")"
+  ((restarts == 1)) || { log "$project: coordinator counts $restarts restarts, want 1"; return 1; }
+  ((start >= 20)) || { log "$project: generation 2 starts at iteration $start, want >= 20 (ckpt-20 was written)"; return 1; }
+  [[ $(docker inspect -f '{{.RestartCount}}' "$c_w1") == 0 ]] \
+    || { log "$project: Docker restarted node-1: the launcher should have restarted its ranks"; return 1; }
+  runner_shutdown_checks
+}
+
 # ---------------------------------------------------------------- main
 ensure_base_images
 build_image
@@ -788,6 +818,9 @@ passed=0 failed=0
 for sc in "${scenarios[@]}"; do
   project="psyncct$$-$sc"
   projects_up=("$project")
+  # nodes-*: the two-node shape (psync-launch per node container), world 4.
+  if [[ $sc == nodes-* ]]; then compose_file=deploy/compose/docker-compose.nodes.yml world=4
+  else compose_file=deploy/compose/docker-compose.yml world=2; fi
   log "---- scenario $sc (compose project $project)"
   t0=$SECONDS
   if "scenario_${sc//-/_}"; then ok=1; else ok=0; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline checks of deploy/ (no Docker engine, no cluster needed):
 #   1. shell syntax of the deploy scripts
-#   2. docker-compose config -q of deploy/compose/docker-compose.yml
+#   2. docker-compose config -q of deploy/compose/docker-compose.yml and docker-compose.nodes.yml
 #   3. kubectl kustomize of deploy/k8s/base and every overlay, then structural
 #      checks of the rendered objects (probes, ports, token, policies, one pod
 #      per node: psync-launch --nnodes/--nproc, node rank = completion index,
@@ -80,6 +80,12 @@ if command -v docker-compose >/dev/null; then
 else
   skip "docker-compose not installed (scripts/test.sh installs it with PSYNC_WITH_DEPLOY_TOOLS=1)"
   cp "$compose_file" "$work/compose.yaml"
+fi
+# The two-node shape (compose-test.sh's nodes-worker-killed runs it for real).
+if command -v docker-compose >/dev/null; then
+  if docker-compose -f deploy/compose/docker-compose.nodes.yml config -q 2>"$work/compose-nodes.err"; then
+    ok "docker-compose config -q (docker-compose.nodes.yml)"
+  else bad "docker-compose config -q (docker-compose.nodes.yml): $(cat "$work/compose-nodes.err")"; fi
 fi
 
 # ---------------------------------------------------------------- 3. kustomize
