@@ -8,7 +8,7 @@
 namespace psync::optim {
 
 AdamW::AdamW(NamedParams params, const OptimizerOptions& options)
-    : Optimizer(std::move(params)), options_(options), rule_(options) {
+    : Optimizer(std::move(params)), rule_(options) {
   for (const auto& [name, p] : params_) {
     const Tensor& d = p.data();
     exp_avg_.push_back(Tensor::Zeros(d.shape(), d.dtype(), d.device()));

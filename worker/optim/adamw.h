@@ -39,7 +39,6 @@ class AdamW final : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> StateBuffers(size_t i) const override;
 
  private:
-  OptimizerOptions options_;
   AdamWRule rule_;  // the update (update_rule.h), shared with the sharded optimizer
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter, zeros until its first step
 };

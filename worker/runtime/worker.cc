@@ -199,7 +199,6 @@ absl::Status WorkerRun::SetUpTraining() {
   if (opt_.resume) {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
-    precision_->RefreshCopies();  // the bf16 copies of resumed float32 weights
   }
   if (absl::Status st = ValidateBatchGeometry(opt_, world_); !st.ok()) return WithExitCode(st, kExitBadInput);
   if (!opt_.metrics_path.empty()) {
@@ -210,16 +209,17 @@ absl::Status WorkerRun::SetUpTraining() {
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp = BuildDdp();
   if (!ddp.ok()) return ddp.status();
   ddp_ = std::move(*ddp);
-  precision_->RefreshCopies();  // DDP gave every rank rank 0's weights
-  if (std::shared_ptr<ddp::ZeroBuckets> zero = ddp_->reducer().zero_buckets()) {
-    // --zero: each rank updates only its shard; the copies follow the gathered weights.
-    if (precision_->precision() == nn::Precision::kBf16) zero->SetAfterGather([p = precision_] { p->RefreshCopies(); });
-  }
-  // --zero: the optimizer updates the shards DDP's buckets hand it.
+  // The bf16 copies, once, from the weights every rank now holds: rank 0's
+  // (DDP's broadcast), which are the agreed checkpoint's with --resume.
+  precision_->RefreshCopies();
+  // --zero: the optimizer updates the shards DDP's buckets hand it; each rank
+  // updates only its shard, so the bf16 copies follow the gathered weights.
   if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get())) {
-    if (absl::Status st = sharded->Attach(ddp_->reducer().zero_buckets()); !st.ok()) {
+    std::shared_ptr<ddp::ZeroBuckets> zero = ddp_->reducer().zero_buckets();
+    if (absl::Status st = sharded->Attach(zero); !st.ok()) {
       return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
     }
+    if (precision_->precision() == nn::Precision::kBf16) zero->SetAfterGather([p = precision_] { p->RefreshCopies(); });
   }
   trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
   return absl::OkStatus();
