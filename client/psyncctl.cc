@@ -1,6 +1,6 @@
 // psyncctl: control client for psync-coordinator (docs/cli-contract.md).
 //
-//   psyncctl [--coordinator=HOST:PORT] [--token=T] [--tls-ca=FILE] [--json] status|workers|buckets|unused|shutdown [--wait]|watch
+//   psyncctl [--coordinator=HOST:PORT] [--token=T] [--tls-ca=FILE] [--json] status|workers|buckets|unused|shutdown [--wait]|regroup|watch
 //
 // --tls-ca (env PSYNC_TLS_CA): talk TLS to a coordinator started with
 // --tls-cert/--tls-key, trusting the PEM CA / certificate in FILE.
@@ -37,6 +37,7 @@ ABSL_FLAG(std::string, token, "", "bearer token (default: env PSYNC_TOKEN)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA / certificate to trust: connect over TLS (default: env PSYNC_TLS_CA; else plaintext)");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(bool, wait, false, "shutdown: wait until every worker has finished or disconnected");
+ABSL_FLAG(std::string, reason, "", "shutdown / regroup: the reason the workers and the event log show");
 ABSL_FLAG(int, timeout, 5, "seconds to wait for the coordinator to answer");
 
 namespace {
@@ -139,6 +140,10 @@ int Status(v1::Control::Stub* stub, bool json) {
                 static_cast<long long>(r.start_iteration()));
   }
   if (!r.last_restart_reason().empty()) std::printf("last restart: %s\n", r.last_restart_reason().c_str());
+  if (r.min_world_size() > 0 && r.min_world_size() < r.max_world_size()) {
+    std::printf("elastic: world %d of %d ranks (at least %d)%s%s\n", r.world_size(), r.max_world_size(),
+                r.min_world_size(), r.world_change_reason().empty() ? "" : ": ", r.world_change_reason().c_str());
+  }
   if (r.stop_after_iteration() >= 0) {
     std::printf("stopping after iteration %lld\n", static_cast<long long>(r.stop_after_iteration()));
   }
@@ -225,13 +230,33 @@ int Unused(v1::Control::Stub* stub, bool json) {
   return 0;
 }
 
-int Shutdown(v1::Control::Stub* stub, bool json, bool wait) {
+// psyncctl regroup: an elastic job stops every rank after the same
+// iteration and forms its next generation with the ranks waiting to join.
+int Regroup(v1::Control::Stub* stub, bool json, const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::ShutdownRequest req;
+  req.set_reason(reason.empty() ? "regroup requested by psyncctl" : reason);
+  req.set_regroup(true);
+  v1::ShutdownResponse r;
+  grpc::Status st = stub->Shutdown(&ctx, req, &r);
+  if (!st.ok()) return RpcFail("regroup", st);
+  if (json) {
+    std::printf("%s\n", ToJson(r).c_str());
+  } else {
+    std::printf("every rank stops after iteration %lld, then the next generation forms\n",
+                static_cast<long long>(r.stop_after_iteration()));
+  }
+  return 0;
+}
+
+int Shutdown(v1::Control::Stub* stub, bool json, bool wait, const std::string& reason) {
   v1::ShutdownResponse r;
   {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::ShutdownRequest req;
-    req.set_reason("shutdown requested by psyncctl");
+    req.set_reason(reason.empty() ? "shutdown requested by psyncctl" : reason);
     grpc::Status st = stub->Shutdown(&ctx, req, &r);
     if (!st.ok()) return RpcFail("shutdown", st);
   }
@@ -303,13 +328,13 @@ int main(int argc, char** argv) {
   const psync::ParsedArgs parsed = psync::ParseFlagsOrExit(
       "psyncctl",
       "psyncctl [--coordinator=HOST:PORT] [--token=T] [--tls-ca=FILE] [--json] "
-      "status|workers|buckets|unused|shutdown [--wait]|watch",
+      "status|workers|buckets|unused|shutdown [--wait]|regroup|watch",
       argc, argv, psync::FlagsDefinedIn(__FILE__));
   std::vector<std::string> args = {argv[0]};
   args.insert(args.end(), parsed.positional.begin(), parsed.positional.end());
   if (args.size() != 2) {
     std::fprintf(stderr,
-                 "psyncctl: expected one command: status|workers|buckets|unused|shutdown [--wait]|watch\n");
+                 "psyncctl: expected one command: status|workers|buckets|unused|shutdown [--wait]|regroup|watch\n");
     return 2;
   }
   const std::string cmd = args[1];
@@ -334,8 +359,8 @@ int main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
   const int timeout = absl::GetFlag(FLAGS_timeout);
   if (cmd != "status" && cmd != "workers" && cmd != "buckets" && cmd != "unused" && cmd != "shutdown" &&
-      cmd != "watch") {
-    std::fprintf(stderr, "psyncctl: unknown command '%s'; expected status|workers|buckets|unused|shutdown|watch\n",
+      cmd != "regroup" && cmd != "watch") {
+    std::fprintf(stderr, "psyncctl: unknown command '%s'; expected status|workers|buckets|unused|shutdown|regroup|watch\n",
                  cmd.c_str());
     return 2;
   }
@@ -356,6 +381,7 @@ int main(int argc, char** argv) {
   if (cmd == "workers") return Workers(stub.get(), json);
   if (cmd == "buckets") return Buckets(stub.get(), json);
   if (cmd == "unused") return Unused(stub.get(), json);
-  if (cmd == "shutdown") return Shutdown(stub.get(), json, absl::GetFlag(FLAGS_wait));
+  if (cmd == "shutdown") return Shutdown(stub.get(), json, absl::GetFlag(FLAGS_wait), absl::GetFlag(FLAGS_reason));
+  if (cmd == "regroup") return Regroup(stub.get(), json, absl::GetFlag(FLAGS_reason));
   return Watch(stub.get(), json);
 }

@@ -1,10 +1,13 @@
 #include "server/control_service.h"
 
+#include "server/grpc_status.h"
+
 #include <deque>
 #include <memory>
 #include <mutex>
 
 #include "common/logging.h"
+#include "server/grpc_status.h"
 #include "server/limits.h"
 #include "server/request_limits.h"
 
@@ -133,7 +136,15 @@ grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* 
                                                    grpc::ByteBuffer* resp) {
   v1::ShutdownRequest req;
   grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "Shutdown", kMaxControlRequestBytes, &req);
-  if (st.ok()) {
+  if (st.ok() && req.regroup()) {
+    absl::StatusOr<v1::ShutdownResponse> r = job_->Regroup(req.reason());
+    if (r.ok()) {
+      PSYNC_LOG(INFO) << "regroup requested: stop after iteration " << r->stop_after_iteration();
+      EncodeResponse(*r, resp);
+    } else {
+      st = ToGrpc(r.status());
+    }
+  } else if (st.ok()) {
     const v1::ShutdownResponse r = job_->Shutdown(req.reason().substr(0, kMaxStringBytes));
     PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << r.stop_after_iteration();
     EncodeResponse(r, resp);

@@ -27,14 +27,25 @@ std::string StorePrefix(const std::string& job_id, int64_t generation) {
 
 }  // namespace
 
-Generation::Generation(const JobConfig& cfg, int64_t number, std::string previous_end)
+Generation::Generation(const JobConfig& cfg, int64_t number, std::string previous_end, int world_size)
     : cfg_(cfg),
       number_(number),
       previous_end_(std::move(previous_end)),
       store_prefix_(StorePrefix(cfg.job_id, number)),
-      rendezvous_(cfg.world_size),
-      plans_(cfg.world_size, cfg.plan_lookahead),
-      ranks_(static_cast<size_t>(cfg.world_size)) {}
+      rendezvous_(world_size > 0 ? world_size : cfg.world_size),
+      plans_(world_size > 0 ? world_size : cfg.world_size, cfg.plan_lookahead),
+      ranks_(static_cast<size_t>(world_size > 0 ? world_size : cfg.world_size)) {}
+
+std::unique_ptr<Generation> Generation::OfJoined(std::vector<int>* old_ranks) const {
+  auto g = std::make_unique<Generation>(cfg_, number_, previous_end_, rendezvous_.joined());
+  g->rendezvous_ = rendezvous_.Compacted(old_ranks);
+  if (g->rendezvous_.has_reference()) {
+    g->plans_.SetModel(g->rendezvous_.param_bytes(), g->rendezvous_.first_bucket_cap(), g->rendezvous_.bucket_cap());
+  }
+  for (size_t i = 0; i < old_ranks->size(); ++i) g->ranks_[i] = ranks_[static_cast<size_t>((*old_ranks)[i])];
+  g->rejoin_passed_ = rejoin_passed_;
+  return g;
+}
 
 std::string Generation::RankNames(const std::vector<int>& ranks) const {
   std::vector<std::string> names;
@@ -92,7 +103,7 @@ std::shared_ptr<const SharedJoinResponse> Generation::Start(Clock::time_point no
   plans_.Start(rendezvous_.start_iteration());
   auto shared = std::make_shared<SharedJoinResponse>();
   v1::JoinResponse& resp = shared->response;
-  resp.set_world_size(cfg_.world_size);
+  resp.set_world_size(world_size());
   resp.set_generation(number_);
   resp.set_store_prefix(store_prefix_);
   *resp.mutable_initial_bucket_plan() = plans_.current_bucket_plan();

@@ -54,8 +54,14 @@ class Generation {
 
   // Generation `number` of the job `cfg` (which must outlive this).
   // `previous_end`: why generation number-1 ended ("generation 1: rank 0
-  // (h:1) lost: ..."); empty for the first.
-  Generation(const JobConfig& cfg, int64_t number, std::string previous_end = "");
+  // (h:1) lost: ..."); empty for the first. `world_size`: its ranks (0 =
+  // cfg.world_size; less in an elastic job, see OfJoined).
+  Generation(const JobConfig& cfg, int64_t number, std::string previous_end = "", int world_size = 0);
+
+  // Elastic worlds: this (waiting) generation's joined ranks as a generation
+  // of their own, renumbered 0..n-1 in rank order (Rendezvous::Compacted);
+  // `old_ranks[i]` is the rank new rank i had here.
+  std::unique_ptr<Generation> OfJoined(std::vector<int>* old_ranks) const;
 
   int64_t number() const { return number_; }
   const std::string& previous_end() const { return previous_end_; }
@@ -113,6 +119,10 @@ class Generation {
   void Heard(int rank, int64_t iteration, Clock::time_point now);
   // The rank to declare lost now, if any (liveness_policy.h).
   std::optional<LostVerdict> LostRank(Clock::time_point now) const;
+  // Elastic jobs: --rejoin-timeout has passed for this generation (it may
+  // start with fewer ranks).
+  bool rejoin_passed() const { return rejoin_passed_; }
+  void set_rejoin_passed() { rejoin_passed_ = true; }
   // A plan was emitted (liveness counts from it).
   void PlanEmitted(Clock::time_point now) { last_plan_time_ = now; }
 
@@ -136,6 +146,7 @@ class Generation {
   Clock::time_point world_complete_time_{};
   std::string start_note_;
   Clock::time_point last_plan_time_{};
+  bool rejoin_passed_ = false;
   // DONE ranks: the lowest last reported iteration among them (a report
   // beyond it means ranks ran different numbers of steps).
   int64_t min_done_iteration_ = std::numeric_limits<int64_t>::max();

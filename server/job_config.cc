@@ -22,6 +22,7 @@ JobConfig ResolveJobConfig(JobConfig c) {
   c.heartbeat_timeout = EffectiveHeartbeatTimeout(c);
   c.plan_lookahead = std::clamp(c.plan_lookahead, 1, kMaxPlanLookahead);
   c.max_restarts = std::clamp(c.max_restarts, 0, kMaxRestarts);
+  c.min_world_size = c.min_world_size <= 0 ? c.world_size : std::clamp(c.min_world_size, 1, c.world_size);
   return c;
 }
 

@@ -27,6 +27,13 @@ struct JobConfig {
   // the world rejoin as the next one (job_state.h, "Generations"). 0 = a lost
   // rank aborts the job (the default).
   int max_restarts = 0;
+  // Elastic world size (coordinator.proto, "Elastic world size"): a
+  // generation may start with fewer ranks, down to this many, once
+  // rejoin_timeout has passed since it opened. 0 = world_size (not elastic).
+  int min_world_size = 0;
+  std::chrono::milliseconds rejoin_timeout{30000};
+
+  bool Elastic() const { return min_world_size > 0 && min_world_size < world_size; }
 };
 
 // heartbeat_timeout with the default applied (always > 0).
@@ -34,7 +41,8 @@ std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg);
 // The interval workers send heartbeats at: heartbeat_timeout / 4, in 10 ms .. 1 s.
 std::chrono::milliseconds HeartbeatInterval(const JobConfig& cfg);
 // `c` with heartbeat_timeout resolved, the lookahead in 1..kMaxPlanLookahead
-// and max_restarts in 0..kMaxRestarts (limits.h).
+// and max_restarts in 0..kMaxRestarts (limits.h); min_world_size in
+// 1..world_size (0 becomes world_size).
 JobConfig ResolveJobConfig(JobConfig c);
 
 // Whether `req` is a well-formed Join for this job: within the limits

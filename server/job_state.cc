@@ -20,6 +20,11 @@ JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
       counters_(cfg_.world_size),
       gen_(std::make_unique<Generation>(cfg_, 1)) {}
 
+JobState::~JobState() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
+}
+
 void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> l(mu_);
   generation_end_hook_ = std::move(hook);
@@ -45,7 +50,7 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
           absl::StrCat("job '", cfg_.job_id, "' has finished; start a new coordinator")));
     case v1::JOB_RUNNING:
     case v1::JOB_STOPPING:
-      if (CanRestartLocked()) {
+      if (CanQueueLocked()) {
         // Why: a restarted worker may be faster than the coordinator's
         // notice of the loss that ends this generation; it waits for the next.
         if (req.generation() != 0 && req.generation() != g + 1) {
@@ -53,6 +58,13 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
         }
         const uint64_t ticket = joins_.NewTicket();
         joins_.Queue(ticket, req, std::move(done), scheduler_->Now() + cfg_.join_timeout);
+        // Why: a smaller world runs and a rank wants in (one came back); the
+        // next generation takes it, from a checkpoint of this very stop.
+        if (Shrunk() && !gen_->plans().stop_scheduled()) {
+          (void)RegroupLocked(absl::StrCat("rank ", req.requested_rank() >= 0 ? absl::StrCat(req.requested_rank()) : "?",
+                                           " (", req.hostname().substr(0, 64), ":", req.pid(), ") asks to join"),
+                              &out);
+        }
         return ticket;
       }
       return refuse(absl::ResourceExhaustedError(absl::StrCat(
@@ -74,6 +86,9 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
     return 0;
   }
   const int64_t g = gen_->number();
+  // Elastic: generation 1's rejoin clock starts with its first Join (later
+  // ones start theirs when they open).
+  if (cfg_.Elastic() && g == 1 && gen_->rendezvous().joined() == 1 && rejoin_timer_ == 0) StartRejoinClockLocked();
   events_.Append(v1::EVENT_JOINED, *rank, -1,
                  absl::StrCat(gen_->RankName(*rank), " joined (", gen_->rendezvous().joined(), "/",
                               cfg_.world_size, g > 1 ? absl::StrCat(", generation ", g) : std::string(), ")"));
@@ -83,6 +98,10 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
   if (gen_->rendezvous().complete()) {
     CompleteWorldLocked(out);
     return 0;
+  }
+  if (gen_->rejoin_passed()) {
+    MaybeStartSmallerWorldLocked(out);
+    if (state_ != v1::JOB_WAITING) return 0;
   }
   return ticket;
 }
@@ -97,7 +116,7 @@ void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
     if (!q) break;
     JoinWaitingLocked(q->req, std::move(q->done), q->ticket, q->deadline, out);
   }
-  if (joins_.has_queued() && !CanRestartLocked()) {
+  if (joins_.has_queued() && !CanQueueLocked()) {
     joins_.FailQueued(absl::FailedPreconditionError(absl::StrCat("world is full: all ", cfg_.world_size,
                                                                  " ranks of job '", cfg_.job_id, "' joined generation ",
                                                                  gen_->number(), " and it is running")),
@@ -109,10 +128,22 @@ void JobState::CompleteWorldLocked(Outbox* out) {
   // Why: all W ranks joined; training starts and every waiting Join is answered.
   state_ = v1::JOB_RUNNING;
   reason_.clear();
+  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
+  rejoin_timer_ = 0;
+  const int n = gen_->world_size();
+  if (n == cfg_.world_size) {
+    // Why keep a note: status tells that the full world is back and why.
+    world_note_ = last_world_size_ > 0 && last_world_size_ < n
+                      ? absl::StrCat("all ", n, " ranks again (generation ", gen_->number() - 1, " ran with ",
+                                     last_world_size_, ")")
+                      : "";
+  }
+  last_world_size_ = n;
   std::shared_ptr<const SharedJoinResponse> shared = gen_->Start(Clock::now());
   const int64_t start = gen_->rendezvous().start_iteration();
   events_.Append(v1::EVENT_WORLD_COMPLETE, -1, start,
-                 absl::StrCat("world complete: ", cfg_.world_size, " ranks",
+                 absl::StrCat("world complete: ", n, n < cfg_.world_size ? absl::StrCat(" of ", cfg_.world_size) : "",
+                              " ranks",
                               gen_->number() > 1 || start > 0
                                   ? absl::StrCat(" (generation ", gen_->number(), ", from iteration ", start, ")")
                                   : std::string(),
@@ -171,7 +202,7 @@ absl::StatusOr<StreamRef> JobState::Attach(const v1::Hello& hello, std::shared_p
     return absl::FailedPreconditionError(absl::StrCat("job id '", hello.job_id().substr(0, 128),
                                                       "' does not match this coordinator's job '", cfg_.job_id, "'"));
   }
-  PSYNC_ASSIGN_OR_RETURN(const std::vector<int> ranks, HelloRanks(hello, cfg_.world_size));
+  PSYNC_ASSIGN_OR_RETURN(const std::vector<int> ranks, HelloRanks(hello, gen_->world_size()));
   const int64_t g = gen_->number();
   if (hello.generation() != g) {
     if (hello.generation() > 0 && hello.generation() < g) {
@@ -203,9 +234,9 @@ absl::Status JobState::ReportBatch(const StreamRef& stream, const v1::ReportBatc
   std::lock_guard<std::mutex> l(mu_);
   PSYNC_RETURN_IF_ERROR(CheckHostStream(stream, "report_batch"));
   if (batch.reports_size() == 0) return absl::InvalidArgumentError("report_batch holds no report");
-  if (batch.reports_size() > cfg_.world_size) {
+  if (batch.reports_size() > gen_->world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("report_batch holds ", batch.reports_size(),
-                                                   " reports but the world has ", cfg_.world_size, " ranks"));
+                                                   " reports but the world has ", gen_->world_size(), " ranks"));
   }
   std::vector<const v1::Report*> reports;
   for (const v1::Report& r : batch.reports()) reports.push_back(&r);
@@ -420,22 +451,130 @@ void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out)
   delivery_.ReleaseAll();
   events_.Append(v1::EVENT_RESTARTING, lost_rank, gen_->plans().next_plan(),
                  absl::StrCat("generation ", ended, " aborted (", why, "); ", ask));
+  OpenNextGenerationLocked(absl::StrCat("generation ", ended, ": ", why),
+                           absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, "; generation ", ended,
+                                        " aborted: ", why),
+                           out);
+}
+
+void JobState::OpenNextGenerationLocked(const std::string& previous_end, const std::string& why, Outbox* out) {
+  const int64_t ended = gen_->number();
   if (generation_end_hook_) {
     out->Call([hook = generation_end_hook_, prefix = gen_->store_prefix()] { hook(prefix); });
   }
   // The next generation: everything per generation starts afresh.
-  gen_ = std::make_unique<Generation>(cfg_, ended + 1, absl::StrCat("generation ", ended, ": ", why));
+  gen_ = std::make_unique<Generation>(cfg_, ended + 1, previous_end);
   events_.SetGeneration(ended + 1);
-  reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", ended + 1, " (restart ",
-                         restarts_, " of ", cfg_.max_restarts, "; generation ", ended, " aborted: ", why, ")");
+  reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", ended + 1, " (", why, ")");
+  if (cfg_.Elastic()) {
+    absl::StrAppend(&reason_, "; after --rejoin-timeout (", DurationText(cfg_.rejoin_timeout), ") it starts with ",
+                    cfg_.min_world_size, " or more");
+    StartRejoinClockLocked();
+  }
   state_ = v1::JOB_WAITING;
   ReplayQueuedJoinsLocked(out);
 }
 
+void JobState::StartRejoinClockLocked() {
+  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
+  rejoin_timer_ = scheduler_->RunAt(scheduler_->Now() + cfg_.rejoin_timeout,
+                                    [this, g = gen_->number()] { RejoinDeadline(g); });
+}
+
+void JobState::RejoinDeadline(int64_t generation) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (gen_->number() != generation || state_ != v1::JOB_WAITING) return;
+  rejoin_timer_ = 0;
+  // Why: the ranks that are missing now had --rejoin-timeout to come back;
+  // from here the generation may start without them (and does once it may).
+  gen_->set_rejoin_passed();
+  MaybeStartSmallerWorldLocked(&out);
+}
+
+void JobState::MaybeStartSmallerWorldLocked(Outbox* out) {
+  const Rendezvous& rv = gen_->rendezvous();
+  const int n = rv.joined();
+  if (n < cfg_.min_world_size) {
+    reason_ = absl::StrCat("waiting for generation ", gen_->number(), ": ", n, " of ", cfg_.world_size,
+                           " ranks joined, --min-world-size is ", cfg_.min_world_size);
+    return;
+  }
+  if (rv.global_batch() > 0 && rv.global_batch() % n != 0) {
+    reason_ = absl::StrCat("waiting for generation ", gen_->number(), ": ", n, " of ", cfg_.world_size,
+                           " ranks joined, but the global batch ", rv.global_batch(), " does not split over ", n,
+                           " ranks");
+    return;
+  }
+  const std::vector<int> missing = rv.MissingRanks(16);
+  std::vector<int> old_ranks;
+  std::unique_ptr<Generation> smaller = gen_->OfJoined(&old_ranks);
+  // Why renumber: ranks are 0..n-1 in every world; the ones that joined
+  // keep their order. Their waiting Joins learn the new numbers.
+  joins_.RenumberWaiting(old_ranks);
+  gen_ = std::move(smaller);
+  world_note_ = absl::StrCat(n, " of ", cfg_.world_size, " ranks: rank", missing.size() > 1 ? "s " : " ",
+                             absl::StrJoin(missing, ","), " did not join within --rejoin-timeout (",
+                             DurationText(cfg_.rejoin_timeout), ")");
+  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1,
+                 absl::StrCat("elastic: generation ", gen_->number(), " starts with ", world_note_,
+                              "; ranks renumbered 0..", n - 1, " in order (were ", absl::StrJoin(old_ranks, ","),
+                              ")"));
+  CompleteWorldLocked(out);
+}
+
+absl::StatusOr<v1::ShutdownResponse> JobState::Regroup(const std::string& reason) {
+  Outbox out;
+  std::lock_guard<std::mutex> l(mu_);
+  PSYNC_RETURN_IF_ERROR(RegroupLocked(reason.empty() ? "regroup requested" : reason.substr(0, kMaxStringBytes), &out));
+  v1::ShutdownResponse resp;
+  resp.set_stop_after_iteration(gen_->plans().stop_after());
+  resp.set_state(state_);
+  return resp;
+}
+
+absl::Status JobState::RegroupLocked(const std::string& reason, Outbox* out) {
+  (void)out;
+  if (!cfg_.Elastic()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", cfg_.job_id, "' is not elastic (start the coordinator with --min-world-size)"));
+  }
+  if (state_ != v1::JOB_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", cfg_.job_id, "' is ", v1::JobState_Name(state_), ", not running: nothing to regroup"));
+  }
+  if (!Shrunk()) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' runs with all ", cfg_.world_size,
+                                                      " ranks already: nothing to regroup"));
+  }
+  PlanAggregator& plans = gen_->plans();
+  if (plans.stop_scheduled()) return absl::OkStatus();  // the same stop serves
+  // Why a stop and not an abort: every rank writes its checkpoint at the
+  // same iteration, so the next generation loses no step.
+  plans.ScheduleStop(absl::StrCat("regroup: ", reason), /*regroup=*/true);
+  events_.Append(v1::EVENT_STOPPING, -1, plans.stop_after(),
+                 absl::StrCat("regroup (", reason, "): every rank stops after iteration ", plans.stop_after(),
+                              " and generation ", gen_->number() + 1, " forms with up to ", cfg_.world_size,
+                              " ranks"));
+  return absl::OkStatus();
+}
+
 void JobState::MaybeFinishLocked(Outbox* out) {
   if (!Running()) return;
-  for (int r = 0; r < cfg_.world_size; ++r) {
+  for (int r = 0; r < gen_->world_size(); ++r) {
     if (gen_->rank(r).state != v1::WORKER_DONE) return;
+  }
+  if (state_ == v1::JOB_RUNNING && gen_->plans().regroup()) {
+    // Why: every rank stopped at the regroup's iteration with its
+    // checkpoint written; the job goes on with whoever joins now.
+    const int64_t last = gen_->plans().last_plan();
+    events_.Append(v1::EVENT_FINISHED, -1, last,
+                   absl::StrCat("generation ", gen_->number(), " ended after iteration ", last, " to regroup"));
+    const std::string why = absl::StrCat("generation ", gen_->number(), " (", gen_->world_size(),
+                                         " ranks) stopped after iteration ", last, " to ",
+                                         gen_->plans().stop_reason());
+    OpenNextGenerationLocked(why, why, out);
+    return;
   }
   // Why: every rank is done; nothing more can happen in this job.
   state_ = v1::JOB_FINISHED;

@@ -39,6 +39,17 @@
 //
 //   RUNNING(g) --(rank lost, restarts < max_restarts)--> WAITING(g+1) --(W ranks)--> RUNNING(g+1)
 //
+// Elastic world size (JobConfig::min_world_size < world_size;
+// coordinator.proto "Elastic world size"): a WAITING generation whose
+// --rejoin-timeout has passed (RejoinDeadline) starts with the n ranks that
+// joined once min_world_size <= n and n divides the global batch
+// (StartSmallerWorldLocked renumbers them 0..n-1). While such a smaller
+// generation runs, a Join (queued) or Regroup schedules a regroup stop;
+// when every rank is Done after it, the next generation opens without
+// counting a restart:
+//
+//   RUNNING(g, n < W) --(Join or Regroup; every rank Done at the stop)--> WAITING(g+1)
+//
 // A loss while STOPPING, a loss with no restart left, or ranks that ran
 // different numbers of steps still end the job (ABORTED). A Join that
 // arrives while generation g runs and could restart is queued for g+1
@@ -104,6 +115,7 @@ class JobState {
   // `flushes` (optional, must outlive this) starts the sinks' writes of a
   // plan broadcast; without it they run in order on the calling thread.
   JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes = nullptr);
+  ~JobState();
   JobState(const JobState&) = delete;
   JobState& operator=(const JobState&) = delete;
 
@@ -163,6 +175,11 @@ class JobState {
 
   // Schedules STOP_AFTER (plan_aggregator.h: p + K - 1).
   v1::ShutdownResponse Shutdown(const std::string& reason);
+  // Elastic jobs: every rank stops after the same iteration and the next
+  // generation forms with the ranks waiting to join (see above). Refused
+  // (FailedPrecondition, in the response's error) when the job is not
+  // elastic, not RUNNING, or its world is full.
+  absl::StatusOr<v1::ShutdownResponse> Regroup(const std::string& reason);
   // Aborts the job (e.g. the coordinator is shutting down).
   void Abort(const std::string& reason);
 
@@ -190,7 +207,20 @@ class JobState {
   void ExpireJoin(uint64_t ticket);
   // Restartable mode.
   bool CanRestartLocked() const { return state_ == v1::JOB_RUNNING && restarts_ < cfg_.max_restarts; }
+  // A Join while the job runs waits for the next generation: a restart may
+  // come, or (elastic) the running world is smaller than the job's.
+  bool CanQueueLocked() const { return CanRestartLocked() || (state_ == v1::JOB_RUNNING && Shrunk()); }
+  bool Shrunk() const { return cfg_.Elastic() && gen_->world_size() < cfg_.world_size; }
   void RestartLocked(int lost_rank, const std::string& why, Outbox* out);
+  // The next generation, WAITING: `previous_end` says how this one ended
+  // (Generation::previous_end), `why` why the job waits (the status reason).
+  void OpenNextGenerationLocked(const std::string& previous_end, const std::string& why, Outbox* out);
+  // Elastic: the rejoin clock of the current generation (from now).
+  void StartRejoinClockLocked();
+  void RejoinDeadline(int64_t generation);
+  // Elastic: starts the WAITING generation with the ranks that joined, if it may.
+  void MaybeStartSmallerWorldLocked(Outbox* out);
+  absl::Status RegroupLocked(const std::string& reason, Outbox* out);
   void ReplayQueuedJoinsLocked(Outbox* out);
 
   // Records `reports` of `stream` (all checked first), then emits the plans
@@ -228,6 +258,11 @@ class JobState {
   PlanDelivery delivery_;
   JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations
   std::unique_ptr<Generation> gen_;  // the current generation (replaced by RestartLocked)
+  // Elastic: why the current world has its size ("" = the full world, as
+  // the last one); the previous generation's size; the rejoin timer.
+  std::string world_note_;
+  int last_world_size_ = 0;
+  uint64_t rejoin_timer_ = 0;
 };
 
 }  // namespace psync::server

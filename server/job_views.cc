@@ -133,7 +133,10 @@ void Generation::FillUnused(v1::UnusedResponse* out) const {
 void JobState::FillStatus(v1::StatusResponse* out) const {
   std::lock_guard<std::mutex> l(mu_);
   out->set_job_id(cfg_.job_id);
-  out->set_world_size(cfg_.world_size);
+  out->set_world_size(gen_->world_size());
+  out->set_max_world_size(cfg_.world_size);
+  out->set_min_world_size(cfg_.min_world_size);
+  out->set_world_change_reason(world_note_);
   out->set_state(state_);
   out->set_reason(reason_);
   out->set_plan_lookahead(cfg_.plan_lookahead);
@@ -146,7 +149,7 @@ void JobState::FillStatus(v1::StatusResponse* out) const {
 void JobState::FillMetrics(JobMetrics* out) const {
   std::lock_guard<std::mutex> l(mu_);
   out->job_id = cfg_.job_id;
-  out->world_size = cfg_.world_size;
+  out->world_size = gen_->world_size();
   out->state = state_;
   out->restarts = restarts_;
   out->max_restarts = cfg_.max_restarts;

@@ -46,6 +46,12 @@ ABSL_FLAG(int, max_restarts, 0,
           "restartable mode: a worker lost while the job runs aborts only the current generation, and the "
           "coordinator waits for every rank to Join again as the next generation (resuming from a checkpoint), "
           "at most this many times; 0 = a lost worker aborts the job");
+ABSL_FLAG(int, min_world_size, 0,
+          "elastic world size: when ranks are lost and not back within --rejoin-timeout, the next generation "
+          "starts with the ranks there, down to this many (only a size that divides the workers' global batch); "
+          "0 = --world-size (not elastic). Ranks that come back join at the next generation");
+ABSL_FLAG(absl::Duration, rejoin_timeout, absl::Seconds(30),
+          "elastic jobs: how long a generation waits for its full world before it starts with fewer ranks");
 ABSL_FLAG(int, metrics_port, -1,
           "serve GET /metrics (Prometheus text format) on this port; -1 = off, 0 = pick a free port");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
@@ -74,6 +80,10 @@ void LogJob(const psync::server::ServerOptions& opt) {
                   << ", plan lookahead " << opt.job.plan_lookahead
                   << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts"
                                                : std::string())
+                  << (opt.job.Elastic() ? ", elastic down to " + std::to_string(opt.job.min_world_size) +
+                                              " ranks (rejoin timeout " +
+                                              std::to_string(opt.job.rejoin_timeout.count() / 1000) + "s)"
+                                        : std::string())
                   << (opt.job.test_only_plan_delay.count() > 0
                           ? ", TEST-ONLY plan delay " + std::to_string(opt.job.test_only_plan_delay.count()) + " ms"
                           : std::string());
@@ -114,6 +124,8 @@ int main(int argc, char** argv) {
   opt.reflection = absl::GetFlag(FLAGS_reflection);
   opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
   opt.job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  opt.job.min_world_size = absl::GetFlag(FLAGS_min_world_size);
+  opt.job.rejoin_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_rejoin_timeout));
   opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
   opt.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   opt.metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -132,6 +144,11 @@ int main(int argc, char** argv) {
   if (opt.job.max_restarts < 0 || opt.job.max_restarts > psync::server::kMaxRestarts) {
     return BadFlag("--max-restarts must be in 0.." + std::to_string(psync::server::kMaxRestarts));
   }
+  if (opt.job.min_world_size < 0 || opt.job.min_world_size > opt.job.world_size) {
+    return BadFlag("--min-world-size must be in 1..--world-size (" + std::to_string(opt.job.world_size) +
+                   "), or 0 for not elastic");
+  }
+  if (opt.job.rejoin_timeout.count() <= 0) return BadFlag("--rejoin-timeout must be > 0");
   if (opt.job.test_only_plan_delay.count() < 0) return BadFlag("--test-only-plan-delay must be >= 0");
   if (args.given("heartbeat_timeout")) {
     opt.job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));

@@ -62,6 +62,15 @@ std::optional<PendingJoins::Queued> PendingJoins::TakeOldestQueued() {
   return TakeQueued(queued_.begin()->first);
 }
 
+void PendingJoins::RenumberWaiting(const std::vector<int>& old_ranks) {
+  std::map<int, int> to_new;
+  for (size_t i = 0; i < old_ranks.size(); ++i) to_new[old_ranks[i]] = static_cast<int>(i);
+  for (auto& [ticket, w] : waiting_) {
+    auto it = to_new.find(w.rank);
+    if (it != to_new.end()) w.rank = it->second;
+  }
+}
+
 void PendingJoins::AnswerWaiting(std::shared_ptr<const SharedJoinResponse> shared, Outbox* out) {
   std::vector<Waiting> all;
   all.reserve(waiting_.size());

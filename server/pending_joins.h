@@ -58,6 +58,8 @@ class PendingJoins {
   std::optional<Queued> TakeQueued(uint64_t ticket);
   std::optional<Queued> TakeOldestQueued();
   bool has_queued() const { return !queued_.empty(); }
+  // Elastic worlds: the waiting Join of rank old_ranks[i] now holds rank i.
+  void RenumberWaiting(const std::vector<int>& old_ranks);
 
   // The world is complete: every waiting Join gets `shared` (one call for
   // all: answering thousands of Joins is one loop after unlocking).

@@ -150,6 +150,7 @@ v1::Plan PlanAggregator::Emit() {
     plan.set_action(v1::STOP_AFTER);
     plan.set_stop_after_iteration(stop_after_);
     plan.set_reason(stop_reason_);
+    plan.set_regroup(regroup_);
   } else {
     plan.set_action(v1::CONTINUE);
   }
@@ -161,8 +162,14 @@ v1::Plan PlanAggregator::Emit() {
   return plan;
 }
 
-int64_t PlanAggregator::ScheduleStop(const std::string& reason) {
+int64_t PlanAggregator::ScheduleStop(const std::string& reason, bool regroup) {
+  if (stop_after_ != kNoStop && regroup_ && !regroup) {
+    // Why keep the iteration: ranks may already know it from earlier plans.
+    regroup_ = false;
+    stop_reason_ = reason;
+  }
   if (stop_after_ == kNoStop) {
+    regroup_ = regroup;
     // Why: Plan{p} is the first unsent plan, so no rank has started p+K yet
     // (it needs Plan{p} for that); p+K-1 is the first iteration after which
     // every rank can still stop, and every rank learns it from Plan{p}.

@@ -54,8 +54,13 @@ class PlanAggregator {
   // K - 1 if no report came yet); the reason goes into the plans. Returns the
   // stop iteration (-1 while the first iteration is unknown). A second call
   // keeps the first stop.
-  int64_t ScheduleStop(const std::string& reason);
+  // `regroup`: the stop ends only this generation (Plan.regroup); a later
+  // ScheduleStop without it (a shutdown) keeps the iteration and turns the
+  // stop into the job's end.
+  int64_t ScheduleStop(const std::string& reason, bool regroup = false);
   bool stop_scheduled() const { return stop_after_ != kNoStop; }
+  bool regroup() const { return stop_scheduled() && regroup_; }
+  const std::string& stop_reason() const { return stop_reason_; }
   // The iteration every rank stops after: -1 none; K-1 past the first
   // iteration when requested before the first report.
   int64_t stop_after() const;
@@ -116,6 +121,7 @@ class PlanAggregator {
 
   int64_t stop_after_ = kNoStop;
   std::string stop_reason_;
+  bool regroup_ = false;
 };
 
 }  // namespace psync::server

@@ -81,6 +81,11 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
         " bytes) differ from ", first, " (", bucket_cap_, " / first ", first_bucket_cap_,
         " bytes): pass the same --bucket-cap-mb and --first-bucket-mb to every rank"));
   }
+  if (req.global_batch() != global_batch_) {
+    return absl::FailedPreconditionError(absl::StrCat("global batch ", req.global_batch(), " differs from ", first,
+                                                      " ", global_batch_,
+                                                      ": pass the same --global-batch to every rank"));
+  }
   if (absl::Status st = CheckStart(req, first); !st.ok()) return st;
   const int n = req.manifest_size();
   const int ref = static_cast<int>(manifest_.size());
@@ -137,6 +142,7 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
     backend_ = req.backend();
     bucket_cap_ = req.bucket_cap_bytes();
     first_bucket_cap_ = req.first_bucket_cap_bytes();
+    global_batch_ = req.global_batch();
     start_iteration_ = req.start_iteration();
     agree_resume_ = req.agree_resume();
   }
@@ -191,6 +197,21 @@ std::vector<int> Rendezvous::MissingRanks(size_t at_most) const {
   for (int r = 0; r < world_size() && out.size() < at_most; ++r) {
     if (!member(r).joined) out.push_back(r);
   }
+  return out;
+}
+
+Rendezvous Rendezvous::Compacted(std::vector<int>* old_ranks) const {
+  Rendezvous out = *this;
+  out.members_.clear();
+  old_ranks->clear();
+  for (int r = 0; r < world_size(); ++r) {
+    if (!member(r).joined) continue;
+    if (r == reference_rank_) out.reference_rank_ = static_cast<int>(out.members_.size());
+    old_ranks->push_back(r);
+    out.members_.push_back(member(r));
+  }
+  if (out.reference_rank_ >= static_cast<int>(out.members_.size())) out.reference_rank_ = 0;
+  out.joined_ = static_cast<int>(out.members_.size());
   return out;
 }
 

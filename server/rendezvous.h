@@ -83,6 +83,8 @@ class Rendezvous {
   const std::string& backend() const { return backend_; }
   int64_t bucket_cap() const { return bucket_cap_; }
   int64_t first_bucket_cap() const { return first_bucket_cap_; }
+  // JoinRequest.global_batch, the same on every rank (0 = not said).
+  int64_t global_batch() const { return global_batch_; }
   // The iteration every rank starts at: JoinRequest.start_iteration, or
   // with the resume agreement the step Agree() chose (0 until then).
   int64_t start_iteration() const { return start_iteration_; }
@@ -97,6 +99,11 @@ class Rendezvous {
   // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
   void FillHosts(v1::JoinResponse* resp) const;
 
+  // Elastic worlds: the joined members alone, as a world of joined() ranks
+  // renumbered 0..n-1 in rank order (the reference model kept);
+  // `old_ranks[i]` is the rank new rank i had here.
+  Rendezvous Compacted(std::vector<int>* old_ranks) const;
+
  private:
   absl::Status CheckCompatible(const v1::JoinRequest& req) const;
   // The start: the same resume mode as the first worker, and without the
@@ -110,6 +117,7 @@ class Rendezvous {
   std::vector<int64_t> param_bytes_;
   std::string backend_;
   int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
+  int64_t global_batch_ = 0;
   int64_t start_iteration_ = 0;
   bool agree_resume_ = false;
 };

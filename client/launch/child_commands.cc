@@ -36,6 +36,11 @@ Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file)
   if (o.max_restarts > 0) c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));
   // Why: how long ranks wait for the other nodes (--coordinator-args, after it, may still say otherwise).
   if (o.NodeMode()) c.argv.push_back(absl::StrCat("--join-timeout=", o.join_timeout.count(), "ms"));
+  // Elastic: a generation may go on with --min-nodes nodes' ranks.
+  if (o.Elastic()) {
+    c.argv.push_back(absl::StrCat("--min-world-size=", o.min_nodes * o.nproc));
+    c.argv.push_back(absl::StrCat("--rejoin-timeout=", o.rejoin_timeout.count(), "ms"));
+  }
   for (const std::string& a : o.coordinator_args) c.argv.push_back(a);
   AddToken(o, &c);
   return c;
@@ -83,6 +88,10 @@ Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::v
 
 Command ShutdownCommand(const LaunchOptions& o, const std::string& coordinator) {
   return PsyncctlCommand(o, coordinator, {"shutdown"});
+}
+
+Command RegroupCommand(const LaunchOptions& o, const std::string& coordinator, const std::string& reason) {
+  return PsyncctlCommand(o, coordinator, {absl::StrCat("--reason=", reason), "regroup"});
 }
 
 Command StatusCommand(const LaunchOptions& o, const std::string& coordinator) {

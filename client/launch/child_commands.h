@@ -51,6 +51,9 @@ Command WorkerCommand(const LaunchOptions& o, const JobAddress& at, const std::v
 // psyncctl shutdown: every worker stops after the same iteration.
 Command ShutdownCommand(const LaunchOptions& o, const std::string& coordinator);
 // psyncctl --json status: the job as the coordinator sees it (coordinator_view.h).
+// psyncctl regroup: an elastic job that runs without some nodes takes this
+// one in at its next generation.
+Command RegroupCommand(const LaunchOptions& o, const std::string& coordinator, const std::string& reason);
 Command StatusCommand(const LaunchOptions& o, const std::string& coordinator);
 
 }  // namespace psync::launch

@@ -41,14 +41,21 @@ absl::StatusOr<CoordinatorView> ParseStatusJson(absl::string_view text) {
   out.restarts = static_cast<int>(restarts);
   out.max_restarts = static_cast<int>(max_restarts);
   out.world_size = static_cast<int>(world);
+  PSYNC_ASSIGN_OR_RETURN(int64_t max_world, IntField(v, "max_world_size"));
+  PSYNC_ASSIGN_OR_RETURN(int64_t min_world, IntField(v, "min_world_size"));
+  out.max_world_size = static_cast<int>(max_world);
+  out.min_world_size = static_cast<int>(min_world);
+  out.world_change_reason = StringField(v, "world_change_reason");
   return out;
 }
 
-Judgement Judge(const CoordinatorView& v, int restarts_seen, bool local_failure) {
-  if (v.restarts > restarts_seen) {
-    return {Verdict::kRestart, absl::StrCat("the coordinator opened generation ", v.generation, " (restart ",
-                                            v.restarts, " of ", v.max_restarts,
-                                            v.last_restart_reason.empty() ? "" : "; ", v.last_restart_reason, ")")};
+Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_failure) {
+  if (v.generation > generation_seen) {
+    // A restart (a loss) counts; an elastic regroup does not.
+    return {Verdict::kRestart,
+            absl::StrCat("the coordinator opened generation ", v.generation, " (",
+                         v.restarts > 0 ? absl::StrCat("restart ", v.restarts, " of ", v.max_restarts, "; ") : "",
+                         v.last_restart_reason.empty() ? "" : v.last_restart_reason, ")")};
   }
   if (v.Over()) {
     return {Verdict::kNoRestart, absl::StrCat("the job is ", v.state.substr(v.state.rfind('_') + 1),

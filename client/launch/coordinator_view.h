@@ -23,11 +23,18 @@ struct CoordinatorView {
   int64_t generation = 0;  // the current generation (1 + restarts)
   int restarts = 0;        // generations aborted by a lost rank after which the world rejoined
   int max_restarts = 0;
-  int world_size = 0;
+  int world_size = 0;      // the current generation's
+  int max_world_size = 0;  // the job's (0: a coordinator that does not say; then world_size)
+  int min_world_size = 0;  // elastic jobs: the smallest world a generation may start with
+  std::string world_change_reason;  // why the current world has its size (control.proto)
   std::string reason;               // why ABORTED / STOPPING / WAITING
   std::string last_restart_reason;  // why the previous generation was aborted
 
   bool Over() const { return state == "JOB_FINISHED" || state == "JOB_ABORTED"; }
+  int MaxWorld() const { return max_world_size > 0 ? max_world_size : world_size; }
+  // An elastic job runs a generation without some of its ranks (a node that
+  // comes now must ask for a regroup to get in).
+  bool RunsShrunk() const { return state == "JOB_RUNNING" && world_size < MaxWorld(); }
 };
 
 // The StatusResponse JSON psyncctl prints (proto field names; 64-bit
@@ -44,14 +51,15 @@ struct Judgement {
   std::string why;  // for kRestart and kNoRestart: one phrase for the launcher's line
 };
 
-// `restarts_seen`: the coordinator's restart count when this node's current
-// generation started. `local_failure`: one of this node's workers failed.
-//   restarts > restarts_seen           -> kRestart (a loss anywhere opened the next generation)
+// `generation_seen`: the coordinator's generation when this node's current
+// workers started. `local_failure`: one of this node's workers failed.
+//   generation > generation_seen       -> kRestart (a loss anywhere, or an elastic regroup, opened
+//                                         the next generation)
 //   FINISHED / ABORTED                 -> kNoRestart
 //   local_failure and still WAITING    -> kNoRestart (a rank lost before the world is complete
 //                                         ends no generation: its Join is just withdrawn)
 //   otherwise                          -> kGoOn (RUNNING / STOPPING: a loss is noticed within the
 //                                         coordinator's heartbeat timeout, then one of the above)
-Judgement Judge(const CoordinatorView& v, int restarts_seen, bool local_failure);
+Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_failure);
 
 }  // namespace psync::launch

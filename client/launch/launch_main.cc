@@ -77,6 +77,13 @@ ABSL_FLAG(std::string, token_file, "", "file holding the job's token (instead of
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(300),
           "with --coordinator: how long a node waits for the coordinator to answer, and (--start-coordinator) "
           "the coordinator's --join-timeout, how long ranks wait for every node");
+ABSL_FLAG(int, min_nodes, 0,
+          "elastic job (with --nnodes, --max-restarts): when nodes are lost and not back within --rejoin-timeout, "
+          "the next generation goes on with the nodes there, down to this many; the global batch stays (each "
+          "rank's share grows, --accumulate adapts), the job resumes from its checkpoint, and a node that comes "
+          "back joins at the next generation (the coordinator started with --min-world-size); 0 = --nnodes");
+ABSL_FLAG(absl::Duration, rejoin_timeout, absl::Seconds(30),
+          "elastic job: how long a generation waits for every node before it goes on with fewer");
 ABSL_FLAG(int, port, 0, "coordinator port (0 = pick a free one)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the coordinator binds to and workers connect to");
 ABSL_FLAG(std::string, job_id, "psync", "job id");
@@ -108,7 +115,8 @@ using psync::launch::LaunchOptions;
 const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                       "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
                                       "all_output", "max_restarts", "relay", "relay_bin", "nnodes", "node_rank",
-                                      "coordinator", "start_coordinator", "token_file", "join_timeout"};
+                                      "coordinator", "start_coordinator", "token_file", "join_timeout",
+                                      "min_nodes", "rejoin_timeout"};
 
 std::vector<std::string> SplitSpaces(const std::string& s) {
   std::vector<std::string> out;
@@ -161,6 +169,8 @@ absl::StatusOr<LaunchOptions> OptionsFromFlags(const psync::ParsedArgs& parsed) 
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   o.start_coordinator = absl::GetFlag(FLAGS_start_coordinator);
   o.join_timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_join_timeout)));
+  o.min_nodes = absl::GetFlag(FLAGS_min_nodes);
+  o.rejoin_timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_rejoin_timeout)));
   o.coordinator_args = SplitSpaces(absl::GetFlag(FLAGS_coordinator_args));
   o.grace = std::chrono::milliseconds(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace)));
   o.relay = absl::GetFlag(FLAGS_relay);

@@ -61,6 +61,19 @@ absl::Status CheckNodeOptions(const LaunchOptions& o) {
   if (o.join_timeout <= std::chrono::milliseconds(0)) {
     return absl::InvalidArgumentError("--join-timeout: must be positive");
   }
+  if (o.min_nodes < 0 || o.min_nodes > o.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-nodes: must be in 1..--nnodes (", o.nnodes, "), got ", o.min_nodes));
+  }
+  if (o.min_nodes > 0 && o.min_nodes < o.nnodes && o.max_restarts < 1) {
+    // Why: a lost node ends its generation; only a restart opens the next.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min-nodes=", o.min_nodes, ": an elastic job goes on without a lost node as its next generation, "
+        "which needs --max-restarts=N (N >= 1)"));
+  }
+  if (o.rejoin_timeout <= std::chrono::milliseconds(0)) {
+    return absl::InvalidArgumentError("--rejoin-timeout: must be positive");
+  }
   return absl::OkStatus();
 }
 

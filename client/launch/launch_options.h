@@ -39,6 +39,11 @@ struct LaunchOptions {
   bool start_coordinator = false;     // only node 0 acts on it
   std::string host_id;                // PSYNC_HOST_ID for this node's workers (nnodes > 1), else empty
   std::chrono::milliseconds join_timeout{300000};  // node mode: how long the nodes wait for each other
+  // Elastic (--min-nodes < --nnodes): a generation may go on with at least
+  // min_nodes nodes once the others were not back within rejoin_timeout
+  // (the coordinator's --min-world-size / --rejoin-timeout); 0 = nnodes.
+  int min_nodes = 0;
+  std::chrono::milliseconds rejoin_timeout{30000};
 
   // Executables (find_binary.h); an empty psyncctl_bin means none was found
   // (Ctrl-C then stops the workers with SIGTERM), an empty relay_bin that
@@ -54,6 +59,7 @@ struct LaunchOptions {
   // mode node 0 with --start-coordinator.
   bool StartsCoordinator() const { return !NodeMode() || (start_coordinator && node_rank == 0); }
   int WorldSize() const { return nnodes * nproc; }
+  bool Elastic() const { return NodeMode() && min_nodes > 0 && min_nodes < nnodes; }
   int FirstRank() const { return node_rank * nproc; }
 };
 
@@ -89,7 +95,7 @@ absl::Status SplitHostPort(const std::string& address, const std::string& flag, 
 // order: --nproc, --max-restarts, --coordinator-args, --port, --tls-ca
 // (readable), worker flags the launcher sets itself, then the node flags
 // (--nnodes, --node-rank, --coordinator, --start-coordinator, the token,
-// --join-timeout).
+// --join-timeout, --min-nodes, --rejoin-timeout).
 absl::Status CheckLaunchOptions(const LaunchOptions& o);
 
 }  // namespace psync::launch

@@ -164,20 +164,58 @@ absl::Status Launcher::JoinJob() {
                                                view.reason.empty() ? "" : ": ", view.reason,
                                                "); start a new coordinator"));
   }
-  if (view.world_size != opt_.WorldSize()) {
+  if (view.MaxWorld() != opt_.WorldSize()) {
     return absl::InvalidArgumentError(absl::StrCat("the job at ", address_.coordinator, " has world size ",
-                                                   view.world_size, ", but --nnodes=", opt_.nnodes, " x --nproc=",
+                                                   view.MaxWorld(), ", but --nnodes=", opt_.nnodes, " x --nproc=",
                                                    opt_.nproc, " makes ", opt_.WorldSize()));
   }
   if (!opt_.StartsCoordinator() && view.max_restarts != opt_.max_restarts) {
     std::cerr << "psync-launch: warning: --max-restarts=" << opt_.max_restarts << " but the coordinator allows "
               << view.max_restarts << " restart(s) for the job; restarts follow the coordinator\n";
   }
-  restarts_done_ = view.restarts;
+  CoordinatorView joined = view;
+  if (view.RunsShrunk()) {
+    PSYNC_ASSIGN_OR_RETURN(joined, RegroupIn(view));
+    if (joined.Over()) {
+      return absl::UnavailableError(absl::StrCat("the job at ", address_.coordinator, " ended (", joined.state,
+                                                 ") while this node waited to join it"));
+    }
+  }
+  restarts_done_ = joined.restarts;
+  generation_ = joined.generation;
   std::cerr << "psync-launch: node " << opt_.node_rank << " of " << opt_.nnodes << ", " << RanksText(opt_) << ": job "
-            << view.job_id << " at " << address_.coordinator << " (generation " << view.generation << ", restarts "
-            << view.restarts << "/" << view.max_restarts << "), starting " << opt_.nproc << " worker(s)\n";
+            << joined.job_id << " at " << address_.coordinator << " (generation " << joined.generation
+            << ", restarts " << joined.restarts << "/" << joined.max_restarts << "), starting " << opt_.nproc
+            << " worker(s)\n";
   return absl::OkStatus();
+}
+
+// Elastic: the job runs a generation without some nodes, this one among
+// them. A regroup stops it after one iteration on every rank, each with its
+// checkpoint, and opens the next generation, which this node's ranks join
+// with the others, resuming from that checkpoint. Waits up to --join-timeout
+// for it to open.
+absl::StatusOr<CoordinatorView> Launcher::RegroupIn(const CoordinatorView& running) {
+  std::cerr << "psync-launch: node " << opt_.node_rank << ": job " << running.job_id << " runs generation "
+            << running.generation << " with " << running.world_size << " of " << running.MaxWorld()
+            << " ranks; asking it to regroup with this node\n";
+  const Command c =
+      RegroupCommand(opt_, address_.coordinator, absl::StrCat("node ", opt_.node_rank, " (", RanksText(opt_), ") is back"));
+  if (const int rc = RunBounded(c.argv, c.env, milliseconds(10000)); rc != 0) {
+    // Its ranks' Joins then wait for the next generation (they also ask for it).
+    std::cerr << "psync-launch: psyncctl regroup failed (" << rc << "); starting the workers anyway\n";
+    return running;
+  }
+  const auto deadline = Clock::now() + opt_.join_timeout;
+  while (Clock::now() < deadline) {
+    if (std::optional<absl::StatusOr<CoordinatorView>> a = poller_->Tick(kVerdictEvery)) {
+      if (a->ok() && ((*a)->generation > running.generation || (*a)->Over())) return **a;
+    }
+    if (TakeSignal()) return absl::CancelledError("interrupted while waiting for the job to regroup");
+    WaitForSignal(milliseconds(50));
+  }
+  return absl::UnavailableError(absl::StrCat("the job at ", address_.coordinator,
+                                             " did not open its next generation within --join-timeout"));
 }
 
 absl::StatusOr<CoordinatorView> Launcher::WaitForCoordinator() {
@@ -240,7 +278,10 @@ absl::Status Launcher::StartRelay() {
 
 void Launcher::SpawnRanks() {
   bool added_resume = false;
-  const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, restarts_done_, &added_resume);
+  // Node mode: a generation after the first resumes, also one that a regroup
+  // (not a restart) opened.
+  const int earlier = opt_.NodeMode() ? std::max<int>(restarts_done_, static_cast<int>(generation_ - 1)) : restarts_done_;
+  const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, earlier, &added_resume);
   if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
   workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
   for (int r = 0; r < opt_.nproc; ++r) {
@@ -365,10 +406,11 @@ bool Launcher::FollowJob(bool any_running) {
     }
     return false;
   }
-  const Judgement j = Judge(**answer, restarts_done_, failure_handled_);
+  const Judgement j = Judge(**answer, generation_, failure_handled_);
   if (j.verdict == Verdict::kGoOn) return false;
   if (j.verdict == Verdict::kRestart && !stopping_) {
     restarts_done_ = (*answer)->restarts;
+    generation_ = (*answer)->generation;
     std::cerr << "psync-launch: " << j.why << ": stopping this node's workers and starting its " << opt_.nproc
               << " rank(s) again\n";
     // Why at once: that generation is over; nothing its workers do counts.

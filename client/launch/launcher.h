@@ -1,7 +1,9 @@
 // Launcher: psync-launch's job on this machine, in steps:
 //   Prepare           the signal pipe, the temp folder, the job's token
 //   StartCoordinator  psync-coordinator, up to its port file (StartsCoordinator)
-//   JoinJob           node mode: waits for the job's coordinator to answer
+//   JoinJob           node mode: waits for the job's coordinator to answer;
+//                     elastic: a job running without this node regroups first
+//                     (RegroupIn), so its ranks join the next generation
 //   StartRelay        psync-relay for the host's ranks (LaunchOptions::UseRelay)
 //   SpawnRanks        one generation of this node's workers (restarts_done_ so far)
 //   Supervise         reap, watch the coordinator and the relay, signals,
@@ -67,6 +69,7 @@ class Launcher {
   absl::Status StartCoordinator();
   absl::Status JoinJob();
   absl::StatusOr<CoordinatorView> WaitForCoordinator();
+  absl::StatusOr<CoordinatorView> RegroupIn(const CoordinatorView& running);
   absl::Status StartRelay();
   void SpawnRanks();
   GenerationEnd Supervise();
@@ -104,6 +107,7 @@ class Launcher {
   // Across generations.
   int interrupts_ = 0;
   int restarts_done_ = 0;  // node mode: the coordinator's count (the job's), else this launcher's
+  int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts
   bool coordinator_reported_ = false;
   bool relay_reported_ = false;

@@ -66,6 +66,7 @@ IterationPlan FromProto(const v1::Plan& p, size_t num_params) {
                                             : PlanAction::kContinue;
   out.reason = p.reason();
   out.stop_after = p.action() == v1::STOP_AFTER ? p.stop_after_iteration() : -1;
+  out.regroup = p.action() == v1::STOP_AFTER && p.regroup();
   return out;
 }
 
@@ -240,6 +241,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   r.set_agree_resume(req.agree_resume);
   for (int64_t step : req.checkpoint_steps) r.add_checkpoint_steps(step);
   r.set_generation(req.generation);
+  r.set_global_batch(req.global_batch);
   impl_->job_id = req.job_id;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);

@@ -104,6 +104,9 @@ struct JoinRequest {
   // (a fresh process: the usual case). A worker that rejoins in-process after
   // an ABORT would pass its old JoinResult::generation + 1; an older one is refused.
   int64_t generation = 0;
+  // The examples of one optimizer step over the world (--global-batch; 0 =
+  // not said): an elastic coordinator forms only worlds that split it.
+  int64_t global_batch = 0;
 };
 
 struct JoinResult {

@@ -83,6 +83,7 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   req.host_id = *host_id;
   req.requested_rank = opt.rank;
   req.world_size = opt.world_size;
+  req.global_batch = opt.global_batch;
   req.device = device.ToString();
   req.backend = opt.backend;  // as requested: every rank must ask for the same
   // A resumed run starts at a checkpoint's step: either this rank's own

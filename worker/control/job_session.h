@@ -43,6 +43,7 @@ struct SessionOptions {
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
   std::chrono::milliseconds timeout{30000};  // connecting, collectives of the group
+  int64_t global_batch = 0;     // JoinRequest.global_batch (0 = not said)
 };
 
 // Where this rank can start (JoinRequest.start_iteration / agree_resume /

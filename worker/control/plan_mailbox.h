@@ -51,6 +51,7 @@ struct IterationPlan {
   PlanAction action = PlanAction::kContinue;
   std::string reason;
   int64_t stop_after = -1;  // with kStopAfter: every rank stops after this iteration
+  bool regroup = false;     // with kStopAfter: the stop ends this generation only (Plan.regroup)
 };
 
 class PlanMailbox {

@@ -32,7 +32,12 @@ absl::Status PlanWindow::Consume(const IterationPlan& plan) {
           "; with plan lookahead ", k_, " it must be in ", plan.iteration, "..", plan.iteration + k_ - 1));
     }
     stop_after_ = plan.stop_after;
+  }
+  if (plan.action == PlanAction::kStopAfter) {
+    // Why from every stop plan: a shutdown after a regroup turns the same
+    // stop into the job's end (coordinator.proto, Plan.regroup).
     stop_reason_ = plan.reason;
+    regroup_ = plan.regroup;
   }
   ++next_;
   return absl::OkStatus();

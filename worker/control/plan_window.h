@@ -43,6 +43,9 @@ class PlanWindow {
   bool StopsBefore(int64_t step) const { return stop_after_ >= 0 && step > stop_after_; }
   int64_t stop_after() const { return stop_after_; }  // -1 = no stop announced
   const std::string& stop_reason() const { return stop_reason_; }
+  // The stop ends only this generation (an elastic job regroups): the run
+  // ends with its checkpoint, without its end-of-run outputs.
+  bool regroup() const { return regroup_; }
   // The bucket plan that takes effect at `step`, once (applies_from <= step).
   std::optional<IterationPlan> TakeBucketPlanFor(int64_t step);
 
@@ -51,6 +54,7 @@ class PlanWindow {
   int64_t next_ = 0;
   int64_t stop_after_ = -1;
   std::string stop_reason_;
+  bool regroup_ = false;
   std::optional<IterationPlan> bucket_plan_;
 };
 

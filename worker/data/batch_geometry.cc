@@ -1,5 +1,7 @@
 #include "worker/data/batch_geometry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace psync::data {
@@ -31,6 +33,23 @@ int64_t MicroBatchSize(const BatchSpec& s) {
 
 int64_t FirstSlot(const BatchSpec& s) {
   return static_cast<int64_t>(s.rank) * (s.global_batch / s.world_size) + s.micro * MicroBatchSize(s);
+}
+
+absl::StatusOr<int64_t> AccumulateForWorld(int64_t global_batch, int64_t accumulate, int planned_world, int world) {
+  if (world < 1 || accumulate < 1 || global_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch: world ", world, ", accumulate ", accumulate,
+                                                   ", global batch ", global_batch, ": each must be >= 1"));
+  }
+  const int64_t planned = planned_world > 0 ? planned_world : world;
+  const int64_t planned_micro = global_batch / (planned * accumulate);
+  for (int64_t m = accumulate; m <= global_batch / world; ++m) {
+    const int64_t parts = static_cast<int64_t>(world) * m;
+    if (global_batch % parts == 0 && global_batch / parts <= std::max<int64_t>(planned_micro, 1)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--global-batch ", global_batch, " cannot be split over ", world, " ranks with --accumulate ", accumulate,
+      " or more micro-batches (planned: ", planned, " ranks); choose a global batch divisible by every world size "
+      "the job may run at"));
 }
 
 }  // namespace psync::data

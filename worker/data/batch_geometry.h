@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
 
 namespace psync::data {
@@ -25,5 +26,14 @@ absl::Status ValidateBatchSpec(const BatchSpec& spec);
 int64_t MicroBatchSize(const BatchSpec& spec);
 // The slot k of the micro-batch's first example.
 int64_t FirstSlot(const BatchSpec& spec);
+
+// Elastic worlds: the micro-batches M' per step when a job planned for
+// `planned_world` ranks with `accumulate` (M) micro-batches runs on `world`
+// ranks. The global batch B stays; each rank's share B/world grows as the
+// world shrinks, and M' is the smallest M' >= M that splits it into whole
+// micro-batches no larger than the planned B/(planned_world*M), the size a
+// rank's memory was sized for. planned_world <= 0 means `world`.
+// InvalidArgument naming B when B does not split over `world` ranks.
+absl::StatusOr<int64_t> AccumulateForWorld(int64_t global_batch, int64_t accumulate, int planned_world, int world);
 
 }  // namespace psync::data

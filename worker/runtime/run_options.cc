@@ -36,6 +36,7 @@ control::SessionOptions SessionOptionsFrom(const WorkerOptions& opt) {
   s.bucket_cap_mb = opt.bucket_cap_mb;
   s.first_bucket_mb = opt.first_bucket_mb;
   s.timeout = opt.timeout;
+  s.global_batch = opt.global_batch;
   return s;
 }
 

@@ -137,7 +137,9 @@ TrainResult TrainLoop::Fail(const Failure& f) {
 
 TrainResult TrainLoop::Stopped(int64_t last_step) {
   result_.exit_code = kExitOk;
+  result_.regroup = window_.regroup();
   result_.reason = absl::StrCat("stopped after iteration ", last_step, " (", last_step + 1, " steps)",
+                                result_.regroup ? " for the next generation" : "",
                                 window_.stop_reason().empty() ? "" : ": ", window_.stop_reason());
   return result_;
 }
@@ -346,8 +348,10 @@ std::optional<TrainLoop::Failure> TrainLoop::AfterLastStep() {
   if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
     return Failure{st, last, "waiting for the coordinator's last plans"};
   }
-  // A run stopped early is evaluated on what it learned, on every rank alike.
-  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last) {
+  // A run stopped early is evaluated on what it learned, on every rank alike
+  // (not a regroup: the job goes on).
+  const bool regroup = window_.regroup() && window_.StopsBefore(result_.steps_completed);
+  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last && !regroup) {
     StepMetrics m;
     if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "evaluation"};
   }

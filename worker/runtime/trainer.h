@@ -83,6 +83,9 @@ struct TrainResult {
   double val_accuracy = 0;         // NaN when none ran, or regression
   StepTimes step_ms;               // bounded, O(1) per step (step_times.h)
   double items_per_s = 0;          // tokens (language model) or examples per second, all ranks, median step
+  // The coordinator stopped this generation to regroup (an elastic job goes
+  // on as the next one): the checkpoint is written, the run's outputs are not.
+  bool regroup = false;
 };
 
 TrainResult Train(const TrainContext& ctx);

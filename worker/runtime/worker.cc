@@ -14,6 +14,7 @@
 #include "worker/comm/shm/segment_name.h"
 #include "worker/control/job_session.h"
 #include "worker/control/unused_source.h"
+#include "worker/data/batch_geometry.h"
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
@@ -131,6 +132,7 @@ class WorkerRun {
   const WorkerOptions& opt_;
   const Clock::time_point started_;
   int rank_ = -1, world_ = 0;
+  int64_t accumulate_ = 1;  // --accumulate, adapted to the world (SetUpTraining)
   Device device_;
   std::optional<data::OpenedData> data_;
   std::shared_ptr<nn::Model> model_;
@@ -200,7 +202,18 @@ absl::Status WorkerRun::SetUpTraining() {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
   }
-  if (absl::Status st = ValidateBatchGeometry(opt_, world_); !st.ok()) return WithExitCode(st, kExitBadInput);
+  // Elastic: a world smaller than the one the flags planned splits the same
+  // global batch over fewer ranks, in more micro-batches where a share would
+  // exceed the planned micro-batch (the data order does not change).
+  absl::StatusOr<int64_t> m = data::AccumulateForWorld(opt_.global_batch, opt_.accumulate, opt_.world_size, world_);
+  if (!m.ok()) return WithExitCode(m.status(), kExitBadInput);
+  accumulate_ = *m;
+  if (accumulate_ != opt_.accumulate || (opt_.world_size > 0 && world_ != opt_.world_size)) {
+    PSYNC_LOG(INFO) << "world of " << world_ << " ranks (planned " << opt_.world_size << "): global batch "
+                    << opt_.global_batch << " in " << accumulate_ << " micro-batch(es) of "
+                    << opt_.global_batch / (world_ * accumulate_) << " per rank (--accumulate=" << opt_.accumulate
+                    << ")";
+  }
   if (!opt_.metrics_path.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsWriter>> m = MetricsWriter::Open(ExpandRank(opt_.metrics_path, rank_));
     if (!m.ok()) return WithExitCode(m.status(), kExitBadInput);
@@ -235,7 +248,7 @@ void WorkerRun::PrintBanner() const {
               data_->train->Describe().c_str(),
               data_->val ? absl::StrCat("; held out: ", data_->val->Describe()).c_str() : "", opt_.optimizer.c_str(),
               opt_.lr, opt_.lr_schedule.c_str(), static_cast<long long>(opt_.warmup_steps),
-              static_cast<long long>(opt_.global_batch), static_cast<long long>(opt_.accumulate),
+              static_cast<long long>(opt_.global_batch), static_cast<long long>(accumulate_),
               static_cast<long long>(opt_.steps));
   std::fflush(stdout);
 }
@@ -243,6 +256,7 @@ void WorkerRun::PrintBanner() const {
 TrainResult WorkerRun::Train() {
   TrainContext ctx;
   ctx.options = TrainOptionsFrom(opt_);
+  ctx.options.accumulate = accumulate_;
   ctx.rank = rank_;
   ctx.world_size = world_;
   ctx.device = device_;
@@ -267,7 +281,8 @@ TrainResult WorkerRun::Train() {
 }
 
 void WorkerRun::Outputs(TrainResult& tr) {
-  if (tr.exit_code == kExitOk && rank_ == 0 && !opt_.save_path.empty()) {
+  // A regroup's stop is not the end of the job: the next generation saves.
+  if (tr.exit_code == kExitOk && !tr.regroup && rank_ == 0 && !opt_.save_path.empty()) {
     absl::Status st = SaveWeights(CheckpointOptionsFrom(opt_), world_, model_options_, *model_, tr.steps_completed);
     if (!st.ok()) {
       tr.exit_code = kExitInternal;

@@ -767,6 +767,61 @@ EOF
     wait_nodes u0 u1
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
+  launch_elastic)
+    # Issue 23 item 4, an elastic world: --min-nodes=1 of 2 nodes x 2 ranks.
+    # Node 1 is killed whole (its launcher, relay and workers) right after a
+    # checkpoint. Run "alone": it never comes back; after --rejoin-timeout
+    # generation 2 goes on with node 0's 2 ranks from that checkpoint, the
+    # same global batch in 2 micro-batches per rank, and the job ends within
+    # 1e-4 of the uninterrupted 4-rank job. Run "back": node 1 is started
+    # again later; it asks for a regroup, every rank stops after one
+    # iteration with its checkpoint, generation 3 runs all 4 ranks from there
+    # (no restart counted), and the job again ends within 1e-4.
+    export PSYNC_TOKEN=elastic-token
+    flags=(--steps=1500 --quiet --checkpoint-every=100)
+    el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s)
+    "$LAUNCH" --nproc=4 -- "${flags[@]}" --checkpoint-dir="$T/ck-full" --save="$T/full.st" 2>"$T/full.log" || fail "--nproc=4: $(tail -3 "$T/full.log")"
+    for run in alone back; do
+      port=$(free_port); addr=127.0.0.1:$port; ckd=$T/ck-$run
+      start_node "${run}0" 0 "$addr" --start-coordinator "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd" \
+        --save="$T/$run.st" --summary="$T/$run{rank}.json"
+      start_node "${run}1" 1 "$addr" "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd"
+      wait_iteration "$addr" 5 "$PSYNC_TOKEN"
+      ck=$(newest_checkpoint_after "$ckd" "$(newest_checkpoint "$ckd")" "${NPID[${run}0]}")
+      [[ -n $ck ]] || fail "$run: no checkpoint to kill after"
+      pkill -9 -P "${NPID[${run}1]}"; kill -9 "${NPID[${run}1]}"; wait "${NPID[${run}1]}" 2>/dev/null
+      wait_generation "$addr" "$PSYNC_TOKEN" 2
+      st=$("$CTL" --coordinator="$addr" status)
+      grep -q "^elastic: world 2 of 4 ranks (at least 2): 2 of 4 ranks: ranks 2,3 did not join within --rejoin-timeout (5s)" \
+        <<<"$st" || fail "$run: status of generation 2: $st"
+      note "$run: killed node 1 after $ck; $(grep '^elastic' <<<"$st")"
+      if [[ $run == back ]]; then
+        start=$(status_field "$addr" "$PSYNC_TOKEN" start_iteration)
+        wait_iteration "$addr" $((start + 50)) "$PSYNC_TOKEN"
+        start_node back1b 1 "$addr" "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd"
+        # Generation 3, or 4 when node 1's ranks came after generation 3's
+        # rejoin timeout (their Joins then asked for one more regroup).
+        for _ in $(seq 600); do
+          [[ $(status_field "$addr" "$PSYNC_TOKEN" world_size) == 4 &&
+             $(status_field "$addr" "$PSYNC_TOKEN" state) == JOB_RUNNING ]] && break
+          sleep 0.1
+        done
+        st=$("$CTL" --coordinator="$addr" status)
+        grep -q "^elastic: world 4 of 4 ranks (at least 2): all 4 ranks again (generation [0-9]* ran with 2)" <<<"$st" ||
+          fail "back: not all 4 ranks again within 60 s: $st"
+        grep -q "restarts 1/1" <<<"$st" || fail "back: a regroup counted as a restart: $st"
+        grep -q "node 1: job psync runs generation 2 with 2 of 4 ranks; asking it to regroup" "$T/back1b.log" ||
+          fail "back: node 1 did not ask for a regroup: $(cat "$T/back1b.log")"
+        note "back: $(grep '^elastic' <<<"$st")"
+        wait_nodes back1b
+      fi
+      wait_nodes "${run}0"
+      want=2; [[ $run == back ]] && want=4
+      [[ $(json_field "$T/${run}0.json" world_size) == "$want" ]] || fail "$run: rank 0 ended in a world of $(json_field "$T/${run}0.json" world_size), want $want"
+      grep -q "resumed from .*$ck" "$T/${run}0.log" || fail "$run: generation 2 did not resume from $ck"
+      same_weights "$T/full.st" "$T/$run.st" 1e-4
+    done ;;
+
   launch_restart_race)
     # Issue 23 item 2, the old restart race injected deterministically: two
     # nodes of one rank each. Rank 0 holds its checkpoint of step 300 until

@@ -52,29 +52,55 @@ TEST(CoordinatorView, ParsesPsyncctlStatusJson) {
 }
 
 TEST(CoordinatorView, ANewGenerationRestartsEveryNodeWhoeverFailed) {
-  Judgement j = Judge(*ParseStatusJson(kRestarting), 0, /*local_failure=*/false);
+  Judgement j = Judge(*ParseStatusJson(kRestarting), 1, /*local_failure=*/false);
   EXPECT_EQ(j.verdict, Verdict::kRestart) << "a node whose own ranks are fine restarts too";
   EXPECT_EQ(j.why, "the coordinator opened generation 2 (restart 1 of 1; generation 1: rank 3 (vm:42) lost: "
                    "stream closed)");
-  EXPECT_EQ(Judge(*ParseStatusJson(kRestarting), 0, true).verdict, Verdict::kRestart);
-  EXPECT_EQ(Judge(*ParseStatusJson(kRestarting), 1, true).verdict, Verdict::kNoRestart)
+  EXPECT_EQ(Judge(*ParseStatusJson(kRestarting), 1, true).verdict, Verdict::kRestart);
+  EXPECT_EQ(Judge(*ParseStatusJson(kRestarting), 2, true).verdict, Verdict::kNoRestart)
       << "already restarted for it: this node's new rank failed before the world was complete";
 }
 
 TEST(CoordinatorView, TheCoordinatorCountsRestartsNotTheNode) {
-  EXPECT_EQ(Judge(View("JOB_RUNNING", 0), 0, true).verdict, Verdict::kGoOn)
+  EXPECT_EQ(Judge(View("JOB_RUNNING", 0), 1, true).verdict, Verdict::kGoOn)
       << "the loss is not noticed yet: wait for the coordinator";
-  EXPECT_EQ(Judge(View("JOB_STOPPING", 1), 1, true).verdict, Verdict::kGoOn);
-  EXPECT_EQ(Judge(View("JOB_RUNNING", 1), 1, false).verdict, Verdict::kGoOn);
-  EXPECT_EQ(Judge(View("JOB_WAITING", 0), 0, false).verdict, Verdict::kGoOn) << "the world is forming";
+  EXPECT_EQ(Judge(View("JOB_STOPPING", 1), 2, true).verdict, Verdict::kGoOn);
+  EXPECT_EQ(Judge(View("JOB_RUNNING", 1), 2, false).verdict, Verdict::kGoOn);
+  EXPECT_EQ(Judge(View("JOB_WAITING", 0), 1, false).verdict, Verdict::kGoOn) << "the world is forming";
   CoordinatorView aborted = View("JOB_ABORTED", 2);
   aborted.reason = "rank 1 (h:1) lost: stream closed (generation 3; all 2 restarts used)";
-  Judgement j = Judge(aborted, 2, true);
+  Judgement j = Judge(aborted, 3, true);
   EXPECT_EQ(j.verdict, Verdict::kNoRestart) << "all restarts used: the coordinator aborted the job";
   EXPECT_EQ(j.why, "the job is ABORTED: rank 1 (h:1) lost: stream closed (generation 3; all 2 restarts used)");
-  EXPECT_EQ(Judge(View("JOB_FINISHED", 0), 0, false).verdict, Verdict::kNoRestart);
-  EXPECT_EQ(Judge(View("JOB_WAITING", 0), 0, true).why,
+  EXPECT_EQ(Judge(View("JOB_FINISHED", 0), 1, false).verdict, Verdict::kNoRestart);
+  EXPECT_EQ(Judge(View("JOB_WAITING", 0), 1, true).why,
             "the coordinator still waits for the world of generation 1, so no generation ended and none follows");
+}
+
+TEST(CoordinatorView, AnElasticRegroupRestartsEveryNodeWithoutARestart) {
+  // Generation 2 ran with node 0 alone (2 of 4 ranks); node 1 came back and
+  // the regroup opened generation 3, which counts no restart.
+  absl::StatusOr<CoordinatorView> shrunk = ParseStatusJson(
+      R"({"job_id":"psync","world_size":2,"max_world_size":4,"min_world_size":2,"generation":"2",)"
+      R"("state":"JOB_RUNNING","restarts":1,"max_restarts":1,)"
+      R"x("world_change_reason":"2 of 4 ranks: ranks 2,3 did not join within --rejoin-timeout (3s)"})x");
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status();
+  EXPECT_EQ(shrunk->MaxWorld(), 4);
+  EXPECT_EQ(shrunk->min_world_size, 2);
+  EXPECT_TRUE(shrunk->RunsShrunk()) << "a node that comes now asks for a regroup";
+  EXPECT_EQ(shrunk->world_change_reason, "2 of 4 ranks: ranks 2,3 did not join within --rejoin-timeout (3s)");
+  EXPECT_EQ(Judge(*shrunk, 2, false).verdict, Verdict::kGoOn);
+  CoordinatorView regrouped = *shrunk;
+  regrouped.generation = 3;
+  regrouped.state = "JOB_WAITING";
+  regrouped.last_restart_reason = "generation 2 of 2 ranks stopped after iteration 99 to regroup";
+  EXPECT_FALSE(regrouped.RunsShrunk());
+  Judgement j = Judge(regrouped, 2, false);
+  EXPECT_EQ(j.verdict, Verdict::kRestart) << "node 0's ranks join generation 3 too";
+  EXPECT_NE(j.why.find("opened generation 3"), std::string::npos) << j.why;
+  CoordinatorView old = *ParseStatusJson(R"({"state":"JOB_RUNNING","world_size":4,"generation":"1"})");
+  EXPECT_EQ(old.MaxWorld(), 4) << "a coordinator without max_world_size: its world size";
+  EXPECT_FALSE(old.RunsShrunk());
 }
 
 // Ticks until the probe answers (bounded: 10 s).
