@@ -137,12 +137,15 @@ grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* 
   v1::ShutdownRequest req;
   grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "Shutdown", kMaxControlRequestBytes, &req);
   if (st.ok() && req.regroup()) {
-    absl::StatusOr<v1::ShutdownResponse> r = job_->Regroup(req.reason());
-    if (r.ok()) {
-      PSYNC_LOG(INFO) << "regroup requested: stop after iteration " << r->stop_after_iteration();
-      EncodeResponse(*r, resp);
+    absl::StatusOr<int64_t> stop = job_->Regroup(req.reason().empty() ? "regroup requested" : req.reason());
+    if (stop.ok()) {
+      PSYNC_LOG(INFO) << "regroup requested: stop after iteration " << *stop;
+      v1::ShutdownResponse r;
+      r.set_stop_after_iteration(*stop);
+      r.set_state(job_->state());
+      EncodeResponse(r, resp);
     } else {
-      st = ToGrpc(r.status());
+      st = ToGrpc(stop.status());
     }
   } else if (st.ok()) {
     const v1::ShutdownResponse r = job_->Shutdown(req.reason().substr(0, kMaxStringBytes));

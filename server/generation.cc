@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/liveness_policy.h"  // DurationText
 
 namespace psync::server {
 namespace {
@@ -66,6 +67,37 @@ std::string Generation::JoinRefusal(int64_t asked, int64_t joinable, int restart
   }
   return absl::StrCat(head, ", but the next one to form is generation ", joinable, " (", restarts, " of ",
                       cfg_.max_restarts, " restarts used)");
+}
+
+absl::Status Generation::WorldIncomplete() const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "world incomplete after ", DurationText(cfg_.join_timeout), ": ", rendezvous_.joined(), " of ",
+      world_size(), " ranks joined; still missing ranks ", absl::StrJoin(rendezvous_.MissingRanks(16), ","),
+      " (start the remaining workers, or raise --join-timeout)"));
+}
+
+absl::Status Generation::QueuedJoinExpired() const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "generation ", number_, " of job '", cfg_.job_id, "' still runs after ", DurationText(cfg_.join_timeout),
+      ": this Join waited for generation ", number_ + 1, ", which forms only once a rank of generation ", number_,
+      " is lost", cfg_.Elastic() ? " or the job regroups" : "",
+      " (is this worker extra, or is its rank still running?)"));
+}
+
+absl::Status Generation::WorldFull() const {
+  return absl::FailedPreconditionError(absl::StrCat("world is full: all ", world_size(), " ranks of job '",
+                                                    cfg_.job_id, "' joined generation ", number_,
+                                                    " and it is running"));
+}
+
+std::string Generation::StartText() const {
+  const int64_t start = rendezvous_.start_iteration();
+  return absl::StrCat("world complete: ", world_size(),
+                      world_size() < cfg_.world_size ? absl::StrCat(" of ", cfg_.world_size) : "", " ranks",
+                      number_ > 1 || start > 0
+                          ? absl::StrCat(" (generation ", number_, ", from iteration ", start, ")")
+                          : std::string(),
+                      start_note_.empty() ? "" : ": ", start_note_);
 }
 
 absl::Status Generation::EndedGeneration(int r, int64_t generation) const {

@@ -77,6 +77,15 @@ class Generation {
   // "rank 0 (h:1), rank 1 (h:2)"
   std::string RankNames(const std::vector<int>& ranks) const;
 
+  // The answers to Joins that waited too long (--join-timeout): for this
+  // generation's world (before RemoveMember of the expired rank), and for
+  // the next one while this one runs. FailQueued's refusal once no next
+  // generation can form.
+  absl::Status WorldIncomplete() const;
+  absl::Status QueuedJoinExpired() const;
+  absl::Status WorldFull() const;
+  // The event log's "world complete" line (after Start).
+  std::string StartText() const;
   // Why a Join for generation `asked` is refused; `joinable` is the one it
   // could join, `restarts` the restarts used so far.
   std::string JoinRefusal(int64_t asked, int64_t joinable, int restarts) const;

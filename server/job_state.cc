@@ -18,12 +18,8 @@ JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
       joins_(scheduler, [this](uint64_t ticket) { ExpireJoin(ticket); }),
       delivery_(cfg_.world_size, cfg_.test_only_plan_delay, scheduler, flushes, [this] { DeliverDuePlans(); }),
       counters_(cfg_.world_size),
-      gen_(std::make_unique<Generation>(cfg_, 1)) {}
-
-JobState::~JobState() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
-}
+      gen_(std::make_unique<Generation>(cfg_, 1)),
+      elastic_(cfg_, scheduler, [this](int64_t g) { RejoinDeadline(g); }) {}
 
 void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> l(mu_);
@@ -59,12 +55,9 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
         const uint64_t ticket = joins_.NewTicket();
         joins_.Queue(ticket, req, std::move(done), scheduler_->Now() + cfg_.join_timeout);
         // Why: a smaller world runs and a rank wants in (one came back); the
-        // next generation takes it, from a checkpoint of this very stop.
-        if (Shrunk() && !gen_->plans().stop_scheduled()) {
-          (void)RegroupLocked(absl::StrCat("rank ", req.requested_rank() >= 0 ? absl::StrCat(req.requested_rank()) : "?",
-                                           " (", req.hostname().substr(0, 64), ":", req.pid(), ") asks to join"),
-                              &out);
-        }
+        // next generation takes it, from a checkpoint of this very stop (a
+        // refusal here only means no regroup is due).
+        (void)elastic_.ScheduleRegroup(state_, *gen_, AsksToJoin(req), events_);
         return ticket;
       }
       return refuse(absl::ResourceExhaustedError(absl::StrCat(
@@ -88,7 +81,7 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
   const int64_t g = gen_->number();
   // Elastic: generation 1's rejoin clock starts with its first Join (later
   // ones start theirs when they open).
-  if (cfg_.Elastic() && g == 1 && gen_->rendezvous().joined() == 1 && rejoin_timer_ == 0) StartRejoinClockLocked();
+  if (g == 1 && gen_->rendezvous().joined() == 1 && !elastic_.armed()) elastic_.Arm(g);
   events_.Append(v1::EVENT_JOINED, *rank, -1,
                  absl::StrCat(gen_->RankName(*rank), " joined (", gen_->rendezvous().joined(), "/",
                               cfg_.world_size, g > 1 ? absl::StrCat(", generation ", g) : std::string(), ")"));
@@ -99,11 +92,8 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
     CompleteWorldLocked(out);
     return 0;
   }
-  if (gen_->rejoin_passed()) {
-    MaybeStartSmallerWorldLocked(out);
-    if (state_ != v1::JOB_WAITING) return 0;
-  }
-  return ticket;
+  if (gen_->rejoin_passed()) MaybeStartSmallerWorldLocked(out);
+  return state_ == v1::JOB_WAITING ? ticket : 0;
 }
 
 void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
@@ -117,10 +107,7 @@ void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
     JoinWaitingLocked(q->req, std::move(q->done), q->ticket, q->deadline, out);
   }
   if (joins_.has_queued() && !CanQueueLocked()) {
-    joins_.FailQueued(absl::FailedPreconditionError(absl::StrCat("world is full: all ", cfg_.world_size,
-                                                                 " ranks of job '", cfg_.job_id, "' joined generation ",
-                                                                 gen_->number(), " and it is running")),
-                      out);
+    joins_.FailQueued(gen_->WorldFull(), out);
   }
 }
 
@@ -128,52 +115,22 @@ void JobState::CompleteWorldLocked(Outbox* out) {
   // Why: all W ranks joined; training starts and every waiting Join is answered.
   state_ = v1::JOB_RUNNING;
   reason_.clear();
-  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
-  rejoin_timer_ = 0;
-  const int n = gen_->world_size();
-  if (n == cfg_.world_size) {
-    // Why keep a note: status tells that the full world is back and why.
-    world_note_ = last_world_size_ > 0 && last_world_size_ < n
-                      ? absl::StrCat("all ", n, " ranks again (generation ", gen_->number() - 1, " ran with ",
-                                     last_world_size_, ")")
-                      : "";
-  }
-  last_world_size_ = n;
+  elastic_.Started(*gen_);
   std::shared_ptr<const SharedJoinResponse> shared = gen_->Start(Clock::now());
-  const int64_t start = gen_->rendezvous().start_iteration();
-  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, start,
-                 absl::StrCat("world complete: ", n, n < cfg_.world_size ? absl::StrCat(" of ", cfg_.world_size) : "",
-                              " ranks",
-                              gen_->number() > 1 || start > 0
-                                  ? absl::StrCat(" (generation ", gen_->number(), ", from iteration ", start, ")")
-                                  : std::string(),
-                              gen_->start_note().empty() ? "" : ": ", gen_->start_note()));
+  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, gen_->rendezvous().start_iteration(), gen_->StartText());
   joins_.AnswerWaiting(std::move(shared), out);
 }
 
 void JobState::ExpireJoin(uint64_t ticket) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
-  const int64_t g = gen_->number();
   if (std::optional<PendingJoins::Waiting> w = joins_.TakeWaiting(ticket)) {
-    const std::vector<int> missing = gen_->rendezvous().MissingRanks(16);
-    const int present = gen_->rendezvous().joined();
+    absl::Status incomplete = gen_->WorldIncomplete();
     // Why: the world did not complete in time; the rank is free again.
     gen_->RemoveMember(w->rank);
-    PendingJoins::Answer(std::move(w->done),
-                         absl::DeadlineExceededError(absl::StrCat(
-                             "world incomplete after ", DurationText(cfg_.join_timeout), ": ", present, " of ",
-                             cfg_.world_size, " ranks joined; still missing ranks ", absl::StrJoin(missing, ","),
-                             " (start the remaining workers, or raise --join-timeout)")),
-                         &out);
+    PendingJoins::Answer(std::move(w->done), std::move(incomplete), &out);
   } else if (std::optional<PendingJoins::Queued> q = joins_.TakeQueued(ticket)) {
-    PendingJoins::Answer(std::move(q->done),
-                         absl::DeadlineExceededError(absl::StrCat(
-                             "generation ", g, " of job '", cfg_.job_id, "' still runs after ",
-                             DurationText(cfg_.join_timeout), ": this Join waited for generation ", g + 1,
-                             ", which forms only once a rank of generation ", g,
-                             " is lost (is this worker extra, or is its rank still running?)")),
-                         &out);
+    PendingJoins::Answer(std::move(q->done), gen_->QueuedJoinExpired(), &out);
   }
 }
 
@@ -465,27 +422,17 @@ void JobState::OpenNextGenerationLocked(const std::string& previous_end, const s
   // The next generation: everything per generation starts afresh.
   gen_ = std::make_unique<Generation>(cfg_, ended + 1, previous_end);
   events_.SetGeneration(ended + 1);
-  reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", ended + 1, " (", why, ")");
-  if (cfg_.Elastic()) {
-    absl::StrAppend(&reason_, "; after --rejoin-timeout (", DurationText(cfg_.rejoin_timeout), ") it starts with ",
-                    cfg_.min_world_size, " or more");
-    StartRejoinClockLocked();
-  }
+  reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", ended + 1, " (", why, ")",
+                         elastic_.WaitingNote());
+  elastic_.Arm(ended + 1);
   state_ = v1::JOB_WAITING;
   ReplayQueuedJoinsLocked(out);
-}
-
-void JobState::StartRejoinClockLocked() {
-  if (rejoin_timer_ != 0) scheduler_->Cancel(rejoin_timer_);
-  rejoin_timer_ = scheduler_->RunAt(scheduler_->Now() + cfg_.rejoin_timeout,
-                                    [this, g = gen_->number()] { RejoinDeadline(g); });
 }
 
 void JobState::RejoinDeadline(int64_t generation) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
   if (gen_->number() != generation || state_ != v1::JOB_WAITING) return;
-  rejoin_timer_ = 0;
   // Why: the ranks that are missing now had --rejoin-timeout to come back;
   // from here the generation may start without them (and does once it may).
   gen_->set_rejoin_passed();
@@ -493,71 +440,27 @@ void JobState::RejoinDeadline(int64_t generation) {
 }
 
 void JobState::MaybeStartSmallerWorldLocked(Outbox* out) {
-  const Rendezvous& rv = gen_->rendezvous();
-  const int n = rv.joined();
-  if (n < cfg_.min_world_size) {
-    reason_ = absl::StrCat("waiting for generation ", gen_->number(), ": ", n, " of ", cfg_.world_size,
-                           " ranks joined, --min-world-size is ", cfg_.min_world_size);
+  if (std::string why = elastic_.WhyWait(*gen_); !why.empty()) {
+    reason_ = std::move(why);
     return;
   }
-  if (rv.global_batch() > 0 && rv.global_batch() % n != 0) {
-    reason_ = absl::StrCat("waiting for generation ", gen_->number(), ": ", n, " of ", cfg_.world_size,
-                           " ranks joined, but the global batch ", rv.global_batch(), " does not split over ", n,
-                           " ranks");
-    return;
-  }
-  const std::vector<int> missing = rv.MissingRanks(16);
   std::vector<int> old_ranks;
-  std::unique_ptr<Generation> smaller = gen_->OfJoined(&old_ranks);
+  std::string event;
+  std::unique_ptr<Generation> smaller = elastic_.Shrink(*gen_, &old_ranks, &event);
   // Why renumber: ranks are 0..n-1 in every world; the ones that joined
   // keep their order. Their waiting Joins learn the new numbers.
   joins_.RenumberWaiting(old_ranks);
   gen_ = std::move(smaller);
-  world_note_ = absl::StrCat(n, " of ", cfg_.world_size, " ranks: rank", missing.size() > 1 ? "s " : " ",
-                             absl::StrJoin(missing, ","), " did not join within --rejoin-timeout (",
-                             DurationText(cfg_.rejoin_timeout), ")");
-  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1,
-                 absl::StrCat("elastic: generation ", gen_->number(), " starts with ", world_note_,
-                              "; ranks renumbered 0..", n - 1, " in order (were ", absl::StrJoin(old_ranks, ","),
-                              ")"));
+  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1, event);
   CompleteWorldLocked(out);
 }
 
-absl::StatusOr<v1::ShutdownResponse> JobState::Regroup(const std::string& reason) {
-  Outbox out;
+absl::StatusOr<int64_t> JobState::Regroup(const std::string& reason) {
   std::lock_guard<std::mutex> l(mu_);
-  PSYNC_RETURN_IF_ERROR(RegroupLocked(reason.empty() ? "regroup requested" : reason.substr(0, kMaxStringBytes), &out));
-  v1::ShutdownResponse resp;
-  resp.set_stop_after_iteration(gen_->plans().stop_after());
-  resp.set_state(state_);
-  return resp;
+  PSYNC_RETURN_IF_ERROR(elastic_.ScheduleRegroup(state_, *gen_, reason.substr(0, kMaxStringBytes), events_));
+  return gen_->plans().stop_after();
 }
 
-absl::Status JobState::RegroupLocked(const std::string& reason, Outbox* out) {
-  (void)out;
-  if (!cfg_.Elastic()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", cfg_.job_id, "' is not elastic (start the coordinator with --min-world-size)"));
-  }
-  if (state_ != v1::JOB_RUNNING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", cfg_.job_id, "' is ", v1::JobState_Name(state_), ", not running: nothing to regroup"));
-  }
-  if (!Shrunk()) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' runs with all ", cfg_.world_size,
-                                                      " ranks already: nothing to regroup"));
-  }
-  PlanAggregator& plans = gen_->plans();
-  if (plans.stop_scheduled()) return absl::OkStatus();  // the same stop serves
-  // Why a stop and not an abort: every rank writes its checkpoint at the
-  // same iteration, so the next generation loses no step.
-  plans.ScheduleStop(absl::StrCat("regroup: ", reason), /*regroup=*/true);
-  events_.Append(v1::EVENT_STOPPING, -1, plans.stop_after(),
-                 absl::StrCat("regroup (", reason, "): every rank stops after iteration ", plans.stop_after(),
-                              " and generation ", gen_->number() + 1, " forms with up to ", cfg_.world_size,
-                              " ranks"));
-  return absl::OkStatus();
-}
 
 void JobState::MaybeFinishLocked(Outbox* out) {
   if (!Running()) return;
@@ -567,12 +470,8 @@ void JobState::MaybeFinishLocked(Outbox* out) {
   if (state_ == v1::JOB_RUNNING && gen_->plans().regroup()) {
     // Why: every rank stopped at the regroup's iteration with its
     // checkpoint written; the job goes on with whoever joins now.
-    const int64_t last = gen_->plans().last_plan();
-    events_.Append(v1::EVENT_FINISHED, -1, last,
-                   absl::StrCat("generation ", gen_->number(), " ended after iteration ", last, " to regroup"));
-    const std::string why = absl::StrCat("generation ", gen_->number(), " (", gen_->world_size(),
-                                         " ranks) stopped after iteration ", last, " to ",
-                                         gen_->plans().stop_reason());
+    const std::string why = ElasticWorld::RegroupEnded(*gen_);
+    events_.Append(v1::EVENT_FINISHED, -1, gen_->plans().last_plan(), why);
     OpenNextGenerationLocked(why, why, out);
     return;
   }

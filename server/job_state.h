@@ -92,6 +92,7 @@
 #include "common/scheduler.h"
 #include "psync/v1/control.pb.h"
 #include "psync/v1/coordinator.pb.h"
+#include "server/elastic_world.h"
 #include "server/event_log.h"
 #include "server/generation.h"
 #include "server/job_config.h"
@@ -107,6 +108,8 @@ namespace psync::server {
 struct JobMetrics;  // job_metrics.h
 
 class JobState {
+  friend struct JobViews;  // job_views.cc: the views' job-wide part
+
  public:
   using Clock = std::chrono::steady_clock;
   using JoinDone = PendingJoins::JoinDone;
@@ -115,7 +118,6 @@ class JobState {
   // `flushes` (optional, must outlive this) starts the sinks' writes of a
   // plan broadcast; without it they run in order on the calling thread.
   JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes = nullptr);
-  ~JobState();
   JobState(const JobState&) = delete;
   JobState& operator=(const JobState&) = delete;
 
@@ -179,7 +181,8 @@ class JobState {
   // generation forms with the ranks waiting to join (see above). Refused
   // (FailedPrecondition, in the response's error) when the job is not
   // elastic, not RUNNING, or its world is full.
-  absl::StatusOr<v1::ShutdownResponse> Regroup(const std::string& reason);
+  // Returns the iteration every rank stops after.
+  absl::StatusOr<int64_t> Regroup(const std::string& reason);
   // Aborts the job (e.g. the coordinator is shutting down).
   void Abort(const std::string& reason);
 
@@ -209,18 +212,14 @@ class JobState {
   bool CanRestartLocked() const { return state_ == v1::JOB_RUNNING && restarts_ < cfg_.max_restarts; }
   // A Join while the job runs waits for the next generation: a restart may
   // come, or (elastic) the running world is smaller than the job's.
-  bool CanQueueLocked() const { return CanRestartLocked() || (state_ == v1::JOB_RUNNING && Shrunk()); }
-  bool Shrunk() const { return cfg_.Elastic() && gen_->world_size() < cfg_.world_size; }
+  bool CanQueueLocked() const { return CanRestartLocked() || (state_ == v1::JOB_RUNNING && elastic_.Shrunk(*gen_)); }
   void RestartLocked(int lost_rank, const std::string& why, Outbox* out);
   // The next generation, WAITING: `previous_end` says how this one ended
   // (Generation::previous_end), `why` why the job waits (the status reason).
   void OpenNextGenerationLocked(const std::string& previous_end, const std::string& why, Outbox* out);
-  // Elastic: the rejoin clock of the current generation (from now).
-  void StartRejoinClockLocked();
   void RejoinDeadline(int64_t generation);
   // Elastic: starts the WAITING generation with the ranks that joined, if it may.
   void MaybeStartSmallerWorldLocked(Outbox* out);
-  absl::Status RegroupLocked(const std::string& reason, Outbox* out);
   void ReplayQueuedJoinsLocked(Outbox* out);
 
   // Records `reports` of `stream` (all checked first), then emits the plans
@@ -258,11 +257,7 @@ class JobState {
   PlanDelivery delivery_;
   JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations
   std::unique_ptr<Generation> gen_;  // the current generation (replaced by RestartLocked)
-  // Elastic: why the current world has its size ("" = the full world, as
-  // the last one); the previous generation's size; the rejoin timer.
-  std::string world_note_;
-  int last_world_size_ = 0;
-  uint64_t rejoin_timer_ = 0;
+  ElasticWorld elastic_;  // the rejoin clock and the world's note (last: its clock goes first)
 };
 
 }  // namespace psync::server

@@ -130,34 +130,46 @@ void Generation::FillUnused(v1::UnusedResponse* out) const {
   }
 }
 
+// The job-wide part of the views (JobState's friend, called under its
+// lock), so the state machine's class holds transitions, not formatting.
+struct JobViews {
+  static void Status(const JobState& j, v1::StatusResponse* out) {
+    out->set_job_id(j.cfg_.job_id);
+    out->set_world_size(j.gen_->world_size());
+    out->set_max_world_size(j.cfg_.world_size);
+    out->set_min_world_size(j.cfg_.min_world_size);
+    out->set_world_change_reason(j.elastic_.note());
+    out->set_state(j.state_);
+    out->set_reason(j.reason_);
+    out->set_plan_lookahead(j.cfg_.plan_lookahead);
+    out->set_restarts(j.restarts_);
+    out->set_max_restarts(j.cfg_.max_restarts);
+    out->set_uptime_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(JobState::Clock::now() - j.start_time_).count());
+    j.gen_->FillStatus(out);
+  }
+  static void Metrics(const JobState& j, JobMetrics* out) {
+    out->job_id = j.cfg_.job_id;
+    out->world_size = j.gen_->world_size();
+    out->state = j.state_;
+    out->restarts = j.restarts_;
+    out->max_restarts = j.cfg_.max_restarts;
+    out->reports = j.counters_.reports();
+    out->lost = j.counters_.lost();
+    out->plans = j.counters_.plans();
+    out->plan_latency = j.counters_.plan_latency();
+    j.gen_->FillMetrics(JobState::Clock::now(), out);
+  }
+};
+
 void JobState::FillStatus(v1::StatusResponse* out) const {
   std::lock_guard<std::mutex> l(mu_);
-  out->set_job_id(cfg_.job_id);
-  out->set_world_size(gen_->world_size());
-  out->set_max_world_size(cfg_.world_size);
-  out->set_min_world_size(cfg_.min_world_size);
-  out->set_world_change_reason(world_note_);
-  out->set_state(state_);
-  out->set_reason(reason_);
-  out->set_plan_lookahead(cfg_.plan_lookahead);
-  out->set_restarts(restarts_);
-  out->set_max_restarts(cfg_.max_restarts);
-  out->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_time_).count());
-  gen_->FillStatus(out);
+  JobViews::Status(*this, out);
 }
 
 void JobState::FillMetrics(JobMetrics* out) const {
   std::lock_guard<std::mutex> l(mu_);
-  out->job_id = cfg_.job_id;
-  out->world_size = gen_->world_size();
-  out->state = state_;
-  out->restarts = restarts_;
-  out->max_restarts = cfg_.max_restarts;
-  out->reports = counters_.reports();
-  out->lost = counters_.lost();
-  out->plans = counters_.plans();
-  out->plan_latency = counters_.plan_latency();
-  gen_->FillMetrics(Clock::now(), out);
+  JobViews::Metrics(*this, out);
 }
 
 void JobState::FillWorkers(v1::WorkersResponse* out) const {

@@ -103,6 +103,29 @@ void WaitForTheEnd(const sigset_t& sigs, psync::server::CoordinatorServer& serve
   }
 }
 
+// The first of the job flags that is out of range ("" = none).
+std::string BadJobFlag(const psync::server::ServerOptions& opt) {
+  if (opt.job.world_size < 1) return "--world-size is required and must be >= 1";
+  if (opt.port < 0 || opt.port > 65535) return "--port must be in 0..65535";
+  if (opt.metrics_port < -1 || opt.metrics_port > 65535) return "--metrics-port must be -1 (off) or 0..65535";
+  if (opt.job.job_id.empty()) return "--job-id must not be empty";
+  if (opt.job.join_timeout.count() <= 0) return "--join-timeout must be > 0";
+  if (opt.job.report_timeout.count() <= 0) return "--report-timeout must be > 0";
+  if (opt.job.plan_lookahead < 1 || opt.job.plan_lookahead > psync::server::kMaxPlanLookahead) {
+    return "--plan-lookahead must be in 1.." + std::to_string(psync::server::kMaxPlanLookahead);
+  }
+  if (opt.job.max_restarts < 0 || opt.job.max_restarts > psync::server::kMaxRestarts) {
+    return "--max-restarts must be in 0.." + std::to_string(psync::server::kMaxRestarts);
+  }
+  if (opt.job.min_world_size < 0 || opt.job.min_world_size > opt.job.world_size) {
+    return "--min-world-size must be in 1..--world-size (" + std::to_string(opt.job.world_size) +
+           "), or 0 for not elastic";
+  }
+  if (opt.job.rejoin_timeout.count() <= 0) return "--rejoin-timeout must be > 0";
+  if (opt.job.test_only_plan_delay.count() < 0) return "--test-only-plan-delay must be >= 0";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,24 +155,7 @@ int main(int argc, char** argv) {
   if (opt.token.empty()) {
     if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
   }
-  if (opt.job.world_size < 1) return BadFlag("--world-size is required and must be >= 1");
-  if (opt.port < 0 || opt.port > 65535) return BadFlag("--port must be in 0..65535");
-  if (opt.metrics_port < -1 || opt.metrics_port > 65535) return BadFlag("--metrics-port must be -1 (off) or 0..65535");
-  if (opt.job.job_id.empty()) return BadFlag("--job-id must not be empty");
-  if (opt.job.join_timeout.count() <= 0) return BadFlag("--join-timeout must be > 0");
-  if (opt.job.report_timeout.count() <= 0) return BadFlag("--report-timeout must be > 0");
-  if (opt.job.plan_lookahead < 1 || opt.job.plan_lookahead > psync::server::kMaxPlanLookahead) {
-    return BadFlag("--plan-lookahead must be in 1.." + std::to_string(psync::server::kMaxPlanLookahead));
-  }
-  if (opt.job.max_restarts < 0 || opt.job.max_restarts > psync::server::kMaxRestarts) {
-    return BadFlag("--max-restarts must be in 0.." + std::to_string(psync::server::kMaxRestarts));
-  }
-  if (opt.job.min_world_size < 0 || opt.job.min_world_size > opt.job.world_size) {
-    return BadFlag("--min-world-size must be in 1..--world-size (" + std::to_string(opt.job.world_size) +
-                   "), or 0 for not elastic");
-  }
-  if (opt.job.rejoin_timeout.count() <= 0) return BadFlag("--rejoin-timeout must be > 0");
-  if (opt.job.test_only_plan_delay.count() < 0) return BadFlag("--test-only-plan-delay must be >= 0");
+  if (std::string bad = BadJobFlag(opt); !bad.empty()) return BadFlag(bad);
   if (args.given("heartbeat_timeout")) {
     opt.job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));
     if (opt.job.heartbeat_timeout.count() <= 0) return BadFlag("--heartbeat-timeout must be > 0");
