@@ -54,6 +54,22 @@ TEST(PlanWindow, StopAnnouncedAheadStopsEveryRankAfterTheSameIteration) {
   EXPECT_EQ(w.stop_after(), 6);
 }
 
+TEST(PlanWindow, ARegroupStopEndsTheGenerationUnlessAShutdownFollows) {
+  PlanWindow w(2);
+  IterationPlan p = Plan(0, PlanAction::kStopAfter, 1);
+  p.regroup = true;
+  p.reason = "regroup: node 1 is back";
+  ASSERT_TRUE(w.Consume(p).ok());
+  EXPECT_TRUE(w.regroup()) << "the run ends with its checkpoint; the job goes on";
+  EXPECT_TRUE(w.StopsBefore(2));
+  IterationPlan q = Plan(1, PlanAction::kStopAfter, 1);
+  q.reason = "shutdown requested by psyncctl";
+  ASSERT_TRUE(w.Consume(q).ok());
+  EXPECT_FALSE(w.regroup()) << "a shutdown after the regroup: the same stop ends the job";
+  EXPECT_EQ(w.stop_reason(), "shutdown requested by psyncctl");
+  EXPECT_EQ(w.stop_after(), 1);
+}
+
 TEST(PlanWindow, StopOrBucketPlanTooLateForTheLookaheadIsRefused) {
   PlanWindow w(2);
   auto late = w.Consume(Plan(0, PlanAction::kStopAfter, 2));  // ranks may already run step 2

@@ -95,6 +95,16 @@ TEST(ChildCommands, NodeModeCoordinatorWorkerAndStatus) {
                              "--job-id=j1", "--port-file=/tmp/d/port", "--join-timeout=5000ms"}))
       << "the whole job's world; ranks wait --join-timeout for the other nodes";
   ExpectTokenOnlyInEnv(c);
+  o.min_nodes = 1;
+  o.max_restarts = 1;
+  o.rejoin_timeout = std::chrono::milliseconds(3000);
+  EXPECT_EQ(CoordinatorCommand(o, "/tmp/d/port").argv,
+            (Strings{"/b/psync-coordinator", "--host=10.0.0.1", "--port=29611", "--world-size=4", "--job-id=j1",
+                     "--port-file=/tmp/d/port", "--max-restarts=1", "--join-timeout=5000ms", "--min-world-size=2",
+                     "--rejoin-timeout=3000ms"}))
+      << "elastic: a generation may go on with --min-nodes nodes' ranks";
+  EXPECT_EQ(RegroupCommand(o, "10.0.0.1:29611", "node 1 is back").argv,
+            (Strings{"/b/psyncctl", "--coordinator=10.0.0.1:29611", "--reason=node 1 is back", "regroup"}));
   o.node_rank = 1;
   const JobAddress at{"10.0.0.1:29611", 29611, "127.0.0.1:41000"};
   Command w = WorkerCommand(o, at, {}, NodeSlot(o, 1), 0);

@@ -156,6 +156,22 @@ TEST(NodeOptions, EachBadNodeFlagIsNamed) {
   o = Node(2, 0);
   o.join_timeout = std::chrono::milliseconds(0);
   EXPECT_EQ(Refusal(o), "--join-timeout: must be positive");
+  o = Node(2, 0);
+  o.min_nodes = 3;
+  EXPECT_EQ(Refusal(o), "--min-nodes: must be in 1..--nnodes (2), got 3");
+  o.min_nodes = 1;
+  EXPECT_EQ(Refusal(o),
+            "--min-nodes=1: an elastic job goes on without a lost node as its next generation, which needs "
+            "--max-restarts=N (N >= 1)");
+  o.max_restarts = 1;
+  EXPECT_TRUE(CheckLaunchOptions(o).ok());
+  EXPECT_TRUE(o.Elastic());
+  o.rejoin_timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(Refusal(o), "--rejoin-timeout: must be positive");
+  o = Node(2, 0);
+  o.min_nodes = 2;
+  EXPECT_TRUE(CheckLaunchOptions(o).ok()) << "--min-nodes = --nnodes: not elastic, no restarts needed";
+  EXPECT_FALSE(o.Elastic());
 }
 
 TEST(NodeOptions, TokenFile) {
