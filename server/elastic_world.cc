@@ -80,7 +80,7 @@ void ElasticWorld::Started(const Generation& gen) {
 }
 
 absl::Status ElasticWorld::ScheduleRegroup(v1::JobState state, Generation& gen, const std::string& reason,
-                                           EventLog& events) const {
+                                           EventLog& events, bool only_if_shrunk) const {
   if (!enabled()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", cfg_.job_id, "' is not elastic (start the coordinator with --min-world-size)"));
@@ -89,7 +89,7 @@ absl::Status ElasticWorld::ScheduleRegroup(v1::JobState state, Generation& gen, 
     return absl::FailedPreconditionError(
         absl::StrCat("job '", cfg_.job_id, "' is ", v1::JobState_Name(state), ", not running: nothing to regroup"));
   }
-  if (!Shrunk(gen)) {
+  if (only_if_shrunk && !Shrunk(gen)) {
     return absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' runs with all ", cfg_.world_size,
                                                       " ranks already: nothing to regroup"));
   }

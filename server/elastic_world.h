@@ -70,8 +70,12 @@ class ElasticWorld {
   // Schedules a regroup stop in `gen`'s plans (PlanAggregator::ScheduleStop
   // with regroup; OK and nothing new when a stop is scheduled already) and
   // logs it in `events`. FailedPrecondition saying why not when the job is
-  // not elastic, not RUNNING (`state`), or its world is full.
-  absl::Status ScheduleRegroup(v1::JobState state, Generation& gen, const std::string& reason, EventLog& events) const;
+  // not elastic or not RUNNING (`state`), or with `only_if_shrunk` (a Join
+  // that came) when its world is full. A full world may regroup when asked:
+  // a node that leaves (psync-launch on SIGTERM) stops every rank at a
+  // checkpoint, and the next generation goes on without it.
+  absl::Status ScheduleRegroup(v1::JobState state, Generation& gen, const std::string& reason, EventLog& events,
+                               bool only_if_shrunk = false) const;
 
  private:
   const JobConfig& cfg_;

@@ -57,7 +57,7 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
         // Why: a smaller world runs and a rank wants in (one came back); the
         // next generation takes it, from a checkpoint of this very stop (a
         // refusal here only means no regroup is due).
-        (void)elastic_.ScheduleRegroup(state_, *gen_, AsksToJoin(req), events_);
+        (void)elastic_.ScheduleRegroup(state_, *gen_, AsksToJoin(req), events_, /*only_if_shrunk=*/true);
         return ticket;
       }
       return refuse(absl::ResourceExhaustedError(absl::StrCat(

@@ -178,9 +178,9 @@ class JobState {
   // Schedules STOP_AFTER (plan_aggregator.h: p + K - 1).
   v1::ShutdownResponse Shutdown(const std::string& reason);
   // Elastic jobs: every rank stops after the same iteration and the next
-  // generation forms with the ranks waiting to join (see above). Refused
-  // (FailedPrecondition, in the response's error) when the job is not
-  // elastic, not RUNNING, or its world is full.
+  // generation forms with the ranks waiting to join, without those that
+  // leave (see above). Refused (FailedPrecondition) when the job is not
+  // elastic or not RUNNING.
   // Returns the iteration every rank stops after.
   absl::StatusOr<int64_t> Regroup(const std::string& reason);
   // Aborts the job (e.g. the coordinator is shutting down).

@@ -429,6 +429,7 @@ void Launcher::HandleSignals() {
   while (std::optional<int> sig = TakeSignal()) {
     ++interrupts_;
     stopping_ = true;
+    if (interrupts_ == 1 && *sig == SIGTERM && opt_.Elastic() && LeaveJob()) continue;
     // Why the coordinator in node mode too: it stops every node's ranks
     // after the same iteration; stopping only ours would restart the job.
     if (interrupts_ == 1 && !opt_.psyncctl_bin.empty() && (coordinator_.running || opt_.NodeMode())) {
@@ -446,6 +447,21 @@ void Launcher::HandleSignals() {
       kill_at_ = Clock::now() + std::chrono::seconds(5);
     }
   }
+}
+
+bool Launcher::LeaveJob() {
+  // Why not the node that runs the coordinator: the others need it.
+  if (opt_.psyncctl_bin.empty() || coordinator_.pid > 0) return false;
+  std::cerr << "psync-launch: Terminated: node " << opt_.node_rank
+            << " leaves the elastic job (every rank stops at a checkpoint; the others go on without it)\n";
+  const Command c = RegroupCommand(opt_, address_.coordinator, absl::StrCat("node ", opt_.node_rank, " leaves"));
+  if (const int rc = RunBounded(c.argv, c.env, milliseconds(10000)); rc != 0) {
+    std::cerr << "psync-launch: psyncctl regroup failed (" << rc << ")\n";
+    return false;
+  }
+  left_ = true;
+  kill_at_ = Clock::now() + opt_.grace;
+  return true;
 }
 
 // The other nodes' ranks may still be finishing (or stopping after a
@@ -487,8 +503,10 @@ int Launcher::Finish() const {
             << (restarts_done_ > 0
                     ? absl::StrCat(" (after ", restarts_done_, " restart", restarts_done_ > 1 ? "s" : "", ")")
                     : std::string())
-            << "; exit " << worst << "\n";
-  return worst;
+            << (left_ && worst == 0 ? "; left the job: exit 143" : absl::StrCat("; exit ", worst)) << "\n";
+  // Why not 0: the node did not see the job to its end (a Kubernetes Job
+  // recreates the pod, which joins again at the next regroup).
+  return left_ && worst == 0 ? 128 + SIGTERM : worst;
 }
 
 }  // namespace psync::launch

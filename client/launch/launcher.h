@@ -89,6 +89,9 @@ class Launcher {
   // node mode once the coordinator gave its verdict, or the node stops.
   bool Settled() const { return !opt_.NodeMode() || verdict_reached_ || stopping_; }
   void HandleSignals();
+  // Elastic node mode, SIGTERM (a drained pod): asks the coordinator to
+  // regroup without this node; false when it could not (then the job stops).
+  bool LeaveJob();
 
   std::vector<Child*> Workers();
   // How this generation's ended workers ended, by global rank.
@@ -109,6 +112,7 @@ class Launcher {
   int restarts_done_ = 0;  // node mode: the coordinator's count (the job's), else this launcher's
   int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts
+  bool left_ = false;      // elastic: this node left the job on SIGTERM (exit 143)
   bool coordinator_reported_ = false;
   bool relay_reported_ = false;
   int64_t round_ = 0;  // supervision rounds: orders worker failures

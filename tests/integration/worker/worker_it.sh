@@ -776,25 +776,39 @@ EOF
     # 1e-4 of the uninterrupted 4-rank job. Run "back": node 1 is started
     # again later; it asks for a regroup, every rank stops after one
     # iteration with its checkpoint, generation 3 runs all 4 ranks from there
-    # (no restart counted), and the job again ends within 1e-4.
+    # (no restart counted), and the job again ends within 1e-4. Run "leave":
+    # node 1's launcher gets SIGTERM (a drained pod): it asks for a regroup,
+    # its ranks stop with the others at a checkpoint, it exits 143, and
+    # generation 2 goes on with node 0 alone, no restart counted.
     export PSYNC_TOKEN=elastic-token
     flags=(--steps=1500 --quiet --checkpoint-every=100)
     el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s)
     "$LAUNCH" --nproc=4 -- "${flags[@]}" --checkpoint-dir="$T/ck-full" --save="$T/full.st" 2>"$T/full.log" || fail "--nproc=4: $(tail -3 "$T/full.log")"
-    for run in alone back; do
+    for run in alone back leave; do
       port=$(free_port); addr=127.0.0.1:$port; ckd=$T/ck-$run
       start_node "${run}0" 0 "$addr" --start-coordinator "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd" \
         --save="$T/$run.st" --summary="$T/$run{rank}.json"
       start_node "${run}1" 1 "$addr" "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd"
       wait_iteration "$addr" 5 "$PSYNC_TOKEN"
-      ck=$(newest_checkpoint_after "$ckd" "$(newest_checkpoint "$ckd")" "${NPID[${run}0]}")
-      [[ -n $ck ]] || fail "$run: no checkpoint to kill after"
-      pkill -9 -P "${NPID[${run}1]}"; kill -9 "${NPID[${run}1]}"; wait "${NPID[${run}1]}" 2>/dev/null
+      if [[ $run == leave ]]; then
+        kill -TERM "${NPID[leave1]}"
+        wait_exit "${NPID[leave1]}" 60
+        [[ $rc == 143 ]] || fail "leave: node 1 exited $rc, want 143: $(tail -5 "$T/leave1.log")"
+        grep -q "node 1 leaves the elastic job" "$T/leave1.log" || fail "leave: $(cat "$T/leave1.log")"
+        ck=$(newest_checkpoint "$ckd")
+      else
+        ck=$(newest_checkpoint_after "$ckd" "$(newest_checkpoint "$ckd")" "${NPID[${run}0]}")
+        [[ -n $ck ]] || fail "$run: no checkpoint to kill after"
+        pkill -9 -P "${NPID[${run}1]}"; kill -9 "${NPID[${run}1]}"; wait "${NPID[${run}1]}" 2>/dev/null
+      fi
       wait_generation "$addr" "$PSYNC_TOKEN" 2
       st=$("$CTL" --coordinator="$addr" status)
       grep -q "^elastic: world 2 of 4 ranks (at least 2): 2 of 4 ranks: ranks 2,3 did not join within --rejoin-timeout (5s)" \
         <<<"$st" || fail "$run: status of generation 2: $st"
-      note "$run: killed node 1 after $ck; $(grep '^elastic' <<<"$st")"
+      if [[ $run == leave ]]; then
+        grep -q "restarts 0/1" <<<"$st" || fail "leave: a node that left counted as a restart: $st"
+      fi
+      note "$run: node 1 gone after $ck; $(grep '^elastic' <<<"$st")"
       if [[ $run == back ]]; then
         start=$(status_field "$addr" "$PSYNC_TOKEN" start_iteration)
         wait_iteration "$addr" $((start + 50)) "$PSYNC_TOKEN"
