@@ -405,6 +405,14 @@ for rdir, path in renders:
         errs.append(f"node Job backoffLimit={js.get('backoffLimit')} differs from the coordinator's --max-restarts={max_restarts}")
     elif arg_value(largs, "--max-restarts") != str(max_restarts):
         errs.append(f"psync-launch --max-restarts={arg_value(largs, '--max-restarts')} differs from the coordinator's {max_restarts}")
+    # Elastic: the coordinator's --min-world-size is the launchers'
+    # --min-nodes x --nproc (both 0, or both the full world: not elastic).
+    cmin = arg_value([expand(a, cvals) for a in cc.get("args") or []], "--min-world-size") or "0"
+    lmin = arg_value(largs, "--min-nodes") or "0"
+    if cmin.isdigit() and lmin.isdigit() and str(ws).isdigit():
+        lmin_ws = (int(lmin) or int(nnodes)) * int(nproc)
+        if (int(cmin) or int(ws)) != lmin_ws:
+            errs.append(f"coordinator --min-world-size={cmin} is not psync-launch --min-nodes={lmin} x --nproc={nproc}")
     rules = (js.get("podFailurePolicy") or {}).get("rules") or []
     def action_for(code):
         for r in rules:
