@@ -60,11 +60,9 @@
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
 #include "worker/ddp/ddp.h"
+#include "worker/ddp/training_optimizer.h"
 #include "worker/nn/init.h"
 #include "worker/nn/models/gpt.h"
-#include "worker/optim/registry.h"
-#include "worker/optim/sharded_optimizer.h"
-#include "worker/optim/update_rule.h"
 #include "worker/tensor/cpu/blas_core.h"
 #include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice, PeakBytes
@@ -155,35 +153,19 @@ std::pair<Tensor, Tensor> Tokens(const Config& c, int64_t b, int rank, psync::De
 std::unique_ptr<psync::optim::Optimizer> MakeAdamW(const Config& c, psync::nn::GPT& model,
                                                    psync::ddp::DistributedDataParallel* ddp) {
   auto policy = model.UsePrecision(c.precision);
-  if (!policy.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kName, policy.status().ToString().c_str());
-    std::exit(1);
-  }
   psync::optim::OptimizerOptions o;
   o.weight_decay = 0.1;
   o.beta1 = 0.9;
   o.beta2 = 0.95;
-  if (ddp != nullptr && ddp->reducer().zero_buckets()) {
-    // bf16: the copies follow the gathered weights (as psync-worker does).
-    if (c.precision == psync::nn::Precision::kBf16) {
-      ddp->reducer().zero_buckets()->SetAfterGather([p = *policy] { p->RefreshCopies(); });
-    }
-    auto sharded = psync::optim::ShardedOptimizer::Create(model.named_parameters(),
-                                                          std::make_unique<psync::optim::AdamWRule>(o));
-    absl::Status st = sharded.ok() ? (*sharded)->Attach(ddp->reducer().zero_buckets()) : sharded.status();
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s: %s\n", kName, st.ToString().c_str());
-      std::exit(1);
-    }
-    return std::move(*sharded);
-  }
-  const auto params = model.named_parameters();
-  auto opt = psync::optim::Optimizers().Create("adamw", {params, o});
-  if (opt.ok()) {
-    if (absl::Status st = (*opt)->SetWeightCopies((*policy)->CopiesFor(params)); !st.ok()) opt = st;
-  }
-  if (!opt.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kName, opt.status().ToString().c_str());
+  // psync-worker's choice (ddp/training_optimizer.h): sharded with --zero.
+  const int zero_stage = ddp != nullptr && ddp->reducer().zero_buckets() ? 1 : 0;
+  absl::StatusOr<std::unique_ptr<psync::optim::Optimizer>> opt =
+      policy.ok() ? psync::ddp::MakeOptimizer("adamw", o, model.named_parameters(), **policy, zero_stage)
+                  : policy.status();
+  absl::Status st = opt.status();
+  if (st.ok() && ddp != nullptr) st = psync::ddp::AttachOptimizer(**opt, *ddp, *policy);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName, st.ToString().c_str());
     std::exit(1);
   }
   return std::move(*opt);

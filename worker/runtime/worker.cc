@@ -18,10 +18,7 @@
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
 #include "worker/ddp/ddp.h"
-#include "worker/ddp/zero_buckets.h"
-#include "worker/optim/registry.h"
-#include "worker/optim/sharded_optimizer.h"
-#include "worker/optim/update_rule.h"
+#include "worker/ddp/training_optimizer.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/metrics_writer.h"
@@ -78,29 +75,14 @@ data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model,
                                                                  const nn::PrecisionPolicy& precision) {
-  optim::OptimizerArgs args;
-  args.params = model.named_parameters();
-  args.options.momentum = opt.momentum;
-  args.options.weight_decay = opt.weight_decay;
-  args.options.beta1 = opt.beta1;
-  args.options.beta2 = opt.beta2;
-  args.options.eps = opt.eps;
-  if (opt.zero == 0) {
-    absl::StatusOr<std::unique_ptr<optim::Optimizer>> o = optim::Optimizers().Create(opt.optimizer, args);
-    if (!o.ok()) return o;
-    // bf16: each step writes the weights' bfloat16 copies.
-    if (absl::Status st = (*o)->SetWeightCopies(precision.CopiesFor(args.params)); !st.ok()) return st;
-    return o;
-  }
-  // --zero: the same update on this rank's shards (attached once DDP exists;
-  // with bf16 the copies are rewritten after each parameter gather instead:
-  // ZeroBuckets::SetAfterGather).
-  absl::StatusOr<std::unique_ptr<optim::UpdateRule>> rule = optim::UpdateRules().Create(opt.optimizer, args.options);
-  if (!rule.ok()) return rule.status();
-  absl::StatusOr<std::unique_ptr<optim::ShardedOptimizer>> sharded =
-      optim::ShardedOptimizer::Create(args.params, std::move(*rule));
-  if (!sharded.ok()) return sharded.status();
-  return std::unique_ptr<optim::Optimizer>(std::move(*sharded));
+  optim::OptimizerOptions o;
+  o.momentum = opt.momentum;
+  o.weight_decay = opt.weight_decay;
+  o.beta1 = opt.beta1;
+  o.beta2 = opt.beta2;
+  o.eps = opt.eps;
+  // --zero: the same update on this rank's shards, attached once DDP exists.
+  return ddp::MakeOptimizer(opt.optimizer, o, model.named_parameters(), precision, opt.zero);
 }
 
 // One run of psync-worker, in phases; each error ends the run with the exit
@@ -225,14 +207,9 @@ absl::Status WorkerRun::SetUpTraining() {
   // The bf16 copies, once, from the weights every rank now holds: rank 0's
   // (DDP's broadcast), which are the agreed checkpoint's with --resume.
   precision_->RefreshCopies();
-  // --zero: the optimizer updates the shards DDP's buckets hand it; each rank
-  // updates only its shard, so the bf16 copies follow the gathered weights.
-  if (auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get())) {
-    std::shared_ptr<ddp::ZeroBuckets> zero = ddp_->reducer().zero_buckets();
-    if (absl::Status st = sharded->Attach(zero); !st.ok()) {
-      return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
-    }
-    if (precision_->precision() == nn::Precision::kBf16) zero->SetAfterGather([p = precision_] { p->RefreshCopies(); });
+  // --zero: the optimizer updates the shards DDP's buckets hand it.
+  if (absl::Status st = ddp::AttachOptimizer(*optimizer_, *ddp_, precision_); !st.ok()) {
+    return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
   }
   trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
   return absl::OkStatus();

@@ -773,7 +773,7 @@ EOF
     # checkpoint. Run "alone": it never comes back; after --rejoin-timeout
     # generation 2 goes on with node 0's 2 ranks from that checkpoint, the
     # same global batch in 2 micro-batches per rank, and the job ends within
-    # 1e-4 of the uninterrupted 4-rank job. Run "back": node 1 is started
+    # 1e-4 of the uninterrupted 2-node job. Run "back": node 1 is started
     # again later; it asks for a regroup, every rank stops after one
     # iteration with its checkpoint, generation 3 runs all 4 ranks from there
     # (no restart counted), and the job again ends within 1e-4. Run "leave":
@@ -783,7 +783,11 @@ EOF
     export PSYNC_TOKEN=elastic-token
     flags=(--steps=1500 --quiet --checkpoint-every=100)
     el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s)
-    "$LAUNCH" --nproc=4 -- "${flags[@]}" --checkpoint-dir="$T/ck-full" --save="$T/full.st" 2>"$T/full.log" || fail "--nproc=4: $(tail -3 "$T/full.log")"
+    # The uninterrupted 2-node run.
+    port=$(free_port)
+    start_node full0 0 "127.0.0.1:$port" --start-coordinator -- "${flags[@]}" --checkpoint-dir="$T/ck-full" --save="$T/full.st"
+    start_node full1 1 "127.0.0.1:$port" -- "${flags[@]}" --checkpoint-dir="$T/ck-full"
+    wait_nodes full0 full1
     for run in alone back leave; do
       port=$(free_port); addr=127.0.0.1:$port; ckd=$T/ck-$run
       start_node "${run}0" 0 "$addr" --start-coordinator "${el[@]}" -- "${flags[@]}" --checkpoint-dir="$ckd" \
