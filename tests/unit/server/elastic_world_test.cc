@@ -44,6 +44,20 @@ std::vector<TestStream> RunThenLose(JobState& job, int world, int lost) {
   return s;
 }
 
+// `ranks` Join generation 2 and its rejoin timeout passes: the smaller
+// world runs; returns its streams, by new rank.
+std::vector<TestStream> SmallerWorld(JobState& job, ManualScheduler& sched, const std::vector<int>& ranks) {
+  std::vector<std::shared_ptr<Joined>> js;
+  for (int r : ranks) js.push_back(StartJoin(job, BatchReq(r)));
+  sched.RunUntil(sched.Now() + 1000ms);
+  std::vector<TestStream> out;
+  for (size_t i = 0; i < js.size(); ++i) {
+    EXPECT_TRUE(js[i]->done && js[i]->r.ok());
+    out.push_back(AttachOk(job, OwnHello(static_cast<int>(i), 2)));
+  }
+  return out;
+}
+
 TEST(ElasticWorld, AfterTheRejoinTimeoutTheRanksThereStartRenumbered) {
   ManualScheduler sched;
   JobState job(Elastic(4, 2), &sched);
@@ -109,11 +123,8 @@ TEST(ElasticWorld, RegroupStopsEveryRankThenTheNextGenerationTakesTheNewcomer) {
   ManualScheduler sched;
   JobState job(Elastic(4, 2), &sched);
   RunThenLose(job, 4, 3);
-  auto j0 = StartJoin(job, BatchReq(0));
-  auto j1 = StartJoin(job, BatchReq(1));
-  sched.RunUntil(sched.Now() + 1000ms);
-  ASSERT_TRUE(j0->done && j0->r.ok());
-  TestStream a = AttachOk(job, OwnHello(0, 2)), b = AttachOk(job, OwnHello(1, 2));
+  std::vector<TestStream> s = SmallerWorld(job, sched, {0, 1});
+  TestStream a = s[0], b = s[1];
   EXPECT_EQ(job.Regroup("node 1 is back").status().code(), absl::StatusCode::kOk);
   // Rank 3 comes back: its Join waits for generation 3.
   auto back = StartJoin(job, BatchReq(3));
@@ -168,10 +179,7 @@ TEST(ElasticWorld, AShutdownDuringARegroupEndsTheJob) {
   ManualScheduler sched;
   JobState job(Elastic(2, 1), &sched);
   RunThenLose(job, 2, 1);
-  auto j0 = StartJoin(job, BatchReq(0));
-  sched.RunUntil(sched.Now() + 1000ms);
-  ASSERT_TRUE(j0->done && j0->r.ok());
-  TestStream a = AttachOk(job, OwnHello(0, 2));
+  TestStream a = SmallerWorld(job, sched, {0})[0];
   ASSERT_TRUE(job.Regroup("node back").ok());
   job.Shutdown("user stop");
   ASSERT_TRUE(job.Report(a.ref, Rep(0, kFull)).ok());
