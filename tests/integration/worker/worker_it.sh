@@ -781,7 +781,9 @@ EOF
     # its ranks stop with the others at a checkpoint, it exits 143, and
     # generation 2 goes on with node 0 alone, no restart counted.
     export PSYNC_TOKEN=elastic-token
-    flags=(--steps=1500 --quiet --checkpoint-every=100)
+    # ELASTIC_FLAGS: more worker flags for every run (by hand, e.g. --zero=2).
+    read -ra extra <<<"${ELASTIC_FLAGS:-}"
+    flags=(--steps=1500 --quiet --checkpoint-every=100 "${extra[@]}")
     el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s)
     # The uninterrupted 2-node run.
     port=$(free_port)
