@@ -49,7 +49,7 @@ class EventLog {
 };
 
 // True for the events after which a job never changes again (not
-// EVENT_RESTARTING: the job goes on with its next generation).
+// EVENT_RESTARTING or EVENT_REGROUPED: the job goes on with its next generation).
 inline bool IsFinalEvent(const v1::Event& e) {
   return e.type() == v1::EVENT_FINISHED || e.type() == v1::EVENT_ABORTED;
 }

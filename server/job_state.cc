@@ -451,7 +451,7 @@ void JobState::MaybeStartSmallerWorldLocked(Outbox* out) {
   // keep their order. Their waiting Joins learn the new numbers.
   joins_.RenumberWaiting(old_ranks);
   gen_ = std::move(smaller);
-  events_.Append(v1::EVENT_WORLD_COMPLETE, -1, -1, event);
+  events_.Append(v1::EVENT_REGROUPED, -1, -1, event);
   CompleteWorldLocked(out);
 }
 
@@ -460,7 +460,6 @@ absl::StatusOr<int64_t> JobState::Regroup(const std::string& reason) {
   PSYNC_RETURN_IF_ERROR(elastic_.ScheduleRegroup(state_, *gen_, reason.substr(0, kMaxStringBytes), events_));
   return gen_->plans().stop_after();
 }
-
 
 void JobState::MaybeFinishLocked(Outbox* out) {
   if (!Running()) return;
@@ -471,7 +470,7 @@ void JobState::MaybeFinishLocked(Outbox* out) {
     // Why: every rank stopped at the regroup's iteration with its
     // checkpoint written; the job goes on with whoever joins now.
     const std::string why = ElasticWorld::RegroupEnded(*gen_);
-    events_.Append(v1::EVENT_FINISHED, -1, gen_->plans().last_plan(), why);
+    events_.Append(v1::EVENT_REGROUPED, -1, gen_->plans().last_plan(), why);
     OpenNextGenerationLocked(why, why, out);
     return;
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/manual_scheduler.h"
+#include "server/event_log.h"
 #include "server/job_state.h"
 #include "tests/unit/server/job_state_test_util.h"
 
@@ -150,6 +151,12 @@ TEST(ElasticWorld, RegroupStopsEveryRankThenTheNextGenerationTakesTheNewcomer) {
   EXPECT_EQ(job.state(), v1::JOB_WAITING) << "not FINISHED: the job goes on";
   EXPECT_EQ(job.generation(), 3);
   EXPECT_EQ(job.restarts(), 1) << "a regroup is no restart";
+  int regrouped = 0;
+  for (const v1::Event& e : job.events().After(0)) {
+    EXPECT_FALSE(IsFinalEvent(e)) << "a watch goes on through a regroup: " << e.message();
+    regrouped += e.type() == v1::EVENT_REGROUPED;
+  }
+  EXPECT_EQ(regrouped, 2) << "generation 2 started smaller, then ended at the regroup";
   for (int r = 0; r < 3; ++r) StartJoin(job, BatchReq(r));
   ASSERT_TRUE(back->done);
   ASSERT_TRUE(back->r.ok()) << back->r.status();
