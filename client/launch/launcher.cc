@@ -199,8 +199,8 @@ absl::StatusOr<CoordinatorView> Launcher::RegroupIn(const CoordinatorView& runni
   std::cerr << "psync-launch: node " << opt_.node_rank << ": job " << running.job_id << " runs generation "
             << running.generation << " with " << running.world_size << " of " << running.MaxWorld()
             << " ranks; asking it to regroup with this node\n";
-  const Command c =
-      RegroupCommand(opt_, address_.coordinator, absl::StrCat("node ", opt_.node_rank, " (", RanksText(opt_), ") is back"));
+  const std::string why = absl::StrCat("node ", opt_.node_rank, " (", RanksText(opt_), ") is back");
+  const Command c = RegroupCommand(opt_, address_.coordinator, why);
   if (const int rc = RunBounded(c.argv, c.env, milliseconds(10000)); rc != 0) {
     // Its ranks' Joins then wait for the next generation (they also ask for it).
     std::cerr << "psync-launch: psyncctl regroup failed (" << rc << "); starting the workers anyway\n";
@@ -280,7 +280,8 @@ void Launcher::SpawnRanks() {
   bool added_resume = false;
   // Node mode: a generation after the first resumes, also one that a regroup
   // (not a restart) opened.
-  const int earlier = opt_.NodeMode() ? std::max<int>(restarts_done_, static_cast<int>(generation_ - 1)) : restarts_done_;
+  const int earlier =
+      opt_.NodeMode() ? std::max<int>(restarts_done_, static_cast<int>(generation_ - 1)) : restarts_done_;
   const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, earlier, &added_resume);
   if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
   workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
