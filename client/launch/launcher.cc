@@ -279,9 +279,8 @@ absl::Status Launcher::StartRelay() {
 void Launcher::SpawnRanks() {
   bool added_resume = false;
   // Node mode: a generation after the first resumes, also one that a regroup
-  // (not a restart) opened.
-  const int earlier =
-      opt_.NodeMode() ? std::max<int>(restarts_done_, static_cast<int>(generation_ - 1)) : restarts_done_;
+  // (not a restart) opened (generations = 1 + restarts + regroups).
+  const int earlier = opt_.NodeMode() ? static_cast<int>(generation_ - 1) : restarts_done_;
   const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, earlier, &added_resume);
   if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
   workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
@@ -500,14 +499,15 @@ int Launcher::Finish() const {
     worst = std::max(worst, w.exit_code < 0 ? 1 : w.exit_code);
     parts.push_back(absl::StrCat(w.what, ": ", w.pid > 0 ? DescribeStatus(w.status) : "not started"));
   }
+  // Why not 0 after leaving: the node did not see the job to its end (a
+  // Kubernetes Job recreates the pod, which joins again at the next regroup).
+  const int code = left_ && worst == 0 ? 128 + SIGTERM : worst;
   std::cerr << "psync-launch: " << absl::StrJoin(parts, ", ")
             << (restarts_done_ > 0
                     ? absl::StrCat(" (after ", restarts_done_, " restart", restarts_done_ > 1 ? "s" : "", ")")
                     : std::string())
-            << (left_ && worst == 0 ? "; left the job: exit 143" : absl::StrCat("; exit ", worst)) << "\n";
-  // Why not 0: the node did not see the job to its end (a Kubernetes Job
-  // recreates the pod, which joins again at the next regroup).
-  return left_ && worst == 0 ? 128 + SIGTERM : worst;
+            << (code != worst ? "; left the job" : "") << "; exit " << code << "\n";
+  return code;
 }
 
 }  // namespace psync::launch
