@@ -71,4 +71,14 @@ ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
   return m;
 }
 
+optim::OptimizerOptions OptimizerOptionsFrom(const WorkerOptions& opt) {
+  optim::OptimizerOptions o;
+  o.momentum = opt.momentum;
+  o.weight_decay = opt.weight_decay;
+  o.beta1 = opt.beta1;
+  o.beta2 = opt.beta2;
+  o.eps = opt.eps;
+  return o;
+}
+
 }  // namespace psync::runtime

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "worker/control/job_session.h"
+#include "worker/optim/optimizer.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/model_builder.h"
 #include "worker/runtime/train_options.h"
@@ -15,5 +16,6 @@ TrainOptions TrainOptionsFrom(const WorkerOptions& opt);
 control::SessionOptions SessionOptionsFrom(const WorkerOptions& opt);
 CheckpointOptions CheckpointOptionsFrom(const WorkerOptions& opt);
 ModelSpec ModelSpecFrom(const WorkerOptions& opt);
+optim::OptimizerOptions OptimizerOptionsFrom(const WorkerOptions& opt);
 
 }  // namespace psync::runtime

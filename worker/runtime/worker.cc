@@ -75,14 +75,8 @@ data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> BuildOptimizer(const WorkerOptions& opt, const nn::Module& model,
                                                                  const nn::PrecisionPolicy& precision) {
-  optim::OptimizerOptions o;
-  o.momentum = opt.momentum;
-  o.weight_decay = opt.weight_decay;
-  o.beta1 = opt.beta1;
-  o.beta2 = opt.beta2;
-  o.eps = opt.eps;
   // --zero: the same update on this rank's shards, attached once DDP exists.
-  return ddp::MakeOptimizer(opt.optimizer, o, model.named_parameters(), precision, opt.zero);
+  return ddp::MakeOptimizer(opt.optimizer, OptimizerOptionsFrom(opt), model.named_parameters(), precision, opt.zero);
 }
 
 // One run of psync-worker, in phases; each error ends the run with the exit
