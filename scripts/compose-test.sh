@@ -501,12 +501,15 @@ print(f"{(f(sys.argv[2]) - f(sys.argv[1])).total_seconds():.1f}")' "$1" "$end"
 # jq-like: prints the Python expression $1 evaluated on the JSON on stdin (as d).
 json() { "$py" -c 'import json,sys; d=json.load(sys.stdin); v=eval(sys.argv[1]); print(v if not isinstance(v,(dict,list)) else json.dumps(v))' "$1"; }
 
+# up_job [SERVICE0 SERVICE1 [WHAT]]: the coordinator and the job's two
+# worker (or node) services, by default worker-0 and worker-1.
 up_job() {
-  log "$project: up coordinator worker-0 worker-1"
-  compose 240 up -d --no-build coordinator worker-0 worker-1 >"$work/$project.up.log" 2>&1 \
+  local s0=${1:-worker-0} s1=${2:-worker-1} what=${3:-}
+  log "$project: up coordinator $s0 $s1$what"
+  compose 240 up -d --no-build coordinator "$s0" "$s1" >"$work/$project.up.log" 2>&1 \
     || { sed 's/^/  up: /' "$work/$project.up.log"; return 1; }
-  c_coord=$(cid coordinator); c_w0=$(cid worker-0); c_w1=$(cid worker-1)
-  [[ -n "$c_coord" && -n "$c_w0" && -n "$c_w1" ]] || { log "$project: up left no coordinator/worker containers"; return 1; }
+  c_coord=$(cid coordinator); c_w0=$(cid "$s0"); c_w1=$(cid "$s1")
+  [[ -n "$c_coord" && -n "$c_w0" && -n "$c_w1" ]] || { log "$project: up left no coordinator/$s0/$s1 containers"; return 1; }
 }
 
 # Waits until the job is RUNNING, both ranks joined, at iteration >= $1.
@@ -788,11 +791,7 @@ scenario_coordinator_killed() {
 # checkpoint all of them can load, and the job then shuts down cleanly
 # (both launchers exit 0, all four summaries agree).
 scenario_nodes_worker_killed() {
-  log "$project: up coordinator node-0 node-1 (psync-launch --nnodes=2 --nproc=2 in each)"
-  compose 240 up -d --no-build coordinator node-0 node-1 >"$work/$project.up.log" 2>&1 \
-    || { sed 's/^/  up: /' "$work/$project.up.log"; return 1; }
-  c_coord=$(cid coordinator); c_w0=$(cid node-0); c_w1=$(cid node-1)
-  [[ -n "$c_coord" && -n "$c_w0" && -n "$c_w1" ]] || { log "$project: up left no coordinator/node containers"; return 1; }
+  up_job node-0 node-1 " (psync-launch --nnodes=2 --nproc=2 in each)" || return 1
   wait_running 30 || return 1
   local s start restarts
   log "$project: SIGKILL one psync-worker in node-1 (docker exec)"
