@@ -83,7 +83,7 @@ ABSL_FLAG(std::string, precision, "fp32",
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
-ABSL_FLAG(double, bucket_cap_mb, 25.0, "ddp: bucket cap (MiB)");
+ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20), "ddp: bucket cap (MiB)");
 ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comma list of 1, 2; empty = none)");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
@@ -117,7 +117,7 @@ struct Config {
   int threads = 1, world = 2;
   std::vector<std::string> backends;
   std::vector<int> zero_stages;  // ddp: extra runs with --zero
-  double bucket_cap_mb = 25;
+  psync::BucketCaps bucket_caps;  // --bucket-cap-mb
   int steps = 20, warmup = 3, rounds = 1;
   bool fused_classifier = true;
   bool cuda_graph = false;
@@ -442,7 +442,7 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
           if (!groups.front()->Barrier(std::chrono::seconds(60)).ok()) return 1;
           auto model = std::make_shared<psync::nn::GPT>(c.gpt, psync::Device::CPU(), /*seed=*/7);
           psync::ddp::DdpOptions opts;
-          opts.bucket_cap_mb = c.bucket_cap_mb;
+          opts.bucket_caps = c.bucket_caps;
           opts.zero_stage = zero;
           auto ddp = psync::ddp::DistributedDataParallel::Create(model, groups[g], opts);
           if (!ddp.ok()) {
@@ -505,7 +505,10 @@ int main(int argc, char** argv) {
   c.precision = *precision;
   c.threads = PositiveFlag("threads", absl::GetFlag(FLAGS_threads));
   c.world = PositiveFlag("world", absl::GetFlag(FLAGS_world));
-  c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  absl::StatusOr<psync::BucketCaps> caps = psync::BucketCaps::FromMiB(
+      absl::GetFlag(FLAGS_bucket_cap_mb), static_cast<double>(psync::kDefaultFirstBucketCapBytes) / (1 << 20));
+  if (!caps.ok()) psync::ExitBadFlag(kName, std::string(caps.status().message()));
+  c.bucket_caps = *caps;
   c.steps = PositiveFlag("steps", absl::GetFlag(FLAGS_steps));
   c.warmup = PositiveFlag("warmup", absl::GetFlag(FLAGS_warmup));
   c.rounds = PositiveFlag("rounds", absl::GetFlag(FLAGS_rounds));
@@ -514,7 +517,6 @@ int main(int argc, char** argv) {
   if (c.cuda_graph && (!c.device.is_cuda() || c.mode != "single")) {
     psync::ExitBadFlag(kName, "--cuda-graph: only with --device=cuda --mode=single");
   }
-  if (c.bucket_cap_mb <= 0) psync::ExitBadFlag(kName, "--bucket-cap-mb must be positive");
   for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_backends), ',')) {
     if (b != "gloo" && b != "shm") {
       psync::ExitBadFlag(kName, absl::StrCat("--backends: unknown backend \"", b, "\" (gloo, shm)"));

@@ -60,8 +60,8 @@ ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (bucket rebuild, pools, BLAS start-up)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads per rank process");
 ABSL_FLAG(int, world, 2, "ranks (processes forked on this machine)");
-ABSL_FLAG(double, bucket_cap_mb, 25.0, "bucket cap (MiB)");
-ABSL_FLAG(double, first_bucket_cap_mb, 1.0, "first bucket cap (MiB)");
+ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20), "bucket cap (MiB)");
+ABSL_FLAG(double, first_bucket_mb, static_cast<double>(psync::kDefaultFirstBucketCapBytes) / (1 << 20), "first bucket cap (MiB)");
 ABSL_FLAG(std::string, modes, "compute,overlap,serial,noprio", "modes to run, in order");
 ABSL_FLAG(int, rounds, 1, "repeat the mode list; each mode reports its best median (least disturbed by other load)");
 ABSL_FLAG(int, timeout_s, 300, "whole-run deadline; ranks still running are killed");
@@ -84,7 +84,8 @@ using psync::bench::Ms;
 struct Config {
   std::vector<int64_t> widths;
   int batch, steps, warmup, threads, world;
-  double bucket_cap_mb, first_bucket_cap_mb;
+  double bucket_cap_mb, first_bucket_mb;  // as given, for the header line
+  psync::BucketCaps bucket_caps;           // the same in bytes
   std::vector<std::string> modes;
   std::vector<std::string> backends;
   int rounds = 1;
@@ -149,8 +150,7 @@ bool RunDdp(const Config& c, int rank, std::shared_ptr<psync::comm::ProcessGroup
   psync::autograd::ScopedPriorities prio(priorities);
   auto model = MakeModel(c);
   psync::ddp::DdpOptions opts;
-  opts.bucket_cap_mb = c.bucket_cap_mb;
-  opts.first_bucket_cap_mb = c.first_bucket_cap_mb;
+  opts.bucket_caps = c.bucket_caps;
   opts.check_in_step = check_in_step;
   auto ddp = psync::ddp::DistributedDataParallel::Create(model, pg, opts);
   BENCH_CHECK_OK(ddp.status());
@@ -282,7 +282,7 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
               "%d BLAS thread(s)/rank, buckets %.3g MiB (first %.3g MiB), %d steps (+%d warmup) x %d round(s)\n",
               absl::StrJoin(c.widths, ",").c_str(), static_cast<long long>(nparams),
               static_cast<double>(nparams) * 4 / (1 << 20), c.batch, c.world, c.threads, c.bucket_cap_mb,
-              c.first_bucket_cap_mb, c.steps, c.warmup, c.rounds);
+              c.first_bucket_mb, c.steps, c.warmup, c.rounds);
   std::printf("  %-12s %10s %10s %10s %12s %12s %14s %8s\n", "mode", "median ms", "bwd ms", "exposed ms",
               "exposed/bwd", "cpu ms/step", "1st launch at", "buckets");
   for (const auto& r : results) {
@@ -334,7 +334,10 @@ int main(int argc, char** argv) {
   c.threads = absl::GetFlag(FLAGS_threads);
   c.world = absl::GetFlag(FLAGS_world);
   c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
-  c.first_bucket_cap_mb = absl::GetFlag(FLAGS_first_bucket_cap_mb);
+  c.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  absl::StatusOr<psync::BucketCaps> caps = psync::BucketCaps::FromMiB(c.bucket_cap_mb, c.first_bucket_mb);
+  if (!caps.ok()) psync::ExitBadFlag("psync-overlap-bench", std::string(caps.status().message()));
+  c.bucket_caps = *caps;
   c.rounds = absl::GetFlag(FLAGS_rounds);
   if (c.rounds < 1) BadFlag("rounds", "must be >= 1");
   for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',')) {

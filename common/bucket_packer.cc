@@ -2,11 +2,41 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace psync {
+
+absl::StatusOr<BucketCaps> BucketCaps::FromMiB(double bucket_cap_mb, double first_bucket_mb,
+                                               const std::string& bucket_flag, const std::string& first_flag) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  BucketCaps caps;
+  for (auto [mb, bytes, flag] : {std::tuple<double, size_t*, const std::string*>{bucket_cap_mb, &caps.bucket_cap_bytes,
+                                                                                 &bucket_flag},
+                                 {first_bucket_mb, &caps.first_bucket_cap_bytes, &first_flag}}) {
+    // Why the bound before the cast: a double beyond size_t's range makes
+    // the conversion undefined.
+    if (!(mb > 0) || !(mb * kMiB <= static_cast<double>(kMaxBucketCapBytes))) {
+      return absl::InvalidArgumentError(absl::StrCat(*flag, " is ", mb, "; expected a size in MiB above 0 and at most ",
+                                                      kMaxBucketCapBytes >> 20, " (16 GiB)"));
+    }
+    *bytes = std::max<size_t>(1, static_cast<size_t>(mb * kMiB));
+  }
+  return caps;
+}
+
+absl::Status BucketCaps::Validate() const {
+  for (auto [bytes, name] : {std::pair<size_t, const char*>{bucket_cap_bytes, "bucket_cap_bytes"},
+                             {first_bucket_cap_bytes, "first_bucket_cap_bytes"}}) {
+    if (bytes == 0 || bytes > kMaxBucketCapBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket caps: ", name, " is ", bytes, "; expected 1 .. ", kMaxBucketCapBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::vector<PackedBucket> PackBuckets(const std::vector<size_t>& order, const std::vector<size_t>& param_bytes,
                                       const BucketCaps& caps, const std::vector<int>& groups) {

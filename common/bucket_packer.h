@@ -33,15 +33,37 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace psync {
 
 inline constexpr size_t kDefaultBucketCapBytes = size_t{25} << 20;      // PyTorch's bucket_cap_mb = 25
 inline constexpr size_t kDefaultFirstBucketCapBytes = size_t{1} << 20;  // PyTorch's first bucket (1 MiB)
 
+// The largest cap, one bucket's flat buffer (the coordinator refuses more
+// in a Join: coordinator.proto "Limits").
+inline constexpr size_t kMaxBucketCapBytes = size_t{16} << 30;
+
+// The bucket caps, one spelling from psync-worker's flags to the wire:
+// --bucket-cap-mb / --first-bucket-mb become these bytes once
+// (FromMiB), travel as these fields through the session, the Join
+// (JoinRequest.bucket_cap_bytes / first_bucket_cap_bytes), DdpOptions and
+// ReducerOptions, and are checked in one place (Validate).
 struct BucketCaps {
   size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
+
+  // From MiB (fractions allowed: 0.001 MiB is 1048 bytes), validated.
+  // InvalidArgument naming `bucket_flag` / `first_flag` when a value is not
+  // a positive number or is over the limit.
+  static absl::StatusOr<BucketCaps> FromMiB(double bucket_cap_mb, double first_bucket_mb,
+                                            const std::string& bucket_flag = "--bucket-cap-mb",
+                                            const std::string& first_flag = "--first-bucket-mb");
+  // Each cap in 1 byte .. kMaxBucketCapBytes; InvalidArgument naming it.
+  absl::Status Validate() const;
+  bool operator==(const BucketCaps& o) const {
+    return first_bucket_cap_bytes == o.first_bucket_cap_bytes && bucket_cap_bytes == o.bucket_cap_bytes;
+  }
 };
 
 struct PackedBucket {

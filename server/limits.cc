@@ -1,6 +1,10 @@
 #include "server/limits.h"
 
+#include <set>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
+#include "common/bucket_packer.h"
 
 namespace psync::server {
 
@@ -43,6 +47,31 @@ absl::Status ValidateCheckpointSteps(const v1::JoinRequest& req) {
   return absl::OkStatus();
 }
 
+// JoinRequest.settings: bounded, and each name once (the check at Join
+// compares them by name).
+absl::Status ValidateSettings(const v1::JoinRequest& req) {
+  if (req.settings_size() > kMaxSettings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("settings has ", req.settings_size(), " entries; the limit is ", kMaxSettings));
+  }
+  std::set<std::string_view> names;
+  for (int i = 0; i < req.settings_size(); ++i) {
+    const v1::JobSetting& s = req.settings(i);
+    if (s.name().empty() || s.name().size() > static_cast<size_t>(kMaxSettingNameBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("settings[", i, "].name is ", s.name().size(),
+                                                     " bytes; expected 1..", kMaxSettingNameBytes));
+    }
+    if (s.value().size() > static_cast<size_t>(kMaxSettingValueBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("settings[", i, "].value is ", s.value().size(),
+                                                     " bytes; the limit is ", kMaxSettingValueBytes));
+    }
+    if (!names.insert(s.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("settings[", i, "].name '", s.name(), "' is repeated"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
@@ -74,6 +103,7 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
         absl::StrCat("start_iteration is ", req.start_iteration(), "; expected 0..", kMaxIteration));
   }
   if (absl::Status st = ValidateCheckpointSteps(req); !st.ok()) return st;
+  if (absl::Status st = ValidateSettings(req); !st.ok()) return st;
   if (req.generation() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("generation is ", req.generation(), "; use 0 for the one being formed, or 1, 2, ..."));
@@ -92,12 +122,14 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
     return absl::InvalidArgumentError(absl::StrCat("manifest has ", req.manifest_size(),
                                                    " parameters; expected 1..", kMaxParams));
   }
-  for (int64_t cap : {req.bucket_cap_bytes(), req.first_bucket_cap_bytes()}) {
-    if (cap <= 0 || cap > kMaxBucketCapBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("bucket cap is ", cap, " bytes; expected 1..",
-                                                     kMaxBucketCapBytes));
-    }
+  // The caps' one range check is the workers' (common/bucket_packer.h); the
+  // wire's fields are signed, so a negative one is named as sent.
+  if (req.bucket_cap_bytes() < 0 || req.first_bucket_cap_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket caps are ", req.bucket_cap_bytes(), " / first ",
+                                                   req.first_bucket_cap_bytes(), " bytes; expected positive sizes"));
   }
+  const BucketCaps caps{static_cast<size_t>(req.first_bucket_cap_bytes()), static_cast<size_t>(req.bucket_cap_bytes())};
+  if (absl::Status st = caps.Validate(); !st.ok()) return st;
   for (int i = 0; i < req.manifest_size(); ++i) {
     const v1::ParamSpec& p = req.manifest(i);
     if (p.name().empty() || p.name().size() > static_cast<size_t>(kMaxNameBytes)) {

@@ -37,7 +37,6 @@ inline constexpr int kMaxWorldSize = 65536;
 inline constexpr int kMaxKeyBytes = 1024;
 inline constexpr int kMaxValueBytes = 1 << 20;
 inline constexpr int kMaxKeysPerJob = 65536;
-inline constexpr int64_t kMaxBucketCapBytes = int64_t{16} << 30;
 inline constexpr int64_t kMaxStoreWaitMs = 3600 * 1000;
 inline constexpr int kMaxHostIdBytes = 256;             // JoinRequest.host_id
 inline constexpr int kDefaultPlanLookahead = 2;         // K (coordinator.proto, "Plan lookahead")
@@ -47,6 +46,10 @@ inline constexpr int64_t kMaxIteration = int64_t{1} << 62;
 // JoinRequest.checkpoint_steps: a worker lists its newest few checkpoints.
 inline constexpr int kMaxCheckpointSteps = 64;
 inline constexpr int kMaxRestarts = 1000000;            // --max-restarts
+// JoinRequest.settings (the job's fingerprint): a few dozen flags in practice.
+inline constexpr int kMaxSettings = 512;
+inline constexpr int kMaxSettingNameBytes = 128;
+inline constexpr int kMaxSettingValueBytes = 1024;
 
 // Bytes of one parameter (product of dims * element size); shape already validated.
 int64_t ParamBytes(const v1::ParamSpec& p);

@@ -235,13 +235,18 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
     for (int64_t d : p.shape) s->add_shape(d);
     s->set_element_size(p.element_size);
   }
-  r.set_bucket_cap_bytes(req.bucket_cap_bytes);
-  r.set_first_bucket_cap_bytes(req.first_bucket_cap_bytes);
+  r.set_bucket_cap_bytes(static_cast<int64_t>(req.bucket_caps.bucket_cap_bytes));
+  r.set_first_bucket_cap_bytes(static_cast<int64_t>(req.bucket_caps.first_bucket_cap_bytes));
   r.set_start_iteration(req.start_iteration);
   r.set_agree_resume(req.agree_resume);
   for (int64_t step : req.checkpoint_steps) r.add_checkpoint_steps(step);
   r.set_generation(req.generation);
   r.set_global_batch(req.global_batch);
+  for (const auto& [name, value] : req.settings) {
+    v1::JobSetting* s = r.add_settings();
+    s->set_name(name);
+    s->set_value(value);
+  }
   impl_->job_id = req.job_id;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);

@@ -63,10 +63,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/bucket_packer.h"
 #include "worker/control/plan_mailbox.h"
 #include "worker/ddp/bucket_assignment.h"
 
@@ -88,8 +90,7 @@ struct JoinRequest {
   std::string device = "cpu";
   std::string backend = "gloo";  // "gloo" or "nccl"
   std::vector<ParamSpec> manifest;  // registration order
-  int64_t bucket_cap_bytes = 25 << 20;
-  int64_t first_bucket_cap_bytes = 1 << 20;
+  BucketCaps bucket_caps;      // same on every rank
   // The first iteration this worker will report: 0 for a fresh start, the
   // step of the checkpoint it resumes from. Every rank must send the same
   // value (else Join fails with FailedPrecondition naming both ranks); the
@@ -107,6 +108,10 @@ struct JoinRequest {
   // The examples of one optimizer step over the world (--global-batch; 0 =
   // not said): an elastic coordinator forms only worlds that split it.
   int64_t global_batch = 0;
+  // The job's fingerprint (coordinator.proto, JoinRequest.settings): what
+  // defines the job's math, as (name, value), each name once; the
+  // coordinator refuses a rank whose settings differ from the first rank's.
+  std::vector<std::pair<std::string, std::string>> settings;
 };
 
 struct JoinResult {

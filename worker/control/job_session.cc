@@ -43,7 +43,6 @@ absl::Status Rendezvous(const std::string& what, const absl::Status& st) {
   return WithExitCode(absl::Status(st.code(), absl::StrCat(what, ": ", st.message())), kExitRendezvous);
 }
 
-int64_t MbToBytes(double mb) { return static_cast<int64_t>(mb * 1024 * 1024); }
 
 }  // namespace
 
@@ -84,6 +83,7 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   req.requested_rank = opt.rank;
   req.world_size = opt.world_size;
   req.global_batch = opt.global_batch;
+  req.settings = opt.settings;
   req.device = device.ToString();
   req.backend = opt.backend;  // as requested: every rank must ask for the same
   // A resumed run starts at a checkpoint's step: either this rank's own
@@ -96,8 +96,7 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   for (const auto& [name, p] : params) {
     req.manifest.push_back({name, p.shape(), static_cast<int>(p.data().element_size())});
   }
-  req.bucket_cap_bytes = MbToBytes(opt.bucket_cap_mb);
-  req.first_bucket_cap_bytes = MbToBytes(opt.first_bucket_mb);
+  req.bucket_caps = opt.bucket_caps;
   absl::StatusOr<JoinResult> j = client->Join(req, std::chrono::hours(1));
   if (!j.ok()) return Rendezvous("rendezvous failed", j.status());
   joined = std::move(*j);

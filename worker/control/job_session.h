@@ -40,10 +40,12 @@ struct SessionOptions {
   int world_size = 0;           // 0 = the coordinator's
   int local_world_size = 0;     // LOCAL_WORLD_SIZE; 0 = unknown (only checked against the host ids)
   std::string backend = "auto";  // --backend, as requested: every rank must ask for the same
-  double bucket_cap_mb = 25;
-  double first_bucket_mb = 1;
+  BucketCaps bucket_caps;       // as the reducer will use them: every rank must send the same
   std::chrono::milliseconds timeout{30000};  // connecting, collectives of the group
   int64_t global_batch = 0;     // JoinRequest.global_batch (0 = not said)
+  // JoinRequest.settings: the job's fingerprint (psync-worker's:
+  // runtime/job_fingerprint.h); every rank must send the same.
+  std::vector<std::pair<std::string, std::string>> settings;
 };
 
 // Where this rank can start (JoinRequest.start_iteration / agree_resume /

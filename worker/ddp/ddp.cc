@@ -8,12 +8,6 @@
 #include "worker/tensor/ops.h"
 
 namespace psync::ddp {
-namespace {
-
-size_t MbToBytes(double mb) { return static_cast<size_t>(mb * static_cast<double>(kMiB)); }
-
-}  // namespace
-
 absl::Status BroadcastParameters(const std::vector<autograd::Variable>& params, comm::ProcessGroup& group,
                                  std::chrono::milliseconds timeout) {
   if (group.size() == 1) return absl::OkStatus();
@@ -57,9 +51,6 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   if (!options.gradient_as_bucket_view) {
     return absl::InvalidArgumentError("gradient_as_bucket_view=false is not supported: gradients are bucket views");
   }
-  if (options.bucket_cap_mb <= 0 || options.first_bucket_cap_mb <= 0) {
-    return absl::InvalidArgumentError("bucket_cap_mb and first_bucket_cap_mb must be positive");
-  }
   // Every rank must reduce the same way: a rank with another --zero or
   // comm hook would pair other collectives with its peers' (a hang or
   // garbage on some backends). Named here, once, before anything pairs.
@@ -77,17 +68,9 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   if (options.broadcast_parameters) {
     PSYNC_RETURN_IF_ERROR(BroadcastParameters(params, *group, options.timeout));
   }
-  ReducerOptions ro;
-  ro.bucket_cap_bytes = std::max<size_t>(1, MbToBytes(options.bucket_cap_mb));
-  ro.first_bucket_cap_bytes = std::max<size_t>(1, MbToBytes(options.first_bucket_cap_mb));
-  ro.find_unused_parameters = options.find_unused_parameters;
-  ro.timeout = options.timeout;
-  ro.rebuild = options.rebuild;
-  ro.comm_hook = options.comm_hook;
-  ro.check_in_step = options.check_in_step;
-  ro.zero_stage = options.zero_stage;
+  // The reducer takes its part of the options as they are (and checks them).
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
-                         Reducer::Create(std::move(params), group, ro, std::move(source)));
+                         Reducer::Create(std::move(params), group, options, std::move(source)));
   return std::unique_ptr<DistributedDataParallel>(
       new DistributedDataParallel(std::move(module), std::move(group), options, std::move(reducer)));
 }

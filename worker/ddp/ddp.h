@@ -35,27 +35,17 @@
 
 namespace psync::ddp {
 
-struct DdpOptions {
-  double bucket_cap_mb = 25.0;
-  double first_bucket_cap_mb = 1.0;
-  bool find_unused_parameters = false;
-  // Bound on the end-of-backward wait for the collectives.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+// Everything the reducer takes (reducer.h: bucket_caps, find_unused_parameters,
+// timeout, rebuild, comm_hook, check_in_step, zero_stage; with --zero=1|2
+// the sharded optimizer must be attached to reducer().zero_buckets()), plus
+// what only the wrapper does. One struct, so the reducer's options are
+// passed on as they are, never copied field by field.
+struct DdpOptions : ReducerOptions {
   // Always on: gradients are views into the bucket buffers. (Kept as a
   // field so the option set reads like PyTorch's; false is rejected.)
   bool gradient_as_bucket_view = true;
   // Broadcast rank 0's parameters at construction.
   bool broadcast_parameters = true;
-  RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
-  // What reduces each bucket (comm_hook.h); null = allreduce.
-  std::shared_ptr<CommHook> comm_hook;
-  // Compare every rank's iteration in each synchronised backward (reducer.h,
-  // step_check.h; declare it with reducer().DeclareIteration). Off only to
-  // measure what the check costs.
-  bool check_in_step = true;
-  // ZeRO stage (ReducerOptions::zero_stage, zero_buckets.h): 1 or 2 needs
-  // the sharded optimizer attached to reducer().zero_buckets().
-  int zero_stage = 0;
 };
 
 class DistributedDataParallel {

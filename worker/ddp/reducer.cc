@@ -32,9 +32,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
                                                          std::shared_ptr<UnusedParameterSource> source) {
   if (!group) return absl::InvalidArgumentError("Reducer needs a process group");
   if (params.empty()) return absl::InvalidArgumentError("Reducer needs at least one parameter");
-  if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {
-    return absl::InvalidArgumentError("bucket caps must be positive");
-  }
+  PSYNC_RETURN_IF_ERROR(options.bucket_caps.Validate());
   if (options.zero_stage < 0 || options.zero_stage > 2) {
     return absl::InvalidArgumentError(absl::StrCat("--zero must be 0, 1 or 2, got ", options.zero_stage));
   }
@@ -125,7 +123,7 @@ BucketPlan Reducer::PlanFromOrder(const std::vector<size_t>& order) const {
     sizes.push_back(p.data().nbytes());
     devices.push_back(p.data().device());
   }
-  return AssignBuckets(sizes, devices, BucketCaps{options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}, order);
+  return AssignBuckets(sizes, devices, options_.bucket_caps, order);
 }
 
 BucketPlan Reducer::bucket_plan() const {

@@ -96,8 +96,9 @@ enum class RebuildMode {
 };
 
 struct ReducerOptions {
-  size_t bucket_cap_bytes = kDefaultBucketCapBytes;
-  size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
+  // The caps (common/bucket_packer.h; psync-worker: --bucket-cap-mb,
+  // --first-bucket-mb). Checked by Create.
+  BucketCaps bucket_caps;
   bool find_unused_parameters = false;
   // Bound on Finalize's wait for the collectives (and the global used map).
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

@@ -33,8 +33,7 @@ control::SessionOptions SessionOptionsFrom(const WorkerOptions& opt) {
   s.world_size = opt.world_size;
   s.local_world_size = opt.local_world_size;
   s.backend = opt.backend;
-  s.bucket_cap_mb = opt.bucket_cap_mb;
-  s.first_bucket_mb = opt.first_bucket_mb;
+  s.bucket_caps = opt.bucket_caps;
   s.timeout = opt.timeout;
   s.global_batch = opt.global_batch;
   return s;

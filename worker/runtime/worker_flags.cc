@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/bucket_packer.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "worker/nn/models/registry.h"
@@ -84,8 +85,11 @@ ABSL_FLAG(std::string, lr_schedule, "constant", "constant | cosine (linear warmu
 ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of --lr-schedule");
 // ---- DDP
 ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the forward pass");
-ABSL_FLAG(double, bucket_cap_mb, 25, "bucket size cap in MiB");
-ABSL_FLAG(double, first_bucket_mb, 1, "first bucket size cap in MiB");
+// The defaults are the one default of the caps (common/bucket_packer.h), in MiB.
+ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20),
+          "bucket size cap in MiB");
+ABSL_FLAG(double, first_bucket_mb, static_cast<double>(psync::kDefaultFirstBucketCapBytes) / (1 << 20),
+          "first bucket size cap in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (cuda = cuda:LOCAL_RANK) | cuda:N");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 | tf32 (CUDA float32 products on TF32 tensor cores) | bf16 (autocast's rules: bfloat16 matmuls and "
@@ -342,10 +346,8 @@ absl::Status ParseOptimisation(WorkerOptions& o) {
 
 absl::Status ParseDdp(WorkerOptions& o) {
   o.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
-  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
-  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb)) return Bad("bucket-cap-mb", "must be positive");
-  o.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
-  if (!(o.first_bucket_mb > 0) || !std::isfinite(o.first_bucket_mb)) return Bad("first-bucket-mb", "must be positive");
+  PSYNC_ASSIGN_OR_RETURN(o.bucket_caps,
+                         BucketCaps::FromMiB(absl::GetFlag(FLAGS_bucket_cap_mb), absl::GetFlag(FLAGS_first_bucket_mb)));
   o.device = absl::GetFlag(FLAGS_device);
   if (o.device != "cpu" && o.device != "cuda" && o.device.rfind("cuda:", 0) != 0) {
     return Bad("device", absl::StrCat("'", o.device, "' is not cpu or cuda"));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/bucket_packer.h"
 #include "worker/checkpoint/weights.h"
 #include "worker/data/data_options.h"
 #include "worker/runtime/train_options.h"
@@ -69,8 +70,7 @@ struct WorkerOptions {
   int64_t warmup_steps = 0;
   // DDP
   bool find_unused_parameters = false;
-  double bucket_cap_mb = 25;
-  double first_bucket_mb = 1;
+  BucketCaps bucket_caps;  // --bucket-cap-mb, --first-bucket-mb (common/bucket_packer.h)
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients (ddp/zero_buckets.h)

@@ -62,8 +62,7 @@ inline bool WaitFor(const std::function<bool()>& pred) {
 inline control::JoinRequest TestJoinRequest(int rank, int params = kParams) {
   control::JoinRequest r;
   r.requested_rank = rank;
-  r.bucket_cap_bytes = 16;
-  r.first_bucket_cap_bytes = 8;
+  r.bucket_caps = BucketCaps{8, 16};
   for (int i = 0; i < params; ++i) r.manifest.push_back({"p" + std::to_string(i), {1}, 4});
   return r;
 }

@@ -37,8 +37,7 @@ std::vector<std::vector<float>> TrainZeroOnCuda(int zero, const std::string& dir
   if (!pg) return {};
   auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CUDA(0), kSeed);
   DdpOptions opts;
-  opts.bucket_cap_mb = 0.0005;
-  opts.first_bucket_cap_mb = 0.0002;
+  opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
   opts.zero_stage = zero;
   auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
   EXPECT_TRUE(ddp.ok()) << ddp.status();
@@ -147,8 +146,7 @@ TEST(DdpCuda, FailedBucketSeenCompleteByPollingFailsBackward) {
   auto group = std::make_shared<FailingAllreduceGroup>();
   auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
   DdpOptions opts;
-  opts.bucket_cap_mb = 0.0005;
-  opts.first_bucket_cap_mb = 0.0002;
+  opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
   auto ddp = DistributedDataParallel::Create(mlp, group, opts);
   ASSERT_TRUE(ddp.ok()) << ddp.status();
   auto [x, y] = StepData(0, 4, Device::CPU());

@@ -182,8 +182,7 @@ TEST_P(DdpMultiProcess, LaunchOrderAscendingWithSeveralBuckets) {
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{8, 16, 16, 16, 16, 4}, Device::CPU(), kSeed);
         DdpOptions opts;
-        opts.bucket_cap_mb = 0.0003;
-        opts.first_bucket_cap_mb = 0.0001;
+        opts.bucket_caps = *BucketCaps::FromMiB(0.0003, 0.0001);
         opts.find_unused_parameters = true;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
         CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
@@ -226,8 +225,7 @@ TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
-        opts.bucket_cap_mb = 0.0005;
-        opts.first_bucket_cap_mb = 0.0002;
+        opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
         opts.find_unused_parameters = true;
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
         CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
@@ -316,8 +314,7 @@ TEST_P(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.timeout = milliseconds(30000);
-        opts.bucket_cap_mb = 0.0005;
-        opts.first_bucket_cap_mb = 0.0002;
+        opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
         CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         optim::SGD sgd(mlp->named_parameters(), {});
@@ -400,8 +397,7 @@ void OutOfStep(const std::string& backend, bool skip, const std::string& compres
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
         opts.timeout = kTimeout;
-        opts.bucket_cap_mb = 0.0005;  // several buckets
-        opts.first_bucket_cap_mb = 0.0002;
+        opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
         auto hook = CommHookFromFlag(compression);
         CHILD_CHECK(rank, hook.ok(), hook.status().ToString());
         opts.comm_hook = *hook;
@@ -478,8 +474,7 @@ TEST_P(DdpMultiProcess, UnfinishedBackwardFailsNextForward) {
         CHILD_CHECK(rank, pg != nullptr, "group");
         auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
         DdpOptions opts;
-        opts.bucket_cap_mb = 0.0005;
-        opts.first_bucket_cap_mb = 0.0002;
+        opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
         auto ddp = DistributedDataParallel::Create(mlp, pg, opts);
         CHILD_CHECK(rank, ddp.ok(), ddp.status().ToString());
         auto [x, y] = StepData(0, 4, Device::CPU());

@@ -149,8 +149,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   // Each rank starts from different weights: DDP must broadcast rank 0's.
   auto mlp = std::make_shared<nn::MLP>(Widths(), sc.device, kSeed + static_cast<uint64_t>(rank));
   DdpOptions opts;
-  opts.bucket_cap_mb = sc.bucket_cap_mb;
-  opts.first_bucket_cap_mb = sc.first_bucket_cap_mb;
+  opts.bucket_caps = *BucketCaps::FromMiB(sc.bucket_cap_mb, sc.first_bucket_cap_mb);
   opts.find_unused_parameters = sc.find_unused;
   opts.timeout = std::chrono::milliseconds(20000);
   opts.rebuild = sc.rebuild;

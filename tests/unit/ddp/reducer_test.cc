@@ -25,8 +25,7 @@ Fixture Make(bool find_unused, double cap_mb = 0.0005) {
   Fixture f;
   f.mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed);
   DdpOptions opts;
-  opts.bucket_cap_mb = cap_mb;
-  opts.first_bucket_cap_mb = cap_mb / 2;
+  opts.bucket_caps = *BucketCaps::FromMiB(cap_mb, cap_mb / 2);
   opts.find_unused_parameters = find_unused;
   auto ddp = DistributedDataParallel::Create(f.mlp, std::shared_ptr<comm::ProcessGroup>(std::move(*pg)), opts);
   EXPECT_TRUE(ddp.ok()) << ddp.status();

@@ -106,8 +106,7 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
   std::shared_ptr<comm::ProcessGroup> pg(std::move(*pg_or));
   auto mlp = std::make_shared<nn::MLP>(zc.widths, Device::CPU(), kSeed + static_cast<uint64_t>(rank));
   DdpOptions opts;
-  opts.bucket_cap_mb = 0.004;  // a few KiB: several buckets
-  opts.first_bucket_cap_mb = 0.001;
+  opts.bucket_caps = *BucketCaps::FromMiB(0.004, 0.001);
   opts.find_unused_parameters = zc.skip_odd || zc.skip_rank1;
   opts.timeout = std::chrono::milliseconds(20000);
   opts.rebuild = RebuildMode::kBroadcastFromRank0;  // the default: a new layout after the first backward
