@@ -4,7 +4,8 @@
 # command to run and exits non-zero if something is missing.
 #   PSYNC_WITH_TORCH=1         also install python3-torch and numpy (the PyTorch reference tests, so
 #                              none of them skips; bench/ side-by-side runs; scripts/test.sh sets it)
-#   PSYNC_WITH_DEPLOY_TOOLS=1  also docker-compose, docker.io, debootstrap (deploy tests)
+#   PSYNC_WITH_DEPLOY_TOOLS=1  also docker-compose, docker.io, debootstrap (deploy tests), prometheus (a real
+#                              Prometheus server scrapes a job: coordinator_prometheus_server)
 #   PSYNC_WITH_BENCH_TOOLS=1   also python3-grpcio (bench/auth_flood_bench.py: a real gRPC client from outside)
 set -euo pipefail
 
@@ -20,7 +21,8 @@ if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy)
 if [[ "${PSYNC_WITH_BENCH_TOOLS:-0}" == 1 ]]; then pkgs+=(python3-grpcio); fi
 # Deploy tools (scripts/test.sh sets this): docker-compose and PyYAML for deploy_validate;
 # the Docker engine and debootstrap for compose_integration (scripts/compose-test.sh).
-if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose python3-yaml docker.io debootstrap); fi
+# prometheus (the server and promtool) for coordinator_prometheus_server: a real Prometheus scrapes a job.
+if [[ "${PSYNC_WITH_DEPLOY_TOOLS:-0}" == 1 ]]; then pkgs+=(docker-compose python3-yaml docker.io debootstrap prometheus); fi
 
 missing=()
 for p in "${pkgs[@]}"; do

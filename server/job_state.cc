@@ -75,6 +75,7 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
                                      Clock::time_point deadline, Outbox* out) {
   absl::StatusOr<int> rank = gen_->AddMember(req);
   if (!rank.ok()) {
+    if (absl::IsFailedPrecondition(rank.status())) FailWaitingOnMismatchLocked(rank.status(), out);
     PendingJoins::Answer(std::move(done), rank.status(), out);
     return 0;
   }
@@ -109,6 +110,20 @@ void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
   if (joins_.has_queued() && !CanQueueLocked()) {
     joins_.FailQueued(gen_->WorldFull(), out);
   }
+}
+
+void JobState::FailWaitingOnMismatchLocked(const absl::Status& refusal, Outbox* out) {
+  const std::vector<int> ranks = joins_.WaitingRanks();
+  if (ranks.empty()) return;
+  // Why: the world can never complete with ranks that train different jobs,
+  // and which side is wrong is the user's to say; so the ranks already
+  // waiting learn it now, with both values, instead of after --join-timeout.
+  // They leave the rendezvous, so the next Join sets the reference anew.
+  joins_.FailWaiting(absl::FailedPreconditionError(absl::StrCat(
+                         "a worker joining generation ", gen_->number(), " of job '", cfg_.job_id,
+                         "' was refused, so the world cannot form: ", refusal.message())),
+                     out);
+  for (int r : ranks) gen_->RemoveMember(r);
 }
 
 void JobState::CompleteWorldLocked(Outbox* out) {

@@ -58,6 +58,8 @@ class PendingJoins {
   std::optional<Queued> TakeQueued(uint64_t ticket);
   std::optional<Queued> TakeOldestQueued();
   bool has_queued() const { return !queued_.empty(); }
+  // The ranks the waiting Joins hold.
+  std::vector<int> WaitingRanks() const;
   // Elastic worlds: the waiting Join of rank old_ranks[i] now holds rank i.
   void RenumberWaiting(const std::vector<int>& old_ranks);
 

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/limits.h"
@@ -21,6 +22,19 @@ bool SameParam(const v1::ParamSpec& a, const v1::ParamSpec& b) {
   auto es = [](const v1::ParamSpec& p) { return p.element_size() ? p.element_size() : 4; };
   return a.name() == b.name() && es(a) == es(b) &&
          std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end());
+}
+
+// The worker a Join comes from, before it has a rank: "rank 1 (host:pid)".
+std::string JoinerName(const v1::JoinRequest& req) {
+  return absl::StrCat(req.requested_rank() >= 0 ? absl::StrCat("rank ", req.requested_rank()) : "this worker", " (",
+                      req.hostname().substr(0, 64), ":", req.pid(), ")");
+}
+
+// A setting's value in an error: quoted, and short (values may be 1 KiB).
+std::string ValueText(const std::string* v) {
+  if (v == nullptr) return "not set";
+  if (v->size() <= 120) return absl::StrCat("'", *v, "'");
+  return absl::StrCat("'", v->substr(0, 120), "...'");
 }
 
 }  // namespace
@@ -49,9 +63,7 @@ std::string Rendezvous::RankName(int rank) const {
 }
 
 absl::Status Rendezvous::CheckStart(const v1::JoinRequest& req, const std::string& first) const {
-  const std::string who =
-      absl::StrCat(req.requested_rank() >= 0 ? absl::StrCat("rank ", req.requested_rank()) : "this worker", " (",
-                   req.hostname().substr(0, 64), ":", req.pid(), ")");
+  const std::string who = JoinerName(req);
   if (req.agree_resume() != agree_resume_) {
     auto mode = [](bool agree) {
       return agree ? "lets the coordinator pick the resume step (--resume)" : "starts at its own iteration";
@@ -66,6 +78,34 @@ absl::Status Rendezvous::CheckStart(const v1::JoinRequest& req, const std::strin
       who, " starts at iteration ", req.start_iteration(), " but ", first, " starts at iteration ", start_iteration_,
       ": every rank must resume from the same checkpoint step (is the checkpoint directory shared, and did a "
       "newer checkpoint appear while the ranks started?)"));
+}
+
+absl::Status Rendezvous::CheckSettings(const v1::JoinRequest& req, const std::string& who) const {
+  std::map<std::string, const std::string*> mine;
+  for (const v1::JobSetting& s : req.settings()) mine.emplace(s.name(), &s.value());
+  // Why by name, in name order: the first difference reported is the same
+  // whichever order the ranks listed their settings in.
+  auto theirs = settings_.begin();
+  auto own = mine.begin();
+  while (theirs != settings_.end() || own != mine.end()) {
+    std::string name;
+    const std::string *here = nullptr, *there = nullptr;
+    if (own == mine.end() || (theirs != settings_.end() && theirs->first < own->first)) {
+      name = theirs->first, there = &theirs->second, ++theirs;
+    } else if (theirs == settings_.end() || own->first < theirs->first) {
+      name = own->first, here = own->second, ++own;
+    } else {
+      name = own->first, here = own->second, there = &theirs->second, ++own, ++theirs;
+      if (*here == *there) continue;
+    }
+    const bool flag = absl::StartsWith(name, "--");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job differs between ranks: ", name, " is ", ValueText(here), " on ", who, " but ", ValueText(there),
+        " on ", RankName(reference_rank_), ", the first to join; every rank must train the same job (",
+        flag ? absl::StrCat("pass the same ", name, " to every rank") : "give every rank the same " + name,
+        "; docs/cli-contract.md lists the flags that may differ per rank)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
@@ -87,6 +127,8 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
                                                       ": pass the same --global-batch to every rank"));
   }
   if (absl::Status st = CheckStart(req, first); !st.ok()) return st;
+  const std::string who = JoinerName(req);
+  if (absl::Status st = CheckSettings(req, who); !st.ok()) return st;
   const int n = req.manifest_size();
   const int ref = static_cast<int>(manifest_.size());
   for (int i = 0; i < std::min(n, ref); ++i) {
@@ -143,6 +185,8 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
     bucket_cap_ = req.bucket_cap_bytes();
     first_bucket_cap_ = req.first_bucket_cap_bytes();
     global_batch_ = req.global_batch();
+    settings_.clear();
+    for (const v1::JobSetting& s : req.settings()) settings_.emplace(s.name(), s.value());
     start_iteration_ = req.start_iteration();
     agree_resume_ = req.agree_resume();
   }

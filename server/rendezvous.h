@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +62,8 @@ class Rendezvous {
   explicit Rendezvous(int world_size);
 
   // The rank this request gets, or why it is refused (incompatible with the
-  // reference model, rank taken or out of range, world full). No state change.
+  // reference model or job: FAILED_PRECONDITION, and only then; rank taken or
+  // out of range, world full). No state change.
   absl::StatusOr<int> PickRank(const v1::JoinRequest& req) const;
   // Records `rank` as joined (the first member fixes the reference model).
   void Add(int rank, const v1::JoinRequest& req);
@@ -109,6 +111,9 @@ class Rendezvous {
   // The start: the same resume mode as the first worker, and without the
   // agreement the same start_iteration. `first` names the first worker.
   absl::Status CheckStart(const v1::JoinRequest& req, const std::string& first) const;
+  // The job's fingerprint (JoinRequest.settings): the same names and values
+  // as the first worker's, else the first difference by name.
+  absl::Status CheckSettings(const v1::JoinRequest& req, const std::string& who) const;
 
   std::vector<MemberIdentity> members_;
   int joined_ = 0;
@@ -118,6 +123,7 @@ class Rendezvous {
   std::string backend_;
   int64_t bucket_cap_ = 0, first_bucket_cap_ = 0;
   int64_t global_batch_ = 0;
+  std::map<std::string, std::string> settings_;  // the first worker's JoinRequest.settings
   int64_t start_iteration_ = 0;
   bool agree_resume_ = false;
 };

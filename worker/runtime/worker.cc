@@ -21,6 +21,7 @@
 #include "worker/ddp/training_optimizer.h"
 #include "worker/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
+#include "worker/runtime/job_fingerprint.h"
 #include "worker/runtime/metrics_writer.h"
 #include "worker/runtime/model_builder.h"
 #include "worker/runtime/run_options.h"
@@ -146,8 +147,7 @@ absl::Status WorkerRun::Prepare() {
 
 absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDdp() {
   ddp::DdpOptions dopt;
-  dopt.bucket_cap_mb = opt_.bucket_cap_mb;
-  dopt.first_bucket_cap_mb = opt_.first_bucket_mb;
+  dopt.bucket_caps = opt_.bucket_caps;
   dopt.find_unused_parameters = opt_.find_unused_parameters;
   dopt.timeout = opt_.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
@@ -324,8 +324,13 @@ WorkerExit WorkerRun::Run() {
   control::StartOffer offer;  // --resume: the coordinator picks among the checkpoints this rank can load
   offer.agree = opt_.resume;
   offer.checkpoint_steps = resume_.steps;
+  control::SessionOptions session_options = SessionOptionsFrom(opt_);
+  // Why: ranks whose flags differ beyond the shapes (another --n-head, --lr
+  // or --steps) would train different jobs and average each other's
+  // gradients; the coordinator compares these at Join and refuses them.
+  session_options.settings = JobFingerprint(opt_, model_options_, *data_->train, data_->val.get());
   absl::StatusOr<std::unique_ptr<control::JobSession>> session =
-      control::JobSession::Start(SessionOptionsFrom(opt_), device_, model_->named_parameters(), offer);
+      control::JobSession::Start(session_options, device_, model_->named_parameters(), offer);
   if (!session.ok()) {
     WorkerExit e = ExitFor(session.status(), kExitRendezvous);
     e.rank = rank_;

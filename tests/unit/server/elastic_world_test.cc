@@ -102,6 +102,9 @@ TEST(ElasticWorld, NoSmallerWorldBelowTheMinimumOrOneThatDoesNotSplitTheBatch) {
   ASSERT_TRUE(bad->done);
   EXPECT_EQ(bad->r.status().code(), absl::StatusCode::kFailedPrecondition) << "every rank the same global batch";
   EXPECT_NE(Msg(bad->r.status()).find("global batch 6 differs"), std::string::npos) << bad->r.status();
+  ASSERT_TRUE(j0->done) << "the waiting rank learns at once that the world cannot form";
+  EXPECT_EQ(j0->r.status().code(), absl::StatusCode::kFailedPrecondition);
+  j0 = StartJoin(job, BatchReq(0));
   auto j1 = StartJoin(job, BatchReq(1));
   sched.RunUntil(sched.Now() + 2000ms);
   EXPECT_FALSE(j0->done) << "2 ranks are under --min-world-size 3";

@@ -109,25 +109,91 @@ TEST(JobState, WrongJobAndMismatchesRefused) {
   auto wrong = Req(1);
   wrong.set_job_id("other");
   EXPECT_EQ(StartJoin(job, wrong)->r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(f->done) << "another job's worker says nothing about this job's";
 
+  // Each mismatch refuses the newcomer and, at once, the rank already
+  // waiting (the world cannot form); rank 0 then joins again.
+  auto expect_both_refused = [&](const v1::JoinRequest& req, const std::string& text) {
+    auto r = StartJoin(job, req)->r;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(Msg(r.status()).find(text), std::string::npos) << r.status();
+    ASSERT_TRUE(f->done) << text;
+    EXPECT_EQ(f->r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(Msg(f->r.status()).find("was refused, so the world cannot form"), std::string::npos) << f->r.status();
+    EXPECT_NE(Msg(f->r.status()).find(text), std::string::npos) << f->r.status();
+    f = StartJoin(job, Req(0));
+    EXPECT_FALSE(f->done);
+  };
   auto shape = Req(1);
   shape.mutable_manifest(3)->set_shape(0, 7);
-  auto r = StartJoin(job, shape)->r;
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(Msg(r.status()).find("parameter 3 is 'p3' [7]"), std::string::npos) << r.status();
-
-  auto fewer = StartJoin(job, Req(1, 9))->r;
-  EXPECT_NE(Msg(fewer.status()).find("lacks parameter 9 'p9'"), std::string::npos) << fewer.status();
-
+  expect_both_refused(shape, "parameter 3 is 'p3' [7]");
+  expect_both_refused(Req(1, 9), "lacks parameter 9 'p9'");
   auto caps = Req(1);
   caps.set_bucket_cap_bytes(99);
-  EXPECT_NE(Msg(StartJoin(job, caps)->r.status()).find("bucket caps"), std::string::npos);
+  expect_both_refused(caps, "bucket caps");
   auto be = Req(1);
   be.set_backend("nccl");
-  EXPECT_NE(Msg(StartJoin(job, be)->r.status()).find("backend"), std::string::npos);
-  EXPECT_FALSE(f->done);
+  expect_both_refused(be, "backend");
   ASSERT_TRUE(StartJoin(job, Req(1))->r.ok());
   EXPECT_TRUE(f->r.ok());
+}
+
+// The job's fingerprint (JoinRequest.settings): a rank whose settings
+// differ is refused naming the setting and both values, whatever order
+// either side listed them in; the waiting rank learns it at once.
+TEST(JobState, DifferentSettingsRefusedNamingTheSettingAndBothValues) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  auto with = [](int rank, std::vector<std::pair<std::string, std::string>> settings) {
+    v1::JoinRequest r = Req(rank);
+    for (auto& [n, v] : settings) {
+      v1::JobSetting* s = r.add_settings();
+      s->set_name(n);
+      s->set_value(v);
+    }
+    return r;
+  };
+  auto f = StartJoin(job, with(0, {{"--lr", "0.003"}, {"--n-head", "4"}, {"--steps", "100"}}));
+  auto r = StartJoin(job, with(1, {{"--steps", "100"}, {"--n-head", "8"}, {"--lr", "0.003"}}))->r;
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(r.status()).find("--n-head is '8' on rank 1 (h:101) but '4' on rank 0 (h:100)"), std::string::npos)
+      << r.status();
+  EXPECT_NE(Msg(r.status()).find("pass the same --n-head to every rank"), std::string::npos) << r.status();
+  ASSERT_TRUE(f->done);
+  EXPECT_NE(Msg(f->r.status()).find("--n-head is '8' on rank 1"), std::string::npos) << f->r.status();
+
+  // A setting only one side has is named too.
+  f = StartJoin(job, with(0, {{"--lr", "0.003"}}));
+  r = StartJoin(job, with(1, {{"--lr", "0.003"}, {"data", "tokens, 9 examples"}}))->r;
+  EXPECT_NE(Msg(r.status()).find("data is 'tokens, 9 examples' on rank 1 (h:101) but not set on rank 0"),
+            std::string::npos)
+      << r.status();
+  EXPECT_NE(Msg(r.status()).find("give every rank the same data"), std::string::npos) << r.status();
+
+  // The same settings in another order form the world.
+  f = StartJoin(job, with(0, {{"--lr", "0.003"}, {"--steps", "100"}}));
+  ASSERT_TRUE(StartJoin(job, with(1, {{"--steps", "100"}, {"--lr", "0.003"}}))->r.ok());
+  EXPECT_TRUE(f->r.ok()) << f->r.status();
+}
+
+TEST(JobState, RepeatedOrOversizedSettingsAreInvalid) {
+  ManualScheduler sched;
+  JobState job(Cfg(2), &sched);
+  v1::JoinRequest r = Req(0);
+  for (int i = 0; i < 2; ++i) {
+    v1::JobSetting* s = r.add_settings();
+    s->set_name("--lr");
+    s->set_value("1");
+  }
+  auto st = StartJoin(job, r)->r.status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(st).find("settings[1].name '--lr' is repeated"), std::string::npos) << st;
+  v1::JoinRequest big = Req(0);
+  v1::JobSetting* s = big.add_settings();
+  s->set_name("x");
+  s->set_value(std::string(2000, 'v'));
+  st = StartJoin(job, big)->r.status();
+  EXPECT_NE(Msg(st).find("settings[0].value is 2000 bytes"), std::string::npos) << st;
 }
 
 TEST(JobState, JoinTimesOutAtItsDeadlineAndReleasesRank) {
