@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks psync's layering on the #include lines: an include may only point
-down (ARCHITECTURE.md, README.md "Layout").
+down (docs/architecture.md, "Layers").
 
     common, protos            the bottom: include nothing of the repository above them
     worker/tensor             level 1
@@ -59,7 +59,7 @@ def allowed(src, dst):
     if src[0] == "worker" and dst[0] == "worker":
         s, d = WORKER_LEVELS.get(src[1]), WORKER_LEVELS.get(dst[1])
         if s is None:
-            return f"worker/{src[1]} has no layer (add it to check_layers.py and ARCHITECTURE's list)"
+            return f"worker/{src[1]} has no layer (add it to WORKER_LEVELS here and to docs/architecture.md's table)"
         if d is None:
             return f"worker/{dst[1]} has no layer"
         if d < s:

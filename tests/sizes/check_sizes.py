@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the project's size rules (ARCHITECTURE.md, "How to write it"):
+"""Checks the project's size rules (docs/architecture.md, "How to write it"):
 functions under ~80 lines and classes under ~500 lines, in the folders the
 rule is enforced for (server/, client/, worker/runtime, worker/control).
 "~" is taken as up to 10% more: a function over 88 lines or a class over 550

@@ -6,8 +6,11 @@
 //
 // WorkerOptions is the whole command line; only psync-worker's flow
 // (worker.cc) holds it. Each part it drives takes a small struct built once
-// from it (run_options.h): TrainOptions, control::SessionOptions,
-// CheckpointOptions, ModelSpec.
+// from it (run_options.h): TrainOptions (the trainer), control::SessionOptions
+// (the job session), CheckpointOptions (checkpointing.h), ModelSpec (the
+// model builder), optim::OptimizerOptions (the optimizer). worker.cc itself
+// derives data::DataOptions (DataOptionsFor: --data's section plus what the
+// model implies) and ddp::DdpOptions (BuildDdp).
 #pragma once
 
 #include <chrono>

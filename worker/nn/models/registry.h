@@ -6,7 +6,7 @@
 
 namespace psync::nn {
 
-// mlp, cnn (and, as it lands, gpt). The factories validate the options
+// mlp, gpt, cnn. The factories validate the options
 // (InvalidArgument naming the flag) before building anything.
 const Registry<Model, ModelOptions>& Models();
 
