@@ -162,23 +162,30 @@ class VocabBuilder {
   }
   bool NotAnId(const std::string& what);
   bool Id(int64_t id);
+
+  // A token as read; placed by id once all are read (so a large id in a
+  // small file allocates nothing).
+  struct Entry {
+    std::string bytes;
+    int32_t id;
+    bool added, special;
+    int64_t line;
+  };
   // A token's key as it was spelled (for messages).
-  std::string KeyOf(size_t id) const {
-    return vocab_.special[id] ? AddedTokenText(vocab_.tokens[id]) : BytesToGpt2Text(vocab_.tokens[id]);
-  }
+  static std::string KeyOf(const Entry& e) { return e.added ? AddedTokenText(e.bytes) : BytesToGpt2Text(e.bytes); }
 
   const GuardedReader& reader_;
   const std::string& source_;
   State state_ = State::kBefore;
   std::string key_, key_bytes_;  // the key whose id comes next
   bool key_added_ = false;
-  int64_t count_ = 0;
-  Vocab vocab_;  // tokens and special grow to the largest id seen; "" = no token yet
+  std::vector<Entry> entries_;                     // in the file's order
+  absl::flat_hash_map<std::string, int32_t> ids_;  // key -> id
   std::string error_;
 };
 
 bool VocabBuilder::key(std::string& key) {
-  if (count_ >= kMaxVocabTokens) {
+  if (static_cast<int64_t>(entries_.size()) >= kMaxVocabTokens) {
     return Refuse(absl::StrCat("more than ", kMaxVocabTokens, " tokens, the limit for a vocab.json"));
   }
   key_bytes_ = Gpt2TextToBytes(key, &key_added_);
@@ -204,22 +211,11 @@ bool VocabBuilder::Id(int64_t id) {
     return Refuse(absl::StrCat("token ", Excerpt(key_), " has id ", id, ", expected an integer in [0, ", kMaxVocabTokens,
                                ") (ids are 0..V-1, each once; at most ", kMaxVocabTokens, " tokens)"));
   }
-  const auto slot = static_cast<size_t>(id);
-  if (slot >= vocab_.tokens.size()) {
-    vocab_.tokens.resize(slot + 1);
-    vocab_.special.resize(slot + 1, false);
-  }
-  if (!vocab_.tokens[slot].empty()) {
-    return Refuse(absl::StrCat("id ", id, " is used twice (by ", Excerpt(KeyOf(slot)), " and ", Excerpt(key_),
-                               "); ids must be 0..V-1, each once"));
-  }
-  if (vocab_.ids.contains(key_)) return Refuse(absl::StrCat("token ", Excerpt(key_), " appears twice"));
-  vocab_.ids.emplace(std::move(key_), static_cast<int32_t>(id));
+  if (ids_.contains(key_)) return Refuse(absl::StrCat("token ", Excerpt(key_), " appears twice"));
+  ids_.emplace(std::move(key_), static_cast<int32_t>(id));
   const bool marked = key_bytes_.size() >= 3 && key_bytes_.front() == '<' && key_bytes_.back() == '>';
-  vocab_.special[slot] = key_added_ || marked;
-  vocab_.tokens[slot] = std::move(key_bytes_);
+  entries_.push_back(Entry{std::move(key_bytes_), static_cast<int32_t>(id), key_added_, key_added_ || marked, reader_.line()});
   key_bytes_.clear();
-  ++count_;
   return true;
 }
 
@@ -239,18 +235,32 @@ absl::StatusOr<Vocab> VocabBuilder::Finish(bool parsed) {
   if (!reader_.refusal().empty()) return absl::InvalidArgumentError(reader_.refusal());
   if (!error_.empty()) return absl::InvalidArgumentError(error_);
   if (!parsed || state_ != State::kDone) return absl::InvalidArgumentError(absl::StrCat(source_, ": invalid JSON"));
-  if (count_ == 0) {
+  const size_t n = entries_.size();
+  if (n == 0) {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": expected a JSON object {\"token\": id, ...}, got one with no tokens"));
   }
-  // The ids are distinct and count_ of them: all below count_ is each once.
-  for (size_t id = static_cast<size_t>(count_); id < vocab_.tokens.size(); ++id) {
-    if (!vocab_.tokens[id].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(source_, ": token ", Excerpt(KeyOf(id)), " has id ", id,
-                                                     ", expected an integer in [0, ", count_,
-                                                     ") (ids must be 0..V-1, each once)"));
+  // n ids, each below n and none twice: 0..n-1 each once.
+  Vocab vocab;
+  vocab.tokens.resize(n);
+  vocab.special.resize(n, false);
+  std::vector<const Entry*> by_id(n, nullptr);
+  for (Entry& e : entries_) {
+    const auto id = static_cast<size_t>(e.id);
+    auto refuse = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(source_, " line ", e.line, ": ", why, "; ids must be 0..V-1, each once"));
+    };
+    if (id >= n) return refuse(absl::StrCat("token ", Excerpt(KeyOf(e)), " has id ", id, ", but there are ", n, " tokens"));
+    if (by_id[id] != nullptr) {
+      return refuse(absl::StrCat("id ", id, " is used twice (by ", Excerpt(KeyOf(*by_id[id])), " and ", Excerpt(KeyOf(e)), ")"));
     }
+    by_id[id] = &e;
   }
-  return std::move(vocab_);
+  for (Entry& e : entries_) {
+    vocab.special[static_cast<size_t>(e.id)] = e.special;
+    vocab.tokens[static_cast<size_t>(e.id)] = std::move(e.bytes);
+  }
+  vocab.ids = std::move(ids_);
+  return vocab;
 }
 
 }  // namespace
