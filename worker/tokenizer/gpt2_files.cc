@@ -1,167 +1,113 @@
 #include "worker/tokenizer/gpt2_files.h"
 
-#include <array>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <streambuf>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/json.h"
 #include "common/status_macros.h"
+#include "worker/tokenizer/file_limits.h"
+#include "worker/tokenizer/merges_txt.h"
+#include "worker/tokenizer/vocab_json.h"
 
 namespace psync::tokenizer {
 namespace {
 
-// bytes_to_unicode of GPT-2's encoder.py: '!'..'~', '¡'..'¬', '®'..'ÿ' stand
-// for themselves; the other 68 bytes, in order, for U+0100, U+0101, ...
-std::array<uint32_t, 256> MakeByteTable() {
-  std::array<uint32_t, 256> t{};
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    t[b] = printable ? b : next++;
+// A read-only stream over text already in memory (no copy).
+class ViewBuf : public std::streambuf {
+ public:
+  explicit ViewBuf(absl::string_view text) {
+    char* p = const_cast<char*>(text.data());  // get area only: never written through
+    setg(p, p, p + text.size());
   }
-  return t;
-}
-const std::array<uint32_t, 256>& ByteTable() {
-  static const std::array<uint32_t, 256> table = MakeByteTable();
-  return table;
+};
+
+// Refused before reading: no such file, not a regular file (a FIFO could
+// block, a device never end), or over `limit` bytes (GPT-2's file is `gpt2`).
+absl::Status CheckFile(const std::string& path, int64_t limit, const char* gpt2) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  if (st.st_size > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.st_size, " bytes, over the limit of ", limit, " (", limit >> 20,
+                                                   " MiB; GPT-2's is ", gpt2, ")"));
+  }
+  return absl::OkStatus();
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+// Each token a byte, a special token, or made by a merge of reachable
+// tokens (a breadth-first walk over the merges by their parts).
+absl::Status CheckReachable(const BpeTokenizer& t, const std::vector<bool>& special, const std::string& vocab_source,
+                            const std::string& merges_source) {
+  const size_t n = t.vocab().size();
+  const std::vector<MergeRule>& merges = t.merges();
+  std::vector<uint32_t> first(n + 1, 0);  // merges with token id as a part: uses[first[id] .. first[id + 1])
+  for (const MergeRule& m : merges) {
+    ++first[static_cast<size_t>(m.left) + 1];
+    ++first[static_cast<size_t>(m.right) + 1];
   }
-}
-
-// GPT-2 text (valid UTF-8: the JSON parser checked it) -> bytes: a table
-// character is its byte; any other character stands for its own UTF-8.
-std::string Gpt2TextToBytes(const std::string& text) {
-  static const auto* inverse = [] {
-    auto* m = new absl::flat_hash_map<uint32_t, uint8_t>();
-    for (int b = 0; b < 256; ++b) (*m)[ByteTable()[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
-    return m;
-  }();
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const auto b0 = static_cast<uint8_t>(text[i]);
-    const size_t len = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (size_t k = 1; k < len && i + k < text.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
-    auto it = inverse->find(cp);
-    if (it != inverse->end()) {
-      out.push_back(static_cast<char>(it->second));
-    } else {
-      out.append(text, i, len);
-    }
-    i += len;
+  for (size_t id = 0; id < n; ++id) first[id + 1] += first[id];
+  std::vector<uint32_t> uses(first[n]), next(first.begin(), first.end() - 1);
+  for (uint32_t i = 0; i < merges.size(); ++i) {
+    uses[next[static_cast<size_t>(merges[i].left)]++] = i;
+    uses[next[static_cast<size_t>(merges[i].right)]++] = i;
   }
-  return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream s;
-  s << f.rdbuf();
-  if (f.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read failed"));
-  return s.str();
-}
-
-absl::StatusOr<std::vector<std::string>> ParseVocab(const std::string& text, const std::string& source,
-                                                    absl::flat_hash_map<std::string, int32_t>* ids) {
-  absl::StatusOr<json::Json> parsed = json::Parse(text);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
-  if (!parsed->is_object() || parsed->empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": expected a JSON object {\"token\": id, ...}, got a ",
-                                                   json::TypeName(*parsed), parsed->is_object() ? " with no tokens" : ""));
+  std::vector<bool> reached(n, false);
+  std::vector<int32_t> queue;
+  for (size_t id = 0; id < n; ++id) {
+    if (t.vocab()[id].size() != 1) continue;
+    reached[id] = true;
+    queue.push_back(static_cast<int32_t>(id));
   }
-  const size_t n = parsed->size();
-  std::vector<std::string> vocab(n);
-  std::vector<bool> seen(n, false);
-  for (const auto& [key, value] : parsed->items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= static_cast<int64_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": token ", json::Quote(key), " has id ", value.dump(),
-                                                     ", expected an integer in [0, ", n,
-                                                     ") (ids must be 0..V-1, each once)"));
-    }
-    const auto id = value.get<int64_t>();
-    if (seen[static_cast<size_t>(id)]) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": id ", id, " is used twice (by ", json::Quote(key),
-                                                     " and another token); ids must be 0..V-1, each once"));
-    }
-    seen[static_cast<size_t>(id)] = true;
-    vocab[static_cast<size_t>(id)] = Gpt2TextToBytes(key);
-    (*ids)[key] = static_cast<int32_t>(id);
-  }
-  return vocab;
-}
-
-absl::StatusOr<std::vector<MergeRule>> ParseMerges(const std::string& text, const std::string& source,
-                                                   const absl::flat_hash_map<std::string, int32_t>& ids) {
-  std::vector<MergeRule> merges;
-  int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && absl::StartsWith(line, "#version"))) continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
-    if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no, ": ", json::Quote(line),
-                                                     " is not two tokens separated by one space"));
-    }
-    MergeRule m;
-    int32_t* slots[3] = {&m.left, &m.right, &m.result};
-    const std::string names[3] = {std::string(parts[0]), std::string(parts[1]), absl::StrCat(parts[0], parts[1])};
-    for (int k = 0; k < 3; ++k) {
-      auto it = ids.find(names[k]);
-      if (it == ids.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no, ": ", k == 2 ? "the merged token " : "token ",
-                                                       json::Quote(names[k]), " is not in the vocabulary"));
+  while (!queue.empty()) {
+    const auto id = static_cast<size_t>(queue.back());
+    queue.pop_back();
+    for (uint32_t u = first[id]; u < first[id + 1]; ++u) {
+      const MergeRule& m = merges[uses[u]];
+      const auto l = static_cast<size_t>(m.left), r = static_cast<size_t>(m.right), out = static_cast<size_t>(m.result);
+      if (reached[l] && reached[r] && !reached[out]) {
+        reached[out] = true;
+        queue.push_back(m.result);
       }
-      *slots[k] = it->second;
     }
-    merges.push_back(m);
   }
-  return merges;
+  for (size_t id = 0; id < n; ++id) {
+    if (reached[id] || special[id]) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        merges_source, ": no merge makes token ", Excerpt(BytesToGpt2Text(t.vocab()[id])), " (id ", id, " of ", vocab_source,
+        "), so it is never encoded; is the file cut short? (", merges.size(), " merges for ", n, " tokens)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BpeTokenizer> Build(Vocab vocab, std::vector<MergeRule> merges, const std::string& vocab_source,
+                                   const std::string& merges_source) {
+  PSYNC_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::Create(std::move(vocab.tokens), std::move(merges),
+                                                              absl::StrCat(vocab_source, " + ", merges_source)));
+  PSYNC_RETURN_IF_ERROR(CheckReachable(t, vocab.special, vocab_source, merges_source));
+  return t;
 }
 
 }  // namespace
 
-uint32_t ByteToCodePoint(uint8_t byte) { return ByteTable()[byte]; }
-
-std::string BytesToGpt2Text(const std::string& bytes) {
-  std::string out;
-  for (char c : bytes) AppendUtf8(ByteToCodePoint(static_cast<uint8_t>(c)), &out);
-  return out;
-}
-
-absl::StatusOr<BpeTokenizer> ParseGpt2Files(const std::string& vocab_json, const std::string& merges_txt,
+absl::StatusOr<BpeTokenizer> ParseGpt2Files(absl::string_view vocab_json, absl::string_view merges_txt,
                                             const std::string& vocab_source, const std::string& merges_source) {
-  absl::flat_hash_map<std::string, int32_t> ids;
-  PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> vocab, ParseVocab(vocab_json, vocab_source, &ids));
-  PSYNC_ASSIGN_OR_RETURN(std::vector<MergeRule> merges, ParseMerges(merges_txt, merges_source, ids));
-  return BpeTokenizer::Create(std::move(vocab), std::move(merges), absl::StrCat(vocab_source, " + ", merges_source));
+  ViewBuf vocab_buf(vocab_json), merges_buf(merges_txt);
+  PSYNC_ASSIGN_OR_RETURN(Vocab vocab, ReadVocabJson(&vocab_buf, vocab_source));
+  PSYNC_ASSIGN_OR_RETURN(std::vector<MergeRule> merges, ReadMergesTxt(&merges_buf, merges_source, vocab.ids));
+  return Build(std::move(vocab), std::move(merges), vocab_source, merges_source);
 }
 
 absl::StatusOr<BpeTokenizer> LoadTokenizer(const std::string& path) {
@@ -171,30 +117,50 @@ absl::StatusOr<BpeTokenizer> LoadTokenizer(const std::string& path) {
   const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
   const std::string vocab_path = fs::is_directory(p, ec) ? (p / kVocabFile).string() : path;
   const std::string merges_path = (dir / kMergesFile).string();
-  PSYNC_ASSIGN_OR_RETURN(std::string vocab, ReadFile(vocab_path));
-  PSYNC_ASSIGN_OR_RETURN(std::string merges, ReadFile(merges_path));
-  return ParseGpt2Files(vocab, merges, vocab_path, merges_path);
+  // Both checked before either is read.
+  PSYNC_RETURN_IF_ERROR(CheckFile(vocab_path, kMaxVocabFileBytes, "about 1 MB"));
+  PSYNC_RETURN_IF_ERROR(CheckFile(merges_path, kMaxMergesFileBytes, "about 456 kB"));
+  std::filebuf vocab_file, merges_file;
+  if (vocab_file.open(vocab_path, std::ios::in | std::ios::binary) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": cannot open: ", std::strerror(errno)));
+  }
+  PSYNC_ASSIGN_OR_RETURN(Vocab vocab, ReadVocabJson(&vocab_file, vocab_path));
+  vocab_file.close();
+  if (merges_file.open(merges_path, std::ios::in | std::ios::binary) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(merges_path, ": cannot open: ", std::strerror(errno)));
+  }
+  PSYNC_ASSIGN_OR_RETURN(std::vector<MergeRule> merges, ReadMergesTxt(&merges_file, merges_path, vocab.ids));
+  return Build(std::move(vocab), std::move(merges), vocab_path, merges_path);
 }
 
-absl::Status SaveTokenizer(const BpeTokenizer& tokenizer, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot create the directory: ", ec.message()));
+absl::StatusOr<Gpt2FilesText> FormatGpt2Files(const BpeTokenizer& tokenizer) {
+  const size_t n = tokenizer.vocab().size();
+  std::vector<bool> made(n, false);
+  for (const MergeRule& m : tokenizer.merges()) made[static_cast<size_t>(m.result)] = true;
   // vocab.json by id, so the file reads in id order (GPT-2's does too).
   json::Json vocab = json::Json::object();
-  std::vector<std::string> names(tokenizer.vocab().size());
-  for (size_t id = 0; id < names.size(); ++id) {
-    names[id] = BytesToGpt2Text(tokenizer.vocab()[id]);
+  std::vector<std::string> names(n);
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& bytes = tokenizer.vocab()[id];
+    names[id] = made[id] || bytes.size() == 1 ? BytesToGpt2Text(bytes) : AddedTokenText(bytes);
     if (vocab.contains(names[id])) {
       return absl::InvalidArgumentError(absl::StrCat("token ", id, " has the same bytes as token ",
                                                      vocab[names[id]].get<int64_t>(), ": vocab.json cannot hold both"));
     }
     vocab[names[id]] = id;
   }
-  std::string merges = "#version: 0.2\n";
-  for (const MergeRule& m : tokenizer.merges()) absl::StrAppend(&merges, names[m.left], " ", names[m.right], "\n");
-  PSYNC_RETURN_IF_ERROR(WriteFileAtomically((std::filesystem::path(dir) / kVocabFile).string(), json::Serialize(vocab)));
-  return WriteFileAtomically((std::filesystem::path(dir) / kMergesFile).string(), merges);
+  Gpt2FilesText out{json::Serialize(vocab), "#version: 0.2\n"};
+  for (const MergeRule& m : tokenizer.merges()) absl::StrAppend(&out.merges_txt, names[m.left], " ", names[m.right], "\n");
+  return out;
+}
+
+absl::Status SaveTokenizer(const BpeTokenizer& tokenizer, const std::string& dir) {
+  PSYNC_ASSIGN_OR_RETURN(Gpt2FilesText files, FormatGpt2Files(tokenizer));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot create the directory: ", ec.message()));
+  PSYNC_RETURN_IF_ERROR(WriteFileAtomically((std::filesystem::path(dir) / kVocabFile).string(), files.vocab_json));
+  return WriteFileAtomically((std::filesystem::path(dir) / kMergesFile).string(), files.merges_txt);
 }
 
 }  // namespace psync::tokenizer

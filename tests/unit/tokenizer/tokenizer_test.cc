@@ -255,7 +255,7 @@ TEST(Gpt2Files, ErrorsNameTheFileAndTheEntry) {
   EXPECT_EQ(msg(ParseGpt2Files(good, "b c\n", "v.json", "m.txt")),
             "m.txt line 1: the merged token \"bc\" is not in the vocabulary");
   EXPECT_EQ(msg(ParseGpt2Files(vocab + "," + json::Quote(ab) + ":300}", "", "v.json", "m.txt")),
-            "v.json: token \"ab\" has id 300, expected an integer in [0, 257) (ids must be 0..V-1, each once)");
+            "v.json line 1: token \"ab\" has id 300, but there are 257 tokens; ids must be 0..V-1, each once");
   // Without byte 0x0a ("Ċ") there is no token for a newline.
   std::string no_newline = good;
   no_newline.replace(no_newline.find(json::Quote("\u010a")), json::Quote("\u010a").size(), json::Quote("zz"));
