@@ -75,21 +75,11 @@ absl::StatusOr<ImageTable> LoadIdxPair(const std::string& images_path, const std
   return t;
 }
 
-namespace {
-
-DataInfo ImageInfo(const ImageTable& t) {
-  DataInfo info;
-  info.task = Task::kClassification;
-  info.example_shape = {1, t.height, t.width};
-  info.num_outputs = t.num_classes;
-  return info;
-}
-
-}  // namespace
-
 ImageDataset::ImageDataset(std::shared_ptr<const ImageTable> table, int64_t begin, int64_t count, bool shuffle,
                            uint64_t seed, float mean, float std, std::string description)
-    : ExampleDataset(begin, count, shuffle, seed, std::move(description), ImageInfo(*table)), table_(std::move(table)) {
+    : ExampleDataset(begin, count, shuffle, seed, std::move(description),
+                     DataInfo{Task::kClassification, {1, table->height, table->width}, table->num_classes, -1}),
+      table_(std::move(table)) {
   // The same float32 arithmetic as torchvision's ToTensor + Normalize.
   for (int b = 0; b < 256; ++b) value_[b] = (static_cast<float>(b) / 255.0f - mean) / std;
 }

@@ -106,21 +106,11 @@ RowsTable SyntheticRowsTable(uint64_t seed, int64_t rows, int64_t in, int64_t ou
   return d;
 }
 
-namespace {
-
-DataInfo RowsInfo(const RowsTable& t) {
-  DataInfo info;
-  info.task = Task::kRegression;
-  info.example_shape = {t.in};
-  info.num_outputs = t.out;
-  return info;
-}
-
-}  // namespace
-
 RowsDataset::RowsDataset(std::shared_ptr<const RowsTable> table, int64_t begin, int64_t count, bool shuffle,
                          uint64_t seed, std::string description)
-    : ExampleDataset(begin, count, shuffle, seed, std::move(description), RowsInfo(*table)), table_(std::move(table)) {}
+    : ExampleDataset(begin, count, shuffle, seed, std::move(description),
+                     DataInfo{Task::kRegression, {table->in}, table->out, -1}),
+      table_(std::move(table)) {}
 
 Batch RowsDataset::Gather(const std::vector<int64_t>& rows) const {
   const RowsTable& d = *table_;
