@@ -61,7 +61,7 @@ int RpcFail(const char* what, const grpc::Status& st) {
 }
 
 void Prepare(grpc::ClientContext* ctx, bool deadline = true) {
-  if (!g_token.empty()) ctx->AddMetadata("authorization", "Bearer " + g_token);
+  psync::AddBearerToken(ctx, g_token);
   if (deadline) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_timeout)));
   }

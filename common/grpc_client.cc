@@ -39,4 +39,8 @@ grpc::ChannelArguments KeepaliveChannelArgs() {
   return args;
 }
 
+void AddBearerToken(grpc::ClientContext* ctx, const std::string& token) {
+  if (!token.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+}
+
 }  // namespace psync

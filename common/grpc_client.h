@@ -1,6 +1,7 @@
 // What every psync gRPC client of the coordinator sets up the same way: its
-// credentials (TLS from a CA file, or plaintext) and, for the long-lived
-// clients (worker, relay), the channel arguments. Library psync_grpc_client:
+// credentials (TLS from a CA file, or plaintext), the bearer token on each
+// call and, for the long-lived clients (worker, relay), the channel
+// arguments. Library psync_grpc_client:
 // the one piece of common/ that links gRPC.
 #pragma once
 
@@ -22,5 +23,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(cons
 // proxy (a job's addresses are never behind one), and keepalive pings that
 // notice a dead connection (no TCP reset, e.g. a cut link) within ~5 s.
 grpc::ChannelArguments KeepaliveChannelArgs();
+
+// Sends `token` as "authorization: Bearer <token>" on the call (what
+// common/token_gate.h checks); nothing when it is empty (no --token).
+void AddBearerToken(grpc::ClientContext* ctx, const std::string& token);
 
 }  // namespace psync

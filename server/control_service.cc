@@ -1,13 +1,11 @@
 #include "server/control_service.h"
 
-#include "server/grpc_status.h"
-
 #include <deque>
 #include <memory>
 #include <mutex>
 
+#include "common/grpc_status.h"
 #include "common/logging.h"
-#include "server/grpc_status.h"
 #include "server/limits.h"
 #include "server/request_limits.h"
 
@@ -145,7 +143,7 @@ grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* 
       r.set_state(job_->state());
       EncodeResponse(r, resp);
     } else {
-      st = ToGrpc(stop.status());
+      st = ToGrpcStatus(stop.status());
     }
   } else if (st.ok()) {
     const v1::ShutdownResponse r = job_->Shutdown(req.reason().substr(0, kMaxStringBytes));

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/logging.h"
-#include "server/grpc_status.h"
 #include "server/limits.h"
 #include "server/request_limits.h"
 #include "server/train_reactor.h"
@@ -33,7 +33,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     ticket_ = job->Join(req, [this, resp, who](absl::StatusOr<JoinAnswer> r) {
       if (!r.ok()) {
         PSYNC_LOG(WARNING) << "Join from " << who << " refused: " << r.status().message();
-        Finish(ToGrpc(r.status()));
+        Finish(ToGrpcStatus(r.status()));
         return;
       }
       // One line per rank only for small worlds; large ones have `psyncctl workers`.
@@ -61,7 +61,7 @@ class StoreGetReactor final : public grpc::ServerUnaryReactor {
       : kv_(kv) {
     ticket_ = kv->Get(key, timeout, [this, resp](absl::StatusOr<std::string> v) {
       if (!v.ok()) {
-        Finish(ToGrpc(v.status()));
+        Finish(ToGrpcStatus(v.status()));
         return;
       }
       v1::StoreGetResponse r;
@@ -124,7 +124,7 @@ grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerConte
   v1::StoreSetRequest req;
   grpc::Status st = DecodeRequest(const_cast<grpc::ByteBuffer*>(raw), "StoreSet", kMaxStoreSetRequestBytes, &req);
   if (st.ok()) st = CheckJob(req.job_id());
-  if (st.ok()) st = ToGrpc(kv_->Set(req.key(), req.value()));
+  if (st.ok()) st = ToGrpcStatus(kv_->Set(req.key(), req.value()));
   if (st.ok()) EncodeResponse(v1::StoreSetResponse(), resp);
   return Finished(ctx, st);
 }

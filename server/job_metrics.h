@@ -12,7 +12,7 @@
 #include "common/fixed_histogram.h"
 #include "psync/v1/control.pb.h"
 #include "server/job_counters.h"
-#include "server/job_views.h"
+#include "server/step_stats.h"
 
 namespace psync {
 class RefusalCounters;  // common/refusal_counters.h

@@ -1,73 +1,34 @@
 #include "client/relay/local_stream.h"
 
-#include <deque>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/grpc_write_queue.h"
 
 namespace psync::relay {
 
-// The write side of one local worker's stream: plans written one at a time,
-// then the end of the stream (Finish) once the queue is drained.
+// The write side of one local worker's stream, on the common write queue
+// (common/grpc_write_queue.h): plans written one at a time, then the end of
+// the stream once the queue is drained.
 class LocalWriter final : public LocalSink {
  public:
-  explicit LocalWriter(grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* r) : r_(r) {}
+  explicit LocalWriter(GrpcWriteQueue<v1::Plan>::Reactor* r) : queue_(r) {}
 
   void Push(std::shared_ptr<const v1::Plan> plan) override {
-    std::lock_guard<std::mutex> l(mu_);
-    if (end_ || failed_) return;
-    q_.push_back(std::move(plan));
-    StartNextLocked();
+    if (queue_.Enqueue(std::move(plan))) queue_.Pump();
   }
   void End(const absl::Status& status) override {
-    std::lock_guard<std::mutex> l(mu_);
-    if (end_) return;
-    end_ = true;
+    queue_.CloseInput();
     // Same code, same message: the worker sees what the coordinator said.
-    st_ = status.ok() ? grpc::Status::OK
-                      : grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-    StartNextLocked();
+    queue_.FinishAfterDrain(ToGrpcStatus(status));
   }
-  void WriteDone(bool ok) {
-    std::lock_guard<std::mutex> l(mu_);
-    writing_ = false;
-    if (!q_.empty()) q_.pop_front();
-    if (!ok) {
-      failed_ = true;  // why: the worker is gone; nothing more can be written
-      q_.clear();
-    }
-    StartNextLocked();
-  }
-  void Detach() {
-    std::lock_guard<std::mutex> l(mu_);
-    r_ = nullptr;
-  }
+  void WriteDone(bool ok) { queue_.OnWriteDone(ok); }
+  void Detach() { queue_.Detach(); }
 
  private:
-  void StartNextLocked() {
-    if (r_ == nullptr || writing_ || finished_) return;
-    if (!q_.empty() && !failed_) {
-      writing_ = true;
-      bool own = false;
-      out_.Clear();  // Serialize needs an empty buffer
-      (void)grpc::SerializationTraits<v1::Plan>::Serialize(*q_.front(), &out_, &own);
-      r_->StartWrite(&out_);
-      return;
-    }
-    if (end_) {
-      finished_ = true;
-      r_->Finish(st_);
-    }
-  }
-
-  std::mutex mu_;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* r_;
-  std::deque<std::shared_ptr<const v1::Plan>> q_;  // front() is being written while writing_
-  grpc::ByteBuffer out_;                           // ... serialized
-  bool writing_ = false, end_ = false, failed_ = false, finished_ = false;
-  grpc::Status st_;
+  GrpcWriteQueue<v1::Plan> queue_;
 };
 
 LocalStream::LocalStream(RankRegistry* registry) : registry_(registry), writer_(std::make_shared<LocalWriter>(this)) {

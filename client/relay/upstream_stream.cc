@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_join.h"
+#include "common/grpc_client.h"
+#include "common/grpc_status.h"
 #include "common/logging.h"
 
 namespace psync::relay {
@@ -80,7 +82,7 @@ bool UpstreamStream::Open(const std::vector<int>& ranks) {
       return false;
     }
     ctx_ = std::make_unique<grpc::ClientContext>();
-    if (!target_.token.empty()) ctx_->AddMetadata("authorization", "Bearer " + target_.token);
+    AddBearerToken(ctx_.get(), target_.token);
   }
   target_.counters->Add({/*upstream_streams=*/1});
   PSYNC_LOG(INFO) << "psync-relay: host stream for ranks " << absl::StrJoin(ranks, ",") << " (generation "
@@ -123,8 +125,7 @@ void UpstreamStream::RunReader() {
     PSYNC_LOG(WARNING) << "psync-relay: host stream (generation " << generation_ << ") ended: " << st.error_message();
   }
   // Why the same status: each worker sees what it would have seen on its own stream.
-  batcher_->End(st.ok() ? absl::OkStatus()
-                        : absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message()));
+  batcher_->End(FromGrpcStatus(st));
 }
 
 }  // namespace psync::relay

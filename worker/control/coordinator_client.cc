@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/exit_code.h"
 #include "common/grpc_client.h"
+#include "common/grpc_status.h"
 #include "common/used_bitmap.h"
 #include "psync/v1/coordinator.grpc.pb.h"
 
@@ -24,24 +25,15 @@ namespace psync::control {
 
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& st, const std::string& target, const char* what) {
-  if (st.ok()) return absl::OkStatus();
-  const auto code = static_cast<absl::StatusCode>(st.error_code());
-  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError(
-        absl::StrCat("coordinator at ", target, " unreachable (", what, "): ", st.error_message()));
+// The coordinator's answer (common/grpc_status.h: same code, same message),
+// saying which call it answered and where.
+absl::Status FromGrpc(const grpc::Status& answer, const std::string& target, const char* what) {
+  const absl::Status st = FromGrpcStatus(answer);
+  if (st.ok()) return st;
+  if (absl::IsUnavailable(st)) {
+    return absl::UnavailableError(absl::StrCat("coordinator at ", target, " unreachable (", what, "): ", st.message()));
   }
-  return absl::Status(code, absl::StrCat(what, " refused by coordinator at ", target, ": ",
-                                         st.error_message()));
-}
-
-const char* CodeName(grpc::StatusCode c) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  const int i = static_cast<int>(c);
-  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
+  return absl::Status(st.code(), absl::StrCat(what, " refused by coordinator at ", target, ": ", st.message()));
 }
 
 ddp::BucketPlan FromProto(const v1::BucketPlan& p) {
@@ -138,7 +130,7 @@ struct CoordinatorClient::Impl {
   }
 
   void Prepare(grpc::ClientContext* ctx) const {
-    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    AddBearerToken(ctx, token);
   }
 
   void ReadLoop() {
@@ -159,7 +151,7 @@ struct CoordinatorClient::Impl {
                          kExitPeerLost);
     } else {
       why = Lost(st.ok() ? std::string("Train stream ended by the coordinator")
-                         : absl::StrCat(CodeName(st.error_code()), ": ", st.error_message()));
+                         : absl::StrCat(absl::StatusCodeToString(FromGrpcStatus(st).code()), ": ", st.error_message()));
     }
     {
       std::lock_guard<std::mutex> l(mu);

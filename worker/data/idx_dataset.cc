@@ -77,16 +77,11 @@ absl::StatusOr<ImageTable> LoadIdxPair(const std::string& images_path, const std
 
 ImageDataset::ImageDataset(std::shared_ptr<const ImageTable> table, int64_t begin, int64_t count, bool shuffle,
                            uint64_t seed, float mean, float std, std::string description)
-    : table_(std::move(table)),
-      begin_(begin),
-      count_(count),
-      order_(count, shuffle, seed),
-      description_(std::move(description)) {
+    : ExampleDataset(begin, count, shuffle, seed, std::move(description),
+                     DataInfo{Task::kClassification, {1, table->height, table->width}, table->num_classes, -1}),
+      table_(std::move(table)) {
   // The same float32 arithmetic as torchvision's ToTensor + Normalize.
   for (int b = 0; b < 256; ++b) value_[b] = (static_cast<float>(b) / 255.0f - mean) / std;
-  info_.task = Task::kClassification;
-  info_.example_shape = {1, table_->height, table_->width};
-  info_.num_outputs = table_->num_classes;
 }
 
 Batch ImageDataset::Gather(const std::vector<int64_t>& images) const {
@@ -99,25 +94,13 @@ Batch ImageDataset::Gather(const std::vector<int64_t>& images) const {
   float* x = b.inputs.data<float>();
   int64_t* y = b.targets.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t img = begin_ + images[i];
+    const int64_t img = begin() + images[i];
     const uint8_t* src = &t.pixels[static_cast<size_t>(img * pixels)];
     float* dst = x + i * pixels;
     for (int64_t p = 0; p < pixels; ++p) dst[p] = value_[src[p]];
     y[i] = t.labels[static_cast<size_t>(img)];
   }
   return b;
-}
-
-absl::StatusOr<Batch> ImageDataset::Get(const BatchSpec& spec) const {
-  PSYNC_RETURN_IF_ERROR(ValidateBatchSpec(spec));
-  return Gather(order_.MicroBatch(spec));
-}
-
-absl::StatusOr<Batch> ImageDataset::Examples(int64_t begin, int64_t count) const {
-  PSYNC_RETURN_IF_ERROR(CheckExampleRange(begin, count, count_));
-  std::vector<int64_t> images(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) images[i] = begin + i;
-  return Gather(images);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenIdx(const DataOptions& o) {
@@ -131,10 +114,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenIdx(const DataOptions& o) {
   PSYNC_ASSIGN_OR_RETURN(ImageTable table,
                          LoadIdxPair(paths.first, paths.second, o.image_height, o.image_width, o.num_classes, o.flag));
   PSYNC_ASSIGN_OR_RETURN(PartRange range, SelectPart(o, paths.first, table.count, "images"));
-  std::string description =
-      absl::StrCat(o.name.empty() ? paths.first : o.name, " (", table.count, " images 1x", table.height, "x",
-                   table.width, ", ", table.num_classes, " classes)", PartDescription(o, range, table.count, "images"),
-                   o.shuffle ? absl::StrCat(" shuffled (seed=", o.seed, ")") : "");
+  std::string description = DescribeExamples(
+      o, paths.first, absl::StrCat("(", table.count, " images 1x", table.height, "x", table.width, ", ",
+                                   table.num_classes, " classes)"),
+      range, table.count, "images");
   auto shared = std::make_shared<const ImageTable>(std::move(table));
   return std::unique_ptr<Dataset>(new ImageDataset(std::move(shared), range.begin, range.count, o.shuffle, o.seed,
                                                    o.image_mean, o.image_std, std::move(description)));

@@ -15,8 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/data_options.h"
-#include "worker/data/dataset.h"
-#include "worker/data/example_order.h"
+#include "worker/data/example_dataset.h"
 
 namespace psync::data {
 
@@ -37,27 +36,17 @@ absl::StatusOr<std::pair<std::string, std::string>> IdxPaths(const std::string& 
 absl::StatusOr<ImageTable> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int64_t height,
                                        int64_t width, int64_t num_classes, const std::string& flag);
 
-class ImageDataset : public Dataset {
+class ImageDataset final : public ExampleDataset {
  public:
   // Images [begin, begin + count) of `table`.
   ImageDataset(std::shared_ptr<const ImageTable> table, int64_t begin, int64_t count, bool shuffle, uint64_t seed,
                float mean, float std, std::string description);
 
-  std::string Describe() const override { return description_; }
-  const DataInfo& info() const override { return info_; }
-  int64_t num_examples() const override { return count_; }
-  absl::StatusOr<Batch> Get(const BatchSpec& spec) const override;
-  absl::StatusOr<Batch> Examples(int64_t begin, int64_t count) const override;
-
  private:
-  Batch Gather(const std::vector<int64_t>& images) const;  // indices relative to begin_
+  Batch Gather(const std::vector<int64_t>& images) const override;
 
   std::shared_ptr<const ImageTable> table_;
-  int64_t begin_, count_;
-  ExampleOrder order_;
   std::array<float, 256> value_;  // pixel byte -> normalised float32
-  std::string description_;
-  DataInfo info_;
 };
 
 // Registry factory (data/registry.cc): --data-format=idx.

@@ -108,15 +108,9 @@ RowsTable SyntheticRowsTable(uint64_t seed, int64_t rows, int64_t in, int64_t ou
 
 RowsDataset::RowsDataset(std::shared_ptr<const RowsTable> table, int64_t begin, int64_t count, bool shuffle,
                          uint64_t seed, std::string description)
-    : table_(std::move(table)),
-      begin_(begin),
-      count_(count),
-      order_(count, shuffle, seed),
-      description_(std::move(description)) {
-  info_.task = Task::kRegression;
-  info_.example_shape = {table_->in};
-  info_.num_outputs = table_->out;
-}
+    : ExampleDataset(begin, count, shuffle, seed, std::move(description),
+                     DataInfo{Task::kRegression, {table->in}, table->out, -1}),
+      table_(std::move(table)) {}
 
 Batch RowsDataset::Gather(const std::vector<int64_t>& rows) const {
   const RowsTable& d = *table_;
@@ -127,23 +121,11 @@ Batch RowsDataset::Gather(const std::vector<int64_t>& rows) const {
   float* x = b.inputs.data<float>();
   float* y = b.targets.data<float>();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = begin_ + rows[i];
+    const int64_t r = begin() + rows[i];
     std::memcpy(&x[i * d.in], &d.x[r * d.in], sizeof(float) * d.in);
     std::memcpy(&y[i * d.out], &d.y[r * d.out], sizeof(float) * d.out);
   }
   return b;
-}
-
-absl::StatusOr<Batch> RowsDataset::Get(const BatchSpec& spec) const {
-  PSYNC_RETURN_IF_ERROR(ValidateBatchSpec(spec));
-  return Gather(order_.MicroBatch(spec));
-}
-
-absl::StatusOr<Batch> RowsDataset::Examples(int64_t begin, int64_t count) const {
-  PSYNC_RETURN_IF_ERROR(CheckExampleRange(begin, count, count_));
-  std::vector<int64_t> rows(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) rows[i] = begin + i;
-  return Gather(rows);
 }
 
 namespace {
@@ -151,9 +133,9 @@ namespace {
 absl::StatusOr<std::unique_ptr<Dataset>> MakeRowsDataset(const DataOptions& o, RowsTable table,
                                                          const std::string& path) {
   PSYNC_ASSIGN_OR_RETURN(PartRange range, SelectPart(o, path, table.rows, "rows"));
-  std::string description = absl::StrCat(
-      o.name.empty() ? table.source : o.name, " (", table.rows, " rows, in=", table.in, ", out=", table.out, ")",
-      PartDescription(o, range, table.rows, "rows"), o.shuffle ? absl::StrCat(" shuffled (seed=", o.seed, ")") : "");
+  std::string description =
+      DescribeExamples(o, table.source, absl::StrCat("(", table.rows, " rows, in=", table.in, ", out=", table.out, ")"),
+                       range, table.rows, "rows");
   auto shared = std::make_shared<const RowsTable>(std::move(table));
   return std::unique_ptr<Dataset>(
       new RowsDataset(std::move(shared), range.begin, range.count, o.shuffle, o.seed, std::move(description)));

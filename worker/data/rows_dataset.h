@@ -18,8 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/data_options.h"
-#include "worker/data/dataset.h"
-#include "worker/data/example_order.h"
+#include "worker/data/example_dataset.h"
 
 namespace psync::data {
 
@@ -37,26 +36,16 @@ absl::StatusOr<RowsTable> LoadRowsTable(const std::string& path, int64_t in, int
                                         const std::string& flag = "--data");
 RowsTable SyntheticRowsTable(uint64_t seed, int64_t rows, int64_t in, int64_t out);
 
-class RowsDataset : public Dataset {
+class RowsDataset final : public ExampleDataset {
  public:
   // Rows [begin, begin + count) of `table`.
   RowsDataset(std::shared_ptr<const RowsTable> table, int64_t begin, int64_t count, bool shuffle, uint64_t seed,
               std::string description);
 
-  std::string Describe() const override { return description_; }
-  const DataInfo& info() const override { return info_; }
-  int64_t num_examples() const override { return count_; }
-  absl::StatusOr<Batch> Get(const BatchSpec& spec) const override;
-  absl::StatusOr<Batch> Examples(int64_t begin, int64_t count) const override;
-
  private:
-  Batch Gather(const std::vector<int64_t>& rows) const;  // indices relative to begin_
+  Batch Gather(const std::vector<int64_t>& rows) const override;
 
   std::shared_ptr<const RowsTable> table_;
-  int64_t begin_, count_;
-  ExampleOrder order_;
-  std::string description_;
-  DataInfo info_;
 };
 
 // Registry factories (data/registry.cc): --data-format=rows and synthetic.

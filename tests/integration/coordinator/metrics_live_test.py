@@ -181,7 +181,14 @@ def main():
         check(p.wait(timeout=120) == 0, f"worker exited {p.returncode}: {open(log).read()[-2000:]}")
     held.close()
 
-    final, _ = parse(scrape(url))
+    # Why wait: a worker exits once it has sent Done, which the coordinator
+    # may not have read yet; the job finishes when the last rank's Done is in.
+    def settled():
+        s, _ = parse(scrape(url))
+        finished = s.get(("psync_job_state", frozenset({("state", "finished")}))) == 1
+        done = s.get(("psync_ranks", frozenset({("state", "done")}))) == WORLD
+        return s if finished and done else None
+    final = wait_for(settled, "the job to finish with every rank done", timeout=30)
     steps = {str(r): json.load(open(f"{tmp}/sum_{r}.json"))["steps_completed"] for r in range(WORLD)}
     check(len(set(steps.values())) == 1, f"ranks completed different numbers of steps: {steps}")
     n = steps["0"]

@@ -253,9 +253,16 @@ phase_complete() {
   wait_exit "$PID_w1_1" 120; rc1=$RC
   [[ "$rc0" == 0 && "$rc1" == 0 ]] || fail "phase 1: worker exit codes rank0=$rc0 rank1=$rc1 (want 0 0)"
   ((seen)) || fail "phase 1: no TCP connection between W0 ($IP_W0) and W1 ($IP_W1): Gloo did not use the workers' own addresses"
-  st=$(ctl "$NS_C" --json status) || fail "psyncctl status from C failed after the job"
-  local state; state=$(json_field "$st" state)
-  [[ "$state" == JOB_FINISHED || "$state" == FINISHED ]] || fail "phase 1: job state '$state' (want FINISHED): $st"
+  # Why poll (up to 10 s): a worker exits once it has sent Done, which the
+  # coordinator may not have read yet; the job finishes with the last Done.
+  local state=""
+  for i in $(seq 1 100); do
+    st=$(ctl "$NS_C" --json status) || fail "psyncctl status from C failed after the job"
+    state=$(json_field "$st" state)
+    [[ "$state" == JOB_FINISHED || "$state" == FINISHED ]] && break
+    sleep 0.1
+  done
+  [[ "$state" == JOB_FINISHED || "$state" == FINISHED ]] || fail "phase 1: job state '$state' 10 s after the workers exited (want FINISHED): $st"
   log "phase 1 ok: workers exit 0/0, Gloo over $IP_W0<->$IP_W1, coordinator says $state"
   stop_coordinator coord1
 }

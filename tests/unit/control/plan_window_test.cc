@@ -1,10 +1,8 @@
-// PlanWindow (which plan the trainer needs when) and the worker's
-// PlanMailbox (plans from the coordinator, dropped once consumed).
+// PlanWindow (which plan the trainer needs when) and the unused set the
+// reducer reads from the mailbox (PlanMailbox itself: plan_mailbox_test.cc).
 #include "worker/control/plan_window.h"
 
 #include <gtest/gtest.h>
-
-#include <future>
 
 #include "worker/control/plan_mailbox.h"
 #include "worker/control/unused_source.h"
@@ -100,45 +98,6 @@ TEST(PlanWindow, BucketPlanTakenOnceAtItsIteration) {
   EXPECT_EQ(taken->bucket_plan_id, 1);
   EXPECT_EQ(taken->bucket_plan->size(), 2u);
   EXPECT_FALSE(w.TakeBucketPlanFor(4)) << "applied once";
-}
-
-TEST(PlanMailbox, WaitReleaseAndHeldStaysBounded) {
-  PlanMailbox mb;
-  for (int64_t it = 0; it < 1000; ++it) {
-    mb.Deliver(Plan(it));
-    auto p = mb.Wait(it, 1s);
-    ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->iteration, it);
-    if (it >= 2) mb.Release(it - 2);  // as the trainer does with K = 2
-    EXPECT_LE(mb.held(), 3u);
-  }
-  EXPECT_EQ(mb.latest(), 999);
-  auto gone = mb.Wait(5, 10ms);
-  EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(gone.status().message()).find("already consumed"), std::string::npos);
-  mb.Deliver(Plan(3));  // a late duplicate of a released plan is not kept
-  EXPECT_LE(mb.held(), 3u);
-}
-
-TEST(PlanMailbox, WaitTimesOutThenAbortAndCloseFailWaiters) {
-  PlanMailbox mb;
-  auto t = mb.Wait(0, 20ms);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(std::string(t.status().message()).find("no plan for iteration 0"), std::string::npos);
-  auto waiter = std::async(std::launch::async, [&] { return mb.Wait(4, 10s); });
-  IterationPlan ab = Plan(3, PlanAction::kAbort);
-  ab.reason = "rank 1 (h:1) lost: stream closed";
-  mb.Deliver(ab);
-  auto r = waiter.get();
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(std::string(r.status().message()), "rank 1 (h:1) lost: stream closed");
-  ASSERT_TRUE(mb.abort_plan());
-  EXPECT_EQ(mb.held(), 0u) << "the abort plan is kept apart";
-
-  PlanMailbox closed;
-  closed.Close(absl::UnavailableError("coordinator at x lost"));
-  EXPECT_EQ(closed.Wait(0, 1s).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(closed.closed_status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(CoordinatorUnusedSource, GlobalUsedIsTheComplementOfThePlansUnusedSet) {

@@ -1,58 +1,16 @@
-// Small parts of the coordinator: the timer thread, the listen policy, the
-// token comparison, the liveness rules on made-up times.
+// Small parts of the coordinator: the listen policy and the liveness rules
+// on made-up times. (common/'s timer queue and tokens: tests/unit/common.)
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <vector>
 
-#include "server/auth.h"
 #include "server/listen_policy.h"
 #include "server/liveness_policy.h"
-#include "common/timer_queue.h"
 
 namespace psync::server {
 namespace {
 
 using namespace std::chrono_literals;
-
-TEST(TimerQueue, RunsInDeadlineOrderAndCancels) {
-  TimerQueue q;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int> order;
-  auto add = [&](int v) {
-    std::lock_guard<std::mutex> l(mu);
-    order.push_back(v);
-    cv.notify_all();
-  };
-  const auto t = Scheduler::Clock::now() + 50ms;
-  q.RunAt(t + 20ms, [&] { add(3); });
-  q.RunAt(t, [&] { add(1); });
-  const uint64_t dropped = q.RunAt(t + 10ms, [&] { add(99); });
-  q.RunAt(t + 10ms, [&] { add(2); });
-  q.Cancel(dropped);
-  std::unique_lock<std::mutex> l(mu);
-  ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return order.size() == 3; }));
-  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
-  EXPECT_GE(Scheduler::Clock::now(), t + 20ms) << "ran before its deadline";
-}
-
-TEST(TimerQueue, CallbackMaySchedule) {
-  TimerQueue q;
-  std::mutex mu;
-  std::condition_variable cv;
-  int n = 0;
-  std::function<void()> tick = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    if (++n < 3) q.RunAt(Scheduler::Clock::now(), tick);
-    cv.notify_all();
-  };
-  q.RunAt(Scheduler::Clock::now(), tick);
-  std::unique_lock<std::mutex> l(mu);
-  ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return n == 3; }));
-}
 
 TEST(ListenPolicy, LoopbackOnlyWithoutToken) {
   for (const char* h : {"127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"}) {
@@ -67,27 +25,6 @@ TEST(ListenPolicy, LoopbackOnlyWithoutToken) {
     EXPECT_TRUE(CheckListenPolicy(h, "secret", false).ok()) << h;
     EXPECT_TRUE(CheckListenPolicy(h, "", true).ok()) << h;
   }
-}
-
-TEST(TokenEquals, ExactMatchOnly) {
-  EXPECT_TRUE(TokenEquals("s3cret", "s3cret"));
-  EXPECT_FALSE(TokenEquals("s3cre", "s3cret"));     // prefix
-  EXPECT_FALSE(TokenEquals("s3cret!", "s3cret"));   // longer
-  EXPECT_FALSE(TokenEquals("s3cret", "S3cret"));
-  EXPECT_FALSE(TokenEquals("s3crets3cret", "s3cret"));  // the secret repeated (it is cycled internally)
-  EXPECT_FALSE(TokenEquals("", "s3cret"));
-  EXPECT_FALSE(TokenEquals("", ""));                // an empty secret never matches
-  EXPECT_FALSE(TokenEquals("x", ""));
-}
-
-TEST(BearerTokenMatches, NeedsTheSchemeAndTheExactToken) {
-  EXPECT_TRUE(BearerTokenMatches("Bearer s3cret", "s3cret"));
-  EXPECT_FALSE(BearerTokenMatches("s3cret", "s3cret"));          // no scheme
-  EXPECT_FALSE(BearerTokenMatches("bearer s3cret", "s3cret"));   // the scheme as sent by psync clients
-  EXPECT_FALSE(BearerTokenMatches("Bearer  s3cret", "s3cret"));  // one space
-  EXPECT_FALSE(BearerTokenMatches("Bearer s3cre", "s3cret"));
-  EXPECT_FALSE(BearerTokenMatches("", "s3cret"));
-  EXPECT_FALSE(BearerTokenMatches("Bearer ", ""));
 }
 
 TEST(LivenessPolicy, RulesOnMadeUpTimes) {
