@@ -41,18 +41,25 @@ def wait_for(pred, what, timeout=90.0, every=0.05):
 
 
 def run_main(main):
-    """Runs main(); on an AssertionError prints it and every log's tail; kills what is left; exits 0 or 1."""
+    """Runs main(); on a failure prints it and every log's tail; stops what is left; exits 0 or 1."""
+    code = 0
     try:
         main()
-        code = 0
-    except AssertionError as e:
+    except Exception as e:  # noqa: BLE001 - a failed check, or a process that misbehaved
         print(f"FAIL: {e}")
         for _, log in procs:
-            print(f"--- {log}:\n" + open(log).read()[-1500:])
+            try:
+                print(f"---- {log}\n{open(log).read()[-3000:]}")
+            except OSError:
+                pass
         code = 1
     finally:
         for p, _ in procs:
             if p.poll() is None:
-                p.kill()
-            p.wait()
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
     sys.exit(code)

@@ -18,13 +18,11 @@ Exit 0 pass, 1 fail, 77 skipped (no prometheus_client: scripts/install-deps.sh
 installs python3-prometheus-client).
 """
 import json
-import os
 import re
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 
@@ -35,37 +33,11 @@ except ImportError:
           "scripts/install-deps.sh installs it)")
     sys.exit(77)
 
+from live_job import check, fail, procs, run_main, start, wait_for  # noqa: E402
+
 COORDINATOR, WORKER, PSYNCCTL = sys.argv[1:4]
 JOB_ID = 'metrics "live" \\ test'
 WORLD = 2
-procs = []
-
-
-def fail(msg):
-    raise AssertionError(msg)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def start(argv, log, env=None):
-    p = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                         env=dict(os.environ, **(env or {})))
-    procs.append((p, log))
-    return p
-
-
-def wait_for(pred, what, timeout=90.0, every=0.05):
-    """Polls pred() until it returns something truthy (bounded), and returns it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def scrape(url):
@@ -207,24 +179,4 @@ def main():
 
 
 if __name__ == "__main__":
-    code = 0
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001 - a failed check, or a process that misbehaved
-        print(f"FAIL: {e}")
-        for _, log in procs:
-            try:
-                print(f"---- {log}\n{open(log).read()[-3000:]}")
-            except OSError:
-                pass
-        code = 1
-    finally:
-        for p, _ in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-    sys.exit(code)
+    run_main(main)
