@@ -136,7 +136,7 @@ absl::Status WorkerRun::Prepare() {
   PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_, *precision_));
   // Why only list here: which checkpoint to load is decided at rendezvous,
   // once for the whole generation (the coordinator's resume agreement).
-  PSYNC_ASSIGN_OR_RETURN(resume_, ScanCheckpoints(CheckpointOptionsFrom(opt_)));
+  PSYNC_ASSIGN_OR_RETURN(resume_, ScanCheckpoints(CheckpointOptionsFrom(opt_), model_->named_parameters()));
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt_.lr_schedule, opt_.lr, opt_.warmup_steps, std::max<int64_t>(1, opt_.steps));
   if (!schedule.ok()) return schedule.status();
