@@ -16,6 +16,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/control/plan_window.h"
+#include "worker/ddp/missing_gradient.h"
 #include "worker/data/prefetcher.h"
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
@@ -125,11 +126,21 @@ class TrainLoop {
 };
 
 TrainResult TrainLoop::Fail(const Failure& f) {
+  // DDP's advice names its option; this worker's user sets it with a flag,
+  // so it is bad flags (exit 2: a launcher does not restart it).
+  absl::Status st = ddp::RestateMissingGradientAdvice(
+      f.status,
+      "Every parameter must get a gradient in every step unless --find-unused-parameters is given (--skip-layer "
+      "and --skip-block leave layers without one): pass --find-unused-parameters.");
+  const bool own_cause = st.message() != f.status.message();
+  if (own_cause) st = WithExitCode(st, kExitBadInput);
   // The client's reader may learn why (an ABORT, the stream lost) a moment
   // after the data plane failed, so give it a short while: the mailbox wakes
-  // us as soon as it knows.
-  const absl::Status control_failure = ctx_.plans->WaitForFailure(std::chrono::seconds(3));
-  WorkerExit e = FailedIteration(f.status, control_failure, f.iteration, f.where);
+  // us as soon as it knows. Not for this rank's own cause: the ABORT its
+  // peers' failures bring would only hide it.
+  const absl::Status control_failure =
+      own_cause ? absl::OkStatus() : ctx_.plans->WaitForFailure(std::chrono::seconds(3));
+  WorkerExit e = FailedIteration(st, control_failure, f.iteration, f.where);
   result_.exit_code = e.code;
   result_.reason = std::move(e.reason);
   return result_;
