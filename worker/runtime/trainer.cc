@@ -103,9 +103,16 @@ class TrainLoop {
     return absl::OkStatus();
   }
   void PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now);
+  // Periodic evaluations (--eval-every); the last step's is AfterLastStep's.
   bool EvaluatesAfter(int64_t step) const {
-    if (ctx_.val == nullptr) return false;
-    return step + 1 == opt_.steps || (opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0);
+    if (ctx_.val == nullptr || step + 1 == opt_.steps) return false;
+    return opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0;
+  }
+  void WriteMetrics(int64_t step, const StepMetrics& m) {
+    if (ctx_.metrics) {
+      if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
+    }
+    PrintProgress(step, m, Clock::now());
   }
 
   const TrainContext& ctx_;
@@ -123,6 +130,7 @@ class TrainLoop {
   Clock::time_point start_;
   int64_t last_evaluated_ = -1;
   int64_t last_checkpoint_ = -1;
+  std::optional<StepMetrics> last_step_metrics_;  // --steps' last step: written once evaluated (AfterLastStep)
 };
 
 TrainResult TrainLoop::Fail(const Failure& f) {
@@ -336,17 +344,19 @@ std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher
   m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
   // Why / world: the global batch is split evenly over the ranks (worker_flags checks it divides).
   rank_tokens_per_s_ = m.tokens_per_s / ctx_.world_size;
+  if (step + 1 == opt_.steps) {
+    last_step_metrics_ = m;
+    return std::nullopt;
+  }
+  // Why the checkpoint before the evaluation: an evaluation that fails
+  // (held-out data, a lost peer) then loses no step.
+  if (ctx_.save_checkpoint && opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0) {
+    if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Failure{st, step, "writing a checkpoint"};
+  }
   if (EvaluatesAfter(step)) {
     if (absl::Status st = Evaluate(step, &m); !st.ok()) return Failure{st, step, "evaluation"};
   }
-  if (ctx_.metrics) {
-    if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
-  }
-  PrintProgress(step, m, Clock::now());
-  if (ctx_.save_checkpoint && opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0 &&
-      step + 1 < opt_.steps) {
-    if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Failure{st, step, "writing a checkpoint"};
-  }
+  WriteMetrics(step, m);
   return std::nullopt;
 }
 
@@ -359,20 +369,23 @@ std::optional<TrainLoop::Failure> TrainLoop::AfterLastStep() {
   if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
     return Failure{st, last, "waiting for the coordinator's last plans"};
   }
-  // A run stopped early is evaluated on what it learned, on every rank alike
-  // (not a regroup: the job goes on).
-  const bool regroup = window_.regroup() && window_.StopsBefore(result_.steps_completed);
-  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last && !regroup) {
-    StepMetrics m;
-    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "evaluation"};
-  }
   // The end of the run, or a stop (psyncctl shutdown): a checkpoint a later
-  // --resume continues from.
+  // --resume continues from. Before the final evaluation, so an evaluation
+  // that fails loses nothing (--save is written then too: `trained`).
   if (ctx_.save_checkpoint && result_.steps_completed > ctx_.first_step && last_checkpoint_ != result_.steps_completed) {
     if (absl::Status st = SaveCheckpoint(result_.steps_completed); !st.ok()) {
       return Failure{st, last, "writing the final checkpoint"};
     }
   }
+  result_.trained = true;
+  // A run stopped early is evaluated on what it learned, on every rank alike
+  // (not a regroup: the job goes on).
+  const bool regroup = window_.regroup() && window_.StopsBefore(result_.steps_completed);
+  StepMetrics m = last_step_metrics_.value_or(StepMetrics{});
+  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last && !regroup) {
+    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "the final evaluation"};
+  }
+  if (last_step_metrics_) WriteMetrics(last, m);
   return std::nullopt;
 }
 
