@@ -233,6 +233,13 @@ absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_poi
   return absl::OkStatus();
 }
 
+void Generation::EndedAfterJob(int r, const std::string& reason) {
+  RankRuntime& m = rank(r);
+  m.state = v1::WORKER_LOST;
+  m.exit_reason = reason;
+  m.attached = false;
+}
+
 void Generation::Done(int r, const std::string& reason) {
   RankRuntime& m = rank(r);
   m.state = v1::WORKER_DONE;

@@ -241,6 +241,15 @@ absl::Status JobState::DoneLocked(int rank, const v1::Done& done, Outbox* out) {
     MarkRanksLostLocked({rank}, absl::StrCat("failed (exit code ", done.exit_code(), "): ", reason), out);
     return absl::OkStatus();
   }
+  if (done.exit_code() != 0) {
+    // Why not DONE: the job ended before this rank's failure arrived (e.g.
+    // the coordinator was paused, so the rank gave up on it and exited 5,
+    // and another rank's loss aborted the job first). DONE would say it
+    // finished its work.
+    gen_->EndedAfterJob(rank, absl::StrCat("failed (exit code ", done.exit_code(), ") after the job ended: ", reason));
+    delivery_.Release(rank);
+    return absl::OkStatus();
+  }
   // Why: the rank finished cleanly; its stream gets no more plans for it (a
   // host stream goes on for its other ranks).
   gen_->Done(rank, reason);
@@ -297,7 +306,15 @@ void JobState::DisconnectLocked(const std::vector<int>& ranks, const std::string
       gen_->rank(r).exit_reason = why;
     }
   };
-  if (state_ == v1::JOB_ABORTED || state_ == v1::JOB_FINISHED) {
+  if (state_ == v1::JOB_ABORTED) {
+    // Not DONE: an aborted job's ranks did not finish (they exit 4, or 5 if
+    // they gave up on the coordinator first).
+    for (int r : training) {
+      gen_->EndedAfterJob(r, absl::StrCat("disconnected without Done after the job was aborted: ", cause));
+    }
+    return;
+  }
+  if (state_ == v1::JOB_FINISHED) {
     finish(absl::StrCat("disconnected after the job ended: ", cause));
     return;
   }
