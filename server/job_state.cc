@@ -1,20 +1,34 @@
 #include "server/job_state.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/limits.h"
 #include "server/liveness_policy.h"
 
 namespace psync::server {
+namespace {
+
+// 64 random bits in hex: two coordinators started in the same millisecond
+// still differ (a start time would not).
+std::string NewInstanceId() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return absl::StrFormat("%016x", v);
+}
+
+}  // namespace
 
 JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
     : cfg_(ResolveJobConfig(std::move(config))),
       scheduler_(scheduler),
       start_time_(Clock::now()),
+      instance_id_(NewInstanceId()),
       joins_(scheduler, [this](uint64_t ticket) { ExpireJoin(ticket); }),
       delivery_(cfg_.world_size, cfg_.test_only_plan_delay, scheduler, flushes, [this] { DeliverDuePlans(); }),
       counters_(cfg_.world_size),

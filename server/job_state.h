@@ -249,6 +249,9 @@ class JobState {
   const JobConfig cfg_;
   Scheduler* const scheduler_;
   const Clock::time_point start_time_;
+  // Random, fixed for this JobState's life (StatusResponse.instance_id): a
+  // client that sees it change talks to another coordinator process.
+  const std::string instance_id_;
   EventLog events_;
 
   mutable std::mutex mu_;  // guards everything below

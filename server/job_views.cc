@@ -144,6 +144,7 @@ struct JobViews {
     out->set_plan_lookahead(j.cfg_.plan_lookahead);
     out->set_restarts(j.restarts_);
     out->set_max_restarts(j.cfg_.max_restarts);
+    out->set_instance_id(j.instance_id_);
     out->set_uptime_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(JobState::Clock::now() - j.start_time_).count());
     j.gen_->FillStatus(out);
