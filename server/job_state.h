@@ -31,7 +31,7 @@
 //   are refused with the reason). A rank's end that arrives after the job
 //   ended is recorded, nothing more: Done with exit code 0 is DONE; a Done
 //   with another code, or an ABORTED job's stream closed without Done, is
-//   LOST (EndedAfterJob: that rank did not finish, e.g. it gave up on a
+//   LOST (Generation::Ended: that rank did not finish, e.g. it gave up on a
 //   coordinator paused with SIGSTOP).
 //
 // Generations (restartable mode, JobConfig::max_restarts > 0): a rank lost
@@ -249,9 +249,6 @@ class JobState {
   const JobConfig cfg_;
   Scheduler* const scheduler_;
   const Clock::time_point start_time_;
-  // Random, fixed for this JobState's life (StatusResponse.instance_id): a
-  // client that sees it change talks to another coordinator process.
-  const std::string instance_id_;
   EventLog events_;
 
   mutable std::mutex mu_;  // guards everything below
