@@ -233,6 +233,15 @@ absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_poi
   return absl::OkStatus();
 }
 
+void Generation::Ended(const std::vector<int>& ranks, bool done, const std::string& reason) {
+  for (int r : ranks) {
+    RankRuntime& m = rank(r);
+    m.state = done ? v1::WORKER_DONE : v1::WORKER_LOST;
+    m.exit_reason = reason;
+    m.attached = false;
+  }
+}
+
 void Generation::Done(int r, const std::string& reason) {
   RankRuntime& m = rank(r);
   m.state = v1::WORKER_DONE;

@@ -120,6 +120,12 @@ class Generation {
   absl::Status Report(int rank, const v1::Report& r, Clock::time_point now);
   // Records a clean Done: the rank is DONE.
   void Done(int rank, const std::string& reason);
+  // Records ranks that ended without a clean Done when that changes nothing
+  // else: DONE (`done`: their stream closed with nothing left to do, after
+  // the stop plan or once the job finished) or LOST (they did not finish:
+  // a Done with an exit code != 0 or a stream closed without Done, after
+  // the job was aborted), with `reason`.
+  void Ended(const std::vector<int>& ranks, bool done, const std::string& reason);
   // "ranks ran different numbers of steps": why `rank`'s last report (after
   // Report) or its finish (after Done) cannot match the others; "" if it can.
   std::string StepsMismatchAfterReport(int rank) const;

@@ -252,8 +252,16 @@ absl::Status JobState::DoneLocked(int rank, const v1::Done& done, Outbox* out) {
         absl::StrCat("Done from rank ", rank, " which is ", v1::WorkerState_Name(m.state)));
   }
   const std::string reason = done.exit_reason().substr(0, kMaxStringBytes);
-  if (done.exit_code() != 0 && Running()) {
-    MarkRanksLostLocked({rank}, absl::StrCat("failed (exit code ", done.exit_code(), "): ", reason), out);
+  if (done.exit_code() != 0) {
+    const std::string failed = absl::StrCat("failed (exit code ", done.exit_code(), ")");
+    // Why not DONE once the job ended: it did not finish (e.g. the
+    // coordinator was paused, the rank gave up on it and exited 5, and
+    // another rank's loss aborted the job first).
+    if (Running()) {
+      MarkRanksLostLocked({rank}, absl::StrCat(failed, ": ", reason), out);
+    } else {
+      gen_->Ended({rank}, false, absl::StrCat(failed, " after the job ended: ", reason));
+    }
     return absl::OkStatus();
   }
   // Why: the rank finished cleanly; its stream gets no more plans for it (a
@@ -306,19 +314,17 @@ void JobState::DisconnectLocked(const std::vector<int>& ranks, const std::string
     if (gen_->rank(r).state == v1::WORKER_TRAINING) training.push_back(r);  // else Done, or lost
   }
   if (training.empty()) return;
-  auto finish = [&](const std::string& why) {
-    for (int r : training) {
-      gen_->rank(r).state = v1::WORKER_DONE;
-      gen_->rank(r).exit_reason = why;
-    }
-  };
   if (state_ == v1::JOB_ABORTED || state_ == v1::JOB_FINISHED) {
-    finish(absl::StrCat("disconnected after the job ended: ", cause));
+    // Not DONE after an abort: those ranks did not finish (they exit 4, or
+    // 5 if they gave up on the coordinator first).
+    const bool aborted = state_ == v1::JOB_ABORTED;
+    gen_->Ended(training, !aborted, absl::StrCat(aborted ? "disconnected without Done after the job was aborted: "
+                                                         : "disconnected after the job ended: ", cause));
     return;
   }
   if (gen_->plans().StopPlanSent()) {
     // Why: the stop plan is out, so these ranks had nothing left to do.
-    finish(absl::StrCat("disconnected after the stop plan: ", cause));
+    gen_->Ended(training, true, absl::StrCat("disconnected after the stop plan: ", cause));
     MaybeFinishLocked(out);
     return;
   }

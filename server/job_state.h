@@ -28,7 +28,11 @@
 //   beyond the heartbeat timeout, report timeout, Done with exit_code != 0,
 //   protocol violation, ranks that ran different numbers of steps)--> ABORTED
 //   (every other rank gets an ABORT plan naming the lost rank; later Joins
-//   are refused with the reason).
+//   are refused with the reason). A rank's end that arrives after the job
+//   ended is recorded, nothing more: Done with exit code 0 is DONE; a Done
+//   with another code, or an ABORTED job's stream closed without Done, is
+//   LOST (Generation::Ended: that rank did not finish, e.g. it gave up on a
+//   coordinator paused with SIGSTOP).
 //
 // Generations (restartable mode, JobConfig::max_restarts > 0): a rank lost
 // while RUNNING with restarts left does not end the job. It ends generation

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
+#include <string>
 
+#include "absl/strings/str_format.h"
 #include "common/used_bitmap.h"
 #include "server/job_metrics.h"
 
@@ -111,6 +114,22 @@ void Generation::FillUnused(v1::UnusedResponse* out) const {
   }
 }
 
+namespace {
+
+// StatusResponse.instance_id: 64 random bits in hex, drawn once per process
+// (thread-safe static), so a client that sees it change talks to another
+// coordinator process; two started in the same millisecond still differ (a
+// start time would not).
+const std::string& InstanceId() {
+  static const std::string id = [] {
+    std::random_device rd;
+    return absl::StrFormat("%016x", (static_cast<uint64_t>(rd()) << 32) ^ rd());
+  }();
+  return id;
+}
+
+}  // namespace
+
 // The job-wide part of the views (JobState's friend, called under its
 // lock), so the state machine's class holds transitions, not formatting.
 struct JobViews {
@@ -125,6 +144,7 @@ struct JobViews {
     out->set_plan_lookahead(j.cfg_.plan_lookahead);
     out->set_restarts(j.restarts_);
     out->set_max_restarts(j.cfg_.max_restarts);
+    out->set_instance_id(InstanceId());
     out->set_uptime_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(JobState::Clock::now() - j.start_time_).count());
     j.gen_->FillStatus(out);

@@ -29,6 +29,7 @@ struct CoordinatorView {
   std::string world_change_reason;  // why the current world has its size (control.proto)
   std::string reason;               // why ABORTED / STOPPING / WAITING
   std::string last_restart_reason;  // why the previous generation was aborted
+  std::string instance_id;          // the coordinator process ("": one that does not say)
 
   bool Over() const { return state == "JOB_FINISHED" || state == "JOB_ABORTED"; }
   int MaxWorld() const { return max_world_size > 0 ? max_world_size : world_size; }
@@ -52,7 +53,11 @@ struct Judgement {
 };
 
 // `generation_seen`: the coordinator's generation when this node's current
-// workers started. `local_failure`: one of this node's workers failed.
+// workers started; `instance_seen`: its instance_id then ("": unknown).
+// `local_failure`: one of this node's workers failed.
+//   another instance_id, local_failure -> kNoRestart (the coordinator was replaced: the new one's
+//                                         job and generations are not the ones these workers ran;
+//                                         without a local failure kGoOn: the workers will fail)
 //   generation > generation_seen       -> kRestart (a loss anywhere, or an elastic regroup, opened
 //                                         the next generation)
 //   FINISHED / ABORTED                 -> kNoRestart
@@ -60,6 +65,7 @@ struct Judgement {
 //                                         ends no generation: its Join is just withdrawn)
 //   otherwise                          -> kGoOn (RUNNING / STOPPING: a loss is noticed within the
 //                                         coordinator's heartbeat timeout, then one of the above)
-Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_failure);
+Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_failure,
+                const std::string& instance_seen = "");
 
 }  // namespace psync::launch

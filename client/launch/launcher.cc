@@ -183,6 +183,7 @@ absl::Status Launcher::JoinJob() {
   }
   restarts_done_ = joined.restarts;
   generation_ = joined.generation;
+  coordinator_instance_ = joined.instance_id;
   std::cerr << "psync-launch: node " << opt_.node_rank << " of " << opt_.nnodes << ", " << RanksText(opt_) << ": job "
             << joined.job_id << " at " << address_.coordinator << " (generation " << joined.generation
             << ", restarts " << joined.restarts << "/" << joined.max_restarts << "), starting " << opt_.nproc
@@ -406,7 +407,7 @@ bool Launcher::FollowJob(bool any_running) {
     }
     return false;
   }
-  const Judgement j = Judge(**answer, generation_, failure_handled_);
+  const Judgement j = Judge(**answer, generation_, failure_handled_, coordinator_instance_);
   if (j.verdict == Verdict::kGoOn) return false;
   if (j.verdict == Verdict::kRestart && !stopping_) {
     restarts_done_ = (*answer)->restarts;

@@ -111,6 +111,7 @@ class Launcher {
   int interrupts_ = 0;
   int restarts_done_ = 0;  // node mode: the coordinator's count (the job's), else this launcher's
   int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
+  std::string coordinator_instance_;  // node mode: its instance_id then (a new one: it was replaced)
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts
   bool left_ = false;      // elastic: this node left the job on SIGTERM (exit 143)
   bool coordinator_reported_ = false;

@@ -36,8 +36,8 @@ CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const 
   return c;
 }
 
-absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::string& source,
-                            const optim::NamedParams& params) {
+absl::Status CheckParametersFit(const CheckpointContents& checkpoint, const std::string& source,
+                                const optim::NamedParams& params) {
   std::map<std::string, const Tensor*> saved;
   for (const auto& [name, t] : checkpoint.params) saved.emplace(name, &t);
   std::vector<std::string> problems;
@@ -63,6 +63,14 @@ absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::str
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", source, " does not fit the model (",
                                                    checkpoint.manifest.model, "): ", absl::StrJoin(problems, "; ")));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::string& source,
+                            const optim::NamedParams& params) {
+  PSYNC_RETURN_IF_ERROR(CheckParametersFit(checkpoint, source, params));
+  std::map<std::string, const Tensor*> saved;
+  for (const auto& [name, t] : checkpoint.params) saved.emplace(name, &t);
   for (const auto& [name, p] : params) {
     PSYNC_RETURN_IF_ERROR(RunCatching(
         absl::StrCat("checkpoint ", source, ": copying parameter ", json::Quote(name), " into the model"),

@@ -30,10 +30,16 @@ CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const 
 CheckpointContents CaptureTrainingState(const optim::NamedParams& params, const std::string& optimizer_name,
                                         NamedTensors optimizer_state, CheckpointManifest manifest);
 
-// Copies the checkpoint's parameters into `params` (any device). Every
-// parameter must be there with the same shape and dtype and nothing else may
-// be: all is checked before anything is copied, and InvalidArgument names
-// `source` (the file), the tensor, and both shapes / dtypes.
+// Whether the checkpoint's parameters fit `params`: every parameter must be
+// there with the same shape and dtype and nothing else may be.
+// InvalidArgument names `source` (the file), each tensor that does not fit,
+// and both shapes / dtypes. Copies nothing (psync-worker --resume checks its
+// candidates with it before joining the job).
+absl::Status CheckParametersFit(const CheckpointContents& checkpoint, const std::string& source,
+                                const optim::NamedParams& params);
+
+// Copies the checkpoint's parameters into `params` (any device), once
+// CheckParametersFit passed: nothing is copied otherwise.
 absl::Status LoadParameters(const CheckpointContents& checkpoint, const std::string& source,
                             const optim::NamedParams& params);
 

@@ -42,6 +42,23 @@ absl::Status CheckCompatible(const Dataset& train, const Dataset& val, const std
   return absl::OkStatus();
 }
 
+// Token data: the held-out set's ids must fit the model's vocabulary, as
+// --data's do (the model builder checks those). Why here, before training:
+// an id out of range fails only in the evaluation, after every step ran.
+// V is --vocab-size, else what --data holds (its largest id + 1). Shards
+// checked as read (max_token_id -1) report a bad id with its file then.
+absl::Status CheckHeldOutIds(const Dataset& train, const Dataset& val, int64_t vocab_size,
+                             const std::string& val_source) {
+  const DataInfo& b = val.info();
+  if (b.task != Task::kLanguageModel || b.max_token_id < 0) return absl::OkStatus();
+  const int64_t v = vocab_size > 0 ? vocab_size : train.info().num_outputs;
+  if (b.max_token_id < v) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      val_source, " holds token id ", b.max_token_id, ", outside the model's vocabulary of V=", v,
+      vocab_size > 0 ? " (--vocab-size)" : absl::StrCat(" (without --vocab-size: what --data holds, ", train.Describe(), ")"),
+      ": use --vocab-size=", b.max_token_id + 1, " or more, or held-out data of the same tokenizer"));
+}
+
 absl::StatusOr<std::string> ResolveFormat(const std::string& format, const std::string& path, const std::string& flag) {
   if (format != "auto") return format;
   return DetectFormat(path, flag);
@@ -112,6 +129,7 @@ absl::StatusOr<OpenedData> Open(const DataOptions& options) {
   }
   PSYNC_ASSIGN_OR_RETURN(out.val, Datasets().Create(val_format, val));
   PSYNC_RETURN_IF_ERROR(CheckCompatible(*out.train, *out.val, val_source));
+  PSYNC_RETURN_IF_ERROR(CheckHeldOutIds(*out.train, *out.val, options.vocab_size, val_source));
   return out;
 }
 

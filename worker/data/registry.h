@@ -34,7 +34,10 @@ struct OpenedData {
 // - --val-fraction=F holds out the tail of --data (DataPart);
 //   --val-data and --val-fraction together are an error;
 // - the held-out set must fit the training set (same task, example shape and,
-//   for regression/classification, output count); the error names both.
+//   for regression/classification, output count); the error names both;
+// - token data: the held-out set's largest id must be below the model's
+//   vocabulary (options.vocab_size, else --data's largest id + 1); the
+//   error names the held-out source, the id and V.
 // The held-out set is never shuffled.
 absl::StatusOr<OpenedData> Open(const DataOptions& options);
 

@@ -12,6 +12,7 @@
 #include "common/status_from_exception.h"
 #include "common/status_macros.h"
 #include "worker/autograd/engine.h"
+#include "worker/ddp/missing_gradient.h"
 #include "worker/ddp/unused_buckets.h"
 #include "worker/tensor/ops.h"
 
@@ -239,12 +240,10 @@ absl::Status Reducer::CheckReadyForForward() {
   if (state_ == State::kInBackward && expect_sync_) {
     // Why: hooks fired but Finalize never ran (backward failed midway, or
     // its error was ignored); buckets may be in flight on some ranks only.
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
+    return Fail(MissingGradientError(absl::StrCat(
         "DDP: the previous backward (iteration ", iteration_, ", rank ", group_->rank(), " of ", group_->size(),
         ") did not finish gradient reduction before this forward. Parameters that got no gradient: ",
-        absl::StrJoin(UnreadyParameterNames(), ", "),
-        ". Every parameter must get a gradient in every backward unless find_unused_parameters is on: "
-        "enable DdpOptions::find_unused_parameters, or make sure every output of forward takes part in the loss.")));
+        absl::StrJoin(UnreadyParameterNames(), ", "))));
   }
   return absl::OkStatus();
 }
@@ -457,13 +456,11 @@ absl::Status Reducer::Finalize() {
     // Why here, before any optimizer step: a parameter without a gradient
     // left its bucket (and all later ones) unlaunched on this rank.
     const std::vector<std::string> names = UnreadyParameterNames();
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
+    return Fail(MissingGradientError(absl::StrCat(
         "DDP: backward finished but ", names.size(), " parameter(s) got no gradient on rank ", group_->rank(),
-        " of ", group_->size(), " (iteration ", iteration_, "), so their buckets were never reduced: ",
-        absl::StrJoin(names, ", "),
-        ". Every parameter must get a gradient in every backward unless find_unused_parameters is on: "
-        "enable DdpOptions::find_unused_parameters (and run forward through DistributedDataParallel), or make "
-        "sure every output of forward takes part in the loss. The process group was aborted so peers fail fast.")));
+        " of ", group_->size(), " (iteration ", iteration_, "), so their buckets were never reduced (the process "
+        "group was aborted so peers fail fast): ",
+        absl::StrJoin(names, ", "))));
   }
   // Why before the buckets: a rank out of step may have paired buckets of
   // different shapes too (a plan applied at another iteration), and the

@@ -77,8 +77,10 @@ absl::Status GenerationStillRuns(const control::PlanMailbox* plans, int rank, in
   return WithExitCode(refused, ExitCodeOf(failure, kExitPeerLost));
 }
 
-// What --resume takes from `c`: this run's model, a step within --steps.
-absl::Status CheckResumable(const CheckpointOptions& opt, const checkpoint::LoadedCheckpoint& c) {
+// What --resume takes from `c`: this run's model, of this run's shape (the
+// flags that size it: --n-embd, --widths, ...), a step within --steps.
+absl::Status CheckResumable(const CheckpointOptions& opt, const checkpoint::LoadedCheckpoint& c,
+                            const optim::NamedParams& params) {
   const checkpoint::CheckpointManifest& m = c.contents.manifest;
   if (m.model != opt.model) {
     return absl::InvalidArgumentError(absl::StrCat("--resume: ", c.path, " holds a ", m.model,
@@ -88,12 +90,17 @@ absl::Status CheckResumable(const CheckpointOptions& opt, const checkpoint::Load
     return absl::InvalidArgumentError(absl::StrCat("--resume: ", c.path, " is at step ", m.step,
                                                    ", past --steps=", opt.steps, " (raise --steps to train further)"));
   }
+  if (absl::Status st = checkpoint::CheckParametersFit(c.contents, c.path, params); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume: ", st.message(),
+                                                   " (resume with the model flags that wrote it, or use another "
+                                                   "--checkpoint-dir)"));
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ResumeScan> ScanCheckpoints(const CheckpointOptions& opt) {
+absl::StatusOr<ResumeScan> ScanCheckpoints(const CheckpointOptions& opt, const optim::NamedParams& params) {
   ResumeScan scan;
   if (!opt.resume) return scan;
   std::vector<checkpoint::SkippedCheckpoint> skipped;
@@ -103,7 +110,7 @@ absl::StatusOr<ResumeScan> ScanCheckpoints(const CheckpointOptions& opt) {
   if (!found.ok()) return absl::Status(found.status().code(), absl::StrCat("--resume: ", found.status().message()));
   if (found->newest) {
     // The others are older checkpoints of the same run: the newest one speaks for them.
-    PSYNC_RETURN_IF_ERROR(CheckResumable(opt, *found->newest));
+    PSYNC_RETURN_IF_ERROR(CheckResumable(opt, *found->newest, params));
   } else {
     PSYNC_LOG(INFO) << "--resume: no checkpoint in " << opt.dir << " loads; offering none (from step 0)";
   }
@@ -144,7 +151,7 @@ absl::Status LoadAgreedCheckpoint(const CheckpointOptions& opt, int rank, int64_
     }
     c = checkpoint::LoadedCheckpoint{path, std::move(*contents)};
   }
-  if (absl::Status st = CheckResumable(opt, c); !st.ok()) return failed(st.message());
+  if (absl::Status st = CheckResumable(opt, c, model.named_parameters()); !st.ok()) return failed(st.message());
   if (absl::Status st = checkpoint::LoadParameters(c.contents, c.path, model.named_parameters()); !st.ok()) {
     return failed(st.message());
   }

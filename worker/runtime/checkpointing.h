@@ -63,10 +63,13 @@ struct ResumeScan {
 };
 // Lists and checks the newest kOfferedCheckpoints of --checkpoint-dir, prints
 // any file it skipped (damaged or torn). Errors (bad input, exit 2): the
-// directory cannot be read, a checkpoint of another --model or past --steps,
-// a file that fails for a reason other than damage; each names the file.
+// directory cannot be read, a checkpoint of another --model, of another
+// shape than `params` (the model this run built: the error names each
+// tensor and both shapes) or past --steps, a file that fails for a reason
+// other than damage; each names the file. Why here, before Join: after it,
+// a launcher would restart the same bad input over and over.
 inline constexpr int kOfferedCheckpoints = 3;
-absl::StatusOr<ResumeScan> ScanCheckpoints(const CheckpointOptions& opt);
+absl::StatusOr<ResumeScan> ScanCheckpoints(const CheckpointOptions& opt, const optim::NamedParams& params);
 
 // After Join: loads the checkpoint of `step` (JoinResponse.start_iteration,
 // the step every rank agreed on; 0 = none, the model keeps its initial

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_code.h"
 #include "common/status_from_exception.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/runtime/objective.h"
@@ -51,7 +52,9 @@ absl::StatusOr<EvalResult> EvaluateSharded(nn::Model& model, const data::Dataset
     autograd::NoGradGuard no_grad;
     for (int64_t b = begin; b < end; b += options.batch) {
       absl::StatusOr<data::Batch> batch = val.Examples(b, std::min(options.batch, end - b));
-      if (!batch.ok()) return batch.status();
+      // Bad held-out data (an id outside the vocabulary, named with its
+      // file) is bad input, like --data's.
+      if (!batch.ok()) return WithExitCode(batch.status(), kExitBadInput);
       absl::Status st = RunCatching(
           absl::StrCat("evaluation forward at example ", b),
           [&] {

@@ -16,6 +16,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/functions.h"
 #include "worker/control/plan_window.h"
+#include "worker/ddp/missing_gradient.h"
 #include "worker/data/prefetcher.h"
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
@@ -102,9 +103,16 @@ class TrainLoop {
     return absl::OkStatus();
   }
   void PrintProgress(int64_t step, const StepMetrics& m, Clock::time_point now);
+  // Periodic evaluations (--eval-every); the last step's is AfterLastStep's.
   bool EvaluatesAfter(int64_t step) const {
-    if (ctx_.val == nullptr) return false;
-    return step + 1 == opt_.steps || (opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0);
+    if (ctx_.val == nullptr || step + 1 == opt_.steps) return false;
+    return opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0;
+  }
+  void WriteMetrics(int64_t step, const StepMetrics& m) {
+    if (ctx_.metrics) {
+      if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
+    }
+    PrintProgress(step, m, Clock::now());
   }
 
   const TrainContext& ctx_;
@@ -122,14 +130,25 @@ class TrainLoop {
   Clock::time_point start_;
   int64_t last_evaluated_ = -1;
   int64_t last_checkpoint_ = -1;
+  std::optional<StepMetrics> last_step_metrics_;  // --steps' last step: written once evaluated (AfterLastStep)
 };
 
 TrainResult TrainLoop::Fail(const Failure& f) {
+  // DDP's advice names its option; this worker's user sets it with a flag,
+  // so it is bad flags (exit 2: a launcher does not restart it).
+  absl::Status st = ddp::RestateMissingGradientAdvice(
+      f.status,
+      "Every parameter must get a gradient in every step unless --find-unused-parameters is given (--skip-layer "
+      "and --skip-block leave layers without one): pass --find-unused-parameters.");
+  const bool own_cause = st.message() != f.status.message();
+  if (own_cause) st = WithExitCode(st, kExitBadInput);
   // The client's reader may learn why (an ABORT, the stream lost) a moment
   // after the data plane failed, so give it a short while: the mailbox wakes
-  // us as soon as it knows.
-  const absl::Status control_failure = ctx_.plans->WaitForFailure(std::chrono::seconds(3));
-  WorkerExit e = FailedIteration(f.status, control_failure, f.iteration, f.where);
+  // us as soon as it knows. Not for this rank's own cause: the ABORT its
+  // peers' failures bring would only hide it.
+  const absl::Status control_failure =
+      own_cause ? absl::OkStatus() : ctx_.plans->WaitForFailure(std::chrono::seconds(3));
+  WorkerExit e = FailedIteration(st, control_failure, f.iteration, f.where);
   result_.exit_code = e.code;
   result_.reason = std::move(e.reason);
   return result_;
@@ -325,17 +344,19 @@ std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher
   m.tokens_per_s = items_per_step_ / (last_step_ms_ / 1000.0);
   // Why / world: the global batch is split evenly over the ranks (worker_flags checks it divides).
   rank_tokens_per_s_ = m.tokens_per_s / ctx_.world_size;
+  if (step + 1 == opt_.steps) {
+    last_step_metrics_ = m;
+    return std::nullopt;
+  }
+  // Why the checkpoint before the evaluation: an evaluation that fails
+  // (held-out data, a lost peer) then loses no step.
+  if (ctx_.save_checkpoint && opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0) {
+    if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Failure{st, step, "writing a checkpoint"};
+  }
   if (EvaluatesAfter(step)) {
     if (absl::Status st = Evaluate(step, &m); !st.ok()) return Failure{st, step, "evaluation"};
   }
-  if (ctx_.metrics) {
-    if (absl::Status st = ctx_.metrics->Write(m); !st.ok()) PSYNC_LOG(WARNING) << st.message();
-  }
-  PrintProgress(step, m, Clock::now());
-  if (ctx_.save_checkpoint && opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0 &&
-      step + 1 < opt_.steps) {
-    if (absl::Status st = SaveCheckpoint(step + 1); !st.ok()) return Failure{st, step, "writing a checkpoint"};
-  }
+  WriteMetrics(step, m);
   return std::nullopt;
 }
 
@@ -348,20 +369,23 @@ std::optional<TrainLoop::Failure> TrainLoop::AfterLastStep() {
   if (absl::Status st = TakePlans(last, last + 1); !st.ok()) {
     return Failure{st, last, "waiting for the coordinator's last plans"};
   }
-  // A run stopped early is evaluated on what it learned, on every rank alike
-  // (not a regroup: the job goes on).
-  const bool regroup = window_.regroup() && window_.StopsBefore(result_.steps_completed);
-  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last && !regroup) {
-    StepMetrics m;
-    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "evaluation"};
-  }
   // The end of the run, or a stop (psyncctl shutdown): a checkpoint a later
-  // --resume continues from.
+  // --resume continues from. Before the final evaluation, so an evaluation
+  // that fails loses nothing (--save is written then too: `trained`).
   if (ctx_.save_checkpoint && result_.steps_completed > ctx_.first_step && last_checkpoint_ != result_.steps_completed) {
     if (absl::Status st = SaveCheckpoint(result_.steps_completed); !st.ok()) {
       return Failure{st, last, "writing the final checkpoint"};
     }
   }
+  result_.trained = true;
+  // A run stopped early is evaluated on what it learned, on every rank alike
+  // (not a regroup: the job goes on).
+  const bool regroup = window_.regroup() && window_.StopsBefore(result_.steps_completed);
+  StepMetrics m = last_step_metrics_.value_or(StepMetrics{});
+  if (ctx_.val != nullptr && last >= 0 && last_evaluated_ != last && !regroup) {
+    if (absl::Status st = Evaluate(last, &m); !st.ok()) return Failure{st, last, "the final evaluation"};
+  }
+  if (last_step_metrics_) WriteMetrics(last, m);
   return std::nullopt;
 }
 

@@ -86,6 +86,10 @@ struct TrainResult {
   // The coordinator stopped this generation to regroup (an elastic job goes
   // on as the next one): the checkpoint is written, the run's outputs are not.
   bool regroup = false;
+  // Training ended (every step ran, or a stop) and the final checkpoint (if
+  // any) is written: the weights are the run's last, even when the final
+  // evaluation then failed (so --save is written all the same).
+  bool trained = false;
 };
 
 TrainResult Train(const TrainContext& ctx);

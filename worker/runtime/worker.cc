@@ -137,7 +137,7 @@ absl::Status WorkerRun::Prepare() {
   PSYNC_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(opt_, *model_, *precision_));
   // Why only list here: which checkpoint to load is decided at rendezvous,
   // once for the whole generation (the coordinator's resume agreement).
-  PSYNC_ASSIGN_OR_RETURN(resume_, ScanCheckpoints(CheckpointOptionsFrom(opt_)));
+  PSYNC_ASSIGN_OR_RETURN(resume_, ScanCheckpoints(CheckpointOptionsFrom(opt_), model_->named_parameters()));
   absl::StatusOr<optim::LrSchedule> schedule =
       optim::LrSchedule::Create(opt_.lr_schedule, opt_.lr, opt_.warmup_steps, std::max<int64_t>(1, opt_.steps));
   if (!schedule.ok()) return schedule.status();
@@ -253,11 +253,17 @@ TrainResult WorkerRun::Train() {
 
 void WorkerRun::Outputs(TrainResult& tr) {
   // A regroup's stop is not the end of the job: the next generation saves.
-  if (tr.exit_code == kExitOk && !tr.regroup && rank_ == 0 && !opt_.save_path.empty()) {
+  // A run whose final evaluation failed saves too: its weights are final.
+  if ((tr.exit_code == kExitOk || tr.trained) && !tr.regroup && rank_ == 0 && !opt_.save_path.empty()) {
     absl::Status st = SaveWeights(CheckpointOptionsFrom(opt_), world_, model_options_, *model_, tr.steps_completed);
-    if (!st.ok()) {
+    if (!st.ok() && tr.exit_code == kExitOk) {
       tr.exit_code = kExitInternal;
       tr.reason = std::string(st.message());
+    } else if (!st.ok()) {
+      PSYNC_LOG(WARNING) << st.message();
+    } else if (tr.exit_code != kExitOk) {
+      tr.reason += absl::StrCat(" (the weights of all ", tr.steps_completed, " steps are saved: --save ",
+                                opt_.save_path, ")");
     }
   }
   if (!opt_.trace_path.empty()) {

@@ -1026,6 +1026,106 @@ PY
       fail "a vocabulary of 65537: rc=$rc out=$out"
     note "sample: $(head -c 60 "$T/sample.txt" | tr '\n' ' ')" ;;
 
+  val_ids)  # held-out token ids are checked against V before joining (exit 2, naming the file); shards
+            # checked as read fail the final evaluation: exit 2, naming the shard, the checkpoint and --save written
+    /usr/bin/python3 - "$T" <<'PY' || fail "writing tokens"
+import os, struct, sys
+t = sys.argv[1]
+def write(path, toks):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)) + struct.pack("<%dH" % len(toks), *toks))
+write(os.path.join(t, "train.bin"), [(i * 7) % 64 for i in range(2000)])
+val = [(i * 5) % 64 for i in range(300)]
+val[150] = 200
+write(os.path.join(t, "val.bin"), val)
+os.makedirs(os.path.join(t, "valsh"))
+write(os.path.join(t, "valsh", "v_val_000000.bin"), val)
+PY
+    GPT=(--model=gpt --block-size=16 --n-layer=1 --n-head=2 --n-embd=16 --global-batch=4 --steps=3 --data="$T/train.bin")
+    for vocab in --vocab-size=64 --vocab-size=0; do  # 0: V is --data's largest id + 1 = 64
+      out=$("$WORKER" "${GPT[@]}" "$vocab" --val-data="$T/val.bin" --coordinator=127.0.0.1:1 2>&1); rc=$?
+      [[ $rc == 2 && $out == *"--val-data $T/val.bin holds token id 200, outside the model's vocabulary of V=64"* ]] ||
+        fail "$vocab, an id of 200 in --val-data: rc=$rc out=$out"
+    done
+    note "$out"
+    start_coord 1
+    start_worker 0 1 "${GPT[@]}" --vocab-size=64 --val-data="$T/valsh" --quiet --save="$T/s.st" --checkpoint-dir="$T/ck"
+    wait_exit "${WPID[0]}" 60
+    out=$(tail -1 "$T/w0.log")
+    [[ $rc == 2 && $out == *"final evaluation"* && $out == *v_val_000000.bin*"is id 200"* ]] ||
+      fail "a bad id in a held-out shard: rc=$rc: $out"
+    [[ $out == *"the weights of all 3 steps are saved: --save $T/s.st"* && -f $T/s.st ]] || fail "--save not written: $out"
+    [[ -f $T/ck/ckpt-00000003.safetensors ]] || fail "no final checkpoint: $(ls "$T/ck" 2>&1)"
+    note "$out" ;;
+
+  resume_shape)  # --resume from a checkpoint of the same --model but another shape: exit 2 before joining,
+                 # naming the file, the tensor and both shapes (after Join it was exit 1, restarted over and over)
+    head -c 5000 /dev/urandom >"$T/tokens.bin"
+    GPT=(--model=gpt --vocab-size=256 --block-size=8 --n-layer=1 --n-head=2 --data="$T/tokens.bin" --data-format=bytes
+         --global-batch=4 --checkpoint-dir="$T/ck")
+    run_job 1 "$T/a.st" "${GPT[@]}" --n-embd=16 --steps=2
+    out=$("$WORKER" "${GPT[@]}" --n-embd=32 --steps=4 --resume --coordinator=127.0.0.1:1 2>&1); rc=$?
+    [[ $rc == 2 && $out == *ckpt-00000002.safetensors* && $out == *'"wte.weight" is '*'[256, 16]'*' in the checkpoint but '*'[256, 32]'*' in the model'* ]] ||
+      fail "--resume of another shape: rc=$rc out=$out"
+    note "$out" ;;
+
+  skip_unused)  # --skip-layer without --find-unused-parameters: the error names the flag to pass, not DDP's option
+    start_coord 2
+    for r in 0 1; do start_worker $r 2 --skip-layer=1 --steps=3 --quiet; done
+    wait_exit "${WPID[0]}" 60
+    out=$(tail -1 "$T/w0.log")
+    [[ $rc == 2 && $out == *"got no gradient"* && $out == *"pass --find-unused-parameters"* && $out != *DdpOptions* ]] ||
+      fail "rank 0: exit $rc: $out"
+    wait_exit "${WPID[1]}" 60
+    note "$out" ;;
+
+  coordinator_paused)  # the coordinator SIGSTOPped until its workers give up on it (exit 5), then SIGCONTed:
+                       # psyncctl status shows them LOST (they failed), never DONE
+    start_coord 2
+    for r in 0 1; do start_worker $r 2 --steps=1000000 --quiet; done
+    wait_iteration "$CADDR" 2
+    kill -STOP "$CPID"
+    for r in 0 1; do
+      wait_exit "${WPID[$r]}" 30
+      [[ $rc == 5 ]] || { kill -CONT "$CPID"; fail "rank $r: exit $rc while the coordinator was stopped, want 5"; }
+    done
+    kill -CONT "$CPID"
+    states=""
+    for _ in $(seq 300); do  # until the coordinator has taken in both ends
+      states=$("$CTL" --coordinator="$CADDR" --json workers 2>/dev/null |
+        /usr/bin/python3 -c 'import json,sys; print(" ".join(w["state"] for w in json.load(sys.stdin)["workers"]))' 2>/dev/null)
+      [[ -n $states && $states != *TRAINING* && $states != *JOINED* ]] && break
+      sleep 0.1
+    done
+    "$CTL" --coordinator="$CADDR" status >"$T/status.txt" 2>&1
+    [[ $states == "WORKER_LOST WORKER_LOST" ]] || fail "rank states after SIGCONT: '$states': $(cat "$T/status.txt")"
+    grep -qw DONE "$T/status.txt" && fail "psyncctl status shows a rank DONE: $(cat "$T/status.txt")"
+    note "$(grep -i "exit code 5\|lost" "$T/status.txt" | head -2 | tr '\n' ' ')" ;;
+
+  launch_nodes_replaced)  # node mode: the coordinator is replaced at the same address while the workers run;
+                          # the launcher names the new coordinator instead of "still waits for generation 1"
+    export PSYNC_TOKEN=launch-nodes-token
+    port=$(free_port)
+    start_coord 2 --port="$port"
+    old=$CPID
+    "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=2 --coordinator="$CADDR" -- --steps=1000000 --quiet >"$T/n0.log" 2>&1 &
+    NPID[n0]=$!; PIDS+=("${NPID[n0]}")
+    wait_iteration "$CADDR" 2 "$PSYNC_TOKEN"
+    w0=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 0); w1=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 1)
+    [[ -n $w0 && -n $w1 ]] || fail "no worker pids"
+    # The workers are held (SIGSTOP) while the coordinator is replaced, so they fail only once the new one answers.
+    kill -STOP "$w0" "$w1"
+    kill -9 "$old"; wait "$old" 2>/dev/null
+    start_coord 2 --port="$port"
+    for _ in $(seq 100); do [[ -n $(status_field "$CADDR" "$PSYNC_TOKEN" state) ]] && break; sleep 0.1; done
+    kill -CONT "$w0" "$w1"
+    wait_exit "${NPID[n0]}" 60
+    [[ $rc != 0 && $rc != timeout ]] || fail "psync-launch: exit $rc: $(tail -3 "$T/n0.log")"
+    grep -q "psync-launch: a new coordinator answers (instance [0-9a-f]*, not [0-9a-f]*, which this node's workers joined)" "$T/n0.log" ||
+      fail "the launcher did not notice the new coordinator: $(grep psync-launch "$T/n0.log")"
+    grep -q "still waits for the world" "$T/n0.log" && fail "the launcher took the new coordinator for the old one"
+    note "$(grep "a new coordinator" "$T/n0.log")" ;;
+
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
 echo "PASS [$CASE${BACKEND:+ backend=$BACKEND}]"

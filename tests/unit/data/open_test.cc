@@ -112,6 +112,42 @@ TEST(Open, ValDataAndValFractionAreExclusiveAndChecked) {
               {"--val-data " + rows, "regression examples", "expected language-model examples of shape [8]"});
 }
 
+// Held-out token ids are checked against the model's V before training,
+// like --data's: with --vocab-size, and without it (V = --data's largest + 1).
+TEST(Open, HeldOutTokenIdsMustFitTheVocabulary) {
+  TempDir dir("psync_data_open_ids");
+  auto llmc = [](const std::string& path, std::vector<uint16_t> toks) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(toks.size());
+    std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+    bytes.append(reinterpret_cast<const char*>(toks.data()), toks.size() * 2);
+    WriteBytes(path, bytes);
+  };
+  std::vector<uint16_t> train(200), val(50);
+  for (size_t i = 0; i < train.size(); ++i) train[i] = static_cast<uint16_t>((i * 7) % 64);
+  for (size_t i = 0; i < val.size(); ++i) val[i] = static_cast<uint16_t>((i * 5) % 64);
+  llmc(dir.File("train.bin"), train);
+  llmc(dir.File("val.bin"), val);
+  DataOptions o;
+  o.path = dir.File("train.bin");
+  o.val_path = dir.File("val.bin");
+  o.block_size = 8;
+  o.vocab_size = 64;
+  ASSERT_TRUE(Open(o).ok()) << "ids below V";
+  val[20] = 200;
+  llmc(dir.File("val.bin"), val);
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"--val-data " + o.val_path + " holds token id 200",
+               "outside the model's vocabulary of V=64 (--vocab-size)", "--vocab-size=201"});
+  o.vocab_size = 0;
+  ExpectError(Open(o).status(), absl::StatusCode::kInvalidArgument,
+              {"holds token id 200, outside the model's vocabulary of V=64 (without --vocab-size"});
+  o.vocab_size = 256;
+  EXPECT_TRUE(Open(o).ok()) << "a larger V takes it";
+}
+
 TEST(Open, RowsHeldOutSetMustHaveTheSameWidths) {
   TempDir dir("psync_data_open_rows");
   const std::string a = dir.File("a.safetensors"), b = dir.File("b.safetensors");

@@ -10,6 +10,7 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
+#include "worker/ddp/missing_gradient.h"
 
 namespace psync::ddp::testing {
 namespace {
@@ -339,6 +340,16 @@ TEST_P(DdpMultiProcess, UnusedParameterWithoutFindUnusedNamesIt) {
           CHILD_CHECK(rank, msg.find("layers.1.bias") != std::string::npos, msg);
           CHILD_CHECK(rank, msg.find("layers.0.weight") == std::string::npos, msg);
           CHILD_CHECK(rank, msg.find("find_unused_parameters") != std::string::npos, msg);
+          // A program built on DDP restates the advice in its own terms
+          // (psync-worker: its flag); the facts and the code stay.
+          const absl::Status mine = RestateMissingGradientAdvice(st, "Pass --my-flag.");
+          const std::string restated(mine.message());
+          CHILD_CHECK(rank, mine.code() == st.code(), mine.ToString());
+          CHILD_CHECK(rank, restated.find("layers.1.weight") != std::string::npos, restated);
+          CHILD_CHECK(rank, restated.find("Pass --my-flag.") != std::string::npos, restated);
+          CHILD_CHECK(rank, restated.find("DdpOptions") == std::string::npos, restated);
+          CHILD_CHECK(rank, RestateMissingGradientAdvice(absl::InternalError("x"), "y").message() == "x",
+                      "other errors pass unchanged");
           // The next forward fails with the same named error.
           auto again = (*ddp)->Forward(autograd::Variable(x));
           CHILD_CHECK(rank, !again.ok(), "next forward must fail");

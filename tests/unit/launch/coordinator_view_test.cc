@@ -61,6 +61,27 @@ TEST(CoordinatorView, ANewGenerationRestartsEveryNodeWhoeverFailed) {
       << "already restarted for it: this node's new rank failed before the world was complete";
 }
 
+// A coordinator replaced at the same address (another instance_id) counts
+// generations from 1 again: its WAITING generation 1 is not the one this
+// node's workers ran, and the launcher says so instead of "still waits".
+TEST(CoordinatorView, AReplacedCoordinatorIsNamedAsANewOne) {
+  absl::StatusOr<CoordinatorView> v = ParseStatusJson(
+      R"({"job_id":"psync","world_size":2,"generation":"1","state":"JOB_WAITING","instance_id":"00000000000000b2"})");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->instance_id, "00000000000000b2");
+  Judgement j = Judge(*v, 1, /*local_failure=*/true, "00000000000000a1");
+  EXPECT_EQ(j.verdict, Verdict::kNoRestart);
+  EXPECT_EQ(j.why, "a new coordinator answers (instance 00000000000000b2, not 00000000000000a1, which this node's "
+                   "workers joined): the job they ran ended with the old one; its generation 1 is WAITING (start "
+                   "the nodes again to join it)");
+  EXPECT_EQ(Judge(*v, 1, /*local_failure=*/false, "00000000000000a1").verdict, Verdict::kGoOn)
+      << "the workers' streams ended with the old one: wait for them to fail";
+  j = Judge(*v, 1, true, "00000000000000b2");
+  EXPECT_EQ(j.verdict, Verdict::kNoRestart) << "the same instance: the old rule";
+  EXPECT_NE(j.why.find("still waits for the world of generation 1"), std::string::npos) << j.why;
+  EXPECT_NE(Judge(*v, 1, true, "").why.find("still waits"), std::string::npos) << "instance unknown: the old rule";
+}
+
 TEST(CoordinatorView, TheCoordinatorCountsRestartsNotTheNode) {
   EXPECT_EQ(Judge(View("JOB_RUNNING", 0), 1, true).verdict, Verdict::kGoOn)
       << "the loss is not noticed yet: wait for the coordinator";

@@ -693,5 +693,31 @@ TEST(JobState, JoinedRankWithoutStreamLostAfterReportTimeout) {
   EXPECT_EQ(LostReason(job, 1), "rank 1 (h:101) lost: no Train stream within 1s of the world completing");
 }
 
+// A paused coordinator (SIGSTOP) continued after its ranks gave up on it
+// (exit 5): another rank's loss aborted the job first, and the others'
+// failures or closed streams arrive after that. None of them finished.
+TEST(JobState, RanksThatEndAfterAnAbortAreLostNotDone) {
+  ManualScheduler sched;
+  JobState job(Cfg(3), &sched);
+  auto mbs = JoinAll(job, {0, 1, 2});
+  ReportAll(job, mbs, 0);
+  job.StreamClosed(mbs[0].ref, "stream closed");
+  ASSERT_EQ(job.state(), v1::JOB_ABORTED);
+  v1::Done d;
+  d.set_exit_code(5);
+  d.set_exit_reason("coordinator lost at iteration 1");
+  ASSERT_TRUE(job.Done(mbs[1].ref, d).ok());
+  job.StreamClosed(mbs[2].ref, "stream closed");
+  v1::WorkersResponse w;
+  job.FillWorkers(&w);
+  ASSERT_EQ(w.workers_size(), 3);
+  EXPECT_EQ(w.workers(1).state(), v1::WORKER_LOST);
+  EXPECT_EQ(w.workers(1).exit_reason(),
+            "failed (exit code 5) after the job ended: coordinator lost at iteration 1");
+  EXPECT_EQ(w.workers(2).state(), v1::WORKER_LOST);
+  EXPECT_EQ(w.workers(2).exit_reason(), "disconnected without Done after the job was aborted: stream closed");
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED);
+}
+
 }  // namespace
 }  // namespace psync::server
