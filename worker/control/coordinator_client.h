@@ -86,7 +86,7 @@ struct JoinRequest {
   std::string host_id;         // shared-memory domain (host_identity.h); empty = hostname
   int64_t pid = 0;             // default: getpid()
   std::string device = "cpu";
-  std::string backend = "gloo";  // "gloo" or "nccl"
+  std::string backend = "gloo";  // --backend as asked: auto, gloo, shm, hier or nccl (comm/backend_choice.h)
   std::vector<ParamSpec> manifest;  // registration order
   int64_t bucket_cap_bytes = 25 << 20;
   int64_t first_bucket_cap_bytes = 1 << 20;

@@ -202,7 +202,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
              absl::StrCat("iteration ", t.iteration, " launch order ", absl::StrJoin(t.launch_order, ",")));
   }
   // Same bucket plan on every rank.
-  auto plans = pg->Allgather(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
+  auto plans = pg->AllgatherBytes(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
   CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
   for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], absl::StrCat("plans differ: ", p, " vs ", (*plans)[0]));
   // Weights equal the full-batch reference.
@@ -223,7 +223,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
                  sc.backend.c_str(), sc.steps, static_cast<double>(worst));
   }
   // Every rank holds the very same weights (also under compression).
-  auto weights = pg->Allgather(all_weights, std::chrono::milliseconds(20000));
+  auto weights = pg->AllgatherBytes(all_weights, std::chrono::milliseconds(20000));
   CHILD_CHECK(rank, weights.ok(), weights.status().ToString());
   for (const auto& w : *weights) CHILD_CHECK(rank, w == (*weights)[0], "ranks ended with different weights");
   return 0;

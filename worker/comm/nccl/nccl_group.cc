@@ -94,7 +94,7 @@ struct NcclGroup::State {
   int size = 0;
   int device = 0;
   Millis timeout{30000};
-  std::shared_ptr<Store> store;     // scoped with the prefix; used by Allgather
+  std::shared_ptr<Store> store;     // scoped with the prefix; used by AllgatherBytes
   cudaStream_t comm_stream = nullptr;     // owned: NCCL kernels only
   cudaStream_t compute_stream = nullptr;  // not owned: worker/tensor's stream of `device`
 
@@ -354,7 +354,7 @@ absl::Status NcclGroup::health() const {
 
 namespace {
 
-enum class Kind { kAllreduce, kBroadcast, kReduceScatter, kAllGather };
+enum class Kind { kAllreduce, kBroadcast, kReduceScatter, kAllgather };
 
 ncclDataType_t NcclType(DType t) {
   return t == kBFloat16 ? ncclBfloat16 : t == kFloat16 ? ncclHalf : ncclFloat;
@@ -412,7 +412,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEvent_t ready = nullptr, done = nullptr;
   cudaError_t e = cudaSuccess;
   Tensor scratch;
-  const bool flat = kind == Kind::kReduceScatter || kind == Kind::kAllGather;
+  const bool flat = kind == Kind::kReduceScatter || kind == Kind::kAllgather;
   if (flat && tensor.numel() > 0) {
     try {
       if (IssueFlat(s.get(), kind, tensor, &scratch, &e) != ncclSuccess) {
@@ -453,7 +453,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
       case Kind::kAllreduce: r = ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream); break;
       case Kind::kBroadcast: r = ncclBroadcast(p, p, tensor.nbytes(), ncclUint8, root, s->comm, s->comm_stream); break;
       case Kind::kReduceScatter: r = ncclReduceScatter(buf, own, shard, type, ncclSum, s->comm, s->comm_stream); break;
-      case Kind::kAllGather: r = ncclAllGather(own, buf, shard * es, ncclUint8, s->comm, s->comm_stream); break;
+      case Kind::kAllgather: r = ncclAllGather(own, buf, shard * es, ncclUint8, s->comm, s->comm_stream); break;
     }
     r = s->SettleLocked(r, Clock::now() + s->timeout);
     if (r == ncclSuccess && scratch.defined()) {
@@ -494,10 +494,10 @@ std::shared_ptr<Work> NcclGroup::ReduceScatterSum(Tensor tensor, const std::stri
   return Issue(state_, Kind::kReduceScatter, std::move(tensor), 0, std::move(desc));
 }
 
-std::shared_ptr<Work> NcclGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> NcclGroup::Allgather(Tensor tensor, const std::string& name) {
   std::string desc = absl::StrCat("all-gather '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                                   ") on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
-  return Issue(state_, Kind::kAllGather, std::move(tensor), 0, std::move(desc));
+  return Issue(state_, Kind::kAllgather, std::move(tensor), 0, std::move(desc));
 }
 
 std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
@@ -506,7 +506,7 @@ std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::s
   return Issue(state_, Kind::kBroadcast, std::move(tensor), root, std::move(desc));
 }
 
-absl::StatusOr<std::vector<std::string>> NcclGroup::Allgather(const std::string& bytes, Millis timeout) {
+absl::StatusOr<std::vector<std::string>> NcclGroup::AllgatherBytes(const std::string& bytes, Millis timeout) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> l(state_->mu);

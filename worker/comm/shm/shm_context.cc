@@ -52,7 +52,7 @@ const char* OpKindName(OpKind kind) {
   switch (kind) {
     case OpKind::kAllreduce: return "allreduce";
     case OpKind::kReduceScatter: return "reduce-scatter";
-    case OpKind::kAllGather: return "all-gather";
+    case OpKind::kAllgather: return "all-gather";
     case OpKind::kBroadcast: return "broadcast";
     case OpKind::kReduce: return "reduce";
     case OpKind::kBarrier: return "barrier";
@@ -60,7 +60,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kRegisterBuffer: return "buffer registration";
     case OpKind::kAllreduceInPlace: return "in-place allreduce";
     case OpKind::kReduceScatterInPlace: return "in-place reduce-scatter";
-    case OpKind::kAllGatherInPlace: return "in-place all-gather";
+    case OpKind::kAllgatherInPlace: return "in-place all-gather";
   }
   return "collective";
 }

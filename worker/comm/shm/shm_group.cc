@@ -180,7 +180,7 @@ std::shared_ptr<Work> ShmGroup::ReduceScatter(Tensor tensor, const std::string& 
       /*inline_ok=*/true);
 }
 
-std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> ShmGroup::Allgather(Tensor tensor, const std::string& name) {
   const std::string desc = Describe("all-gather", name, tensor);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
     return internal::SerialQueue::Failed(
@@ -195,7 +195,7 @@ std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string
         desc,
         [ctx, tensor, desc, name, view = std::move(*buf), offset](Deadline deadline) {
           return Bounded(*ctx, deadline, [&] {
-            return shm::AllGatherInPlace(*ctx, desc, name, view.bases, view.id, offset,
+            return shm::AllgatherInPlace(*ctx, desc, name, view.bases, view.id, offset,
                                          static_cast<size_t>(tensor.numel()), tensor.dtype());
           });
         },
@@ -205,7 +205,7 @@ std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string
       desc,
       [ctx, tensor, desc, name](Deadline deadline) {
         return Bounded(*ctx, deadline, [&] {
-          return shm::AllGather(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+          return shm::Allgather(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                                 tensor.dtype());
         });
       },
@@ -232,8 +232,8 @@ std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::st
       /*inline_ok=*/true);
 }
 
-absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& bytes,
-                                                            std::chrono::milliseconds timeout) {
+absl::StatusOr<std::vector<std::string>> ShmGroup::AllgatherBytes(const std::string& bytes,
+                                                                  std::chrono::milliseconds timeout) {
   const std::string desc =
       absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (shm)");
   auto result = std::make_shared<std::vector<std::string>>();

@@ -45,14 +45,14 @@ class ShmGroup : public ProcessGroup {
   std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name) override;
   // Reduce-scatter / all-gather: in place without staging when the tensor
   // is in a collective buffer (shm/reduce_scatter_in_place.cc,
-  // all_gather_in_place.cc), else through the workspace slots. The average
+  // allgather_in_place.cc), else through the workspace slots. The average
   // fuses the 1/size multiplication into the reduction.
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> ReduceScatterAverage(Tensor tensor, const std::string& name) override;
-  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                          std::chrono::milliseconds timeout) override;
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;
   // A buffer in shared memory (shm/buffer_registry.h): AllreduceSum on a
