@@ -40,30 +40,6 @@ std::set<int> Skips(int step, int rank) {
 // 2k+1), the last layer first: bucket 1 is layer 1's.
 BucketPlan LayerBuckets() { return {{4, 5}, {2, 3}, {0, 1}}; }
 
-// The global used set of every step, known before backward (KnowsAhead).
-class ScriptedSource : public UnusedParameterSource {
- public:
-  explicit ScriptedSource(size_t params) : params_(params) {}
-  void Submit(int64_t, const std::vector<uint8_t>&) override {}
-  absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, milliseconds) override {
-    return Used(iteration);
-  }
-  bool KnowsAhead() const override { return true; }
-  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override { return Used(iteration); }
-
- private:
-  std::vector<uint8_t> Used(int64_t iteration) const {
-    std::vector<uint8_t> used(params_, 0);
-    for (size_t i = 0; i < params_; ++i) {
-      for (int r = 0; r < kWorld; ++r) {
-        if (!Skips(static_cast<int>(iteration), r).count(static_cast<int>(i / 2))) used[i] = 1;
-      }
-    }
-    return used;
-  }
-  const size_t params_;
-};
-
 // Forwards every call to `inner` and records the names of the tensor
 // collectives issued (any thread; read by the test between steps).
 class RecordingGroup : public comm::ProcessGroup {
@@ -136,7 +112,7 @@ int RunRank(const std::string& backend, int rank, const std::string& dir) {
   opts.rebuild = RebuildMode::kExternal;  // LayerBuckets throughout
   opts.timeout = milliseconds(20000);
   auto ddp_or = DistributedDataParallel::Create(
-      mlp, group, opts, std::make_shared<ScriptedSource>(mlp->parameters().size()));
+      mlp, group, opts, std::make_shared<ScriptedSource>(kWorld, mlp->parameters().size(), Skips));
   CHILD_CHECK(rank, ddp_or.ok(), ddp_or.status().ToString());
   auto ddp = std::move(*ddp_or);
   absl::Status st = ddp->reducer().ApplyBucketPlan(LayerBuckets());
