@@ -1,5 +1,5 @@
 // How reduce-scatter and all-gather (ProcessGroup::ReduceScatterSum,
-// AllgatherShards) cut a flat buffer of `count` elements among `parts`
+// Allgather) cut a flat buffer of `count` elements among `parts`
 // ranks: rank j owns the contiguous range [j*s, (j+1)*s) clipped to
 // `count`, where s = ShardSize(count, parts, elem_size) is ceil(count/parts)
 // rounded up to a whole number of 64-byte cache lines. So every shard but

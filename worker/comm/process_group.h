@@ -25,7 +25,7 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "gloo" or "nccl"
+  virtual std::string backend() const = 0;  // "gloo", "shm", "hier" or "nccl" (never "auto": backend_choice.h resolves it)
 
   // Sums `tensor` in place across ranks, asynchronously. The caller keeps
   // `tensor` alive and untouched until the Work completes. `name` is used in
@@ -52,12 +52,12 @@ class ProcessGroup {
   // shard of `tensor` (the same rule) is copied into that range of every
   // other rank's `tensor`; this rank's shard is only read. Any dtype (bytes
   // are moved), contiguous.
-  virtual std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) = 0;
+  virtual std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) = 0;
   // Copies root's `tensor` into every rank's `tensor`, asynchronously.
   virtual std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) = 0;
   // Every rank contributes `bytes` (any length); returns all ranks' in rank order.
-  virtual absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                             std::chrono::milliseconds timeout) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                                  std::chrono::milliseconds timeout) = 0;
   virtual absl::Status Barrier(std::chrono::milliseconds timeout) = 0;
   // Fails every pending and future collective with `reason`, and unblocks
   // peers where the backend allows. Safe from any thread.

@@ -88,7 +88,7 @@ struct JoinRequest {
   std::string host_id;         // shared-memory domain (host_identity.h); empty = hostname
   int64_t pid = 0;             // default: getpid()
   std::string device = "cpu";
-  std::string backend = "gloo";  // "gloo" or "nccl"
+  std::string backend = "gloo";  // --backend as asked: auto, gloo, shm, hier or nccl (comm/backend_choice.h)
   std::vector<ParamSpec> manifest;  // registration order
   BucketCaps bucket_caps;      // same on every rank
   // The first iteration this worker will report: 0 for a fresh start, the

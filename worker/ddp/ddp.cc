@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   // garbage on some backends). Named here, once, before anything pairs.
   const std::string mine = absl::StrCat("zero ", options.zero_stage, ", comm hook ",
                                         options.comm_hook ? options.comm_hook->name() : "allreduce");
-  absl::StatusOr<std::vector<std::string>> all = group->Allgather(mine, options.timeout);
+  absl::StatusOr<std::vector<std::string>> all = group->AllgatherBytes(mine, options.timeout);
   if (!all.ok()) return Annotate(all.status(), "DDP: comparing every rank's reduction options");
   for (size_t r = 0; r < all->size(); ++r) {
     if ((*all)[r] == mine) continue;

@@ -120,7 +120,7 @@ Tensor ZeroBuckets::GradShard(size_t b) const {
 }
 
 void ZeroBuckets::GatherParameters(size_t b) {
-  gathers_.push_back(group_->AllgatherShards(param_buffers_[b], absl::StrCat("parameters of bucket ", b)));
+  gathers_.push_back(group_->Allgather(param_buffers_[b], absl::StrCat("parameters of bucket ", b)));
 }
 
 absl::Status ZeroBuckets::WaitParameters() {

@@ -148,7 +148,7 @@ absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
   // Combined in rank order on every rank: every rank gets the same norm.
   std::string bytes(sizeof(double), '\0');
   std::memcpy(bytes.data(), &mine, sizeof(double));
-  absl::StatusOr<std::vector<std::string>> all = shards_->group().Allgather(bytes, shards_->timeout());
+  absl::StatusOr<std::vector<std::string>> all = shards_->group().AllgatherBytes(bytes, shards_->timeout());
   if (!all.ok()) return Annotate(all.status(), "gradient norm (sharded): combining the ranks' partial sums");
   double total = 0;
   for (const std::string& b : *all) {
@@ -210,7 +210,7 @@ absl::StatusOr<NamedTensors> ShardedOptimizer::CheckpointState(bool keep) {
         ops::Copy(flat.View(static_cast<int64_t>(plan_.rank) * s, {s}), state_[b][k]);
       });
       if (!st.ok()) return st;
-      st = group.AllgatherShards(flat, absl::StrCat("optimizer state ", buffer_names_[k], " of bucket ", b))
+      st = group.Allgather(flat, absl::StrCat("optimizer state ", buffer_names_[k], " of bucket ", b))
                ->Wait(shards_->timeout());
       if (!st.ok()) return Annotate(st, absl::StrCat(name(), " (sharded): gathering the state for a checkpoint"));
       if (!keep) continue;

@@ -68,7 +68,7 @@ absl::StatusOr<EvalResult> EvaluateSharded(nn::Model& model, const data::Dataset
 
   EvalSums all = mine;
   if (group != nullptr && world > 1) {
-    absl::StatusOr<std::vector<std::string>> gathered = group->Allgather(Pack(mine), options.timeout);
+    absl::StatusOr<std::vector<std::string>> gathered = group->AllgatherBytes(Pack(mine), options.timeout);
     if (!gathered.ok()) return gathered.status();
     all = EvalSums();
     for (size_t r = 0; r < gathered->size(); ++r) {

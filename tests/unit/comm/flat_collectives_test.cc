@@ -1,5 +1,5 @@
 // Reduce-scatter and all-gather of flat buffers (ProcessGroup::
-// ReduceScatterSum / ReduceScatterAverage / AllgatherShards) on every CPU
+// ReduceScatterSum / ReduceScatterAverage / Allgather) on every CPU
 // backend, with real processes: gloo over 127.0.0.1, shm (staged and in a
 // collective buffer, reduced in place), hier over made-up hosts (2 x 2: the
 // sharded path; 3 + 1 interleaved: the leader path). Shards follow
@@ -116,7 +116,7 @@ TEST_P(FlatCollectives, ReduceScatterSumAndAverageEverySize) {
 }
 
 // Every rank fills only its own shard; afterwards every rank holds every shard.
-TEST_P(FlatCollectives, AllGatherEverySizeAndType) {
+TEST_P(FlatCollectives, AllgatherEverySizeAndType) {
   const FlatSetup s = GetParam();
   TempDir dir;
   const GroupOptions o = OptionsFor(s);
@@ -143,7 +143,7 @@ TEST_P(FlatCollectives, AllGatherEverySizeAndType) {
               }
             }
             ts.push_back(t);
-            works.push_back(pg->AllgatherShards(t, "params " + std::to_string(sizes[k])));
+            works.push_back(pg->Allgather(t, "params " + std::to_string(sizes[k])));
           }
           for (size_t k = 0; k < sizes.size(); ++k) {
             absl::Status st = works[k]->Wait(milliseconds(60000));
@@ -167,7 +167,7 @@ TEST_P(FlatCollectives, AllGatherEverySizeAndType) {
 // Reduce-scatter then all-gather of arbitrary floats leaves every rank with
 // the same bits; on shm they are the allreduce's bits (the same rank-order
 // sum), which --zero relies on to equal the unsharded run.
-TEST_P(FlatCollectives, ReduceScatterThenAllGatherIsAnAllreduce) {
+TEST_P(FlatCollectives, ReduceScatterThenAllgatherIsAnAllreduce) {
   const FlatSetup s = GetParam();
   TempDir dir;
   const GroupOptions o = OptionsFor(s);
@@ -184,13 +184,13 @@ TEST_P(FlatCollectives, ReduceScatterThenAllGatherIsAnAllreduce) {
         std::memcpy(b.data<float>(), v.data(), n * 4);
         absl::Status st = pg->ReduceScatterAverage(a, "grads")->Wait(milliseconds(20000));
         CHILD_CHECK(rank, st.ok(), st.ToString());
-        st = pg->AllgatherShards(a, "grads")->Wait(milliseconds(20000));
+        st = pg->Allgather(a, "grads")->Wait(milliseconds(20000));
         CHILD_CHECK(rank, st.ok(), st.ToString());
         st = pg->AllreduceAverage(b, "grads")->Wait(milliseconds(20000));
         CHILD_CHECK(rank, st.ok(), st.ToString());
         const std::vector<float> got = a.ToVector(), all = b.ToVector();
         const std::string bytes(reinterpret_cast<const char*>(got.data()), n * 4);
-        auto everyone = pg->Allgather(bytes, milliseconds(20000));
+        auto everyone = pg->AllgatherBytes(bytes, milliseconds(20000));
         CHILD_CHECK(rank, everyone.ok(), everyone.status().ToString());
         for (const std::string& other : *everyone) CHILD_CHECK(rank, other == bytes, "ranks hold different bits");
         for (size_t i = 0; i < n; ++i) {
@@ -218,7 +218,7 @@ TEST_P(FlatCollectives, BadInputFailsTheWorkNotTheGroup) {
         absl::Status st = pg->ReduceScatterSum(Tensor::Zeros({8}, kInt64), "ints")->Wait(milliseconds(1000));
         CHILD_CHECK(rank, st.code() == absl::StatusCode::kInvalidArgument && Has(st, "reduce-scatter 'ints'"),
                     st.ToString());
-        st = pg->AllgatherShards(Tensor(), "none")->Wait(milliseconds(1000));
+        st = pg->Allgather(Tensor(), "none")->Wait(milliseconds(1000));
         CHILD_CHECK(rank, st.code() == absl::StatusCode::kInvalidArgument && Has(st, "all-gather 'none'"),
                     st.ToString());
         st = pg->Barrier(milliseconds(20000));
@@ -251,14 +251,14 @@ TEST_P(FlatCollectives, PeerKilledMidCollectiveIsNamed) {
             raise(SIGKILL);
           });
           for (int k = 0;; ++k) {
-            (void)(k % 2 ? pg->AllgatherShards(t, "params 0") : pg->ReduceScatterSum(t, "bucket 0"))->Wait(timeout);
+            (void)(k % 2 ? pg->Allgather(t, "params 0") : pg->ReduceScatterSum(t, "bucket 0"))->Wait(timeout);
           }
         }
         absl::Status st;
         long long ms = 0;  // how long the failing collective took
         for (int k = 0; k < 100000 && st.ok(); ++k) {
           const auto t0 = Clock::now();
-          st = (k % 2 ? pg->AllgatherShards(t, "params 0") : pg->ReduceScatterSum(t, "bucket 0"))->Wait(timeout);
+          st = (k % 2 ? pg->Allgather(t, "params 0") : pg->ReduceScatterSum(t, "bucket 0"))->Wait(timeout);
           ms = MsSince(t0);
           if (k == 3 && rank == 0) steps_done.Notify();
         }

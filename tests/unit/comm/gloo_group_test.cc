@@ -104,9 +104,9 @@ int Collectives(int rank, int size, const std::string& dir) {
   CHILD_CHECK(rank, st.ok(), st.ToString());
   for (float x : b.ToVector()) CHILD_CHECK(rank, x == 42.5f, "broadcast");
 
-  // Allgather of different-length strings (rank 0 sends an empty one).
+  // AllgatherBytes of different-length strings (rank 0 sends an empty one).
   std::string mine(static_cast<size_t>(rank * 3), static_cast<char>('a' + rank));
-  auto all = pg->Allgather(mine, milliseconds(10000));
+  auto all = pg->AllgatherBytes(mine, milliseconds(10000));
   CHILD_CHECK(rank, all.ok(), all.status().ToString());
   CHILD_CHECK(rank, static_cast<int>(all->size()) == size, "allgather size");
   for (int r = 0; r < size; ++r) {
@@ -114,7 +114,7 @@ int Collectives(int rank, int size, const std::string& dir) {
                 "allgather entry " + std::to_string(r));
   }
   // Binary payload with NULs.
-  auto bin = pg->Allgather(std::string("\0x\0", 3), milliseconds(10000));
+  auto bin = pg->AllgatherBytes(std::string("\0x\0", 3), milliseconds(10000));
   CHILD_CHECK(rank, bin.ok() && (*bin)[0] == std::string("\0x\0", 3), "binary allgather");
 
   st = pg->Barrier(milliseconds(10000));
@@ -167,7 +167,7 @@ TEST(GlooGroup, WorldOfOne) {
   Tensor t = Tensor::Full({5}, 3.0f);
   ASSERT_TRUE(pg->AllreduceSum(t, "solo")->Wait(milliseconds(5000)).ok());
   EXPECT_EQ(t.ToVector()[4], 3.0f);
-  auto all = pg->Allgather("me", milliseconds(5000));
+  auto all = pg->AllgatherBytes("me", milliseconds(5000));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->at(0), "me");
   EXPECT_TRUE(pg->Barrier(milliseconds(5000)).ok());
@@ -352,7 +352,7 @@ TEST(GlooGroup, AbortFromAnotherThread) {
         absl::Status later = pg->Barrier(milliseconds(10000));
         CHILD_CHECK(rank, later.code() == absl::StatusCode::kAborted && Has(later, "coordinator said stop"),
                     later.ToString());
-        auto gathered = pg->Allgather("x", milliseconds(10000));
+        auto gathered = pg->AllgatherBytes("x", milliseconds(10000));
         CHILD_CHECK(rank, gathered.status().code() == absl::StatusCode::kAborted, gathered.status().ToString());
         const auto t2 = Clock::now();
         pg.reset();

@@ -76,7 +76,7 @@ TEST(HierGroup, EveryRankGetsTheSameBits) {
           CHILD_CHECK(rank, st.ok(), st.ToString());
           const std::vector<float> v = t.ToVector();
           const std::string bytes(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-          auto all = pg->Allgather(bytes, milliseconds(20000));
+          auto all = pg->AllgatherBytes(bytes, milliseconds(20000));
           CHILD_CHECK(rank, all.ok(), all.status().ToString());
           for (const std::string& other : *all) CHILD_CHECK(rank, other == bytes, "ranks differ");
           if (run == 0) first = bytes;
@@ -105,7 +105,7 @@ TEST(HierGroup, BroadcastFromEveryRootAllgatherBarrier) {
           CHILD_CHECK(rank, b.ToVector() == IntValues(root, n), "broadcast from " + std::to_string(root));
         }
         const std::string mine(static_cast<size_t>(rank * 700), static_cast<char>('a' + rank));
-        auto all = pg->Allgather(mine, milliseconds(20000));
+        auto all = pg->AllgatherBytes(mine, milliseconds(20000));
         CHILD_CHECK(rank, all.ok(), all.status().ToString());
         for (int r = 0; r < 4; ++r) {
           CHILD_CHECK(rank, (*all)[static_cast<size_t>(r)] == std::string(static_cast<size_t>(r * 700),

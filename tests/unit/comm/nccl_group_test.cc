@@ -50,14 +50,14 @@ class NcclWorld1 : public ::testing::Test {
 // Reduce-scatter and all-gather of flat buffers: in place when the length
 // is a whole number of shards, through the padded copy otherwise (17, 1000
 // floats at world 1: shards are rounded up to 16 floats).
-TEST_F(NcclWorld1, ReduceScatterAndAllGatherInPlaceAndPadded) {
+TEST_F(NcclWorld1, ReduceScatterAndAllgatherInPlaceAndPadded) {
   for (int64_t n : {int64_t{1} << 20, int64_t{1000}, int64_t{17}, int64_t{0}}) {
     Tensor t = Tensor::Full({n}, 1.5f, Device::CUDA(0));
     absl::Status st = pg_->ReduceScatterSum(t, "bucket 0")->Wait(milliseconds(30000));
     ASSERT_TRUE(st.ok()) << n << ": " << st;
     st = pg_->ReduceScatterAverage(t, "bucket 0")->Wait(milliseconds(30000));
     ASSERT_TRUE(st.ok()) << n << ": " << st;
-    st = pg_->AllgatherShards(t, "params 0")->Wait(milliseconds(30000));
+    st = pg_->Allgather(t, "params 0")->Wait(milliseconds(30000));
     ASSERT_TRUE(st.ok()) << n << ": " << st;
     for (float v : t.ToVector()) ASSERT_EQ(v, 1.5f) << n;
   }
@@ -79,7 +79,7 @@ TEST_F(NcclWorld1, AllreduceAndBroadcast) {
   ASSERT_TRUE(pg_->Broadcast(b, 0, "weights")->Wait(milliseconds(30000)).ok());
   EXPECT_EQ(b.ToVector()[99], 7.0f);
 
-  auto all = pg_->Allgather("hello", milliseconds(5000));
+  auto all = pg_->AllgatherBytes("hello", milliseconds(5000));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->at(0), "hello");
   EXPECT_TRUE(pg_->Barrier(milliseconds(30000)).ok());

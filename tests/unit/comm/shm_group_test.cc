@@ -270,7 +270,7 @@ TEST(ShmGroup, BroadcastAllgatherBarrier) {
         // Different lengths, rank 0 empty, one longer than a slot; binary bytes.
         std::string mine(static_cast<size_t>(rank == 2 ? 3000 : rank * 5), static_cast<char>('a' + rank));
         if (rank == 1) mine[2] = '\0';
-        auto all = pg->Allgather(mine, milliseconds(10000));
+        auto all = pg->AllgatherBytes(mine, milliseconds(10000));
         CHILD_CHECK(rank, all.ok(), all.status().ToString());
         CHILD_CHECK(rank, all->size() == static_cast<size_t>(size), "allgather size");
         for (int r = 0; r < size; ++r) {
@@ -347,7 +347,7 @@ TEST(ShmGroup, WorldOfOneNeedsNoSharedMemory) {
   Tensor t = Tensor::Full({5}, 3.0f);
   ASSERT_TRUE(pg->AllreduceSum(t, "solo")->Wait(milliseconds(5000)).ok());
   EXPECT_EQ(t.ToVector()[4], 3.0f);
-  auto all = pg->Allgather("me", milliseconds(5000));
+  auto all = pg->AllgatherBytes("me", milliseconds(5000));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->at(0), "me");
   EXPECT_TRUE(pg->Barrier(milliseconds(5000)).ok());

@@ -128,13 +128,13 @@ class FailingAllreduceGroup : public comm::ProcessGroup {
   std::shared_ptr<comm::Work> ReduceScatterSum(Tensor, const std::string&) override {
     return std::make_shared<FailingWork>();
   }
-  std::shared_ptr<comm::Work> AllgatherShards(Tensor, const std::string&) override {
+  std::shared_ptr<comm::Work> Allgather(Tensor, const std::string&) override {
     return std::make_shared<FailingWork>();
   }
   std::shared_ptr<comm::Work> Broadcast(Tensor, int, const std::string&) override {
     return std::make_shared<OkWork>();
   }
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& b, std::chrono::milliseconds) override {
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& b, std::chrono::milliseconds) override {
     return std::vector<std::string>{b, b};
   }
   absl::Status Barrier(std::chrono::milliseconds) override { return absl::OkStatus(); }

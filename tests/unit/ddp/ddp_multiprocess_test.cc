@@ -244,10 +244,10 @@ TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
         CHILD_CHECK(rank, st.ok(), st.ToString());
         const std::vector<size_t>& order = reducer.recorded_ready_order();
         CHILD_CHECK(rank, order.size() == 6, "recorded order covers all parameters");
-        auto orders = pg->Allgather(absl::StrJoin(order, ","), milliseconds(20000));
+        auto orders = pg->AllgatherBytes(absl::StrJoin(order, ","), milliseconds(20000));
         CHILD_CHECK(rank, orders.ok(), orders.status().ToString());
         CHILD_CHECK(rank, (*orders)[0] != (*orders)[1], "ranks 0 and 1 observed different orders");
-        auto plans = pg->Allgather(PlanString(reducer.bucket_plan()), milliseconds(20000));
+        auto plans = pg->AllgatherBytes(PlanString(reducer.bucket_plan()), milliseconds(20000));
         CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
         for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], "plans differ");
         // The plan is rank 0's observed order, packed with the same caps.
@@ -268,7 +268,7 @@ TEST_P(DdpMultiProcess, RebuildFromObservedOrderIdenticalOnAllRanks) {
               p.grad().defined() ? p.grad().ToVector() : std::vector<float>(static_cast<size_t>(p.data().numel()), 0.0f);
           local.append(reinterpret_cast<const char*>(g.data()), g.size() * sizeof(float));
         }
-        auto locals = pg->Allgather(local, milliseconds(20000));
+        auto locals = pg->AllgatherBytes(local, milliseconds(20000));
         CHILD_CHECK(rank, locals.ok(), locals.status().ToString());
         const auto params = mlp->parameters();
         size_t at = 0;

@@ -103,6 +103,37 @@ inline std::vector<std::vector<float>> RunReference(const Scenario& sc) {
   return out;
 }
 
+// Knows which MLP layers every rank skips at every step (layer k's weight
+// and bias are parameters 2k and 2k+1), so it has each iteration's global
+// used set while backward runs, as the coordinator's plan does
+// (KnowsAhead): the reducer skips buckets unused on every rank.
+class ScriptedSource : public UnusedParameterSource {
+ public:
+  using LayerSkips = std::function<std::set<int>(int step, int rank)>;
+  ScriptedSource(int world, size_t params, LayerSkips skips)
+      : world_(world), params_(params), skips_(std::move(skips)) {}
+  void Submit(int64_t, const std::vector<uint8_t>&) override {}
+  absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, std::chrono::milliseconds) override {
+    return Used(iteration);
+  }
+  bool KnowsAhead() const override { return true; }
+  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override { return Used(iteration); }
+
+ private:
+  std::vector<uint8_t> Used(int64_t iteration) const {
+    std::vector<uint8_t> used(params_, 0);
+    for (size_t i = 0; i < params_; ++i) {
+      for (int r = 0; r < world_; ++r) {
+        if (!skips_(static_cast<int>(iteration), r).count(static_cast<int>(i / 2))) used[i] = 1;
+      }
+    }
+    return used;
+  }
+  const int world_;
+  const size_t params_;
+  const LayerSkips skips_;
+};
+
 // Records every iteration's launch order.
 class OrderObserver : public ReducerObserver {
  public:
@@ -201,7 +232,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
              absl::StrCat("iteration ", t.iteration, " launch order ", absl::StrJoin(t.launch_order, ",")));
   }
   // Same bucket plan on every rank.
-  auto plans = pg->Allgather(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
+  auto plans = pg->AllgatherBytes(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
   CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
   for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], absl::StrCat("plans differ: ", p, " vs ", (*plans)[0]));
   // Weights equal the full-batch reference.
@@ -222,7 +253,7 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
                  sc.backend.c_str(), sc.steps, static_cast<double>(worst));
   }
   // Every rank holds the very same weights (also under compression).
-  auto weights = pg->Allgather(all_weights, std::chrono::milliseconds(20000));
+  auto weights = pg->AllgatherBytes(all_weights, std::chrono::milliseconds(20000));
   CHILD_CHECK(rank, weights.ok(), weights.status().ToString());
   for (const auto& w : *weights) CHILD_CHECK(rank, w == (*weights)[0], "ranks ended with different weights");
   return 0;

@@ -43,36 +43,6 @@ struct ZeroCase {
 
 std::string CaseName(const ::testing::TestParamInfo<ZeroCase>& info) { return info.param.name; }
 
-std::set<int> Skips(const ZeroCase& zc, int step, int rank);
-
-// Knows every rank's skips, so it has each iteration's global used set
-// while backward runs, as the coordinator's plan does (KnowsAhead): the
-// reducer skips buckets unused on every rank.
-class ScriptedSource : public UnusedParameterSource {
- public:
-  ScriptedSource(const ZeroCase& zc, size_t params) : zc_(zc), params_(params) {}
-  void Submit(int64_t, const std::vector<uint8_t>&) override {}
-  absl::StatusOr<std::vector<uint8_t>> GlobalUsed(int64_t iteration, std::chrono::milliseconds) override {
-    return Used(iteration);
-  }
-  bool KnowsAhead() const override { return true; }
-  std::optional<std::vector<uint8_t>> TryGlobalUsed(int64_t iteration) override { return Used(iteration); }
-
- private:
-  // MLP parameters: layer k's weight and bias are 2k and 2k+1.
-  std::vector<uint8_t> Used(int64_t iteration) const {
-    std::vector<uint8_t> used(params_, 0);
-    for (size_t i = 0; i < params_; ++i) {
-      for (int r = 0; r < zc_.world; ++r) {
-        if (!Skips(zc_, static_cast<int>(iteration), r).count(static_cast<int>(i / 2))) used[i] = 1;
-      }
-    }
-    return used;
-  }
-  const ZeroCase zc_;
-  const size_t params_;
-};
-
 struct RunResult {
   std::vector<std::vector<float>> weights;
   int64_t state_bytes = 0;
@@ -112,7 +82,10 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
   opts.rebuild = RebuildMode::kBroadcastFromRank0;  // the default: a new layout after the first backward
   opts.zero_stage = zero;
   std::shared_ptr<UnusedParameterSource> source;
-  if (zc.scripted) source = std::make_shared<ScriptedSource>(zc, mlp->parameters().size());
+  if (zc.scripted) {
+    source = std::make_shared<ScriptedSource>(zc.world, mlp->parameters().size(),
+                                              [zc](int step, int r) { return Skips(zc, step, r); });
+  }
   auto ddp_or = DistributedDataParallel::Create(mlp, pg, opts, source);
   if (!ddp_or.ok()) {
     std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp_or.status().ToString().c_str());

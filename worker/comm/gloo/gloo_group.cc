@@ -300,14 +300,14 @@ std::shared_ptr<Work> GlooGroup::ReduceScatterSum(Tensor tensor, const std::stri
   });
 }
 
-std::shared_ptr<Work> GlooGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> GlooGroup::Allgather(Tensor tensor, const std::string& name) {
   const std::string desc = Describe("all-gather", name, tensor);
   if (absl::Status st = CheckFlat(desc, tensor, /*sum=*/false); !st.ok()) {
     return internal::SerialQueue::Failed(desc, st);
   }
   const Millis timeout = options_.timeout;
   return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
-    gloo_ring::AllGather(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+    gloo_ring::Allgather(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                          tensor.element_size());
   });
 }
@@ -337,7 +337,7 @@ std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::s
                          });
 }
 
-absl::StatusOr<std::vector<std::string>> GlooGroup::Allgather(const std::string& bytes, Millis timeout) {
+absl::StatusOr<std::vector<std::string>> GlooGroup::AllgatherBytes(const std::string& bytes, Millis timeout) {
   const std::string desc = absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_,
                                         " of ", size_);
   auto result = std::make_shared<std::vector<std::string>>();

@@ -2,7 +2,7 @@
 //
 // Threads and ownership:
 //  * The caller's threads issue collectives (AllreduceSum, ReduceScatterSum,
-//    AllgatherShards, Broadcast, Allgather, Barrier) and Wait on Work
+//    Allgather, Broadcast, AllgatherBytes, Barrier) and Wait on Work
 //    handles; Abort may come from any thread. Issuing only enqueues.
 //  * One communication thread per group (the shared internal::SerialQueue,
 //    as shm and hier) runs the queued collectives strictly in issue order,
@@ -70,10 +70,10 @@ class GlooGroup : public ProcessGroup {
   // `tensor` must be a CPU tensor; the Work keeps a handle to it.
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
-  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                          std::chrono::milliseconds timeout) override;
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;
 

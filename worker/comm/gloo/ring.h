@@ -20,7 +20,7 @@ namespace psync::comm::gloo_ring {
 
 // Slot prefixes of these algorithms (Gloo's own use 0x01..0x08).
 inline constexpr uint8_t kReduceScatterSlotPrefix = 0x50;
-inline constexpr uint8_t kAllGatherSlotPrefix = 0x51;
+inline constexpr uint8_t kAllgatherSlotPrefix = 0x51;
 
 // n-1 steps: at step i rank r sends its partial sum of shard (r-i-1) to
 // rank r+1 and adds what rank r-1 sends of shard (r-i-2) into its own; so
@@ -31,7 +31,7 @@ void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std:
 
 // n-1 steps: at step i rank r sends shard (r-i) to rank r+1 and receives
 // shard (r-i-1) from rank r-1, in place. Any element type.
-void AllGather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
+void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
                void* data, size_t count, size_t elem_size);
 
 }  // namespace psync::comm::gloo_ring

@@ -1,70 +1,50 @@
-// Hierarchical allgather of byte strings: shm allgather within the host,
-// the host leaders exchange their hosts' lists over Gloo, and each leader
-// shares the whole list with its host (length, then bytes).
+// Hierarchical all-gather of a flat buffer, the reverse of
+// hier/reduce_scatter.cc. Sharded layout: my shard goes to its place in
+// the staging buffer (block = my local rank, part = my host), a Gloo
+// all-gather of my block among the local-rank-j ranks of every host fills
+// the block, an shm all-gather of the staging buffer fills every block,
+// and the shards go back to their places in the tensor. Hosts of
+// different sizes: every rank's shard is broadcast from its owner.
 #include <cstring>
 
 #include "common/status_macros.h"
+#include "worker/comm/flat_shard.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::hier {
-namespace {
 
-std::string Pack(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const std::string& s : parts) {
-    const uint64_t len = s.size();
-    out.append(reinterpret_cast<const char*>(&len), sizeof(len));
-    out += s;
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::string>> Unpack(const std::string& blob, size_t expected) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < blob.size()) {
-    uint64_t len = 0;
-    if (blob.size() - pos < sizeof(len)) break;
-    std::memcpy(&len, blob.data() + pos, sizeof(len));
-    pos += sizeof(len);
-    if (blob.size() - pos < len) break;
-    out.push_back(blob.substr(pos, len));
-    pos += len;
-  }
-  if (pos != blob.size() || out.size() != expected) {
-    return absl::InternalError(absl::StrCat("hier allgather: malformed list (", out.size(), " of ", expected,
-                                            " entries)"));
-  }
-  return out;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<std::string>> Allgather(HierParts& p, const std::string& desc, const std::string& bytes) {
-  PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> host_parts, shm::AllgatherBytes(*p.local, desc, bytes));
-  std::string all;  // every host's packed list, packed in host order (leaders only at first)
-  if (p.is_leader()) {
-    std::vector<std::string> hosts = {Pack(host_parts)};
-    if (p.leaders->size() > 1) {
-      absl::StatusOr<std::vector<std::string>> got = p.leaders->Allgather(hosts[0], p.timeout);
-      if (!got.ok()) return Annotate(got.status(), absl::StrCat(desc, ": allgather among host leaders"));
-      hosts = std::move(*got);
+absl::Status Allgather(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t) {
+  const int world = p.topology.world_size(), hosts = p.topology.num_hosts();
+  const size_t n = static_cast<size_t>(t.numel()), es = t.element_size();
+  if (!p.sharded) {
+    // Rare (uneven hosts) and simple: W broadcasts of one shard each.
+    Tensor flat = t.Flatten();
+    for (int r = 0; r < world; ++r) {
+      const ShardRange g = ShardOf(n, world, r, es);
+      if (g.empty()) continue;
+      PSYNC_RETURN_IF_ERROR(
+          Broadcast(p, desc, name, flat.View(static_cast<int64_t>(g.begin), {static_cast<int64_t>(g.size())}), r));
     }
-    all = Pack(hosts);
+    return absl::OkStatus();
   }
-  uint64_t len = all.size();
-  PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, "allgather length", &len, sizeof(len), 0));
-  all.resize(len);
-  PSYNC_RETURN_IF_ERROR(shm::Broadcast(*p.local, desc, "allgather", all.data(), len, 0));
-  PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> hosts, Unpack(all, static_cast<size_t>(p.topology.num_hosts())));
-  std::vector<std::string> out(static_cast<size_t>(p.topology.world_size()));
-  for (int h = 0; h < p.topology.num_hosts(); ++h) {
-    const std::vector<int>& ranks = p.topology.ranks_on_host(h);
-    PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> parts, Unpack(hosts[static_cast<size_t>(h)], ranks.size()));
-    for (size_t k = 0; k < ranks.size(); ++k) out[static_cast<size_t>(ranks[k])] = std::move(parts[k]);
+  const size_t s = ShardSize(n, world, es);
+  Tensor staging = Tensor::Zeros({static_cast<int64_t>(s * static_cast<size_t>(world))}, t.dtype());
+  char* base = static_cast<char*>(t.raw_data());
+  char* stage = static_cast<char*>(staging.raw_data());
+  const ShardRange own = ShardOf(n, world, p.rank, es);
+  if (!own.empty()) std::memcpy(stage + StagingOffset(p, p.rank, s) * es, base + own.begin * es, own.size() * es);
+  if (hosts > 1) {
+    const size_t block = static_cast<size_t>(p.local->local_rank()) * static_cast<size_t>(hosts) * s;
+    Tensor mine = staging.View(static_cast<int64_t>(block), {static_cast<int64_t>(s * static_cast<size_t>(hosts))});
+    PSYNC_RETURN_IF_ERROR(WaitCross(p.cross->Allgather(mine, name), p, desc, "all-gather of this rank's block"));
   }
-  return out;
+  PSYNC_RETURN_IF_ERROR(shm::Allgather(*p.local, desc, name, stage, static_cast<size_t>(staging.numel()), t.dtype()));
+  for (int r = 0; r < world; ++r) {
+    const ShardRange g = ShardOf(n, world, r, es);
+    if (!g.empty() && r != p.rank) std::memcpy(base + g.begin * es, stage + StagingOffset(p, r, s) * es, g.size() * es);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace psync::comm::hier

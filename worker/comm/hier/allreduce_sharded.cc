@@ -30,7 +30,7 @@ absl::Status AllreduceSharded(HierParts& p, const std::string& desc, const std::
       PSYNC_RETURN_IF_ERROR(WaitCross(p.cross->AllreduceSum(shard, name), p, desc, "allreduce of this rank's shard"));
     }
   }
-  return shm::AllGather(*p.local, desc, name, data, n, t.dtype());
+  return shm::Allgather(*p.local, desc, name, data, n, t.dtype());
 }
 
 }  // namespace psync::comm::hier

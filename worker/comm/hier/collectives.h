@@ -22,14 +22,14 @@ absl::Status AllreduceSharded(HierParts& p, const std::string& desc, const std::
 // rank 0s, shm broadcast.
 absl::Status AllreduceLeader(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t);
 // Flat-buffer reduce-scatter and all-gather over the whole world (shards by
-// comm/flat_shard.h); hier/reduce_scatter.cc, all_gather.cc.
+// comm/flat_shard.h); hier/reduce_scatter.cc, allgather.cc.
 absl::Status ReduceScatter(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t);
-absl::Status AllGather(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t);
+absl::Status Allgather(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t);
 // Where global rank `rank`'s shard of `shard` elements sits in their
 // staging buffer: block (its local rank), part (its host).
 size_t StagingOffset(const HierParts& p, int rank, size_t shard);
 absl::Status Broadcast(HierParts& p, const std::string& desc, const std::string& name, const Tensor& t, int root);
-absl::StatusOr<std::vector<std::string>> Allgather(HierParts& p, const std::string& desc, const std::string& bytes);
+absl::StatusOr<std::vector<std::string>> AllgatherBytes(HierParts& p, const std::string& desc, const std::string& bytes);
 absl::Status Barrier(HierParts& p, const std::string& desc);
 
 // Waits for a cross-host Work with the group's timeout, naming the stage.

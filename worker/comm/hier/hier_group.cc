@@ -111,7 +111,7 @@ std::shared_ptr<Work> HierGroup::ReduceScatterSum(Tensor tensor, const std::stri
   return Flat(std::move(tensor), name, /*sum=*/true);
 }
 
-std::shared_ptr<Work> HierGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> HierGroup::Allgather(Tensor tensor, const std::string& name) {
   return Flat(std::move(tensor), name, /*sum=*/false);
 }
 
@@ -128,7 +128,7 @@ std::shared_ptr<Work> HierGroup::Flat(Tensor tensor, const std::string& name, bo
   }
   std::shared_ptr<hier::HierParts> p = parts_;
   return queue_->Enqueue(desc, [p, tensor, desc, name, sum](internal::SerialQueue::Clock::time_point) {
-    return sum ? hier::ReduceScatter(*p, desc, name, tensor) : hier::AllGather(*p, desc, name, tensor);
+    return sum ? hier::ReduceScatter(*p, desc, name, tensor) : hier::Allgather(*p, desc, name, tensor);
   });
 }
 
@@ -145,14 +145,14 @@ std::shared_ptr<Work> HierGroup::Broadcast(Tensor tensor, int root, const std::s
   return queue_->Enqueue(desc, [p, tensor, desc, name, root](internal::SerialQueue::Clock::time_point) { return hier::Broadcast(*p, desc, name, tensor, root); });
 }
 
-absl::StatusOr<std::vector<std::string>> HierGroup::Allgather(const std::string& bytes,
-                                                             std::chrono::milliseconds timeout) {
+absl::StatusOr<std::vector<std::string>> HierGroup::AllgatherBytes(const std::string& bytes,
+                                                                   std::chrono::milliseconds timeout) {
   const std::string desc =
       absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (hier)");
   auto result = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<hier::HierParts> p = parts_;
   auto work = queue_->Enqueue(desc, [p, desc, bytes, result](internal::SerialQueue::Clock::time_point) -> absl::Status {
-    absl::StatusOr<std::vector<std::string>> all = hier::Allgather(*p, desc, bytes);
+    absl::StatusOr<std::vector<std::string>> all = hier::AllgatherBytes(*p, desc, bytes);
     if (!all.ok()) return all.status();
     *result = std::move(*all);
     return absl::OkStatus();

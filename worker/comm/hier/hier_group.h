@@ -10,9 +10,9 @@
 //   3. shm all-gather of the shards.
 // Otherwise (hier/allreduce_leader.cc): shm reduce to local rank 0, Gloo
 // allreduce among the local rank 0s, shm broadcast.
-// Broadcast, Allgather and Barrier go the leader way (they are not hot).
+// Broadcast, AllgatherBytes and Barrier go the leader way (they are not hot).
 // Reduce-scatter and all-gather of flat buffers: hier/reduce_scatter.cc,
-// hier/all_gather.cc (shm within the host, Gloo among the ranks with the
+// hier/allgather.cc (shm within the host, Gloo among the ranks with the
 // same local rank; a leader fallback for hosts of different sizes).
 //
 // Summation order is fixed (local rank order within a host; the cross-host
@@ -51,10 +51,10 @@ class HierGroup : public ProcessGroup {
 
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
-  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                          std::chrono::milliseconds timeout) override;
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;
 

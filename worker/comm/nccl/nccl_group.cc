@@ -94,7 +94,7 @@ struct NcclGroup::State {
   int size = 0;
   int device = 0;
   Millis timeout{30000};
-  std::shared_ptr<Store> store;     // scoped with the prefix; used by Allgather
+  std::shared_ptr<Store> store;     // scoped with the prefix; used by AllgatherBytes
   cudaStream_t comm_stream = nullptr;     // owned: NCCL kernels only
   cudaStream_t compute_stream = nullptr;  // not owned: worker/tensor's stream of `device`
 
@@ -235,24 +235,57 @@ class NcclWork : public Work {
 };
 
 // ---------------------------------------------------------------- group
+namespace {
+
+// The device of `rank`: `requested` (>= 0), else rank % the visible count.
+absl::StatusOr<int> ChooseDevice(int rank, int requested) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: ", e != cudaSuccess ? CudaErr(e) : std::string("cudaGetDeviceCount returned 0"),
+        " (nccl backend needs a GPU; use backend \"gloo\" for CPU)"));
+  }
+  const int device = requested >= 0 ? requested : rank % count;
+  if (device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: cuda:", device, " requested but only ", count, " visible"));
+  }
+  return device;
+}
+
+// Rank 0 makes the communicator's unique id and publishes it in `store`;
+// the others wait up to `timeout` for it.
+absl::StatusOr<ncclUniqueId> ExchangeUniqueId(Store& store, int rank, Millis timeout, const std::string& where) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  const std::string key = "nccl_unique_id";
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return absl::UnavailableError(absl::StrCat(where, ": ncclGetUniqueId: ", NcclErr(r, nullptr)));
+    absl::Status st = store.Set(key, std::string(id.internal, sizeof(id.internal)));
+    if (!st.ok()) return Annotate(st, where);
+  } else {
+    absl::StatusOr<std::string> v = store.Get(key, timeout);
+    if (!v.ok()) return Annotate(v.status(), absl::StrCat(where, ": waiting for rank 0's unique id"));
+    if (v->size() != sizeof(id.internal)) {
+      return absl::InternalError(absl::StrCat(where, ": bad unique id of ", v->size(), " bytes in the store"));
+    }
+    std::memcpy(id.internal, v->data(), sizeof(id.internal));
+  }
+  return id;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ProcessGroup>> NcclGroup::Create(std::shared_ptr<Store> store, int rank, int size,
                                                                 NcclOptions options) {
   if (!store) return absl::InvalidArgumentError("NcclGroup::Create: store is null");
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("NcclGroup::Create: bad rank ", rank, " of ", size));
   }
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count <= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device: ", e != cudaSuccess ? CudaErr(e) : std::string("cudaGetDeviceCount returned 0"),
-        " (nccl backend needs a GPU; use backend \"gloo\" for CPU)"));
-  }
-  const int device = options.device >= 0 ? options.device : rank % count;
-  if (device >= count) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: cuda:", device, " requested but only ", count, " visible"));
-  }
+  PSYNC_ASSIGN_OR_RETURN(const int device, ChooseDevice(rank, options.device));
+  cudaError_t e = cudaSuccess;
   const std::string where = absl::StrCat("nccl init of rank ", rank, " of ", size, " on cuda:", device);
   if ((e = cudaSetDevice(device)) != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat(where, ": cudaSetDevice: ", CudaErr(e)));
@@ -271,23 +304,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> NcclGroup::Create(std::shared_ptr<
   state->timeout = options.timeout;
   state->store = options.prefix.empty() ? store : std::make_shared<PrefixStore>(options.prefix, store);
 
-  // Unique id exchange through the store.
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
-  const std::string key = "nccl_unique_id";
-  if (rank == 0) {
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) return absl::UnavailableError(absl::StrCat(where, ": ncclGetUniqueId: ", NcclErr(r, nullptr)));
-    absl::Status st = state->store->Set(key, std::string(id.internal, sizeof(id.internal)));
-    if (!st.ok()) return Annotate(st, where);
-  } else {
-    absl::StatusOr<std::string> v = state->store->Get(key, options.timeout);
-    if (!v.ok()) return Annotate(v.status(), absl::StrCat(where, ": waiting for rank 0's unique id"));
-    if (v->size() != sizeof(id.internal)) {
-      return absl::InternalError(absl::StrCat(where, ": bad unique id of ", v->size(), " bytes in the store"));
-    }
-    std::memcpy(id.internal, v->data(), sizeof(id.internal));
-  }
+  PSYNC_ASSIGN_OR_RETURN(const ncclUniqueId id, ExchangeUniqueId(*state->store, rank, options.timeout, where));
 
   // Non-blocking init, polled with the timeout.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -354,7 +371,7 @@ absl::Status NcclGroup::health() const {
 
 namespace {
 
-enum class Kind { kAllreduce, kBroadcast, kReduceScatter, kAllGather };
+enum class Kind { kAllreduce, kBroadcast, kReduceScatter, kAllgather };
 
 ncclDataType_t NcclType(DType t) {
   return t == kBFloat16 ? ncclBfloat16 : t == kFloat16 ? ncclHalf : ncclFloat;
@@ -386,23 +403,66 @@ ncclResult_t IssueFlat(NcclGroup::State* s, Kind kind, const Tensor& tensor, Ten
   return ncclSuccess;
 }
 
-std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kind, Tensor tensor, int root,
-                            std::string desc) {
-  auto fail = [&](absl::Status st) { return std::make_shared<NcclWork>(desc, s, Tensor(), nullptr, std::move(st)); };
-  if (!tensor.defined() || !tensor.device().is_cuda() || tensor.device().index != s->device) {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat(desc, ": nccl needs a tensor on cuda:", s->device, ", got ",
-                     tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor"))));
+// What Issue takes: a contiguous tensor on the group's device, summable
+// for a sum, and a root in range for a broadcast.
+absl::Status CheckIssue(const NcclGroup::State& s, Kind kind, const Tensor& tensor, int root,
+                        const std::string& desc) {
+  if (!tensor.defined() || !tensor.device().is_cuda() || tensor.device().index != s.device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(desc, ": nccl needs a tensor on cuda:", s.device, ", got ",
+                     tensor.defined() ? tensor.device().ToString() : std::string("an undefined tensor")));
   }
   const bool summable = tensor.dtype() == kFloat32 || tensor.dtype() == kBFloat16 || tensor.dtype() == kFloat16;
   const bool sums = kind == Kind::kAllreduce || kind == Kind::kReduceScatter;
   if (!tensor.is_contiguous() || (sums && !summable)) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        desc, ": nccl needs a contiguous tensor (float32/bfloat16/float16 for a sum), got ", tensor.DebugString())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        desc, ": nccl needs a contiguous tensor (float32/bfloat16/float16 for a sum), got ", tensor.DebugString()));
   }
-  if (kind == Kind::kBroadcast && (root < 0 || root >= s->size)) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range")));
+  if (kind == Kind::kBroadcast && (root < 0 || root >= s.size)) {
+    return absl::InvalidArgumentError(absl::StrCat(desc, ": root out of range"));
   }
+  return absl::OkStatus();
+}
+
+// Caller holds s->mu; the comm stream already waits on the compute stream.
+// Enqueues the collective on a non-empty tensor (a flat one on `scratch`
+// when that is defined) and settles the non-blocking call. Allreduce and
+// reduce-scatter sum float32 / bfloat16 / float16; a broadcast and an
+// all-gather move bytes (any dtype).
+ncclResult_t LaunchCollective(NcclGroup::State* s, Kind kind, const Tensor& tensor, const Tensor& scratch, int root) {
+  void* p = tensor.raw_data();
+  const ncclDataType_t type = NcclType(tensor.dtype());
+  const size_t n = static_cast<size_t>(tensor.numel()), es = tensor.element_size();
+  const size_t shard = ShardSize(n, s->size, es);
+  char* buf = scratch.defined() ? static_cast<char*>(scratch.raw_data()) : static_cast<char*>(p);
+  char* own = buf + static_cast<size_t>(s->rank) * shard * es;
+  ncclResult_t r = ncclSuccess;
+  switch (kind) {
+    case Kind::kAllreduce: r = ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream); break;
+    case Kind::kBroadcast: r = ncclBroadcast(p, p, tensor.nbytes(), ncclUint8, root, s->comm, s->comm_stream); break;
+    case Kind::kReduceScatter: r = ncclReduceScatter(buf, own, shard, type, ncclSum, s->comm, s->comm_stream); break;
+    case Kind::kAllgather: r = ncclAllGather(own, buf, shard * es, ncclUint8, s->comm, s->comm_stream); break;
+  }
+  return s->SettleLocked(r, Clock::now() + s->timeout);
+}
+
+// The result of a flat collective run on `scratch` (the padded copy) back
+// into the tensor, on the comm stream after the collective: this rank's
+// shard after a reduce-scatter, everything after an all-gather.
+cudaError_t CopyBackPadded(NcclGroup::State* s, Kind kind, const Tensor& tensor, const Tensor& scratch) {
+  const size_t n = static_cast<size_t>(tensor.numel()), es = tensor.element_size();
+  const ShardRange mine = ShardOf(n, s->size, s->rank, es);
+  const size_t off = kind == Kind::kReduceScatter ? mine.begin * es : 0;
+  const size_t bytes = kind == Kind::kReduceScatter ? mine.size() * es : n * es;
+  if (bytes == 0) return cudaSuccess;
+  return cudaMemcpyAsync(static_cast<char*>(tensor.raw_data()) + off, static_cast<char*>(scratch.raw_data()) + off,
+                         bytes, cudaMemcpyDeviceToDevice, s->comm_stream);
+}
+
+std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kind, Tensor tensor, int root,
+                            std::string desc) {
+  auto fail = [&](absl::Status st) { return std::make_shared<NcclWork>(desc, s, Tensor(), nullptr, std::move(st)); };
+  if (absl::Status st = CheckIssue(*s, kind, tensor, root, desc); !st.ok()) return fail(std::move(st));
   std::lock_guard<std::mutex> l(s->mu);
   if (!s->poison.ok()) {
     return fail(absl::Status(s->poison.code(), absl::StrCat(desc, " not run: process group failed earlier: ",
@@ -412,7 +472,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEvent_t ready = nullptr, done = nullptr;
   cudaError_t e = cudaSuccess;
   Tensor scratch;
-  const bool flat = kind == Kind::kReduceScatter || kind == Kind::kAllGather;
+  const bool flat = kind == Kind::kReduceScatter || kind == Kind::kAllgather;
   if (flat && tensor.numel() > 0) {
     try {
       if (IssueFlat(s.get(), kind, tensor, &scratch, &e) != ncclSuccess) {
@@ -439,32 +499,11 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclGroup::State>& s, Kind kin
   cudaEventDestroy(ready);  // released once the wait is satisfied
   ready = nullptr;
 
-  // Allreduce and reduce-scatter sum float32 / bfloat16 / float16; a
-  // broadcast and an all-gather move bytes (any dtype).
-  void* p = tensor.raw_data();
   ncclResult_t r = ncclSuccess;
   if (tensor.numel() > 0) {
-    const ncclDataType_t type = NcclType(tensor.dtype());
-    const size_t n = static_cast<size_t>(tensor.numel()), es = tensor.element_size();
-    const size_t shard = ShardSize(n, s->size, es);
-    char* buf = scratch.defined() ? static_cast<char*>(scratch.raw_data()) : static_cast<char*>(p);
-    char* own = buf + static_cast<size_t>(s->rank) * shard * es;
-    switch (kind) {
-      case Kind::kAllreduce: r = ncclAllReduce(p, p, n, type, ncclSum, s->comm, s->comm_stream); break;
-      case Kind::kBroadcast: r = ncclBroadcast(p, p, tensor.nbytes(), ncclUint8, root, s->comm, s->comm_stream); break;
-      case Kind::kReduceScatter: r = ncclReduceScatter(buf, own, shard, type, ncclSum, s->comm, s->comm_stream); break;
-      case Kind::kAllGather: r = ncclAllGather(own, buf, shard * es, ncclUint8, s->comm, s->comm_stream); break;
-    }
-    r = s->SettleLocked(r, Clock::now() + s->timeout);
-    if (r == ncclSuccess && scratch.defined()) {
-      // The result back into the tensor, on the comm stream after the collective.
-      const ShardRange mine = ShardOf(n, s->size, s->rank, es);
-      const size_t off = kind == Kind::kReduceScatter ? mine.begin * es : 0;
-      const size_t bytes = kind == Kind::kReduceScatter ? mine.size() * es : n * es;
-      if (bytes > 0 && (e = cudaMemcpyAsync(static_cast<char*>(p) + off, buf + off, bytes, cudaMemcpyDeviceToDevice,
-                                            s->comm_stream)) != cudaSuccess) {
-        return cuda_fail("cudaMemcpyAsync (padded copy back)");
-      }
+    r = LaunchCollective(s.get(), kind, tensor, scratch, root);
+    if (r == ncclSuccess && scratch.defined() && (e = CopyBackPadded(s.get(), kind, tensor, scratch)) != cudaSuccess) {
+      return cuda_fail("cudaMemcpyAsync (padded copy back)");
     }
   }
   if (r != ncclSuccess) {
@@ -494,10 +533,10 @@ std::shared_ptr<Work> NcclGroup::ReduceScatterSum(Tensor tensor, const std::stri
   return Issue(state_, Kind::kReduceScatter, std::move(tensor), 0, std::move(desc));
 }
 
-std::shared_ptr<Work> NcclGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> NcclGroup::Allgather(Tensor tensor, const std::string& name) {
   std::string desc = absl::StrCat("all-gather '", name, "' (", internal::FormatBytes(tensor.defined() ? tensor.nbytes() : 0),
                                   ") on rank ", rank_, " of ", size_, " (nccl, cuda:", device_, ")");
-  return Issue(state_, Kind::kAllGather, std::move(tensor), 0, std::move(desc));
+  return Issue(state_, Kind::kAllgather, std::move(tensor), 0, std::move(desc));
 }
 
 std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::string& name) {
@@ -506,7 +545,7 @@ std::shared_ptr<Work> NcclGroup::Broadcast(Tensor tensor, int root, const std::s
   return Issue(state_, Kind::kBroadcast, std::move(tensor), root, std::move(desc));
 }
 
-absl::StatusOr<std::vector<std::string>> NcclGroup::Allgather(const std::string& bytes, Millis timeout) {
+absl::StatusOr<std::vector<std::string>> NcclGroup::AllgatherBytes(const std::string& bytes, Millis timeout) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> l(state_->mu);

@@ -62,11 +62,11 @@ class NcclGroup : public ProcessGroup {
   // In place at rank x shard (NCCL's layout, which flat_shard.h's is); a
   // tensor whose length is not PaddedCount(...) goes through a padded copy.
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
-  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   // Small host buffers, exchanged through the store.
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                          std::chrono::milliseconds timeout) override;
   // A one-element allreduce, waited for on the host.
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;

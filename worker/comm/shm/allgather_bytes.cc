@@ -1,5 +1,5 @@
-// Allgather of byte strings of any lengths: one step exchanges the lengths,
-// then slot-sized chunks of every string.
+// AllgatherBytes: every rank's byte string, of any length, to every rank.
+// One step exchanges the lengths, then slot-sized chunks of every string.
 #include <algorithm>
 #include <cstring>
 

@@ -43,7 +43,7 @@ absl::Status ShardedSteps(ShmContext& ctx, ShmContext::Op& op, void* data, size_
 absl::Status ReduceScatter(ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
                            size_t count, DType type, float scale = 1.0f);
 // Every rank's shard of `data` is copied into every other rank's `data`.
-absl::Status AllGather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
+absl::Status Allgather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
                        DType type);
 // The same two on a tensor in a registered buffer, in place (no staging
 // through the slots); arguments as AllreduceInPlace. Both return once every
@@ -51,7 +51,7 @@ absl::Status AllGather(ShmContext& ctx, const std::string& desc, const std::stri
 absl::Status ReduceScatterInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                                   const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes,
                                   size_t count, DType type, float scale = 1.0f);
-absl::Status AllGatherInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
+absl::Status AllgatherInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
                               DType type);
 // Local rank `root`'s `bytes` bytes at `data` are copied to every rank.

@@ -40,7 +40,7 @@ inline constexpr int kMaxSlots = kDescriptorRing - 1;
 enum class OpKind : uint32_t {
   kAllreduce = 1,
   kReduceScatter = 2,
-  kAllGather = 3,
+  kAllgather = 3,
   kBroadcast = 4,
   kReduce = 5,
   kBarrier = 6,
@@ -48,7 +48,7 @@ enum class OpKind : uint32_t {
   kRegisterBuffer = 8,
   kAllreduceInPlace = 9,
   kReduceScatterInPlace = 10,
-  kAllGatherInPlace = 11,
+  kAllgatherInPlace = 11,
 };
 const char* OpKindName(OpKind kind);
 

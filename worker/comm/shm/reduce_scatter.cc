@@ -2,7 +2,7 @@
 // rank's shard of the tensor holds the sum of everyone's shard (times
 // `scale`, in the same pass). The
 // hierarchical allreduce runs this, then the cross-host allreduce of the
-// shard, then AllGather.
+// shard, then Allgather.
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

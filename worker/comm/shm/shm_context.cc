@@ -46,35 +46,8 @@ uint64_t RandomNonce() {
   return ((a << 32) ^ b ^ t) | 1;  // never 0
 }
 
-}  // namespace
-
-const char* OpKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kReduceScatter: return "reduce-scatter";
-    case OpKind::kAllGather: return "all-gather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kAllgatherBytes: return "allgather";
-    case OpKind::kRegisterBuffer: return "buffer registration";
-    case OpKind::kAllreduceInPlace: return "in-place allreduce";
-    case OpKind::kReduceScatterInPlace: return "in-place reduce-scatter";
-    case OpKind::kAllGatherInPlace: return "in-place all-gather";
-  }
-  return "collective";
-}
-
-ShmContext::ShmContext(std::vector<int> members, int me, ShmOptions options)
-    : members_(std::move(members)),
-      me_(me),
-      options_(std::move(options)),
-      spin_(options_.spin ? SpinPolicy::Fixed(*options_.spin)
-                          : SpinPolicy::Adaptive(options_.usable_cores > 0 ? options_.usable_cores : UsableCores(),
-                                                 static_cast<int>(members_.size()))) {}
-
-absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<Store> store, std::vector<int> members,
-                                                               int me, ShmOptions options) {
+// The arguments of ShmContext::Create, checked before anything is created.
+absl::Status CheckCreateArgs(const std::vector<int>& members, int me, const ShmOptions& options, bool has_store) {
   const int n = static_cast<int>(members.size());
   if (n < 1 || me < 0 || me >= n) {
     return absl::InvalidArgumentError(absl::StrCat("shm group: bad local rank ", me, " of ", n));
@@ -92,8 +65,41 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
                                                    " must be a multiple of 64 and at least 64 x ", n, " ranks"));
   }
   if (options.timeout.count() <= 0) return absl::InvalidArgumentError("shm group: timeout must be > 0");
-  if (n > 1 && !store) return absl::InvalidArgumentError("shm group: store is null");
+  if (n > 1 && !has_store) return absl::InvalidArgumentError("shm group: store is null");
+  return absl::OkStatus();
+}
 
+}  // namespace
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kReduceScatter: return "reduce-scatter";
+    case OpKind::kAllgather: return "all-gather";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kAllgatherBytes: return "allgather";
+    case OpKind::kRegisterBuffer: return "buffer registration";
+    case OpKind::kAllreduceInPlace: return "in-place allreduce";
+    case OpKind::kReduceScatterInPlace: return "in-place reduce-scatter";
+    case OpKind::kAllgatherInPlace: return "in-place all-gather";
+  }
+  return "collective";
+}
+
+ShmContext::ShmContext(std::vector<int> members, int me, ShmOptions options)
+    : members_(std::move(members)),
+      me_(me),
+      options_(std::move(options)),
+      spin_(options_.spin ? SpinPolicy::Fixed(*options_.spin)
+                          : SpinPolicy::Adaptive(options_.usable_cores > 0 ? options_.usable_cores : UsableCores(),
+                                                 static_cast<int>(members_.size()))) {}
+
+absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<Store> store, std::vector<int> members,
+                                                               int me, ShmOptions options) {
+  PSYNC_RETURN_IF_ERROR(CheckCreateArgs(members, me, options, store != nullptr));
+  const int n = static_cast<int>(members.size());
   std::shared_ptr<ShmContext> ctx(new ShmContext(std::move(members), me, std::move(options)));
   ctx->beats_.resize(static_cast<size_t>(n));
   if (n == 1) return ctx;
@@ -112,23 +118,10 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
   const ProcessIdentity self = SelfIdentity();
   const size_t bytes = kControlBytes + static_cast<size_t>(o.slots) * o.slot_bytes;
   const std::string name = ctx->SegmentNameOf(self, me, "");
-  absl::StatusOr<ShmSegment> own = ShmSegment::Create(name, bytes);
-  if (!own.ok()) return Annotate(own.status(), where);
-  ctx->own_ = std::move(*own);
-  auto* cb = new (ctx->own_.data()) ControlBlock();
-  const uint64_t nonce = RandomNonce();
-  cb->magic = kWorkspaceMagic;
-  cb->version = kWorkspaceVersion;
-  cb->rank = grank;
-  cb->nonce = nonce;
-  cb->pid = self.pid;
-  cb->start_time = self.start_time;
-  cb->pid_ns = self.pid_ns;
-  cb->slot_bytes = o.slot_bytes;
-  cb->slots = static_cast<uint32_t>(o.slots);
-  std::atomic_thread_fence(std::memory_order_release);
+  absl::StatusOr<uint64_t> nonce = ctx->CreateOwnWorkspace(self, name, bytes);
+  if (!nonce.ok()) return Annotate(nonce.status(), where);
 
-  PSYNC_RETURN_IF_ERROR(Annotate(scoped->Set(absl::StrCat("seg/", grank), absl::StrCat(name, " ", nonce)), where));
+  PSYNC_RETURN_IF_ERROR(Annotate(scoped->Set(absl::StrCat("seg/", grank), absl::StrCat(name, " ", *nonce)), where));
   std::vector<std::string> keys;
   for (int q = 0; q < n; ++q) keys.push_back(absl::StrCat("seg/", ctx->global_rank(q)));
   PSYNC_RETURN_IF_ERROR(Annotate(scoped->Wait(keys, o.timeout), where));
@@ -136,42 +129,12 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
   ctx->peers_.resize(static_cast<size_t>(n));
   ctx->blocks_.assign(static_cast<size_t>(n), nullptr);
   ctx->heartbeat_watch_.assign(static_cast<size_t>(n), false);
-  ctx->blocks_[static_cast<size_t>(me)] = cb;
+  ctx->blocks_[static_cast<size_t>(me)] = static_cast<ControlBlock*>(ctx->own_.data());
   bool any_heartbeat = false;
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
-    const int g = ctx->global_rank(q);
-    absl::StatusOr<std::string> v = scoped->Get(keys[static_cast<size_t>(q)], o.timeout);
-    if (!v.ok()) return Annotate(v.status(), where);
-    std::vector<std::string> parts = absl::StrSplit(*v, ' ');
-    uint64_t peer_nonce = 0;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &peer_nonce)) {
-      return absl::InternalError(absl::StrCat(where, ": malformed segment record of rank ", g, ": '", *v, "'"));
-    }
-    absl::StatusOr<ShmSegment> seg = ShmSegment::Open(parts[0], bytes);
-    if (!seg.ok()) {
-      if (seg.status().code() == absl::StatusCode::kNotFound) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            where, ": the shared-memory segment of rank ", g, " (/dev/shm", parts[0],
-            ") is not visible here: ranks ", grank, " and ", g,
-            " were put on the same host but do not share /dev/shm (check PSYNC_HOST_ID / LOCAL_WORLD_SIZE, or use "
-            "--backend=gloo)"));
-      }
-      return Annotate(seg.status(), absl::StrCat(where, ": mapping rank ", g, "'s workspace"));
-    }
-    auto* pb = static_cast<ControlBlock*>(seg->data());
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (pb->magic != kWorkspaceMagic || pb->version != kWorkspaceVersion || pb->nonce != peer_nonce ||
-        pb->rank != g || pb->slot_bytes != o.slot_bytes || pb->slots != static_cast<uint32_t>(o.slots)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": /dev/shm", parts[0], " is not rank ", g, "'s workspace of this group (a different psync build, "
-          "different --shm options, or a segment of another host with the same name)"));
-    }
-    ctx->peers_[static_cast<size_t>(q)] = std::move(*seg);
-    ctx->blocks_[static_cast<size_t>(q)] = pb;
-    const bool watch = o.force_heartbeat || pb->pid_ns != self.pid_ns;
-    ctx->heartbeat_watch_[static_cast<size_t>(q)] = watch;
-    any_heartbeat = any_heartbeat || watch;
+    PSYNC_RETURN_IF_ERROR(ctx->MapPeer(*scoped, q, keys[static_cast<size_t>(q)], bytes, self, where));
+    any_heartbeat = any_heartbeat || ctx->heartbeat_watch_[static_cast<size_t>(q)];
   }
   // Why wait before unlinking: a peer that has not opened our name yet
   // would find nothing. After this nothing of the group is in /dev/shm.
@@ -185,6 +148,63 @@ absl::StatusOr<std::shared_ptr<ShmContext>> ShmContext::Create(std::shared_ptr<S
     ctx->beat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
   }
   return ctx;
+}
+
+absl::StatusOr<uint64_t> ShmContext::CreateOwnWorkspace(const ProcessIdentity& self, const std::string& name,
+                                                        size_t bytes) {
+  absl::StatusOr<ShmSegment> own = ShmSegment::Create(name, bytes);
+  if (!own.ok()) return own.status();
+  own_ = std::move(*own);
+  auto* cb = new (own_.data()) ControlBlock();
+  const uint64_t nonce = RandomNonce();
+  cb->magic = kWorkspaceMagic;
+  cb->version = kWorkspaceVersion;
+  cb->rank = global_rank(me_);
+  cb->nonce = nonce;
+  cb->pid = self.pid;
+  cb->start_time = self.start_time;
+  cb->pid_ns = self.pid_ns;
+  cb->slot_bytes = options_.slot_bytes;
+  cb->slots = static_cast<uint32_t>(options_.slots);
+  std::atomic_thread_fence(std::memory_order_release);
+  return nonce;
+}
+
+absl::Status ShmContext::MapPeer(Store& store, int q, const std::string& key, size_t bytes,
+                                 const ProcessIdentity& self, const std::string& where) {
+  const ShmOptions& o = options_;
+  const int grank = global_rank(me_);
+  const int g = global_rank(q);
+  absl::StatusOr<std::string> v = store.Get(key, o.timeout);
+  if (!v.ok()) return Annotate(v.status(), where);
+  std::vector<std::string> parts = absl::StrSplit(*v, ' ');
+  uint64_t peer_nonce = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &peer_nonce)) {
+    return absl::InternalError(absl::StrCat(where, ": malformed segment record of rank ", g, ": '", *v, "'"));
+  }
+  absl::StatusOr<ShmSegment> seg = ShmSegment::Open(parts[0], bytes);
+  if (!seg.ok()) {
+    if (seg.status().code() == absl::StatusCode::kNotFound) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the shared-memory segment of rank ", g, " (/dev/shm", parts[0],
+          ") is not visible here: ranks ", grank, " and ", g,
+          " were put on the same host but do not share /dev/shm (check PSYNC_HOST_ID / LOCAL_WORLD_SIZE, or use "
+          "--backend=gloo)"));
+    }
+    return Annotate(seg.status(), absl::StrCat(where, ": mapping rank ", g, "'s workspace"));
+  }
+  auto* pb = static_cast<ControlBlock*>(seg->data());
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (pb->magic != kWorkspaceMagic || pb->version != kWorkspaceVersion || pb->nonce != peer_nonce ||
+      pb->rank != g || pb->slot_bytes != o.slot_bytes || pb->slots != static_cast<uint32_t>(o.slots)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": /dev/shm", parts[0], " is not rank ", g, "'s workspace of this group (a different psync build, "
+        "different --shm options, or a segment of another host with the same name)"));
+  }
+  peers_[static_cast<size_t>(q)] = std::move(*seg);
+  blocks_[static_cast<size_t>(q)] = pb;
+  heartbeat_watch_[static_cast<size_t>(q)] = o.force_heartbeat || pb->pid_ns != self.pid_ns;
+  return absl::OkStatus();
 }
 
 ShmContext::~ShmContext() {

@@ -131,6 +131,13 @@ class ShmContext {
   ShmContext(std::vector<int> members, int me, ShmOptions options);
   ControlBlock* block(int local) const { return blocks_[static_cast<size_t>(local)]; }
   std::string SegmentNameOf(const ProcessIdentity& creator, int local, const std::string& suffix) const;
+  // Create's steps: our workspace segment `name` with its control block
+  // filled in (returns the nonce the peers check), and mapping local peer
+  // `q`'s workspace from its record under `key` (checked against what it
+  // must be; sets whether its liveness is watched by heartbeat).
+  absl::StatusOr<uint64_t> CreateOwnWorkspace(const ProcessIdentity& self, const std::string& name, size_t bytes);
+  absl::Status MapPeer(Store& store, int q, const std::string& key, size_t bytes, const ProcessIdentity& self,
+                       const std::string& where);
   // WaitPeer past its spin: sleeps on the peer's bell until its counter
   // `c` reached `step`, watching aborts, liveness and the timeouts.
   absl::Status SleepOnPeer(int local, Counter c, uint64_t step, const Op& op, const char* phase,

@@ -24,6 +24,29 @@ absl::Status Bounded(shm::ShmContext& ctx, Deadline deadline, Fn&& fn) {
   return st;
 }
 
+// Whether the 1/size of an average is fused into the reduction: only for
+// float32/float64 (and undefined tensors, which fail the same either way),
+// where scaling the unrounded sum gives the same bits as scaling the stored
+// sum (ProcessGroup's contract). A 16-bit sum is rounded before the default
+// path scales it (by a 16-bit 1/size), so fusing would change its bits.
+bool FusesAverage(const Tensor& tensor) {
+  const DType t = tensor.defined() ? tensor.dtype() : kFloat32;
+  return t == kFloat32 || t == kFloat64;
+}
+
+// shm::Allgather and AllgatherInPlace in the signature of the summing
+// collectives (ShmGroup::FlatAlgorithms), the scale unused: an all-gather
+// moves bytes.
+absl::Status AllgatherNoScale(shm::ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
+                              size_t count, DType type, float /*scale*/) {
+  return shm::Allgather(ctx, desc, name, data, count, type);
+}
+absl::Status AllgatherInPlaceNoScale(shm::ShmContext& ctx, const std::string& desc, const std::string& name,
+                                     const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes,
+                                     size_t count, DType type, float /*scale*/) {
+  return shm::AllgatherInPlace(ctx, desc, name, bases, buffer_id, offset_bytes, count, type);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ShmGroup::Create(std::shared_ptr<Store> store, int rank, int size,
@@ -65,12 +88,7 @@ std::shared_ptr<Work> ShmGroup::AllreduceSum(Tensor tensor, const std::string& n
 }
 
 std::shared_ptr<Work> ShmGroup::AllreduceAverage(Tensor tensor, const std::string& name) {
-  // Why only float32/float64 are fused: there, scaling the unrounded sum
-  // gives the same bits as scaling the stored sum (ProcessGroup's
-  // contract). A 16-bit sum is rounded before the default path scales it
-  // (by a 16-bit 1/size), so fusing would change its bits.
-  const DType t = tensor.defined() ? tensor.dtype() : kFloat32;
-  if (t != kFloat32 && t != kFloat64) return ProcessGroup::AllreduceAverage(std::move(tensor), name);
+  if (!FusesAverage(tensor)) return ProcessGroup::AllreduceAverage(std::move(tensor), name);
   return Allreduce(std::move(tensor), name, "allreduce (average)", 1.0f / static_cast<float>(size_));
 }
 
@@ -105,35 +123,11 @@ std::shared_ptr<Work> ShmGroup::Allreduce(Tensor tensor, const std::string& name
                   tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   if (tensor.device().is_cuda()) return StagedCuda(std::move(tensor), name, desc, scale, /*root=*/-1);
-  std::shared_ptr<shm::ShmContext> ctx = ctx_;
   std::optional<shm::BufferRegistry::View> buf;
   // Small tensors take the one-step symmetric algorithm even in a buffer:
   // one synchronisation beats three when there is little to copy.
   if (tensor.nbytes() > ctx_->options().small_bytes) buf = buffers_->Find(tensor.storage()->data());
-  if (buf) {
-    // Every rank's tensor is in shared memory: reduce it where it is. (The
-    // tensor handle in the op keeps the buffer, and the peers' mappings of
-    // it, alive until the collective is over.)
-    const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
-    return queue_->Enqueue(
-        desc,
-        [ctx, tensor, desc, name, view = std::move(*buf), offset, scale](Deadline deadline) {
-          return Bounded(*ctx, deadline, [&] {
-            return shm::AllreduceInPlace(*ctx, desc, name, view.bases, view.id, offset,
-                                         static_cast<size_t>(tensor.numel()), tensor.dtype(), scale);
-          });
-        },
-        /*inline_ok=*/true);
-  }
-  return queue_->Enqueue(
-      desc,
-      [ctx, tensor, desc, name, scale](Deadline deadline) {
-        return Bounded(*ctx, deadline, [&] {
-          return shm::Allreduce(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                                tensor.dtype(), scale);
-        });
-      },
-      /*inline_ok=*/true);
+  return EnqueueFlat(std::move(tensor), desc, name, scale, std::move(buf), {&shm::AllreduceInPlace, &shm::Allreduce});
 }
 
 std::shared_ptr<Work> ShmGroup::ReduceScatterSum(Tensor tensor, const std::string& name) {
@@ -141,9 +135,7 @@ std::shared_ptr<Work> ShmGroup::ReduceScatterSum(Tensor tensor, const std::strin
 }
 
 std::shared_ptr<Work> ShmGroup::ReduceScatterAverage(Tensor tensor, const std::string& name) {
-  // Fused for float32/float64 only, as AllreduceAverage (same bits as the sum then the scaling).
-  const DType t = tensor.defined() ? tensor.dtype() : kFloat32;
-  if (t != kFloat32 && t != kFloat64) return ProcessGroup::ReduceScatterAverage(std::move(tensor), name);
+  if (!FusesAverage(tensor)) return ProcessGroup::ReduceScatterAverage(std::move(tensor), name);
   return ReduceScatter(std::move(tensor), name, "reduce-scatter (average)", 1.0f / static_cast<float>(size_));
 }
 
@@ -155,32 +147,12 @@ std::shared_ptr<Work> ShmGroup::ReduceScatter(Tensor tensor, const std::string& 
                   desc, ": shm reduce-scatters a contiguous float32/float64/bfloat16/float16 CPU tensor, got ",
                   tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
-  std::shared_ptr<shm::ShmContext> ctx = ctx_;
-  if (std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data())) {
-    // In a collective buffer: every rank reads the peers' shards where they are.
-    const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
-    return queue_->Enqueue(
-        desc,
-        [ctx, tensor, desc, name, view = std::move(*buf), offset, scale](Deadline deadline) {
-          return Bounded(*ctx, deadline, [&] {
-            return shm::ReduceScatterInPlace(*ctx, desc, name, view.bases, view.id, offset,
-                                             static_cast<size_t>(tensor.numel()), tensor.dtype(), scale);
-          });
-        },
-        /*inline_ok=*/true);
-  }
-  return queue_->Enqueue(
-      desc,
-      [ctx, tensor, desc, name, scale](Deadline deadline) {
-        return Bounded(*ctx, deadline, [&] {
-          return shm::ReduceScatter(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                                    tensor.dtype(), scale);
-        });
-      },
-      /*inline_ok=*/true);
+  std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data());
+  return EnqueueFlat(std::move(tensor), desc, name, scale, std::move(buf),
+                     {&shm::ReduceScatterInPlace, &shm::ReduceScatter});
 }
 
-std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string& name) {
+std::shared_ptr<Work> ShmGroup::Allgather(Tensor tensor, const std::string& name) {
   const std::string desc = Describe("all-gather", name, tensor);
   if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
     return internal::SerialQueue::Failed(
@@ -188,25 +160,38 @@ std::shared_ptr<Work> ShmGroup::AllgatherShards(Tensor tensor, const std::string
                                                       tensor.defined() ? tensor.DebugString()
                                                                        : std::string("an undefined tensor"))));
   }
+  std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data());
+  return EnqueueFlat(std::move(tensor), desc, name, /*scale=*/1.0f, std::move(buf),
+                     {&AllgatherInPlaceNoScale, &AllgatherNoScale});
+}
+
+std::shared_ptr<Work> ShmGroup::EnqueueFlat(Tensor tensor, const std::string& desc, const std::string& name,
+                                            float scale, std::optional<shm::BufferRegistry::View> buf,
+                                            FlatAlgorithms algorithms) {
   std::shared_ptr<shm::ShmContext> ctx = ctx_;
-  if (std::optional<shm::BufferRegistry::View> buf = buffers_->Find(tensor.storage()->data())) {
+  if (buf) {
+    // Every rank's tensor is in shared memory: the collective reads the
+    // peers' data where it is. (The tensor handle in the op keeps the
+    // buffer, and the peers' mappings of it, alive until the collective is
+    // over.)
     const size_t offset = static_cast<size_t>(tensor.storage_offset()) * tensor.element_size();
     return queue_->Enqueue(
         desc,
-        [ctx, tensor, desc, name, view = std::move(*buf), offset](Deadline deadline) {
+        [ctx, tensor, desc, name, view = std::move(*buf), offset, scale, in_place = algorithms.in_place](
+            Deadline deadline) {
           return Bounded(*ctx, deadline, [&] {
-            return shm::AllGatherInPlace(*ctx, desc, name, view.bases, view.id, offset,
-                                         static_cast<size_t>(tensor.numel()), tensor.dtype());
+            return in_place(*ctx, desc, name, view.bases, view.id, offset, static_cast<size_t>(tensor.numel()),
+                            tensor.dtype(), scale);
           });
         },
         /*inline_ok=*/true);
   }
   return queue_->Enqueue(
       desc,
-      [ctx, tensor, desc, name](Deadline deadline) {
+      [ctx, tensor, desc, name, scale, slots = algorithms.slots](Deadline deadline) {
         return Bounded(*ctx, deadline, [&] {
-          return shm::AllGather(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                                tensor.dtype());
+          return slots(*ctx, desc, name, tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype(),
+                       scale);
         });
       },
       /*inline_ok=*/true);
@@ -232,8 +217,8 @@ std::shared_ptr<Work> ShmGroup::Broadcast(Tensor tensor, int root, const std::st
       /*inline_ok=*/true);
 }
 
-absl::StatusOr<std::vector<std::string>> ShmGroup::Allgather(const std::string& bytes,
-                                                            std::chrono::milliseconds timeout) {
+absl::StatusOr<std::vector<std::string>> ShmGroup::AllgatherBytes(const std::string& bytes,
+                                                                  std::chrono::milliseconds timeout) {
   const std::string desc =
       absl::StrCat("allgather (", internal::FormatBytes(bytes.size()), ") on rank ", rank_, " of ", size_, " (shm)");
   auto result = std::make_shared<std::vector<std::string>>();

@@ -16,8 +16,11 @@
 // the group. Segments are unlinked as soon as every rank mapped them.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "worker/comm/process_group.h"
 #include "worker/comm/serial_queue.h"
@@ -45,14 +48,14 @@ class ShmGroup : public ProcessGroup {
   std::shared_ptr<Work> AllreduceAverage(Tensor tensor, const std::string& name) override;
   // Reduce-scatter / all-gather: in place without staging when the tensor
   // is in a collective buffer (shm/reduce_scatter_in_place.cc,
-  // all_gather_in_place.cc), else through the workspace slots. The average
+  // allgather_in_place.cc), else through the workspace slots. The average
   // fuses the 1/size multiplication into the reduction.
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> ReduceScatterAverage(Tensor tensor, const std::string& name) override;
-  std::shared_ptr<Work> AllgatherShards(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
-  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& bytes,
-                                                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
+                                                          std::chrono::milliseconds timeout) override;
   absl::Status Barrier(std::chrono::milliseconds timeout) override;
   void Abort(const absl::Status& reason) override;
   // A buffer in shared memory (shm/buffer_registry.h): AllreduceSum on a
@@ -63,6 +66,19 @@ class ShmGroup : public ProcessGroup {
   ShmGroup(int rank, int size, std::shared_ptr<shm::ShmContext> ctx);
   std::shared_ptr<Work> Allreduce(Tensor tensor, const std::string& name, const char* what, float scale);
   std::shared_ptr<Work> ReduceScatter(Tensor tensor, const std::string& name, const char* what, float scale);
+  // A flat collective's two algorithms (shm/collectives.h): in place on a
+  // tensor in a collective buffer, and through the workspace slots.
+  struct FlatAlgorithms {
+    absl::Status (*in_place)(shm::ShmContext& ctx, const std::string& desc, const std::string& name,
+                             const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
+                             DType type, float scale);
+    absl::Status (*slots)(shm::ShmContext& ctx, const std::string& desc, const std::string& name, void* data,
+                          size_t count, DType type, float scale);
+  };
+  // Enqueues the collective on a checked CPU tensor: in place when `buf`
+  // (the collective buffer the tensor lies in) is set, else through the slots.
+  std::shared_ptr<Work> EnqueueFlat(Tensor tensor, const std::string& desc, const std::string& name, float scale,
+                                    std::optional<shm::BufferRegistry::View> buf, FlatAlgorithms algorithms);
   // A CUDA tensor's allreduce or broadcast (root >= 0): staged to the host.
   std::shared_ptr<Work> StagedCuda(Tensor tensor, const std::string& name, const std::string& desc, float scale,
                                    int root);

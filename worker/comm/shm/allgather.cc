@@ -9,10 +9,10 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllGather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
+absl::Status Allgather(ShmContext& ctx, const std::string& desc, const std::string& name, void* data, size_t count,
                        DType type) {
   if (ctx.local_size() == 1) return absl::OkStatus();
-  ShmContext::Op op = MakeOp(desc, OpKind::kAllGather, name, count, type, -1);
+  ShmContext::Op op = MakeOp(desc, OpKind::kAllgather, name, count, type, -1);
   ctx.BeginOp(op);
   const int n = ctx.local_size(), me = ctx.local_rank();
   const size_t es = ElementSize(type);

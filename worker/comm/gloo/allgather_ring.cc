@@ -8,13 +8,13 @@
 
 namespace psync::comm::gloo_ring {
 
-void AllGather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
+void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
                void* data, size_t count, size_t elem_size) {
   const int n = ctx->size, me = ctx->rank;
   if (n == 1 || count == 0) return;
   const size_t es = elem_size;
   auto buf = ctx->createUnboundBuffer(data, count * es);
-  const auto slot = gloo::Slot::build(kAllGatherSlotPrefix, tag);
+  const auto slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   for (int i = 0; i < n - 1; ++i) {
     const ShardRange s = ShardOf(count, n, ((me - i) % n + n) % n, es);

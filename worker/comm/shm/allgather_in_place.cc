@@ -13,12 +13,12 @@
 
 namespace psync::comm::shm {
 
-absl::Status AllGatherInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
+absl::Status AllgatherInPlace(ShmContext& ctx, const std::string& desc, const std::string& name,
                               const std::vector<char*>& bases, uint64_t buffer_id, size_t offset_bytes, size_t count,
                               DType type) {
   const int n = ctx.local_size(), me = ctx.local_rank();
   if (n == 1) return absl::OkStatus();
-  ShmContext::Op op = MakeOp(desc, OpKind::kAllGatherInPlace, name, count, type, static_cast<int>(buffer_id));
+  ShmContext::Op op = MakeOp(desc, OpKind::kAllgatherInPlace, name, count, type, static_cast<int>(buffer_id));
   op.d.aux = offset_bytes;
   ctx.BeginOp(op);
   PSYNC_ASSIGN_OR_RETURN(const uint64_t s, ctx.BeginStep(op));
