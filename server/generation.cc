@@ -90,6 +90,11 @@ absl::Status Generation::WorldFull() const {
                                                     " and it is running"));
 }
 
+absl::Status Generation::WorldCannotForm(const absl::Status& refusal) const {
+  return absl::FailedPreconditionError(absl::StrCat("a worker joining generation ", number_, " of job '", cfg_.job_id,
+                                                    "' was refused, so the world cannot form: ", refusal.message()));
+}
+
 std::string Generation::StartText() const {
   const int64_t start = rendezvous_.start_iteration();
   return absl::StrCat("world complete: ", world_size(),

@@ -84,6 +84,9 @@ class Generation {
   absl::Status WorldIncomplete() const;
   absl::Status QueuedJoinExpired() const;
   absl::Status WorldFull() const;
+  // What the ranks waiting in this generation are told when a Join that
+  // differs from them was refused with `refusal` (the world cannot form).
+  absl::Status WorldCannotForm(const absl::Status& refusal) const;
   // The event log's "world complete" line (after Start).
   std::string StartText() const;
   // Why a Join for generation `asked` is refused; `joinable` is the one it

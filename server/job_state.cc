@@ -26,6 +26,32 @@ void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook
   generation_end_hook_ = std::move(hook);
 }
 
+namespace {
+
+// A Join once the job has ended (`state` FINISHED or ABORTED, for `reason`).
+absl::Status JobEnded(v1::JobState state, const std::string& job_id, const std::string& reason) {
+  if (state == v1::JOB_FINISHED) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' has finished; start a new coordinator"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job '", job_id, "' was aborted (", reason, "); start a new coordinator to run again"));
+}
+
+// `req` was refused with `refusal`. When it trains another job than the
+// ranks waiting in `gen` (Rendezvous::CheckSameJob), they are refused too.
+// Why: the world can never complete with ranks that train different jobs,
+// and which side is wrong is the user's to say; so they learn it now, with
+// both values, instead of after --join-timeout. They leave the rendezvous,
+// so the next Join sets the reference anew. (Another start iteration is a
+// race of checkpoints the waiting ranks are right to wait out.)
+void RefuseWaitingJoins(PendingJoins& joins, Generation& gen, const v1::JoinRequest& req, const absl::Status& refusal,
+                        Outbox* out) {
+  if (gen.rendezvous().CheckSameJob(req).ok()) return;
+  for (int r : joins.FailWaiting(gen.WorldCannotForm(refusal), out)) gen.RemoveMember(r);
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- rendezvous
 
 uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
@@ -39,11 +65,8 @@ uint64_t JobState::Join(const v1::JoinRequest& req, JoinDone done) {
   const int64_t g = gen_->number();
   switch (state_) {
     case v1::JOB_ABORTED:
-      return refuse(absl::FailedPreconditionError(absl::StrCat(
-          "job '", cfg_.job_id, "' was aborted (", reason_, "); start a new coordinator to run again")));
     case v1::JOB_FINISHED:
-      return refuse(absl::FailedPreconditionError(
-          absl::StrCat("job '", cfg_.job_id, "' has finished; start a new coordinator")));
+      return refuse(JobEnded(state_, cfg_.job_id, reason_));
     case v1::JOB_RUNNING:
     case v1::JOB_STOPPING:
       if (CanQueueLocked()) {
@@ -75,7 +98,7 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
                                      Clock::time_point deadline, Outbox* out) {
   absl::StatusOr<int> rank = gen_->AddMember(req);
   if (!rank.ok()) {
-    if (absl::IsFailedPrecondition(rank.status())) FailWaitingOnMismatchLocked(rank.status(), out);
+    RefuseWaitingJoins(joins_, *gen_, req, rank.status(), out);
     PendingJoins::Answer(std::move(done), rank.status(), out);
     return 0;
   }
@@ -110,20 +133,6 @@ void JobState::ReplayQueuedJoinsLocked(Outbox* out) {
   if (joins_.has_queued() && !CanQueueLocked()) {
     joins_.FailQueued(gen_->WorldFull(), out);
   }
-}
-
-void JobState::FailWaitingOnMismatchLocked(const absl::Status& refusal, Outbox* out) {
-  const std::vector<int> ranks = joins_.WaitingRanks();
-  if (ranks.empty()) return;
-  // Why: the world can never complete with ranks that train different jobs,
-  // and which side is wrong is the user's to say; so the ranks already
-  // waiting learn it now, with both values, instead of after --join-timeout.
-  // They leave the rendezvous, so the next Join sets the reference anew.
-  joins_.FailWaiting(absl::FailedPreconditionError(absl::StrCat(
-                         "a worker joining generation ", gen_->number(), " of job '", cfg_.job_id,
-                         "' was refused, so the world cannot form: ", refusal.message())),
-                     out);
-  for (int r : ranks) gen_->RemoveMember(r);
 }
 
 void JobState::CompleteWorldLocked(Outbox* out) {

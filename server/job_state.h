@@ -210,9 +210,6 @@ class JobState {
   uint64_t JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, uint64_t ticket,
                              Clock::time_point deadline, Outbox* out);
   void CompleteWorldLocked(Outbox* out);
-  // A Join was refused because it differs from the job the waiting ranks
-  // formed (`refusal`, FAILED_PRECONDITION): they are refused too, now.
-  void FailWaitingOnMismatchLocked(const absl::Status& refusal, Outbox* out);
   // A pending Join's deadline passed (PendingJoins calls it on the scheduler).
   void ExpireJoin(uint64_t ticket);
   // Restartable mode.

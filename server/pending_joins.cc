@@ -84,14 +84,12 @@ void PendingJoins::AnswerWaiting(std::shared_ptr<const SharedJoinResponse> share
   });
 }
 
-std::vector<int> PendingJoins::WaitingRanks() const {
+std::vector<int> PendingJoins::FailWaiting(const absl::Status& st, Outbox* out) {
   std::vector<int> ranks;
-  ranks.reserve(waiting_.size());
   for (const auto& [ticket, w] : waiting_) ranks.push_back(w.rank);
+  FailAll(waiting_, st, scheduler_, out);
   return ranks;
 }
-
-void PendingJoins::FailWaiting(const absl::Status& st, Outbox* out) { FailAll(waiting_, st, scheduler_, out); }
 
 void PendingJoins::FailQueued(const absl::Status& st, Outbox* out) { FailAll(queued_, st, scheduler_, out); }
 

@@ -58,16 +58,15 @@ class PendingJoins {
   std::optional<Queued> TakeQueued(uint64_t ticket);
   std::optional<Queued> TakeOldestQueued();
   bool has_queued() const { return !queued_.empty(); }
-  // The ranks the waiting Joins hold.
-  std::vector<int> WaitingRanks() const;
   // Elastic worlds: the waiting Join of rank old_ranks[i] now holds rank i.
   void RenumberWaiting(const std::vector<int>& old_ranks);
 
   // The world is complete: every waiting Join gets `shared` (one call for
   // all: answering thousands of Joins is one loop after unlocking).
   void AnswerWaiting(std::shared_ptr<const SharedJoinResponse> shared, Outbox* out);
-  // Every waiting (or queued) Join is refused with `st`.
-  void FailWaiting(const absl::Status& st, Outbox* out);
+  // Every waiting (or queued) Join is refused with `st`; FailWaiting returns
+  // the ranks the refused Joins held.
+  std::vector<int> FailWaiting(const absl::Status& st, Outbox* out);
   void FailQueued(const absl::Status& st, Outbox* out);
 
   // Runs `done(result)` from the Outbox.

@@ -108,7 +108,8 @@ absl::Status Rendezvous::CheckSettings(const v1::JoinRequest& req, const std::st
   return absl::OkStatus();
 }
 
-absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
+absl::Status Rendezvous::CheckSameJob(const v1::JoinRequest& req) const {
+  if (!has_reference()) return absl::OkStatus();
   const std::string first = absl::StrCat("the first worker's (rank ", reference_rank_, ")");
   if (req.backend() != backend_) {
     return absl::FailedPreconditionError(absl::StrCat("backend '", req.backend(), "' differs from ",
@@ -126,7 +127,6 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
                                                       " ", global_batch_,
                                                       ": pass the same --global-batch to every rank"));
   }
-  if (absl::Status st = CheckStart(req, first); !st.ok()) return st;
   const std::string who = JoinerName(req);
   if (absl::Status st = CheckSettings(req, who); !st.ok()) return st;
   const int n = req.manifest_size();
@@ -153,7 +153,12 @@ absl::Status Rendezvous::CheckCompatible(const v1::JoinRequest& req) const {
 
 absl::StatusOr<int> Rendezvous::PickRank(const v1::JoinRequest& req) const {
   if (has_reference()) {
-    if (absl::Status st = CheckCompatible(req); !st.ok()) return st;
+    // The start after the job: a rank of another job is named as such
+    // (JobState refuses the waiting ranks too), a different start is not.
+    if (absl::Status st = CheckSameJob(req); !st.ok()) return st;
+    if (absl::Status st = CheckStart(req, absl::StrCat("the first worker's (rank ", reference_rank_, ")")); !st.ok()) {
+      return st;
+    }
   }
   int rank = req.requested_rank();
   if (rank >= 0) {
@@ -176,7 +181,7 @@ absl::StatusOr<int> Rendezvous::PickRank(const v1::JoinRequest& req) const {
 void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
   if (!has_reference()) {
     // Why: the first member defines the model, caps and backend; every later
-    // Join is checked against it (CheckCompatible).
+    // Join is checked against it (CheckSameJob, CheckStart).
     reference_rank_ = rank;
     manifest_.assign(req.manifest().begin(), req.manifest().end());
     param_bytes_.clear();

@@ -65,6 +65,10 @@ class Rendezvous {
   // reference model or job: FAILED_PRECONDITION, and only then; rank taken or
   // out of range, world full). No state change.
   absl::StatusOr<int> PickRank(const v1::JoinRequest& req) const;
+  // Whether `req` trains the same job as the first member (backend, bucket
+  // caps, global batch, settings, manifest): FAILED_PRECONDITION naming the
+  // first difference. OK before any member joined.
+  absl::Status CheckSameJob(const v1::JoinRequest& req) const;
   // Records `rank` as joined (the first member fixes the reference model).
   void Add(int rank, const v1::JoinRequest& req);
   // Releases `rank` again (its Join timed out or was cancelled before the
@@ -107,7 +111,6 @@ class Rendezvous {
   Rendezvous Compacted(std::vector<int>* old_ranks) const;
 
  private:
-  absl::Status CheckCompatible(const v1::JoinRequest& req) const;
   // The start: the same resume mode as the first worker, and without the
   // agreement the same start_iteration. `first` names the first worker.
   absl::Status CheckStart(const v1::JoinRequest& req, const std::string& first) const;

@@ -543,7 +543,7 @@ EOF
         grep -Eq -- "$flag is '($a|$b)' on rank [01] \(.*\) but '($a|$b)' on rank [01] " "$T/w$r.log" ||
           fail "rank $r does not name $flag and both values: $(tail -2 "$T/w$r.log")"
       done
-      grep -q "^step " "$T/w0.log" "$T/w1.log" && fail "$flag: a step ran"
+      grep -q "world complete" "$T/coord.log" && fail "$flag: the world formed"
       note "$flag: both ranks refused: $(tail -1 "$T/w1.log")"
       kill "$CPID" 2>/dev/null; wait "$CPID" 2>/dev/null
     done
@@ -554,7 +554,10 @@ EOF
     wait_exit "${WPID[0]}" 30; rc0=$rc
     wait_exit "${WPID[1]}" 30; rc1=$rc
     [[ $rc0 == 3 && $rc1 == 3 ]] || fail "--n-embd 32 vs 64: exits $rc0 and $rc1 (want 3 and 3, at once)"
-    grep -q "model differs" "$T/w0.log" && grep -q "model differs" "$T/w1.log" || fail "shapes: no 'model differs'"
+    for r in 0 1; do
+      grep -Eq -- "--n-embd is '(32|64)' on rank [01] \\(.*\\) but '(32|64)' on rank [01] " "$T/w$r.log" ||
+        fail "shapes: rank $r does not name --n-embd and both values: $(tail -2 "$T/w$r.log")"
+    done
     note "shapes: both ranks refused: $(tail -1 "$T/w0.log")" ;;
 
   launch)
