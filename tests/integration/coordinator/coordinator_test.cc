@@ -231,8 +231,16 @@ TEST(Coordinator, DuplicateRankAndMismatchedModelRefused) {
   EXPECT_NE(std::string(mm.status().message()).find("parameter 4 is 'p4' [3, 3] here but 'p4' [1] there"),
             std::string::npos)
       << mm.status();
+  // The waiting rank 1 is told at once that the world cannot form (not
+  // after its Join's deadline); then both join again.
+  absl::StatusOr<control::JoinResult> first = fa.get();
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(first.status().message()).find("was refused, so the world cannot form"), std::string::npos)
+      << first.status();
+  auto again = std::async(std::launch::async, [&] { return a->Join(Req(1), 10000ms); });
+  ASSERT_TRUE(WaitFor([&] { return s.Joined() == 1; })) << "rank 1 never joined again";
   EXPECT_TRUE(b->Join(Req(0), 5000ms).ok());
-  EXPECT_TRUE(fa.get().ok());
+  EXPECT_TRUE(again.get().ok());
 }
 
 TEST(Coordinator, StoreGetWaitsForSetAndTimesOut) {

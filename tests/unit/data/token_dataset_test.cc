@@ -299,7 +299,10 @@ TEST_F(TokenShards, ADirectoryOrAGlobIsOneStreamInSortedOrder) {
 
 TEST_F(TokenShards, ValFractionHoldsOutTheTailOfTheConcatenation) {
   WriteShards();
-  absl::StatusOr<OpenedData> d = OpenShards(shards_, 4, 0, 0.5);
+  // The vocabulary is given: the held-out tail holds ids above the head's
+  // largest, which without --vocab-size are refused before training
+  // (Open.HeldOutTokenIdsMustFitTheVocabulary).
+  absl::StatusOr<OpenedData> d = OpenShards(shards_, 4, 65536, 0.5);
   ASSERT_TRUE(d.ok()) << d.status();
   const auto& val = static_cast<const TokenDataset&>(*d->val);
   EXPECT_EQ(val.num_tokens(), 53);  // floor(0.5 * 107); it starts in the middle shard
