@@ -111,6 +111,10 @@ def main():
                    stdout=subprocess.DEVNULL)
     for p, log in procs[1:1 + WORLD]:
         check(p.wait(timeout=120) == 0, f"worker exited {p.returncode}: {open(log).read()[-2000:]}")
+    for p, _ in procs[1 + WORLD:]:  # prometheus: stopped before its TSDB goes
+        p.terminate()
+        p.wait(timeout=30)
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"PASS: prometheus scraped {metrics_target}: iterations {it1} -> {it2}, "
           f"rate(psync_plans_total[5s]) = {rate[0]:.1f}/s; promtool check metrics clean ({len(scrape)} bytes)")
 
