@@ -64,6 +64,21 @@ void AddOptimisation(const WorkerOptions& opt, JobSettings* out) {
   out->emplace_back("--find-unused-parameters", opt.find_unused_parameters ? "true" : "false");
 }
 
+// A value longer than this is sent as its head and a hash: the wire takes
+// at most 1 KiB per value (coordinator.proto "Limits"), and a long --widths
+// or an error text must not make the Join itself invalid.
+constexpr size_t kMaxValueBytes = 240;
+
+std::string Bounded(std::string v) {
+  if (v.size() <= kMaxValueBytes) return v;
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : v) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return absl::StrFormat("%s... (%d bytes, hash %016x)", v.substr(0, kMaxValueBytes / 2), v.size(), h);
+}
+
 }  // namespace
 
 std::string ExactDouble(double v) {
@@ -104,6 +119,7 @@ JobSettings JobFingerprint(const WorkerOptions& opt, const nn::ModelOptions& mod
   out.emplace_back("--eval-every", absl::StrCat(opt.eval_every));
   out.emplace_back("--eval-examples", absl::StrCat(opt.eval_examples));
   out.emplace_back("--eval-batch", absl::StrCat(opt.eval_batch));
+  for (auto& [name, value] : out) value = Bounded(std::move(value));
   return out;
 }
 

@@ -79,6 +79,20 @@ TEST(JobFingerprint, HoldsTheMathAndNotThePaths) {
   for (const auto& [name, value] : s) EXPECT_EQ(value.find(dir.path()), std::string::npos) << name << " holds a path";
 }
 
+TEST(JobFingerprint, LongValuesAreSentAsAHeadAndAHash) {
+  TempDir dir;
+  data::OpenedData d = OpenBytes(dir.File("a.txt"), std::string(200, 'x'));
+  WorkerOptions opt;
+  nn::ModelOptions m;
+  m.widths.assign(400, 1000);  // "1000,1000,...": 2 KB, over the wire's 1 KiB per value
+  std::map<std::string, std::string> a = AsMap(JobFingerprint(opt, m, *d.train, nullptr));
+  m.widths.back() = 1001;
+  std::map<std::string, std::string> b = AsMap(JobFingerprint(opt, m, *d.train, nullptr));
+  EXPECT_LE(a["--widths"].size(), 300u) << a["--widths"];
+  EXPECT_NE(a["--widths"].find("(1999 bytes, hash "), std::string::npos) << a["--widths"];
+  EXPECT_NE(a["--widths"], b["--widths"]) << "a difference past the head still differs";
+}
+
 TEST(JobFingerprint, TheDataIdentityFollowsTheContentsNotThePath) {
   TempDir dir;
   const std::string text = "the quick brown fox jumps over the lazy dog, again and again and again.";
