@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -83,21 +84,17 @@ absl::Status Rendezvous::CheckStart(const v1::JoinRequest& req, const std::strin
 absl::Status Rendezvous::CheckSettings(const v1::JoinRequest& req, const std::string& who) const {
   std::map<std::string, const std::string*> mine;
   for (const v1::JobSetting& s : req.settings()) mine.emplace(s.name(), &s.value());
-  // Why by name, in name order: the first difference reported is the same
-  // whichever order the ranks listed their settings in.
-  auto theirs = settings_.begin();
-  auto own = mine.begin();
-  while (theirs != settings_.end() || own != mine.end()) {
-    std::string name;
-    const std::string *here = nullptr, *there = nullptr;
-    if (own == mine.end() || (theirs != settings_.end() && theirs->first < own->first)) {
-      name = theirs->first, there = &theirs->second, ++theirs;
-    } else if (theirs == settings_.end() || own->first < theirs->first) {
-      name = own->first, here = own->second, ++own;
-    } else {
-      name = own->first, here = own->second, there = &theirs->second, ++own, ++theirs;
-      if (*here == *there) continue;
-    }
+  // Why every name of both, in name order: the first difference reported is
+  // the same whichever order the ranks listed their settings in.
+  std::set<std::string> names;
+  for (const auto& [name, value] : mine) names.insert(name);
+  for (const auto& [name, value] : settings_) names.insert(name);
+  for (const std::string& name : names) {
+    auto own = mine.find(name);
+    auto theirs = settings_.find(name);
+    const std::string* here = own == mine.end() ? nullptr : own->second;
+    const std::string* there = theirs == settings_.end() ? nullptr : &theirs->second;
+    if (here != nullptr && there != nullptr && *here == *there) continue;
     const bool flag = absl::StartsWith(name, "--");
     return absl::FailedPreconditionError(absl::StrCat(
         "the job differs between ranks: ", name, " is ", ValueText(here), " on ", who, " but ", ValueText(there),

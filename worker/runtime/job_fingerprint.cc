@@ -16,13 +16,16 @@ namespace {
 
 // FNV-1a, 64 bits: a fingerprint, not a defence against forgery (ranks
 // are the user's own processes; a collision only misses a mistake).
-void Mix(uint64_t* h, const Tensor& t) {
-  if (!t.defined()) return;
-  const auto* p = static_cast<const unsigned char*>(t.raw_data());
-  for (size_t i = 0; i < t.nbytes(); ++i) {
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+void Mix(uint64_t* h, const void* bytes, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  for (size_t i = 0; i < n; ++i) {
     *h ^= p[i];
     *h *= 1099511628211ull;
   }
+}
+void Mix(uint64_t* h, const Tensor& t) {
+  if (t.defined()) Mix(h, t.raw_data(), t.nbytes());
 }
 
 // Examples read for the hash: a few at each end, bounded so a rank with a
@@ -71,11 +74,8 @@ constexpr size_t kMaxValueBytes = 240;
 
 std::string Bounded(std::string v) {
   if (v.size() <= kMaxValueBytes) return v;
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : v) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
+  uint64_t h = kFnvOffset;
+  Mix(&h, v.data(), v.size());
   return absl::StrFormat("%s... (%d bytes, hash %016x)", v.substr(0, kMaxValueBytes / 2), v.size(), h);
 }
 
@@ -92,7 +92,7 @@ std::string ExactDouble(double v) {
 std::string DataIdentity(const data::Dataset& data) {
   const data::DataInfo& info = data.info();
   const int64_t n = data.num_examples();
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = kFnvOffset;
   const int64_t head = std::min(n, kSampledExamples);
   const int64_t tail_begin = std::max(head, n - kSampledExamples);
   for (auto [begin, count] : {std::pair<int64_t, int64_t>{0, head}, {tail_begin, n - tail_begin}}) {
