@@ -48,7 +48,7 @@
 #include "worker/comm/file_store.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/process_group_factory.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 ABSL_FLAG(int, iters, 300, "timed iterations per size (fewer for sizes over 256 KiB)");
 ABSL_FLAG(int, warmup, 20, "untimed iterations per size");

@@ -32,7 +32,7 @@
 //   psync-gpt-step-bench --device=cuda --vocab-size=50257 --block-size=1024 --n-layer=12 --n-head=12 --n-embd=768 --batch=8
 //            (GPT-2 small on a GPU)
 //   psync-gpt-step-bench --mode=ddp --world=2 --backends=gloo,shm
-//   --precision=fp32|tf32|bf16 (worker/nn/precision.h); --cuda-graph (cuda:
+//   --precision=fp32|tf32|bf16 (include/psync/nn/precision.h); --cuda-graph (cuda:
 //   the step replayed from a CUDA graph); on CUDA the RESULT lines add
 //   tokens_per_s, mfu (against --peak-tflops) and peak_mib (the memory
 //   pool's high-water mark)
@@ -53,22 +53,23 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/flags.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/node.h"
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/node.h"
+#include "psync/autograd/view_functions.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
-#include "worker/ddp/ddp.h"
-#include "worker/ddp/training_optimizer.h"
-#include "worker/nn/init.h"
+#include "psync/ddp/ddp.h"
+#include "psync/ddp/training_optimizer.h"
+#include "psync/nn/init.h"
 #include "worker/nn/models/gpt.h"
 #include "worker/tensor/cpu/blas_core.h"
 #include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice, PeakBytes
 #include "worker/tensor/cuda/cuda_graph.h"
-#include "worker/tensor/device.h"
-#include "worker/tensor/ops/copy.h"            // Synchronize
+#include "psync/tensor/device.h"
+#include "psync/tensor/ops/copy.h"            // Synchronize
+#include "worker/ddp/reducer.h"
 
 ABSL_FLAG(int, vocab_size, 256, "V");
 ABSL_FLAG(int, block_size, 64, "T (every sequence is this long)");
@@ -79,7 +80,7 @@ ABSL_FLAG(int, batch, 16, "global batch (sequences per step); ddp splits it over
 ABSL_FLAG(std::string, mode, "single", "single | ddp");
 ABSL_FLAG(std::string, device, "cpu", "single: cpu | cuda | cuda:N (ddp runs on the CPU)");
 ABSL_FLAG(std::string, precision, "fp32",
-          "fp32 | tf32 | bf16 (worker/nn/precision.h: bf16 = autocast's rules, float32 master weights)");
+          "fp32 | tf32 | bf16 (include/psync/nn/precision.h: bf16 = autocast's rules, float32 master weights)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");

@@ -33,7 +33,7 @@
 #include "common/flags.h"
 #include "worker/tensor/cpu/blas_core.h"
 #include "worker/tensor/cpu_allocator.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 ABSL_FLAG(int, batch, 16, "sequences per batch (B)");
 ABSL_FLAG(int, block, 64, "sequence length (T)");

@@ -21,11 +21,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
-#include "worker/optim/clip.h"
-#include "worker/optim/registry.h"
+#include "psync/optim/clip.h"
+#include "psync/optim/registry.h"
 #include "worker/tensor/cuda/cuda_device.h"
-#include "worker/tensor/device.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/device.h"
+#include "psync/tensor/ops.h"
 
 ABSL_FLAG(int, vocab_size, 256, "V");
 ABSL_FLAG(int, block_size, 64, "T");

@@ -43,16 +43,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
-#include "worker/ddp/ddp.h"
-#include "worker/nn/init.h"
+#include "psync/ddp/ddp.h"
+#include "psync/nn/init.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/loss.h"
-#include "worker/optim/sgd.h"
-#include "worker/tensor/ops.h"
+#include "psync/nn/loss.h"
+#include "psync/optim/sgd.h"
+#include "psync/tensor/ops.h"
 #include "worker/tensor/cpu/blas_core.h"
+#include "worker/ddp/reducer.h"
 
 ABSL_FLAG(std::string, widths, "512,2048,2048,2048,512", "MLP layer widths, input first");
 ABSL_FLAG(int, batch, 64, "batch size per rank");

@@ -22,13 +22,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/loss.h"
-#include "worker/optim/sgd.h"
-#include "worker/tensor/device.h"
+#include "psync/nn/loss.h"
+#include "psync/optim/sgd.h"
+#include "psync/tensor/device.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 #include "worker/tensor/cpu/blas_core.h"
 
 ABSL_FLAG(std::string, widths, "1024,4096,4096,1024", "MLP layer widths, input first");

@@ -3,7 +3,7 @@
 find_package(Threads REQUIRED)
 find_package(Protobuf REQUIRED)            # CMake's FindProtobuf module (Debian ships no config)
 find_package(gRPC CONFIG REQUIRED)
-find_package(absl CONFIG REQUIRED)         # 20220623: no absl::log; see common/logging.h
+find_package(absl CONFIG REQUIRED)         # 20220623: no absl::log; see include/psync/common/logging.h
 find_package(Gloo CONFIG REQUIRED)         # imported target is plain `gloo`
 find_package(ZLIB REQUIRED)                # zlib1g-dev: gzip-compressed IDX files (worker/data)
 set(BLA_VENDOR OpenBLAS)

@@ -1,4 +1,4 @@
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 
 #include <algorithm>
 #include <map>

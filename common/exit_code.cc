@@ -1,4 +1,4 @@
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 
 #include <string>
 

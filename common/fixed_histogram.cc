@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 namespace psync {
 

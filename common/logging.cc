@@ -1,4 +1,4 @@
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 namespace psync {
 namespace {

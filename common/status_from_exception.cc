@@ -1,9 +1,9 @@
-#include "common/status_from_exception.h"
+#include "psync/common/status_from_exception.h"
 
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 namespace psync {
 

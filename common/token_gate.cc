@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "common/token.h"
 
 namespace psync {

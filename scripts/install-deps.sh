@@ -13,7 +13,10 @@ pkgs=(cmake ninja-build g++ pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
-      python3 python3-regex iproute2)
+      python3 python3-regex iproute2
+      doxygen dpkg-dev)
+# doxygen: the API reference from the public headers (ctest api_reference); dpkg-dev:
+# dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's dependencies.
 # The Prometheus text parser the /metrics test reads the coordinator with
 # (tests/integration/coordinator/metrics_live_test.py).
 pkgs+=(python3-prometheus-client)

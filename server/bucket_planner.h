@@ -1,5 +1,5 @@
 // The coordinator's bucket plans (coordinator.proto BucketPlan): parameters
-// packed by common/bucket_packer.h, the packer every worker uses too, so a
+// packed by include/psync/common/bucket_packer.h, the packer every worker uses too, so a
 // plan the coordinator announces is the one each worker would make from
 // the same order and caps. Pure functions, no threads, no gRPC.
 #pragma once
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 #include "psync/v1/coordinator.pb.h"
 
 namespace psync::server {

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "common/grpc_status.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "server/limits.h"
 #include "server/request_limits.h"
 

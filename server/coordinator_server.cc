@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "server/auth.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"

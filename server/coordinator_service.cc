@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "server/limits.h"
 #include "server/request_limits.h"
 #include "server/train_reactor.h"

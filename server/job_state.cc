@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "server/limits.h"
 #include "server/liveness_policy.h"
 

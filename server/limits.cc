@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 
 namespace psync::server {
 
@@ -122,7 +122,7 @@ absl::Status ValidateJoinRequest(const v1::JoinRequest& req) {
     return absl::InvalidArgumentError(absl::StrCat("manifest has ", req.manifest_size(),
                                                    " parameters; expected 1..", kMaxParams));
   }
-  // The caps' one range check is the workers' (common/bucket_packer.h); the
+  // The caps' one range check is the workers' (include/psync/common/bucket_packer.h); the
   // wire's fields are signed, so a negative one is named as sent.
   if (req.bucket_cap_bytes() < 0 || req.first_bucket_cap_bytes() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("bucket caps are ", req.bucket_cap_bytes(), " / first ",

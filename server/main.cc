@@ -13,7 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "common/atomic_file.h"
 #include "server/coordinator_server.h"
 #include "server/limits.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 #include "psync/v1/coordinator.pb.h"
 
 namespace psync::server {

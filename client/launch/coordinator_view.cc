@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 
 namespace psync::launch {
 namespace {

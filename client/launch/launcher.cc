@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "client/launch/restart_policy.h"
 #include "client/launch/signal_pipe.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 
 namespace psync::launch {
 namespace {

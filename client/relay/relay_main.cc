@@ -20,7 +20,7 @@
 #include "client/relay/plan_relay.h"
 #include "common/atomic_file.h"
 #include "common/flags.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 ABSL_FLAG(std::string, coordinator, "", "the coordinator, HOST:PORT (required)");
 ABSL_FLAG(int, port, 0, "local port on 127.0.0.1 (0 = any free one)");

@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_client.h"
 #include "common/grpc_status.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 namespace psync::relay {
 

@@ -4,6 +4,8 @@ down (docs/architecture.md, "Layers").
 
     common, protos            the bottom: include nothing of the repository above them
     worker/tensor             level 1
+    (a module's public headers, include/psync/<module>/ included as "psync/<module>/...",
+    are part of that module; include/psync/common/ of common)
     worker/autograd, comm, safetensors, tokenizer     level 2
     worker/nn, optim          level 3
     worker/ddp, data, checkpoint                      level 4
@@ -35,8 +37,16 @@ GRPC = re.compile(r'^\s*#\s*include\s+[<"](grpcpp/[^>"]+|[^>"]+\.grpc\.pb\.h)[>"
 
 
 def module_of(path):
-    """('worker', 'nn') for worker/nn/..., ('common', None), ('protos', None), ...; None outside."""
+    """('worker', 'nn') for worker/nn/... and its public headers (psync/nn/..., in
+    include/psync/nn/), ('common', None) for common/ and psync/common/, ('protos', None),
+    ...; None outside."""
     parts = path.split("/")
+    if parts[0] == "include":
+        parts = parts[1:]
+    if parts[0] == "psync" and len(parts) > 2 and parts[1] != "v1":
+        parts = parts[1:] if parts[1] == "common" else ["worker"] + parts[1:]
+    if parts[0] == "psync" and len(parts) == 2:  # psync/psync.h, psync/version.h: the whole API
+        return ("api", None)
     if parts[0] == "worker" and len(parts) > 2:
         return ("worker", parts[1])
     if parts[0] in ("common", "server", "client"):
@@ -48,8 +58,10 @@ def module_of(path):
 
 def allowed(src, dst):
     """None when `src` may include `dst`, else why not."""
-    if dst is None or src == dst:
+    if dst is None or src == dst or src == ("api", None):
         return None
+    if dst == ("api", None):
+        return "only programs outside psync include the whole API (psync/psync.h)"
     if dst in (("common", None), ("protos", None)):
         return None if src != ("common", None) or dst == ("common", None) else "common includes protos"
     if src[0] in ("common", "protos"):
@@ -72,7 +84,7 @@ def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
     bad = []
     checked = 0
-    for top in ("common", "server", "client", "worker"):
+    for top in ("common", "server", "client", "worker", "include"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
                 if not name.endswith(SOURCE_EXT):

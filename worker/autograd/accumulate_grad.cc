@@ -1,6 +1,6 @@
 #include "worker/autograd/accumulate_grad.h"
 
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 

@@ -14,8 +14,8 @@
 
 #include <memory>
 
-#include "worker/autograd/node.h"
-#include "worker/autograd/variable.h"
+#include "psync/autograd/node.h"
+#include "psync/autograd/variable.h"
 
 namespace psync::autograd {
 

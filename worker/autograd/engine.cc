@@ -1,4 +1,4 @@
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 
 #include <algorithm>
 #include <string>
@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_from_exception.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_from_exception.h"
 #include "worker/autograd/accumulate_grad.h"
 #include "worker/autograd/graph_task.h"
 
@@ -34,7 +34,7 @@ std::string Describe(const Node& node) {
 }
 
 // Runs node, hook and callback code; what it throws becomes a Status
-// prefixed with `where` (common/status_from_exception.h; an exception that
+// prefixed with `where` (include/psync/common/status_from_exception.h; an exception that
 // names no code is Unknown).
 template <typename Fn>
 absl::Status Guarded(const std::string& where, Fn&& fn) {

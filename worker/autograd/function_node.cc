@@ -1,7 +1,7 @@
-#include "worker/autograd/function_node.h"
+#include "psync/autograd/function_node.h"
 
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/grad_mode.h"
+#include "psync/autograd/grad_mode.h"
 
 namespace psync::autograd {
 

@@ -1,11 +1,11 @@
-#include "worker/autograd/functions.h"
+#include "psync/autograd/functions.h"
 
 #include <initializer_list>
 #include <string>
 #include <utility>
 
-#include "worker/autograd/function_node.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/function_node.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

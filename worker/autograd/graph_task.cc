@@ -3,8 +3,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "common/logging.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/logging.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 

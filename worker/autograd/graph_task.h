@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/autograd/node.h"
+#include "psync/autograd/node.h"
 #include "worker/autograd/ready_queue.h"
 
 namespace psync::autograd {

@@ -1,11 +1,11 @@
-#include "worker/autograd/nn_functions.h"
+#include "psync/autograd/nn_functions.h"
 
 #include <array>
 #include <utility>
 #include <vector>
 
-#include "worker/autograd/function_node.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/function_node.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

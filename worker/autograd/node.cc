@@ -1,4 +1,4 @@
-#include "worker/autograd/node.h"
+#include "psync/autograd/node.h"
 
 #include <algorithm>
 

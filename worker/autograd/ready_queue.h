@@ -7,7 +7,7 @@
 #include <queue>
 #include <vector>
 
-#include "worker/autograd/node.h"
+#include "psync/autograd/node.h"
 
 namespace psync::autograd {
 

@@ -1,4 +1,4 @@
-#include "worker/autograd/variable.h"
+#include "psync/autograd/variable.h"
 
 #include "worker/autograd/accumulate_grad.h"
 

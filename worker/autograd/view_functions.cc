@@ -1,4 +1,4 @@
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/view_functions.h"
 
 #include <numeric>
 #include <string>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/autograd/function_node.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/function_node.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/tensor/named_tensors.h"
+#include "psync/tensor/named_tensors.h"
 
 namespace psync::checkpoint {
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/json.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 
 namespace psync::checkpoint {
 namespace {

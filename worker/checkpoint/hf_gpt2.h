@@ -24,8 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/model_config.h"
-#include "worker/nn/models/model.h"
-#include "worker/tensor/named_tensors.h"
+#include "psync/nn/models/model.h"
+#include "psync/tensor/named_tensors.h"
 
 namespace psync::checkpoint {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/json.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/format.h"
 

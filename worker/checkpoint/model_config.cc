@@ -1,6 +1,7 @@
 #include "worker/checkpoint/model_config.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -36,6 +37,8 @@ const std::vector<Field>& Fields() {
 }
 
 constexpr char kSeed[] = "seed";
+// A registered model's own flags: "flag.<name>" (model_flags.h).
+constexpr char kFlagPrefix[] = "flag.";
 
 // Canonical decimal (one spelling per value).
 template <typename Int>
@@ -51,6 +54,7 @@ std::map<std::string, std::string> EncodeModelConfig(const nn::ModelOptions& opt
     out[f.key] = f.scalar != nullptr ? absl::StrCat(options.*f.scalar) : absl::StrJoin(options.*f.list, ",");
   }
   out[kSeed] = absl::StrCat(options.seed);
+  for (const auto& [name, value] : options.flags.values()) out[absl::StrCat(kFlagPrefix, name)] = value;
   return out;
 }
 
@@ -61,7 +65,12 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
         absl::StrCat("checkpoint ", source, ": model configuration ", json::Quote(key), " ", problem));
   };
   nn::ModelOptions out;
+  std::map<std::string, std::string> flags;
   for (const auto& [key, value] : config) {
+    if (absl::StartsWith(key, kFlagPrefix)) {
+      flags[key.substr(sizeof(kFlagPrefix) - 1)] = value;
+      continue;
+    }
     if (key == kSeed) {
       if (!ParseInt(value, &out.seed)) return error(key, absl::StrCat("is ", json::Quote(value), ", expected a uint64"));
       continue;
@@ -87,6 +96,7 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
       list.push_back(v);
     }
   }
+  out.flags = nn::ModelFlags(std::move(flags));
   return out;
 }
 

@@ -3,6 +3,7 @@
 //
 //   widths=32,64,16  vocab_size=256  block_size=64  n_layer=4  n_head=4
 //   n_embd=128  input_shape=1,28,28  num_classes=10  cnn_channels=16,32  seed=0
+//   flag.n-kv-head=2   (a registered model's own flags, model_flags.h)
 //
 // Every field is written (zero / empty when the model does not use it).
 // The device is not: it is where the reader runs, not part of the model.
@@ -14,7 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::checkpoint {
 

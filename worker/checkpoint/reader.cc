@@ -2,7 +2,7 @@
 
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/checkpoint/checksum.h"
 #include "worker/checkpoint/directory.h"
 #include "worker/checkpoint/format.h"

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::checkpoint {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "worker/checkpoint/contents.h"
-#include "worker/optim/optimizer.h"
+#include "psync/optim/optimizer.h"
 
 namespace psync::checkpoint {
 

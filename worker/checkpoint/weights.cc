@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/checkpoint/hf_gpt2.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/safetensors/safetensors.h"

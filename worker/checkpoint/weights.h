@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/model_config.h"
-#include "worker/tensor/named_tensors.h"
+#include "psync/tensor/named_tensors.h"
 
 namespace psync::checkpoint {
 

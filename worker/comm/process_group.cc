@@ -1,12 +1,12 @@
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
+#include "psync/common/status_from_exception.h"
 #include "worker/comm/flat_shard.h"
 #include "worker/comm/then_work.h"
-#include "worker/tensor/ops/pointwise.h"
+#include "psync/tensor/ops/pointwise.h"
 
 namespace psync::comm {
 

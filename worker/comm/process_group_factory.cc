@@ -1,7 +1,7 @@
 #include "worker/comm/process_group_factory.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hier/hier_group.h"
 #include "worker/comm/shm/shm_group.h"

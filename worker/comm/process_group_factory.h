@@ -18,7 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/store.h"
 #include "worker/comm/topology.h"
 

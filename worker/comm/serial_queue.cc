@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "worker/comm/util.h"
 
 namespace psync::comm::internal {

@@ -30,7 +30,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "worker/comm/work.h"
+#include "psync/comm/work.h"
 
 namespace psync::comm::internal {
 

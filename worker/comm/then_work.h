@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "worker/comm/work.h"
+#include "psync/comm/work.h"
 
 namespace psync::comm {
 

@@ -15,7 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 #include "common/grpc_client.h"
 #include "common/grpc_status.h"
 #include "common/used_bitmap.h"
@@ -90,7 +90,7 @@ struct CoordinatorClient::Impl {
   // Why (if not a clean end after Done): Aborted when the coordinator ended
   // the stream because the job was aborted (a peer's fault: exit 4),
   // Unavailable otherwise (the coordinator is lost: exit 5). Tagged with its
-  // exit code (common/exit_code.h).
+  // exit code (include/psync/common/exit_code.h).
   absl::Status end_status;
 
   // Heartbeats (see the header). writes_closed (under write_mu): Done was

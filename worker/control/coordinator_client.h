@@ -35,7 +35,7 @@
 //         INVALID_ARGUMENT about the bitmap length).
 //   The end of the Train stream closes the mailbox with why: Aborted when the
 //         coordinator ended the stream because the job was aborted (exit code
-//         4, common/exit_code.h), Unavailable "coordinator at HOST:PORT lost:
+//         4, include/psync/common/exit_code.h), Unavailable "coordinator at HOST:PORT lost:
 //         ..." otherwise (exit code 5).
 //
 // Liveness: OpenTrainStream also starts a heartbeat thread that sends
@@ -68,7 +68,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 #include "worker/control/plan_mailbox.h"
 #include "worker/ddp/bucket_assignment.h"
 

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_code.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_macros.h"
 #include "common/used_bitmap.h"
 #include "worker/comm/backend_choice.h"
 #include "worker/comm/process_group_factory.h"

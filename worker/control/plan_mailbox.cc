@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 
 namespace psync::control {
 

@@ -13,7 +13,7 @@
 // applies the same set.
 //
 // An ABORT plan, or the end of the stream (Close), is the mailbox's failure:
-// it fails every wait from then on, carries its exit code (common/exit_code.h:
+// it fails every wait from then on, carries its exit code (include/psync/common/exit_code.h:
 // 4 for an ABORT, the client's code for a closed stream), and wakes
 // WaitForFailure (the trainer classifying a failed step; the failure
 // watchdog).

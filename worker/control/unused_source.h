@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/control/plan_mailbox.h"
-#include "worker/ddp/unused_parameter_source.h"
+#include "psync/ddp/unused_parameter_source.h"
 
 namespace psync::control {
 

@@ -4,7 +4,7 @@
 
 #include "absl/numeric/int128.h"
 #include "worker/data/batch_geometry.h"
-#include "worker/nn/init.h"  // SplitMix64 (header-only; psync_data does not link psync_nn)
+#include "psync/nn/init.h"  // SplitMix64 (header-only; psync_data does not link psync_nn)
 
 namespace psync::data {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/gzip_reader.h"
 #include "worker/data/idx_file.h"

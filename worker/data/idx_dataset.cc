@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/batch_geometry.h"
 #include "worker/data/data_part.h"
 #include "worker/data/idx_file.h"

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/gzip_reader.h"
 #include "worker/data/source_error.h"
 

@@ -1,8 +1,8 @@
 #include "worker/data/prefetcher.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
 
 namespace psync::data {
 

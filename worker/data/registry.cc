@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/format_detect.h"
 #include "worker/data/idx_dataset.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/registry.h"
+#include "psync/common/registry.h"
 #include "worker/data/data_options.h"
 #include "worker/data/dataset.h"
 

@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/batch_geometry.h"
 #include "worker/data/data_part.h"
-#include "worker/nn/init.h"  // SplitMix64 (header-only; psync_data does not link psync_nn)
+#include "psync/nn/init.h"  // SplitMix64 (header-only; psync_data does not link psync_nn)
 #include "worker/safetensors/safetensors.h"
 
 namespace psync::data {

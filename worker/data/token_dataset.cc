@@ -4,7 +4,7 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/batch_geometry.h"
 #include "worker/data/data_part.h"
 

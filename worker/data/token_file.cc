@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/data/source_error.h"
 
 namespace psync::data {

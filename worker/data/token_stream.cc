@@ -8,7 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 
 namespace psync::data {
 

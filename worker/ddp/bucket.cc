@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "common/logging.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/logging.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 

@@ -18,10 +18,10 @@
 #include <memory>
 #include <vector>
 
-#include "worker/autograd/variable.h"
-#include "worker/comm/process_group.h"
-#include "worker/comm/work.h"
-#include "worker/tensor/tensor.h"
+#include "psync/autograd/variable.h"
+#include "psync/comm/process_group.h"
+#include "psync/comm/work.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ddp {
 

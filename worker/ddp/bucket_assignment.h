@@ -3,7 +3,7 @@
 // A pure function of (sizes, devices, caps, order), so every rank that calls
 // it with the same inputs gets the same buckets: this is what makes the
 // collectives of all ranks line up. The packing itself is
-// common/bucket_packer.h (PyTorch's rule: a bucket closes once it holds >= its
+// include/psync/common/bucket_packer.h (PyTorch's rule: a bucket closes once it holds >= its
 // cap; a device's first bucket has the smaller first cap), the one the
 // coordinator packs its announced plans with too; here devices become its
 // groups.
@@ -29,16 +29,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/comm/process_group.h"
-#include "common/bucket_packer.h"
-#include "worker/tensor/device.h"
+#include "psync/comm/process_group.h"
+#include "psync/common/bucket_packer.h"
+#include "psync/tensor/device.h"
 
 namespace psync::ddp {
 
 using BucketPlan = std::vector<std::vector<size_t>>;  // bucket -> parameter indices
 
 inline constexpr size_t kMiB = size_t{1} << 20;
-// The caps and their defaults (25 MiB, first 1 MiB) and ReverseOrder (n-1, ..., 0) are common/bucket_packer.h's.
+// The caps and their defaults (25 MiB, first 1 MiB) and ReverseOrder (n-1, ..., 0) are include/psync/common/bucket_packer.h's.
 using psync::BucketCaps;
 using psync::kDefaultBucketCapBytes;
 using psync::kDefaultFirstBucketCapBytes;

@@ -1,4 +1,4 @@
-#include "worker/ddp/comm_hook.h"
+#include "psync/ddp/comm_hook.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/comm/then_work.h"
-#include "worker/tensor/ops/copy.h"
-#include "worker/tensor/ops/pointwise.h"
+#include "psync/tensor/ops/copy.h"
+#include "psync/tensor/ops/pointwise.h"
 
 namespace psync::ddp {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/ddp/comm_hook.h"
-#include "worker/tensor/dtype.h"
+#include "psync/ddp/comm_hook.h"
+#include "psync/tensor/dtype.h"
 
 namespace psync::ddp {
 

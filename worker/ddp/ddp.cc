@@ -1,11 +1,12 @@
-#include "worker/ddp/ddp.h"
+#include "psync/ddp/ddp.h"
 
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/tensor/ops.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::ddp {
 absl::Status BroadcastParameters(const std::vector<autograd::Variable>& params, comm::ProcessGroup& group,
@@ -42,6 +43,13 @@ absl::Status BroadcastParameters(const std::vector<autograd::Variable>& params, 
   }
   return absl::OkStatus();
 }
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 std::shared_ptr<comm::ProcessGroup> group, DdpOptions options,
+                                                 std::unique_ptr<Reducer> reducer)
+    : module_(std::move(module)), group_(std::move(group)), options_(options), reducer_(std::move(reducer)) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
     std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> group, DdpOptions options,

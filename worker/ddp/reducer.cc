@@ -7,14 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/exit_code.h"
-#include "common/logging.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/autograd/engine.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/autograd/engine.h"
 #include "worker/ddp/missing_gradient.h"
 #include "worker/ddp/unused_buckets.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 namespace {

@@ -70,52 +70,19 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/variable.h"
-#include "worker/comm/process_group.h"
+#include "psync/autograd/variable.h"
+#include "psync/comm/process_group.h"
 #include "worker/ddp/bucket.h"
 #include "worker/ddp/bucket_assignment.h"
-#include "worker/ddp/comm_hook.h"
+#include "psync/ddp/comm_hook.h"
+#include "psync/ddp/reducer_options.h"
 #include "worker/ddp/reducer_trace.h"
 #include "worker/ddp/step_checker.h"
-#include "worker/ddp/unused_parameter_source.h"
+#include "psync/ddp/unused_parameter_source.h"
 #include "worker/ddp/zero_buckets.h"
 #include "worker/ddp/zero_staging.h"
 
 namespace psync::ddp {
-
-// What happens to the bucket layout after the first synchronised backward.
-enum class RebuildMode {
-  // Rank 0's observed ready order is broadcast over the process group and
-  // every rank rebuilds its buckets from it (like PyTorch DDP).
-  kBroadcastFromRank0,
-  // Only record the order (recorded_ready_order()); the caller supplies a
-  // plan with ApplyBucketPlan (the coordinator does, from rank reports).
-  kExternal,
-  // Keep the initial (reverse registration order) buckets.
-  kNone,
-};
-
-struct ReducerOptions {
-  // The caps (common/bucket_packer.h; psync-worker: --bucket-cap-mb,
-  // --first-bucket-mb). Checked by Create.
-  BucketCaps bucket_caps;
-  bool find_unused_parameters = false;
-  // Bound on Finalize's wait for the collectives (and the global used map).
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  RebuildMode rebuild = RebuildMode::kBroadcastFromRank0;
-  // What reduces a full bucket (comm_hook.h); null = AllreduceHook().
-  std::shared_ptr<CommHook> comm_hook;
-  // Exchange and compare the step tags (step_check.h) in every synchronised
-  // backward (world > 1). Off only to measure what the check costs.
-  bool check_in_step = true;
-  // ZeRO (zero_buckets.h): 0 = every rank averages every gradient
-  // (allreduce); 1 = each bucket is reduce-scattered (this rank keeps the
-  // average of its 1/W shard) and the parameters live in flat buffers the
-  // sharded optimizer all-gathers; 2 = also only the shards are kept
-  // between steps (one staging bucket for backward). Needs the default
-  // comm hook.
-  int zero_stage = 0;
-};
 
 class Reducer {
  public:

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 
 namespace psync::ddp {
 namespace {
@@ -199,7 +199,7 @@ absl::Status CompareStepTags(const std::vector<StepTag>& tags, const std::option
       "otherwise average gradients of different iterations. No gradient of this backward was applied. (seen on rank ",
       me, " of ", world, ")"));
   // A verdict that names the ranks out of step is the cause, decided here
-  // (exit 4, common/exit_code.h); without names a peer may still be lost.
+  // (exit 4, include/psync/common/exit_code.h); without names a peer may still be lost.
   return out.empty() ? verdict : WithExitCode(std::move(verdict), kExitPeerLost);
 }
 

@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/ddp/bucket_assignment.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ddp {
 
@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<StepTag>> DecodeStepTags(const Tensor& reduced, int w
 // OK when every tag equals every other. Otherwise Aborted, naming the
 // rank(s) out of step and every rank's iteration: "DDP: rank 1 is out of
 // step: it is at iteration 6, rank 0 at iteration 5, ..." (tagged with exit
-// code 4, common/exit_code.h, when it names them). Who is out of step: with `last_agreed` (the tag of
+// code 4, include/psync/common/exit_code.h, when it names them). Who is out of step: with `last_agreed` (the tag of
 // the previous synchronised backward every rank agreed on), the ranks whose
 // iteration moved differently from their sequence since then; else the
 // minority. `me` is the rank reporting.

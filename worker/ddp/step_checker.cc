@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_code.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/ddp/reducer_trace.h"
 #include "worker/ddp/step_check.h"
 

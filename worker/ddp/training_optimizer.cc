@@ -1,11 +1,12 @@
-#include "worker/ddp/training_optimizer.h"
+#include "psync/ddp/training_optimizer.h"
 
 #include <utility>
 
+#include "worker/ddp/reducer.h"
 #include "worker/ddp/zero_buckets.h"
-#include "worker/optim/registry.h"
+#include "psync/optim/registry.h"
 #include "worker/optim/sharded_optimizer.h"
-#include "worker/optim/update_rule.h"
+#include "psync/optim/update_rule.h"
 
 namespace psync::ddp {
 

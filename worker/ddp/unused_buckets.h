@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "worker/comm/work.h"
+#include "psync/comm/work.h"
 #include "worker/ddp/bucket.h"
 
 namespace psync::ddp {

@@ -1,4 +1,4 @@
-#include "worker/ddp/unused_parameter_source.h"
+#include "psync/ddp/unused_parameter_source.h"
 
 #include "absl/strings/str_cat.h"
 

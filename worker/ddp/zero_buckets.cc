@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 

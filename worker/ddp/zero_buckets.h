@@ -33,8 +33,8 @@
 #include <memory>
 #include <vector>
 
-#include "worker/autograd/variable.h"
-#include "worker/comm/process_group.h"
+#include "psync/autograd/variable.h"
+#include "psync/comm/process_group.h"
 #include "worker/ddp/bucket.h"
 #include "worker/optim/gradient_shards.h"
 

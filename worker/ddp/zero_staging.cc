@@ -1,9 +1,9 @@
 #include "worker/ddp/zero_staging.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 

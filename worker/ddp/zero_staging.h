@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/variable.h"
+#include "psync/autograd/variable.h"
 #include "worker/ddp/bucket.h"
 #include "worker/ddp/zero_buckets.h"
 

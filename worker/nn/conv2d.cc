@@ -1,11 +1,11 @@
-#include "worker/nn/conv2d.h"
+#include "psync/nn/conv2d.h"
 
 #include <cmath>
 #include <vector>
 
-#include "common/logging.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/nn/init.h"
+#include "psync/common/logging.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/nn/init.h"
 
 namespace psync::nn {
 

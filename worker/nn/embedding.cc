@@ -1,7 +1,7 @@
-#include "worker/nn/embedding.h"
+#include "psync/nn/embedding.h"
 
-#include "common/logging.h"
-#include "worker/autograd/nn_functions.h"
+#include "psync/common/logging.h"
+#include "psync/autograd/nn_functions.h"
 
 namespace psync::nn {
 

@@ -1,4 +1,4 @@
-#include "worker/nn/init.h"
+#include "psync/nn/init.h"
 
 #include <cmath>
 #include <cstddef>

@@ -1,8 +1,8 @@
-#include "worker/nn/layer_norm.h"
+#include "psync/nn/layer_norm.h"
 
-#include "common/logging.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/nn/precision.h"
+#include "psync/common/logging.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/nn/precision.h"
 
 namespace psync::nn {
 

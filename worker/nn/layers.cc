@@ -1,13 +1,13 @@
-#include "worker/nn/layers.h"
+#include "psync/nn/layers.h"
 
 #include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "worker/autograd/functions.h"
-#include "worker/nn/init.h"
-#include "worker/nn/precision.h"
+#include "psync/common/logging.h"
+#include "psync/autograd/functions.h"
+#include "psync/nn/init.h"
+#include "psync/nn/precision.h"
 
 namespace psync::nn {
 

@@ -1,8 +1,8 @@
-#include "worker/nn/module.h"
+#include "psync/nn/module.h"
 
-#include "common/logging.h"
-#include "worker/nn/precision.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/logging.h"
+#include "psync/nn/precision.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 

@@ -1,8 +1,8 @@
-#include "worker/nn/precision.h"
+#include "psync/nn/precision.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 

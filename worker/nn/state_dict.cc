@@ -1,11 +1,11 @@
-#include "worker/nn/state_dict.h"
+#include "psync/nn/state_dict.h"
 
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/logging.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 

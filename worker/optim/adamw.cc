@@ -1,9 +1,9 @@
-#include "worker/optim/adamw.h"
+#include "psync/optim/adamw.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim {
 

@@ -1,10 +1,10 @@
-#include "worker/optim/clip.h"
+#include "psync/optim/clip.h"
 
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim {
 

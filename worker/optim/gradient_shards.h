@@ -19,9 +19,9 @@
 #include <memory>
 #include <vector>
 
-#include "worker/autograd/variable.h"
-#include "worker/comm/process_group.h"
-#include "worker/tensor/tensor.h"
+#include "psync/autograd/variable.h"
+#include "psync/comm/process_group.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::optim {
 

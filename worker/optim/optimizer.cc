@@ -1,11 +1,11 @@
-#include "worker/optim/optimizer.h"
+#include "psync/optim/optimizer.h"
 
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "worker/optim/clip.h"
-#include "worker/tensor/ops.h"
+#include "psync/optim/clip.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim {
 

@@ -1,9 +1,9 @@
-#include "worker/optim/registry.h"
+#include "psync/optim/registry.h"
 
 #include <memory>
 
-#include "worker/optim/adamw.h"
-#include "worker/optim/sgd.h"
+#include "psync/optim/adamw.h"
+#include "psync/optim/sgd.h"
 
 namespace psync::optim {
 

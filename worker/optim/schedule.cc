@@ -1,4 +1,4 @@
-#include "worker/optim/schedule.h"
+#include "psync/optim/schedule.h"
 
 #include <algorithm>
 #include <cmath>

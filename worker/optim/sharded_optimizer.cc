@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
-#include "worker/tensor/ops.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim {
 

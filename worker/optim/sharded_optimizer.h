@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "worker/optim/gradient_shards.h"
-#include "worker/optim/optimizer.h"
-#include "worker/optim/update_rule.h"
+#include "psync/optim/optimizer.h"
+#include "psync/optim/update_rule.h"
 
 namespace psync::optim {
 

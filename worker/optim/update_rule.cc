@@ -1,8 +1,8 @@
-#include "worker/optim/update_rule.h"
+#include "psync/optim/update_rule.h"
 
-#include "worker/optim/adamw.h"
-#include "worker/optim/sgd.h"
-#include "worker/tensor/ops.h"
+#include "psync/optim/adamw.h"
+#include "psync/optim/sgd.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim {
 

@@ -38,8 +38,8 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/control/plan_mailbox.h"
-#include "worker/nn/models/model.h"
-#include "worker/optim/optimizer.h"
+#include "psync/nn/models/model.h"
+#include "psync/optim/optimizer.h"
 
 namespace psync::runtime {
 

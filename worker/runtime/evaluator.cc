@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_code.h"
-#include "common/status_from_exception.h"
-#include "worker/autograd/grad_mode.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/autograd/grad_mode.h"
 #include "worker/runtime/objective.h"
 
 namespace psync::runtime {

@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/data/dataset.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::runtime {
 

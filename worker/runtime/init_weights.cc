@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/checkpoint/weights.h"
-#include "worker/nn/state_dict.h"
+#include "psync/nn/state_dict.h"
 
 namespace psync::runtime {
 

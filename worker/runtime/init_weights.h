@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/weights.h"
-#include "worker/nn/module.h"
-#include "worker/tensor/named_tensors.h"
+#include "psync/nn/module.h"
+#include "psync/tensor/named_tensors.h"
 
 namespace psync::runtime {
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -41,6 +42,10 @@ void AddModel(const WorkerOptions& opt, const nn::ModelOptions& model, JobSettin
   out->emplace_back("--model", opt.model);
   for (const auto& [key, value] : checkpoint::EncodeModelConfig(model)) {
     const bool flag = std::find(std::begin(kFlagKeys), std::end(kFlagKeys), key) != std::end(kFlagKeys);
+    if (absl::StartsWith(key, "flag.")) {  // a registered model's own flag: its name is dashed already
+      out->emplace_back(absl::StrCat("--", key.substr(5)), value);
+      continue;
+    }
     out->emplace_back(flag ? absl::StrCat("--", absl::StrReplaceAll(key, {{"_", "-"}})) : "model." + key, value);
   }
   out->emplace_back("--attention", opt.attention);

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "worker/data/dataset.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/models/model.h"
 #include "worker/runtime/worker_flags.h"
 
 namespace psync::runtime {

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_from_exception.h"
-#include "worker/nn/models/registry.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/nn/models/registry.h"
 #include "worker/runtime/init_weights.h"
 
 namespace psync::runtime {

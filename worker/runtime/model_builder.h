@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/weights.h"
 #include "worker/data/dataset.h"
-#include "worker/nn/precision.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/precision.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::runtime {
 

@@ -2,9 +2,9 @@
 
 #include <vector>
 
-#include "worker/autograd/functions.h"
-#include "worker/autograd/view_functions.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/view_functions.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::runtime {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "worker/autograd/variable.h"
+#include "psync/autograd/variable.h"
 #include "worker/data/dataset.h"
 
 namespace psync::runtime {

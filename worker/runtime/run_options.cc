@@ -63,6 +63,7 @@ ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
   m.options.n_embd = opt.n_embd;
   m.options.attention = opt.attention;
   m.options.cnn_channels = opt.cnn_channels;
+  m.options.flags = opt.model_flags;
   m.skip_layer = opt.skip_layer;
   m.init_path = opt.init_path;
   m.init_format = opt.init_format;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "worker/control/job_session.h"
-#include "worker/optim/optimizer.h"
+#include "psync/optim/optimizer.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/model_builder.h"
 #include "worker/runtime/train_options.h"

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 #include "worker/ddp/reducer_trace.h"
 #include "worker/runtime/trace_writer.h"
 

@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_macros.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
 #include "worker/control/plan_window.h"
 #include "worker/ddp/missing_gradient.h"
 #include "worker/data/prefetcher.h"
@@ -23,7 +23,8 @@
 #include "worker/runtime/summary.h"
 #include "worker/runtime/train_tracing.h"
 #include "worker/runtime/worker_exit.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::runtime {
 

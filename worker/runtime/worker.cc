@@ -8,18 +8,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/logging.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/segment_name.h"
 #include "worker/control/job_session.h"
 #include "worker/control/unused_source.h"
 #include "worker/data/batch_geometry.h"
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
-#include "worker/ddp/ddp.h"
-#include "worker/ddp/training_optimizer.h"
-#include "worker/optim/schedule.h"
+#include "psync/ddp/ddp.h"
+#include "psync/ddp/training_optimizer.h"
+#include "psync/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/job_fingerprint.h"
 #include "worker/runtime/metrics_writer.h"
@@ -30,6 +30,7 @@
 #include "worker/runtime/trainer.h"
 #include "worker/runtime/worker_exit.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
+#include "worker/ddp/reducer.h"
 
 namespace psync::runtime {
 
@@ -67,7 +68,7 @@ int64_t PeakDeviceBytes(Device device) {
 data::DataOptions DataOptionsFor(const WorkerOptions& opt) {
   data::DataOptions d = opt.data;
   if (opt.model == "gpt") d.vocab_size = opt.vocab_size;  // shards check their ids against it
-  if (opt.model == "mlp") {  // rows: x and y widths are the MLP's ends
+  if (opt.model != "gpt" && opt.model != "cnn") {  // rows: x and y widths are --widths' ends (the MLP's)
     d.rows_in = opt.widths.front();
     d.rows_out = opt.widths.back();
   }

@@ -1,5 +1,5 @@
 // How psync-worker ends: the exit code and the one-line reason, decided
-// here for every failure (docs/cli-contract.md, common/exit_code.h).
+// here for every failure (docs/cli-contract.md, include/psync/common/exit_code.h).
 //
 // An error carries its exit code from the module that knew the cause
 // (WithExitCode: the coordinator client, the plan mailbox, the job session,
@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 
 namespace psync::runtime {
 

@@ -12,14 +12,15 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "worker/nn/precision.h"
+#include "psync/nn/precision.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 #include "common/flags.h"
-#include "common/status_macros.h"
-#include "worker/nn/models/registry.h"
+#include "psync/common/status_macros.h"
+#include "psync/nn/models/registry.h"
+#include "worker/runtime/model_flag_args.h"
 
 // ---- control plane
 ABSL_FLAG(std::string, coordinator, "", "coordinator HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT, else 127.0.0.1:29500)");
@@ -85,7 +86,7 @@ ABSL_FLAG(std::string, lr_schedule, "constant", "constant | cosine (linear warmu
 ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of --lr-schedule");
 // ---- DDP
 ABSL_FLAG(bool, find_unused_parameters, false, "detect parameters unused by the forward pass");
-// The defaults are the one default of the caps (common/bucket_packer.h), in MiB.
+// The defaults are the one default of the caps (include/psync/common/bucket_packer.h), in MiB.
 ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20),
           "bucket size cap in MiB");
 ABSL_FLAG(double, first_bucket_mb, static_cast<double>(psync::kDefaultFirstBucketCapBytes) / (1 << 20),
@@ -428,11 +429,16 @@ std::string ExpandRank(const std::string& pattern, int rank) {
 
 absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const EnvLookup& env,
                                                  std::string* help_out) {
-  absl::StatusOr<ParsedArgs> parsed = ParseFlagsStrict(argc, argv, WorkerFlagNames());
+  // A registered model's own flags first (model_flag_args.h): Abseil does not know them.
+  PSYNC_ASSIGN_OR_RETURN(ModelFlagArgs model_args, SplitModelFlags(argc, argv, WorkerFlagNames()));
+  std::vector<char*> rest;
+  for (std::string& a : model_args.rest) rest.push_back(a.data());
+  absl::StatusOr<ParsedArgs> parsed =
+      ParseFlagsStrict(static_cast<int>(rest.size()), rest.data(), WorkerFlagNames());
   if (!parsed.ok()) return parsed.status();
   if (parsed->help) {
     if (help_out) {
-      *help_out = absl::StrCat("usage: psync-worker [flags]\n", FlagsHelp(WorkerFlagNames()),
+      *help_out = absl::StrCat("usage: psync-worker [flags]\n", FlagsHelp(WorkerFlagNames()), ModelsHelp(),
                                "environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PSYNC_TOKEN PSYNC_TLS_CA "
                                "PSYNC_HOST_ID\n");
     }
@@ -446,6 +452,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, const En
   WorkerOptions o;
   PSYNC_RETURN_IF_ERROR(ParseControlPlane(src, o));
   PSYNC_RETURN_IF_ERROR(ParseModel(src, o));
+  PSYNC_ASSIGN_OR_RETURN(o.model_flags, ResolveModelFlags(o.model, model_args.given));
   PSYNC_RETURN_IF_ERROR(ParseData(o));
   PSYNC_RETURN_IF_ERROR(ParseOptimisation(o));
   PSYNC_RETURN_IF_ERROR(ParseDdp(o));

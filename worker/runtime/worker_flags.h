@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 #include "worker/checkpoint/weights.h"
+#include "psync/nn/models/model_flags.h"
 #include "worker/data/data_options.h"
 #include "worker/runtime/train_options.h"
 
@@ -48,6 +49,8 @@ struct WorkerOptions {
   int64_t block_size = 64;  // gpt: T, the tokens per sequence (also the token data's)
   int64_t n_layer = 4, n_head = 4, n_embd = 128;  // gpt
   std::string attention = "fused";                 // gpt: fused | materialized
+  // A registered model's own flags (nn/models/registry.h), defaults filled in.
+  nn::ModelFlags model_flags;
   int skip_layer = -1;      // the MLP layer (--skip-layer) or GPT block (--skip-block) to skip; -1 = none
   SkipPattern skip_pattern = SkipPattern::kAlways;
   std::string init_path;
@@ -73,7 +76,7 @@ struct WorkerOptions {
   int64_t warmup_steps = 0;
   // DDP
   bool find_unused_parameters = false;
-  BucketCaps bucket_caps;  // --bucket-cap-mb, --first-bucket-mb (common/bucket_packer.h)
+  BucketCaps bucket_caps;  // --bucket-cap-mb, --first-bucket-mb (include/psync/common/bucket_packer.h)
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
   int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients (ddp/zero_buckets.h)

@@ -1,34 +1,37 @@
-// psync-worker: one data-parallel training process. See worker/runtime/worker.h
-// and docs/cli-contract.md.
+#include "psync/runtime/worker_main.h"
+
 #include <cstdio>
 #include <string>
 
-#include "common/exit_code.h"
-#include "common/status_from_exception.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/status_from_exception.h"
 #include "worker/runtime/worker.h"
 #include "worker/runtime/worker_flags.h"
 #include "worker/tensor/cpu/blas_core.h"
 
-int main(int argc, char** argv) {
+namespace psync::runtime {
+
+int WorkerMain(int argc, char** argv) {
   // Why first: OpenBLAS's kernels are fixed when it loads; on a VM that hides
   // the CPU model they are its slowest, so re-run once with better ones.
-  psync::ops::ReexecForBetterOpenBlasCore(argv);
-  std::string help;
-  absl::StatusOr<psync::runtime::WorkerOptions> opt =
-      psync::runtime::ParseWorkerOptions(argc, argv, psync::runtime::ProcessEnv(), &help);
-  if (!opt.ok()) {
-    std::fprintf(stderr, "psync-worker: %s\n", std::string(opt.status().message()).c_str());
-    return psync::kExitBadInput;
-  }
-  if (!help.empty()) {
-    std::fputs(help.c_str(), stdout);
-    return 0;
-  }
+  ops::ReexecForBetterOpenBlasCore(argv);
   try {
-    return psync::runtime::RunWorker(*opt);
+    std::string help;
+    absl::StatusOr<WorkerOptions> opt = ParseWorkerOptions(argc, argv, ProcessEnv(), &help);
+    if (!opt.ok()) {
+      std::fprintf(stderr, "psync-worker: %s\n", std::string(opt.status().message()).c_str());
+      return kExitBadInput;
+    }
+    if (!help.empty()) {
+      std::fputs(help.c_str(), stdout);
+      return 0;
+    }
+    return RunWorker(*opt);
   } catch (...) {
-    const absl::Status st = psync::StatusFromException("internal error");
+    const absl::Status st = StatusFromException("internal error");
     std::fprintf(stderr, "psync-worker: %s\n", std::string(st.message()).c_str());
-    return psync::kExitInternal;
+    return kExitInternal;
   }
 }
+
+}  // namespace psync::runtime

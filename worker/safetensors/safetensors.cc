@@ -13,8 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
 #include "common/json.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
 
 // The format is little-endian; we copy bytes straight into tensor storage.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

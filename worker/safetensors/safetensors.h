@@ -35,8 +35,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/tensor/named_tensors.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/named_tensors.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::safetensors {
 

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "worker/autograd/grad_mode.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/grad_mode.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::sample {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::sample {
 

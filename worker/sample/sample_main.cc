@@ -17,10 +17,10 @@
 #include "common/flags.h"
 #include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/weights.h"
-#include "worker/nn/models/registry.h"
-#include "worker/nn/state_dict.h"
+#include "psync/nn/models/registry.h"
+#include "psync/nn/state_dict.h"
 #include "worker/sample/generate.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 #include "worker/tokenizer/gpt2_files.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "weights: a psync-worker --save file or a checkpoint (required)");
@@ -36,7 +36,7 @@ ABSL_FLAG(uint64_t, seed, 0, "sampling seed (same seed, same text)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N");
 ABSL_FLAG(int64_t, n_head, 0, "gpt: override the file's head count (0 = from the file)");
 ABSL_FLAG(std::string, precision, "fp32",
-          "fp32 | tf32 | bf16: the arithmetic of the forward passes (worker/nn/precision.h); the file stays float32");
+          "fp32 | tf32 | bf16: the arithmetic of the forward passes (include/psync/nn/precision.h); the file stays float32");
 
 namespace {
 

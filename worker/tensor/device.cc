@@ -1,4 +1,4 @@
-#include "worker/tensor/device.h"
+#include "psync/tensor/device.h"
 
 #include <string>
 

@@ -1,10 +1,10 @@
-#include "worker/tensor/dtype.h"
+#include "psync/tensor/dtype.h"
 
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync {
 

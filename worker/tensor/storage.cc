@@ -1,4 +1,4 @@
-#include "worker/tensor/storage.h"
+#include "psync/tensor/storage.h"
 
 #include <cstring>
 #include <new>
@@ -6,7 +6,7 @@
 
 #include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_device.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync {
 

@@ -1,4 +1,4 @@
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 #include <numeric>
 #include <optional>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/tensor/ops/copy.h"
+#include "psync/tensor/ops/copy.h"
 
 namespace psync {
 

@@ -3,7 +3,7 @@
 // (dtype.h, cuda/launch.cuh). The kernels' namespaces bring them in.
 #pragma once
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::kernel {
 

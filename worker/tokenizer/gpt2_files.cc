@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/json.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/tokenizer/file_limits.h"
 #include "worker/tokenizer/merges_txt.h"
 #include "worker/tokenizer/vocab_json.h"

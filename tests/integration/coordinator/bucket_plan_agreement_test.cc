@@ -3,7 +3,7 @@
 // plans it announces (JoinResponse.initial_bucket_plan, then the
 // Plan.bucket_plan made from rank 0's ready order) through
 // server/bucket_planner.h, each worker its own through
-// worker/ddp/bucket_assignment.h; both use common/bucket_packer.h. Before,
+// worker/ddp/bucket_assignment.h; both use include/psync/common/bucket_packer.h. Before,
 // the coordinator closed a bucket before a parameter would exceed the cap
 // and the workers once it was reached, so the plans differed wherever a
 // parameter straddled a cap. In process: JobState with a ManualScheduler,
@@ -19,7 +19,7 @@
 #include "server/job_state.h"
 #include "server/plan_queue.h"
 #include "worker/ddp/bucket_assignment.h"
-#include "worker/nn/models/registry.h"
+#include "psync/nn/models/registry.h"
 
 namespace psync {
 namespace {

@@ -10,11 +10,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "worker/autograd/grad_mode.h"
+#include "psync/autograd/grad_mode.h"
 #include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/weights.h"
-#include "worker/nn/models/registry.h"
-#include "worker/nn/state_dict.h"
+#include "psync/nn/models/registry.h"
+#include "psync/nn/state_dict.h"
 #include "worker/safetensors/safetensors.h"
 
 int main(int argc, char** argv) {

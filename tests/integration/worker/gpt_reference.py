@@ -26,7 +26,7 @@ each compute (the contract in docs/cli-contract.md):
     torch.bfloat16) (linear and matmul in bfloat16, LayerNorm of the float32
     residual stream and cross-entropy in float32, the rest in its input's
     dtype), parameters, gradients and AdamW in float32: psync's bf16 step
-    (worker/nn/precision.h) up to where each rounds.
+    (include/psync/nn/precision.h) up to where each rounds.
 The GPT: wte + wpe, pre-LayerNorm blocks (causal self-attention, GELU-tanh
 MLP), ln_f, head tied to wte. Safetensors go through tests/common/safetensors_io.py.
 """

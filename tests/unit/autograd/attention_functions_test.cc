@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "tests/unit/autograd/gradcheck.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/autograd/view_functions.h"
 
 namespace psync::autograd {
 namespace {
 
-using testing::GradCheck;
+using testing::GradOk;
 using testing::RandomDouble;
 
 // The GPT's attention without c_proj, from a qkv projection [B, T, 3C]:
@@ -36,7 +36,7 @@ Variable HeadsAttention(const Variable& qkv, int64_t H, bool fused) {
 }
 
 TEST(AttentionFunctions, GradCheckOneTile) {
-  EXPECT_TRUE(GradCheck([](const std::vector<Variable>& v) { return CausalAttention(v[0], v[1], v[2], 0.7); },
+  EXPECT_TRUE(GradOk([](const std::vector<Variable>& v) { return CausalAttention(v[0], v[1], v[2], 0.7); },
                         {RandomDouble({2, 2, 5, 3}, 1, -2, 2), RandomDouble({2, 2, 5, 3}, 2, -2, 2),
                          RandomDouble({2, 2, 5, 3}, 3)}));
 }
@@ -45,14 +45,14 @@ TEST(AttentionFunctions, GradCheckSeveralTilesWithARaggedEnd) {
   // T = 70: two query tiles and two key tiles (64 + 6 rows), the second key
   // tile seen only by the second query tile; scores of several units so the
   // online softmax rescales.
-  EXPECT_TRUE(GradCheck([](const std::vector<Variable>& v) { return CausalAttention(v[0], v[1], v[2], 1.3); },
+  EXPECT_TRUE(GradOk([](const std::vector<Variable>& v) { return CausalAttention(v[0], v[1], v[2], 1.3); },
                         {RandomDouble({1, 1, 70, 2}, 4, -2, 2), RandomDouble({1, 1, 70, 2}, 5, -2, 2),
                          RandomDouble({1, 1, 70, 2}, 6)}));
 }
 
 TEST(AttentionFunctions, GradCheckOnTheHeadViewsOfAProjection) {
   const int64_t B = 2, T = 3, H = 2, hs = 2;
-  EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return HeadsAttention(v[0], H, true); },
+  EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return HeadsAttention(v[0], H, true); },
                         {RandomDouble({B, T, 3 * H * hs}, 7)}));
 }
 

@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "tests/unit/autograd/gradcheck.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/grad_mode.h"
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/grad_mode.h"
+#include "psync/autograd/view_functions.h"
 
 namespace psync::autograd {
 namespace {
 
-using testing::GradCheck;
+using testing::GradOk;
 using testing::RandomDouble;
 
 // padded [Vp, C]: weight's values in the first V rows (weight a view of them), zeros after.
@@ -35,7 +35,7 @@ Tensor Targets(const std::vector<int64_t>& v) { return Tensor::FromVector(v, {st
 
 TEST(ClassifierFunctions, LinearPaddedGradCheck) {
   const Tensor values = RandomDouble({5, 3}, 1);
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) {
         Tensor padded = Tensor::Zeros({8, 3}, kFloat64);
         Tensor view = padded.Narrow(0, 0, 5);
@@ -87,7 +87,7 @@ TEST(ClassifierFunctions, FusedLossEqualsCrossEntropyLossBitForBit) {
 TEST(ClassifierFunctions, FusedLossRescalesAnotherIncomingGradient) {
   const Tensor x = RandomDouble({6, 9}, 8, -3, 3);
   const Tensor t = Targets({0, 8, 4, 4, 1, 7});
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) {
         // The logits are a fresh tensor per call (the fused loss writes over them);
         // expected 1, received 1 (GradCheck's loss weights) or not.

@@ -1,5 +1,5 @@
 // Float64 gradient checks of the CNN's layers (Conv2d, MaxPool2d;
-// worker/autograd/nn_functions.h) on several geometries, alone and composed
+// include/psync/autograd/nn_functions.h) on several geometries, alone and composed
 // into the whole CNN (conv, ReLU, pool, twice, then Linear and
 // cross-entropy); plus which gradients a Conv2d node computes, where it
 // writes them, what the nodes save, and their error messages.
@@ -10,15 +10,15 @@
 
 #include "tests/unit/autograd/gradcheck.h"
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/autograd/view_functions.h"
 
 namespace psync::autograd {
 namespace {
 
-using testing::GradCheck;
+using testing::GradOk;
 using testing::GradCheckOptions;
 using testing::RandomDouble;
 
@@ -33,10 +33,10 @@ TEST(CnnFunctions, Conv2dGradCheck) {
                      C{{2, 3, 3, 2}, {4, 3, 1, 1}, 1, 0}, C{{1, 2, 2, 3}, {2, 2, 4, 4}, 1, 2},
                      C{{1, 2, 7, 7}, {2, 2, 3, 3}, 3, 2}}) {
     const std::string what = ShapeToString(c.x) + " * " + ShapeToString(c.w);
-    EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return Conv2d(v[0], v[1], v[2], c.stride, c.padding); },
+    EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return Conv2d(v[0], v[1], v[2], c.stride, c.padding); },
                           {RandomDouble(c.x, 1), RandomDouble(c.w, 2), RandomDouble({c.w[0]}, 3)}))
         << what;
-    EXPECT_TRUE(GradCheck(
+    EXPECT_TRUE(GradOk(
         [&](const std::vector<Variable>& v) { return Conv2d(v[0], v[1], Variable(), c.stride, c.padding); },
         {RandomDouble(c.x, 4), RandomDouble(c.w, 5)}))
         << what << " without bias";
@@ -46,10 +46,10 @@ TEST(CnnFunctions, Conv2dGradCheck) {
   auto conv = [](const std::vector<Variable>& v) { return Conv2d(v[0], v[1], v[2], 1, 1); };
   GradCheckOptions only_x;
   only_x.constant_inputs = {1, 2};
-  EXPECT_TRUE(GradCheck(conv, in, only_x));
+  EXPECT_TRUE(GradOk(conv, in, only_x));
   GradCheckOptions only_params;
   only_params.constant_inputs = {0};
-  EXPECT_TRUE(GradCheck(conv, in, only_params));
+  EXPECT_TRUE(GradOk(conv, in, only_params));
 }
 
 TEST(CnnFunctions, MaxPool2dGradCheck) {
@@ -57,7 +57,7 @@ TEST(CnnFunctions, MaxPool2dGradCheck) {
   // finite-difference step. Odd sizes drop the last row/column.
   for (const Shape& shape : {Shape{2, 3, 4, 4}, Shape{1, 2, 5, 7}, Shape{2, 1, 6, 6}}) {
     for (int64_t k : {1, 2, 3}) {
-      EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return MaxPool2d(v[0], k); },
+      EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return MaxPool2d(v[0], k); },
                             {RandomDouble(shape, 10)}))
           << ShapeToString(shape) << " k " << k;
     }
@@ -69,7 +69,7 @@ TEST(CnnFunctions, WholeCnnGradCheck) {
   // padding 1) -> ReLU -> pool 2 -> conv3x3(3->4, padding 1) -> ReLU -> pool
   // 2 -> flatten [N, 16] -> Linear(16 -> 5) -> cross-entropy.
   const Tensor labels = Tensor::FromVector(std::vector<int64_t>{3, 0, 4}, {3});
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) {
         Variable h = MaxPool2d(Relu(Conv2d(v[0], v[1], v[2], 1, 1)), 2);
         h = MaxPool2d(Relu(Conv2d(h, v[3], v[4], 1, 1)), 2);

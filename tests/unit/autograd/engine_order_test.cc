@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
 
 namespace psync::autograd {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/logging.h"
+#include "psync/common/logging.h"
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/functions.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/functions.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

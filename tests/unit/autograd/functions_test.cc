@@ -1,7 +1,7 @@
 // Gradient check of every differentiable function: the engine's gradients
 // (float32) against central finite differences of a float64 reference
 // implementation written out in this test.
-#include "worker/autograd/functions.h"
+#include "psync/autograd/functions.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 
 namespace psync::autograd {
 namespace {

@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "tests/unit/autograd/gradcheck.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {
 
-using testing::GradCheck;
+using testing::GradOk;
 using testing::RandomDouble;
 
 Tensor RandomFloat(const Shape& shape, uint32_t seed, double lo = -1.0, double hi = 1.0) {
@@ -50,22 +50,22 @@ TEST(FusedFunctions, ResidualLayerNormGradCheck) {
     auto [h, y] = ResidualLayerNorm(v[0], v[1], v[2], v[3], 1e-5, kFloat64);
     return Add(Scale(h, 0.7f), y);  // both outputs feed the loss
   };
-  EXPECT_TRUE(GradCheck(fn, {RandomDouble({2, 3, C}, 1, -2, 2), RandomDouble({2, 3, C}, 2), RandomDouble({C}, 3, 0.5, 1.5),
+  EXPECT_TRUE(GradOk(fn, {RandomDouble({2, 3, C}, 1, -2, 2), RandomDouble({2, 3, C}, 2), RandomDouble({C}, 3, 0.5, 1.5),
                              RandomDouble({C}, 4)}));
   // Only y used (the last block's h feeds nothing), and only h used.
   auto only_y = [](const std::vector<Variable>& v) { return ResidualLayerNorm(v[0], v[1], v[2], v[3], 1e-5, kFloat64).second; };
-  EXPECT_TRUE(GradCheck(only_y, {RandomDouble({4, C}, 5), RandomDouble({4, C}, 6), RandomDouble({C}, 7), RandomDouble({C}, 8)}));
+  EXPECT_TRUE(GradOk(only_y, {RandomDouble({4, C}, 5), RandomDouble({4, C}, 6), RandomDouble({C}, 7), RandomDouble({C}, 8)}));
   auto only_h = [](const std::vector<Variable>& v) { return ResidualLayerNorm(v[0], v[1], v[2], v[3], 1e-5, kFloat64).first; };
   testing::GradCheckOptions skip_params;
   skip_params.constant_inputs = {2, 3};
-  EXPECT_TRUE(GradCheck(only_h, {RandomDouble({4, C}, 9), RandomDouble({4, C}, 10), RandomDouble({C}, 11), RandomDouble({C}, 12)},
+  EXPECT_TRUE(GradOk(only_h, {RandomDouble({4, C}, 9), RandomDouble({4, C}, 10), RandomDouble({C}, 11), RandomDouble({C}, 12)},
                         skip_params));
 }
 
 TEST(FusedFunctions, MlpGradCheck) {
   const int64_t C = 4, H = 10;
   auto fn = [](const std::vector<Variable>& v) { return Mlp(v[0], {v[1], v[2], v[3], v[4], Tensor(), Tensor()}); };
-  EXPECT_TRUE(GradCheck(fn, {RandomDouble({2, 3, C}, 21, -2, 2), RandomDouble({H, C}, 22), RandomDouble({H}, 23),
+  EXPECT_TRUE(GradOk(fn, {RandomDouble({2, 3, C}, 21, -2, 2), RandomDouble({H, C}, 22), RandomDouble({H}, 23),
                              RandomDouble({C, H}, 24), RandomDouble({C}, 25)}));
 }
 

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

@@ -1,9 +1,9 @@
 // Float64 gradient checks of the GPT's layers (Embedding, LayerNorm, Gelu,
-// CausalSoftmax; worker/autograd/nn_functions.h), each on several shapes
+// CausalSoftmax; include/psync/autograd/nn_functions.h), each on several shapes
 // (T = 1, odd sizes, leading batch dims), alone and composed into an
 // attention head and a transformer block; plus what the nodes save, where
 // they write gradients, and their error messages.
-#include "worker/autograd/nn_functions.h"
+#include "psync/autograd/nn_functions.h"
 
 #include <gtest/gtest.h>
 
@@ -13,14 +13,14 @@
 
 #include "tests/unit/autograd/gradcheck.h"
 #include "worker/autograd/accumulate_grad.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/view_functions.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/view_functions.h"
 
 namespace psync::autograd {
 namespace {
 
-using testing::GradCheck;
+using testing::GradOk;
 using testing::GradCheckOptions;
 using testing::RandomDouble;
 
@@ -30,16 +30,16 @@ TEST(NnFunctions, EmbeddingGradCheckWithRepeatedIds) {
   // Ids repeat (5 three times, 0 twice), some rows are never used (their
   // gradient is 0), ids have two dims.
   const Tensor ids = Ids({5, 0, 5, 2, 0, 5}, {2, 3});
-  EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return Embedding(ids, v[0]); },
+  EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return Embedding(ids, v[0]); },
                         {RandomDouble({7, 4}, 1)}));
   // One id, one column; a 0-dim id gives a [C] row.
-  EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return Embedding(Ids({2}, {1}), v[0]); },
+  EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return Embedding(Ids({2}, {1}), v[0]); },
                         {RandomDouble({3, 1}, 2)}));
-  EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return Embedding(Ids({1}, {}), v[0]); },
+  EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return Embedding(Ids({1}, {}), v[0]); },
                         {RandomDouble({3, 5}, 3)}));
   // Token + position embeddings, as in the GPT (wpe looked up with [B, T] positions).
   const Tensor tokens = Ids({3, 3, 1, 0, 3, 2}, {2, 3}), positions = Ids({0, 1, 2, 0, 1, 2}, {2, 3});
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) { return Add(Embedding(tokens, v[0]), Embedding(positions, v[1])); },
       {RandomDouble({4, 6}, 4), RandomDouble({3, 6}, 5)}));
 }
@@ -63,7 +63,7 @@ TEST(NnFunctions, TiedEmbeddingAndOutputHeadSumBothGradients) {
     Variable logits = Linear(Gelu(x), wte, Variable());      // [3, 5]
     return CrossEntropyLoss(logits, Ids({1, 4, 2}, {3}));
   };
-  EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return loss_of(v[0]); }, {RandomDouble({5, 4}, 7)}));
+  EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return loss_of(v[0]); }, {RandomDouble({5, 4}, 7)}));
   Variable a(RandomDouble({5, 4}, 8), true, "a"), b(a.data().Clone(), true, "b");
   Tensor dest = Tensor::Full({5, 4}, 99.0, kFloat64);
   b.grad_accumulator()->SetGradDestination(dest);
@@ -87,18 +87,18 @@ TEST(NnFunctions, LayerNormGradCheck) {
   // Odd C, a single row, leading batch dims, C = 1 (xhat = 0: y = bias).
   for (const Shape& shape : {Shape{3, 5}, Shape{1, 7}, Shape{2, 3, 4}, Shape{4, 1}, Shape{6}}) {
     const int64_t c = shape.back();
-    EXPECT_TRUE(GradCheck(ln, {RandomDouble(shape, 10, -2, 2), RandomDouble({c}, 11, 0.5, 1.5), RandomDouble({c}, 12)}))
+    EXPECT_TRUE(GradOk(ln, {RandomDouble(shape, 10, -2, 2), RandomDouble({c}, 11, 0.5, 1.5), RandomDouble({c}, 12)}))
         << ShapeToString(shape);
   }
   // Another eps, and only x requiring grad (weight and bias constant).
-  EXPECT_TRUE(GradCheck([](const std::vector<Variable>& v) { return LayerNorm(v[0], v[1], v[2], 0.1); },
+  EXPECT_TRUE(GradOk([](const std::vector<Variable>& v) { return LayerNorm(v[0], v[1], v[2], 0.1); },
                         {RandomDouble({2, 6}, 13), RandomDouble({6}, 14), RandomDouble({6}, 15)}));
   GradCheckOptions only_x;
   only_x.constant_inputs = {1, 2};
-  EXPECT_TRUE(GradCheck(ln, {RandomDouble({3, 4}, 16), RandomDouble({4}, 17), RandomDouble({4}, 18)}, only_x));
+  EXPECT_TRUE(GradOk(ln, {RandomDouble({3, 4}, 16), RandomDouble({4}, 17), RandomDouble({4}, 18)}, only_x));
   GradCheckOptions only_params;
   only_params.constant_inputs = {0};
-  EXPECT_TRUE(GradCheck(ln, {RandomDouble({3, 4}, 19), RandomDouble({4}, 20), RandomDouble({4}, 21)}, only_params));
+  EXPECT_TRUE(GradOk(ln, {RandomDouble({3, 4}, 19), RandomDouble({4}, 20), RandomDouble({4}, 21)}, only_params));
 }
 
 TEST(NnFunctions, LayerNormMatchesItsDefinition) {
@@ -135,10 +135,10 @@ TEST(NnFunctions, LayerNormWritesWeightAndBiasGradsIntoDestinations) {
 
 TEST(NnFunctions, GeluGradCheck) {
   auto gelu = [](const std::vector<Variable>& v) { return Gelu(v[0]); };
-  EXPECT_TRUE(GradCheck(gelu, {RandomDouble({4, 8}, 30, -4, 4)}));
-  EXPECT_TRUE(GradCheck(gelu, {RandomDouble({7}, 31, -0.1, 0.1)}));
-  EXPECT_TRUE(GradCheck(gelu, {RandomDouble({2, 3, 5}, 32, -12, 12)}));  // both tails
-  EXPECT_TRUE(GradCheck(gelu, {RandomDouble({1}, 33)}));
+  EXPECT_TRUE(GradOk(gelu, {RandomDouble({4, 8}, 30, -4, 4)}));
+  EXPECT_TRUE(GradOk(gelu, {RandomDouble({7}, 31, -0.1, 0.1)}));
+  EXPECT_TRUE(GradOk(gelu, {RandomDouble({2, 3, 5}, 32, -12, 12)}));  // both tails
+  EXPECT_TRUE(GradOk(gelu, {RandomDouble({1}, 33)}));
 }
 
 TEST(NnFunctions, GeluMatchesTorchsTanhForm) {
@@ -159,7 +159,7 @@ TEST(NnFunctions, CausalSoftmaxGradCheck) {
   };
   for (const C& c : {C{{1, 1}, 1.0}, C{{3, 3}, 0.5}, C{{2, 5, 5}, 0.37}, C{{2, 2, 4, 4}, 1.0 / std::sqrt(8.0)},
                      C{{1, 2, 1, 1}, 2.0}}) {
-    EXPECT_TRUE(GradCheck([&](const std::vector<Variable>& v) { return CausalSoftmax(v[0], c.scale); },
+    EXPECT_TRUE(GradOk([&](const std::vector<Variable>& v) { return CausalSoftmax(v[0], c.scale); },
                           {RandomDouble(c.shape, 40, -3, 3)}))
         << ShapeToString(c.shape) << " scale " << c.scale;
   }
@@ -188,7 +188,7 @@ TEST(NnFunctions, AttentionHeadGradCheck) {
   // qkv [B, T, 3C] -> split, heads [B, H, T, hs], causal softmax of q k^T /
   // sqrt(hs), times v, heads merged back: the GPT's attention without c_proj.
   const int64_t B = 2, T = 3, H = 2, hs = 2, C = H * hs;
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) {
         std::vector<Variable> qkv = Split(v[0], {C, C, C}, 2);
         auto heads = [&](const Variable& t) { return Permute(Reshape(t, {B, T, H, hs}), {0, 2, 1, 3}); };
@@ -204,7 +204,7 @@ TEST(NnFunctions, TransformerBlockGradCheck) {
   // x + mlp(ln(x)) with the GPT's MLP, and a LayerNorm in front: every
   // parameter gets its gradient through the real kernels.
   const int64_t B = 2, T = 2, C = 3;
-  EXPECT_TRUE(GradCheck(
+  EXPECT_TRUE(GradOk(
       [&](const std::vector<Variable>& v) {
         Variable h = LayerNorm(v[0], v[1], v[2]);
         Variable m = Linear(Gelu(Linear(h, v[3], v[4])), v[5], v[6]);

@@ -19,10 +19,10 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/autograd/gradcheck.h"
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::autograd {
 namespace {

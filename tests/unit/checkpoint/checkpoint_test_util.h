@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 #include "worker/checkpoint/contents.h"
 #include "worker/checkpoint/model_config.h"
-#include "worker/nn/loss.h"
-#include "worker/nn/models/registry.h"
-#include "worker/optim/registry.h"
+#include "psync/nn/loss.h"
+#include "psync/nn/models/registry.h"
+#include "psync/optim/registry.h"
 
 namespace psync::checkpoint::testing {
 

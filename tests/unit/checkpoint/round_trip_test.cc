@@ -17,9 +17,9 @@
 #include "worker/checkpoint/training_state.h"
 #include "worker/checkpoint/weights.h"
 #include "worker/checkpoint/writer.h"
-#include "worker/nn/state_dict.h"
+#include "psync/nn/state_dict.h"
 #include "worker/safetensors/safetensors.h"
-#include "worker/tensor/device.h"
+#include "psync/tensor/device.h"
 
 namespace psync::checkpoint {
 namespace {

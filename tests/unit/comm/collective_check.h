@@ -13,7 +13,7 @@
 #include "tests/common/subprocess.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::comm::testing {
 

@@ -10,11 +10,11 @@
 
 #include "worker/tensor/cuda/cuda_context.h"
 #endif
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 #include "worker/comm/hash_store.h"
 #include "worker/comm/process_group_factory.h"
-#include "worker/tensor/device.h"
+#include "psync/tensor/device.h"
 
 namespace psync::comm {
 namespace {

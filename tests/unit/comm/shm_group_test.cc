@@ -19,8 +19,8 @@
 #include "worker/comm/shm/segment_name.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/shm/shm_group.h"
-#include "worker/tensor/device.h"
-#include "worker/tensor/ops/pointwise.h"
+#include "psync/tensor/device.h"
+#include "psync/tensor/ops/pointwise.h"
 
 namespace psync::comm {
 namespace {

@@ -1,7 +1,7 @@
-// The one bucket packer and order validator (common/bucket_packer.h), used
+// The one bucket packer and order validator (include/psync/common/bucket_packer.h), used
 // by the coordinator's plans and the workers' own. The server's
 // PackBuckets cases moved here with it (tests/unit/server had them).
-#include "common/bucket_packer.h"
+#include "psync/common/bucket_packer.h"
 
 #include <gtest/gtest.h>
 

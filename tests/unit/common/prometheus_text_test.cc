@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "common/fixed_histogram.h"
-#include "common/logging.h"
+#include "psync/common/logging.h"
 
 namespace psync {
 namespace {

@@ -1,15 +1,15 @@
-// Exit codes as status payloads (common/exit_code.h), Annotate keeping them
-// (common/status_macros.h), and the one conversion of exceptions
-// (common/status_from_exception.h).
+// Exit codes as status payloads (include/psync/common/exit_code.h), Annotate keeping them
+// (include/psync/common/status_macros.h), and the one conversion of exceptions
+// (include/psync/common/status_from_exception.h).
 #include <gtest/gtest.h>
 
 #include <new>
 #include <stdexcept>
 
-#include "common/exit_code.h"
-#include "common/logging.h"
-#include "common/status_from_exception.h"
-#include "common/status_macros.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_from_exception.h"
+#include "psync/common/status_macros.h"
 
 namespace psync {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <future>
 
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 #include "common/used_bitmap.h"
 #include "tests/integration/coordinator/coordinator_test_util.h"
 

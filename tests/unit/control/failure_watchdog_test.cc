@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 #include "worker/control/plan_mailbox.h"
 
 namespace psync::control {

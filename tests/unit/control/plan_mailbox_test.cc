@@ -9,7 +9,7 @@
 #include <future>
 #include <thread>
 
-#include "common/exit_code.h"
+#include "psync/common/exit_code.h"
 
 namespace psync::control {
 namespace {

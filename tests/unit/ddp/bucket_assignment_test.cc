@@ -3,7 +3,7 @@
 
 #include "worker/ddp/bucket.h"
 #include "worker/ddp/bucket_assignment.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 namespace {

@@ -6,10 +6,11 @@
 
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
-#include "worker/comm/work.h"
-#include "worker/optim/adamw.h"
+#include "psync/comm/work.h"
+#include "psync/optim/adamw.h"
 #include "worker/optim/sharded_optimizer.h"
-#include "worker/optim/update_rule.h"
+#include "psync/optim/update_rule.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::ddp::testing {
 namespace {

@@ -11,6 +11,7 @@
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
 #include "worker/ddp/missing_gradient.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::ddp::testing {
 namespace {

@@ -4,6 +4,7 @@
 
 #include "tests/unit/ddp/ddp_scenario.h"
 #include "worker/comm/hash_store.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::ddp::testing {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::ddp {
 namespace {

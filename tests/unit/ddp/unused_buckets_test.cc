@@ -16,6 +16,7 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::ddp::testing {
 namespace {

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "worker/autograd/engine.h"
-#include "worker/nn/conv2d.h"
-#include "worker/nn/init.h"
-#include "worker/nn/loss.h"
+#include "psync/autograd/engine.h"
+#include "psync/nn/conv2d.h"
+#include "psync/nn/init.h"
+#include "psync/nn/loss.h"
 #include "worker/nn/models/cnn.h"
-#include "worker/nn/models/registry.h"
-#include "worker/tensor/device.h"
-#include "worker/tensor/ops.h"
+#include "psync/nn/models/registry.h"
+#include "psync/tensor/device.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 namespace {

@@ -21,8 +21,8 @@
 #include "absl/strings/str_join.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
-#include "worker/autograd/engine.h"
-#include "worker/nn/loss.h"
+#include "psync/autograd/engine.h"
+#include "psync/nn/loss.h"
 #include "worker/nn/models/cnn.h"
 
 namespace psync::nn {

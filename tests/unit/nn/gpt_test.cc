@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "worker/autograd/engine.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/view_functions.h"
-#include "worker/nn/state_dict.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/engine.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/view_functions.h"
+#include "psync/nn/state_dict.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "worker/autograd/engine.h"
-#include "worker/nn/init.h"
+#include "psync/autograd/engine.h"
+#include "psync/nn/init.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/loss.h"
-#include "worker/nn/state_dict.h"
+#include "psync/nn/loss.h"
+#include "psync/nn/state_dict.h"
 
 namespace psync::nn {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "tests/unit/optim/optim_test_util.h"
-#include "worker/optim/registry.h"
+#include "psync/optim/registry.h"
 
 namespace psync::optim {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "tests/unit/optim/optim_test_util.h"
-#include "worker/optim/adamw.h"
-#include "worker/optim/clip.h"
-#include "worker/optim/registry.h"
-#include "worker/optim/schedule.h"
-#include "worker/optim/sgd.h"
+#include "psync/optim/adamw.h"
+#include "psync/optim/clip.h"
+#include "psync/optim/registry.h"
+#include "psync/optim/schedule.h"
+#include "psync/optim/sgd.h"
 #include "worker/safetensors/safetensors.h"
 #include "worker/tensor/ops/reduce_kernels.h"
 

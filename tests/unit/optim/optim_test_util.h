@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "worker/optim/clip.h"
-#include "worker/optim/optimizer.h"
-#include "worker/optim/schedule.h"
-#include "worker/tensor/ops.h"
+#include "psync/optim/clip.h"
+#include "psync/optim/optimizer.h"
+#include "psync/optim/schedule.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::optim::testing {
 

@@ -23,9 +23,9 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/optim/optim_test_util.h"
-#include "worker/optim/adamw.h"
-#include "worker/optim/registry.h"
-#include "worker/optim/sgd.h"
+#include "psync/optim/adamw.h"
+#include "psync/optim/registry.h"
+#include "psync/optim/sgd.h"
 #include "worker/safetensors/safetensors.h"
 
 namespace psync::optim {

@@ -1,6 +1,6 @@
 // optim::SGD on an MLP against the same computation written out by hand
 // (plain loops, float64): forward, MSE loss, backward, and the PyTorch SGD rule.
-#include "worker/optim/sgd.h"
+#include "psync/optim/sgd.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <set>
 #include <vector>
 
-#include "worker/autograd/engine.h"
+#include "psync/autograd/engine.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/loss.h"
+#include "psync/nn/loss.h"
 
 namespace psync::optim {
 namespace {

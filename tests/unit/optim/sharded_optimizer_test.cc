@@ -10,10 +10,10 @@
 #include "tests/unit/optim/optim_test_util.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hash_store.h"
-#include "worker/optim/adamw.h"
-#include "worker/optim/sgd.h"
+#include "psync/optim/adamw.h"
+#include "psync/optim/sgd.h"
 #include "worker/optim/sharded_optimizer.h"
-#include "worker/optim/update_rule.h"
+#include "psync/optim/update_rule.h"
 
 namespace psync::optim::testing {
 namespace {

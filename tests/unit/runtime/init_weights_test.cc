@@ -18,10 +18,10 @@
 #include "worker/checkpoint/training_state.h"
 #include "worker/checkpoint/writer.h"
 #include "worker/nn/models/mlp.h"
-#include "worker/nn/state_dict.h"
-#include "worker/optim/registry.h"
+#include "psync/nn/state_dict.h"
+#include "psync/optim/registry.h"
 #include "worker/safetensors/safetensors.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::runtime {
 namespace {

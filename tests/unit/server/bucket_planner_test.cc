@@ -1,5 +1,5 @@
 // The coordinator's bucket plans (server/bucket_planner.h). The packing
-// itself is common/bucket_packer.h's (tests/unit/common/bucket_packer_test.cc);
+// itself is include/psync/common/bucket_packer.h's (tests/unit/common/bucket_packer_test.cc);
 // that the coordinator and the workers agree is
 // tests/integration/coordinator/bucket_plan_agreement_test.cc.
 #include "server/bucket_planner.h"

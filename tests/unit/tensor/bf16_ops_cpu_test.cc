@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/tensor/attention_test_util.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

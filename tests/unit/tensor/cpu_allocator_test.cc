@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "worker/tensor/cpu_allocator.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/dtype.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/dtype.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

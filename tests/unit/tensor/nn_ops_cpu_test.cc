@@ -13,7 +13,7 @@
 
 #include "tests/unit/tensor/test_util.h"
 #include "worker/tensor/cpu/vec_math.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "tests/unit/tensor/test_util.h"
 #include "worker/tensor/cuda/cuda_device.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 #ifdef PSYNC_WITH_CUDA
 #include "worker/tensor/cuda/cuda_context.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/ops.h"
+#include "psync/tensor/ops.h"
 
 namespace psync {
 namespace {

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/tensor/test_util.h"
-#include "worker/tensor/device.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/device.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync {
 namespace {

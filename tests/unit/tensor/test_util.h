@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/tensor/ops.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/ops.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::testing {
 

@@ -23,12 +23,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/gloo/ring.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"
-#include "worker/tensor/half.h"
+#include "psync/tensor/half.h"
 
 namespace psync::comm {
 namespace {

@@ -34,7 +34,7 @@
 #include <string>
 #include <functional>
 
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/serial_queue.h"
 #include "worker/comm/store.h"
 

@@ -9,7 +9,7 @@
 
 #include "worker/comm/flat_shard.h"
 #include "worker/comm/gloo/ring.h"
-#include "worker/tensor/half.h"
+#include "psync/tensor/half.h"
 
 namespace psync::comm::gloo_ring {
 namespace {

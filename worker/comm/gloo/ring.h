@@ -14,7 +14,7 @@
 
 #include <gloo/context.h>
 
-#include "worker/tensor/dtype.h"
+#include "psync/tensor/dtype.h"
 
 namespace psync::comm::gloo_ring {
 

@@ -7,7 +7,7 @@
 // different sizes: every rank's shard is broadcast from its owner.
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/flat_shard.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"

@@ -3,7 +3,7 @@
 // shares the whole list with its host (length, then bytes).
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 

@@ -1,7 +1,7 @@
 // Hierarchical allreduce for hosts with different numbers of ranks: shm
 // reduce to local rank 0, Gloo allreduce among the local rank 0s, shm
 // broadcast from local rank 0.
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 

@@ -2,7 +2,7 @@
 // (local rank j gets the host's sum of shard j), Gloo allreduce of shard j
 // among the local-rank-j ranks of all hosts (L groups, disjoint shards, in
 // parallel), shm all-gather. Cross-host traffic per rank: 2/L of the tensor.
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 #include "worker/comm/shm/shard_layout.h"

@@ -1,6 +1,6 @@
 // Hierarchical barrier: shm barrier, Gloo barrier among the host leaders,
 // shm barrier (so nobody leaves before every host arrived).
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 

@@ -1,7 +1,7 @@
 // Hierarchical broadcast from global rank `root`: shm broadcast on root's
 // host, Gloo broadcast among the host leaders from root's host, then shm
 // broadcast from the leader on every other host.
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/gloo/gloo_group.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/spin_policy.h"

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/process_group_factory.h"
 #include "worker/comm/serial_queue.h"
 #include "worker/comm/hier/hier_parts.h"

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <memory>
 
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/shm/shm_context.h"
 #include "worker/comm/topology.h"
 

@@ -16,7 +16,7 @@
 // whole sum, its shard included).
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/flat_shard.h"
 #include "worker/comm/hier/collectives.h"
 #include "worker/comm/shm/collectives.h"

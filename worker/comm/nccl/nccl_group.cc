@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/flat_shard.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"

@@ -31,7 +31,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/store.h"
 
 namespace psync::comm {

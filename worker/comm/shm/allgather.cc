@@ -3,7 +3,7 @@
 // out of theirs, each as soon as that peer published it.
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 #include "worker/comm/shm/shard_layout.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

@@ -7,7 +7,7 @@
 // Each rank reads and writes (n-1)/n of the tensor, two synchronisations.
 #include <cstring>
 
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 #include "worker/comm/shm/shard_layout.h"
 

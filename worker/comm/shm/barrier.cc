@@ -1,5 +1,5 @@
 // Barrier: one step in which every rank publishes kCopied and waits for all.
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

@@ -1,7 +1,7 @@
 #include "worker/comm/shm/buffer_registry.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

@@ -22,7 +22,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::comm::shm {
 

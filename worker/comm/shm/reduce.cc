@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/container/inlined_vector.h"
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

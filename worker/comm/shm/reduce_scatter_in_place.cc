@@ -7,7 +7,7 @@
 //      caller may write to the buffer again once this returns (kConsumed).
 // Each rank reads 1x and writes 1/n of the tensor, two synchronisations:
 // the first half of allreduce_in_place.cc.
-#include "common/status_macros.h"
+#include "psync/common/status_macros.h"
 #include "worker/comm/shm/collectives.h"
 
 namespace psync::comm::shm {

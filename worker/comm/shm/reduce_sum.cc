@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "worker/tensor/half.h"
+#include "psync/tensor/half.h"
 
 namespace psync::comm::shm {
 namespace {

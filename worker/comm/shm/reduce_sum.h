@@ -5,13 +5,13 @@
 // same bits, on every run. Vectorised per element only (lanes never add
 // into each other), so the vector and scalar paths round identically.
 // bfloat16 / float16 inputs are accumulated in float and rounded once
-// (round to nearest even, worker/tensor/half.h), so a compressed gradient
+// (round to nearest even, include/psync/tensor/half.h), so a compressed gradient
 // loses precision once, not once per rank.
 #pragma once
 
 #include <cstddef>
 
-#include "worker/tensor/dtype.h"
+#include "psync/tensor/dtype.h"
 
 namespace psync::comm::shm {
 

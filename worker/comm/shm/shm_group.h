@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/comm/process_group.h"
+#include "psync/comm/process_group.h"
 #include "worker/comm/serial_queue.h"
 #include "worker/comm/shm/buffer_registry.h"
 #include "worker/comm/shm/cuda_staging.h"

@@ -4,11 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/autograd/view_functions.h"
-#include "worker/nn/init.h"
+#include "psync/common/logging.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/autograd/view_functions.h"
+#include "psync/nn/init.h"
 
 namespace psync::nn {
 namespace {

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/nn/conv2d.h"
-#include "worker/nn/layers.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/conv2d.h"
+#include "psync/nn/layers.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::nn {
 

@@ -7,12 +7,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/autograd/functions.h"
-#include "worker/autograd/nn_functions.h"
-#include "worker/autograd/view_functions.h"
-#include "worker/nn/init.h"
-#include "worker/nn/precision.h"
-#include "worker/tensor/ops.h"
+#include "psync/autograd/functions.h"
+#include "psync/autograd/nn_functions.h"
+#include "psync/autograd/view_functions.h"
+#include "psync/nn/init.h"
+#include "psync/nn/precision.h"
+#include "psync/tensor/ops.h"
 
 namespace psync::nn {
 

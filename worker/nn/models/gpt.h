@@ -46,10 +46,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/nn/embedding.h"
-#include "worker/nn/layer_norm.h"
-#include "worker/nn/layers.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/embedding.h"
+#include "psync/nn/layer_norm.h"
+#include "psync/nn/layers.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::nn {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/nn/layers.h"
-#include "worker/nn/models/model.h"
+#include "psync/nn/layers.h"
+#include "psync/nn/models/model.h"
 
 namespace psync::nn {
 

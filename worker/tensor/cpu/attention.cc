@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "worker/tensor/cpu/cpu_util.h"
-#include "worker/tensor/dtype.h"
+#include "psync/tensor/dtype.h"
 #include "worker/tensor/cpu/vec_math.h"
 #include "worker/tensor/ops/attention_kernels.h"
 

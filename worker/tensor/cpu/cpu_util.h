@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "worker/tensor/cpu/vec_math.h"
-#include "worker/tensor/half.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/half.h"
+#include "psync/tensor/tensor.h"
 #include "worker/tensor/typed_data.h"
 
 namespace psync::cpu {

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/cpu/vec_math.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::cpu {
 namespace {

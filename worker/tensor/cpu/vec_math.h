@@ -13,7 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "worker/tensor/half.h"
+#include "psync/tensor/half.h"
 
 namespace psync::cpu {
 

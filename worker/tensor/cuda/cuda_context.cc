@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/cuda/cuda_device.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::cuda {
 

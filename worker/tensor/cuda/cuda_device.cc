@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/cuda/cuda_context.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::cuda_device {
 

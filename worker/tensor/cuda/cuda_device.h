@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/tensor/device.h"
+#include "psync/tensor/device.h"
 
 namespace psync::cuda_device {
 

@@ -1,7 +1,7 @@
 #include "worker/tensor/cuda/cuda_graph.h"
 
 #include "worker/tensor/cuda/cuda_context.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::cuda_graph {
 

@@ -10,7 +10,7 @@
 #include "worker/tensor/ops/optim_kernels.h"
 #include "worker/tensor/ops/pointwise_kernels.h"
 #include "worker/tensor/ops/reduce_kernels.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "worker/tensor/cuda/cuda_context.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 #include "worker/tensor/typed_data.h"
 
 namespace psync::cuda {

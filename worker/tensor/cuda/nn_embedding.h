@@ -3,7 +3,7 @@
 // Contracts: NnKernels::Embedding / EmbeddingBackward in ops/nn_kernels.h.
 #pragma once
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::cuda {
 

@@ -1,4 +1,4 @@
-#include "worker/tensor/ops/attention.h"
+#include "psync/tensor/ops/attention.h"
 
 #include <cmath>
 

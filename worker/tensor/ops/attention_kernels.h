@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

@@ -2,7 +2,7 @@
 // LinearGelu, MatmulGeluBackward): shape checks, and the translation of
 // (possibly strided) operands into BLAS terms, so that a transposed or
 // sliced view is multiplied in place instead of being copied.
-#include "worker/tensor/ops/blas.h"
+#include "psync/tensor/ops/blas.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/blas_kernels.h"
 #include "worker/tensor/ops/check.h"
-#include "worker/tensor/ops/copy.h"
-#include "worker/tensor/ops/nn.h"
-#include "worker/tensor/ops/pointwise.h"
+#include "psync/tensor/ops/copy.h"
+#include "psync/tensor/ops/nn.h"
+#include "psync/tensor/ops/pointwise.h"
 
 namespace psync::ops {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

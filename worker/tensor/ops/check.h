@@ -10,7 +10,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops::check {
 

@@ -1,7 +1,7 @@
 // Fill and Copy: validation, then the device's copy kernels. Copies between
 // a CPU and a CUDA tensor move the bytes of a contiguous buffer of the
 // destination's dtype (converting and compacting on the source side first).
-#include "worker/tensor/ops/copy.h"
+#include "psync/tensor/ops/copy.h"
 
 #include "worker/tensor/cuda/cuda_device.h"
 #include "worker/tensor/ops/check.h"

@@ -3,7 +3,7 @@
 // CopyKernelsFor; cpu/copy.cc and cuda/copy.cu implement it.
 #pragma once
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

@@ -1,11 +1,11 @@
-#include "worker/tensor/ops/nn.h"
+#include "psync/tensor/ops/nn.h"
 
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/check.h"
-#include "worker/tensor/ops/copy.h"
+#include "psync/tensor/ops/copy.h"
 #include "worker/tensor/ops/nn_kernels.h"
 
 namespace psync::ops {

@@ -9,7 +9,7 @@
 // alone (never by timing or thread count): the same bits on every run.
 #pragma once
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

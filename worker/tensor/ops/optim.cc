@@ -1,4 +1,4 @@
-#include "worker/tensor/ops/optim.h"
+#include "psync/tensor/ops/optim.h"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

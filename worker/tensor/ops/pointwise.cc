@@ -1,4 +1,4 @@
-#include "worker/tensor/ops/pointwise.h"
+#include "psync/tensor/ops/pointwise.h"
 
 #include "absl/strings/str_cat.h"
 #include "worker/tensor/ops/check.h"

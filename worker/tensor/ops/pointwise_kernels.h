@@ -5,8 +5,8 @@
 // `y` may alias an input (in-place ops).
 #pragma once
 
-#include "worker/tensor/ops/pointwise.h"
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/ops/pointwise.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 

@@ -1,4 +1,4 @@
-#include "worker/tensor/ops/reduce.h"
+#include "psync/tensor/ops/reduce.h"
 
 #include <cmath>
 #include <vector>

@@ -3,7 +3,7 @@
 // sums (y) have x's math dtype (float32 for bfloat16).
 #pragma once
 
-#include "worker/tensor/tensor.h"
+#include "psync/tensor/tensor.h"
 
 namespace psync::ops {
 
