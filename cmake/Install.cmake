@@ -46,8 +46,16 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_STRIP_FILES ON)  # the package ships no debug info (a build tree keeps it)
 # Runtime: shlibdeps reads the binaries' NEEDED entries (dpkg-shlibdeps);
 # what a user's build needs (headers, CMake configs) is listed by hand.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libabsl-dev, cmake, g++")
+# A CUDA build's programs also load CUDA's runtime, cuBLAS(Lt), cuDNN and
+# NCCL, which no Debian package provides (dpkg-shlibdeps skips them): a host
+# that runs it has NVIDIA's CUDA 13 installed. The package of a CPU build
+# (-DWITH_CUDA=OFF, as deploy/docker/Dockerfile makes it) needs nothing more.
+if(PSYNC_HAVE_CUDA)
+  set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${PROJECT_DESCRIPTION}\n Built with CUDA: needs NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN 9 and NCCL on the host.")
+endif()
 include(CPack)

@@ -23,6 +23,13 @@
 #                       killed; both launchers restart their ranks into generation 2,
 #                       every rank resumes from the same checkpoint; the runner then
 #                       shuts the job down: both launchers exit 0, four summaries agree
+#   deb                 psync's Debian package (cpack, made in the image's build stage)
+#                       installed with apt into a clean debian:bookworm-slim container:
+#                       psync-worker --help, and examples/ built against it with
+#                       examples/custom_loop run on 2 ranks to a shutdown
+#                       (tests/integration/package/deb_smoke.sh); then
+#                       deploy/docker/Dockerfile.your-model builds examples/your_model
+#                       on top of the image, and its `psync-worker` is that program
 # Every scenario ends with `docker-compose down -v` and a check that none of its
 # containers, networks or volumes is left.
 #
@@ -103,12 +110,12 @@ log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
 skip() { log "SKIP: $*"; exit "$SKIP"; }
 die()  { log "FAIL: $*"; exit 1; }
 
-all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed nodes-worker-killed)
+all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed nodes-worker-killed deb)
 scenarios=()
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed) scenarios+=("$a") ;;
+    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb) scenarios+=("$a") ;;
     *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
   esac
 done
@@ -804,6 +811,42 @@ scenario_nodes_worker_killed() {
   [[ $(docker inspect -f '{{.RestartCount}}' "$c_w1") == 0 ]] \
     || { log "$project: Docker restarted node-1: the launcher should have restarted its ranks"; return 1; }
   runner_shutdown_checks
+}
+
+# The Debian package from the build stage, installed with apt in a clean
+# container (no compose project): deb_smoke.sh says what it checks.
+scenario_deb() {
+  local cid build_net net_ok envs=() v
+  mkdir -p "$work/deb"
+  cid=$(docker create "$image-build") || return 1
+  docker cp "$cid:/out/deb/." "$work/deb/" >/dev/null 2>&1; docker rm "$cid" >/dev/null
+  ls "$work/deb"/psync_*.deb >/dev/null 2>&1 || { log "deb: the build stage made no package"; return 1; }
+  log "deb: $(basename "$work"/deb/psync_*.deb) ($(du -h "$work"/deb/psync_*.deb | cut -f1))"
+  choose_build_network
+  for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [[ -n "${!v:-}" ]] && envs+=(-e "$v=${!v}")
+  done
+  if ! timeout "$(bound 900 || echo 60)" docker run --rm --network="$build_net" "${envs[@]}" \
+      -v "$work/deb:/pkg:ro" -v "$root/examples:/examples:ro" \
+      -v "$root/tests/integration/package/deb_smoke.sh:/deb_smoke.sh:ro" \
+      debian:bookworm-slim bash /deb_smoke.sh >"$work/deb.log" 2>&1; then
+    tail -n 30 "$work/deb.log" | sed 's/^/  deb: /'
+    return 1
+  fi
+  sed 's/^/  deb: /' "$work/deb.log"
+  # deploy/docker/Dockerfile.your-model: examples/your_model on top of psync's image;
+  # its entrypoint runs the program as `psync-worker` (PSYNC_WORKER_BIN).
+  if ! timeout "$(bound 600 || echo 60)" docker build -q -f deploy/docker/Dockerfile.your-model \
+      --build-arg PSYNC_BUILD_IMAGE="$image-build" --build-arg PSYNC_IMAGE="$image" -t "$image-your-model" . \
+      >"$work/your-model.log" 2>&1; then
+    tail -n 20 "$work/your-model.log" | sed 's/^/  your-model: /'
+    return 1
+  fi
+  local out rc
+  out=$(timeout 60 docker run --rm "$image-your-model" psync-worker --help 2>&1); rc=$?
+  docker rmi -f "$image-your-model" >/dev/null 2>&1
+  grep -q "resmlp: residual MLP" <<<"$out" || { log "deb: the your-model image's worker lists no resmlp (exit $rc)"; return 1; }
+  log "deb: Dockerfile.your-model built; its psync-worker is examples/your_model (--model=resmlp listed)"
 }
 
 # ---------------------------------------------------------------- main

@@ -6,6 +6,7 @@
 #                              none of them skips; bench/ side-by-side runs; scripts/test.sh sets it)
 #   PSYNC_WITH_DEPLOY_TOOLS=1  also docker-compose, docker.io, debootstrap (deploy tests), prometheus (a real
 #                              Prometheus server scrapes a job: coordinator_prometheus_server)
+#   PSYNC_WITH_DOC_TOOLS=1     also doxygen (the API reference; scripts/test.sh sets it)
 #   PSYNC_WITH_BENCH_TOOLS=1   also python3-grpcio (bench/auth_flood_bench.py: a real gRPC client from outside)
 set -euo pipefail
 
@@ -14,14 +15,15 @@ pkgs=(cmake ninja-build g++ pkg-config
       libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
       python3 python3-regex iproute2
-      doxygen dpkg-dev)
-# doxygen: the API reference from the public headers (ctest api_reference); dpkg-dev:
-# dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's dependencies.
+      dpkg-dev)
+# dpkg-dev: dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's dependencies.
 # The Prometheus text parser the /metrics test reads the coordinator with
 # (tests/integration/coordinator/metrics_live_test.py).
 pkgs+=(python3-prometheus-client)
 if [[ "${PSYNC_WITH_TORCH:-0}" == 1 ]]; then pkgs+=(python3-torch python3-numpy); fi
 if [[ "${PSYNC_WITH_BENCH_TOOLS:-0}" == 1 ]]; then pkgs+=(python3-grpcio); fi
+# doxygen: the API reference from the public headers (ctest api_reference).
+if [[ "${PSYNC_WITH_DOC_TOOLS:-0}" == 1 ]]; then pkgs+=(doxygen); fi
 # Deploy tools (scripts/test.sh sets this): docker-compose and PyYAML for deploy_validate;
 # the Docker engine and debootstrap for compose_integration (scripts/compose-test.sh).
 # prometheus (the server and promtool) for coordinator_prometheus_server: a real Prometheus scrapes a job.

@@ -5,6 +5,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PSYNC_BUILD_DIR:-$root/build}
-PSYNC_WITH_DEPLOY_TOOLS=1 PSYNC_WITH_TORCH=1 bash "$root/scripts/build.sh"
+PSYNC_WITH_DEPLOY_TOOLS=1 PSYNC_WITH_TORCH=1 PSYNC_WITH_DOC_TOOLS=1 bash "$root/scripts/build.sh"
 cd "$build"
 ctest --output-on-failure -j "${PSYNC_TEST_JOBS:-2}" --timeout 300 "$@"

@@ -578,12 +578,27 @@ for df in dockerfiles:
     errs = []
     stages = re.split(r"(?m)^FROM\s", text)
     final = stages[-1]
+    # ARG defaults stand in for ${NAME} in COPY sources.
+    argdefs = dict(re.findall(r"(?m)^ARG\s+(\w+)=(\S*)", text))
     for m in re.finditer(r"(?m)^COPY\s+(?!--from)(.*)$", text):
         srcs = [s for s in m.group(1).split() if not s.startswith("--")][:-1]
         for s in srcs:
+            s = re.sub(r"\$\{(\w+)\}", lambda a: argdefs.get(a.group(1), a.group(0)), s)
             s = s.rstrip("/") or "."
             if s != "." and not os.path.exists(os.path.join(root, s)): errs.append(f"COPY source {s} does not exist")
             elif s != "." and ignored(s): errs.append(f"COPY source {s} is excluded by .dockerignore")
+    # An image on top of psync's (Dockerfile.your-model: FROM ${PSYNC_IMAGE}) inherits its
+    # user, entrypoint, runtime packages and programs; it must not undo them.
+    if re.match(r"\$\{PSYNC_IMAGE\}", final.strip()):
+        users = re.findall(r"(?m)^USER\s+(\S+)", final)
+        if users and users[-1].split(":")[0] in ("root", "0"): errs.append("final stage switches to root")
+        if re.search(r"(?m)^ENTRYPOINT", final): errs.append("final stage replaces psync's entrypoint")
+        if "PSYNC_WORKER_BIN" not in final: errs.append("final stage does not set PSYNC_WORKER_BIN")
+        if errs:
+            for e in errs: bad(f"{rel}: {e}")
+        else:
+            ok(f"{rel}: on psync's image: its user and entrypoint kept, PSYNC_WORKER_BIN set, COPY sources present")
+        continue
     users = re.findall(r"(?m)^USER\s+(\S+)", final)
     if not users or users[-1].split(":")[0] in ("root", "0"): errs.append("final stage does not run as a non-root USER")
     if not re.search(r'(?m)^ENTRYPOINT\s+\["/usr/bin/tini",\s*"--",\s*"/usr/local/bin/psync-entrypoint"\]', final):
@@ -694,6 +709,7 @@ if ((have_bins)); then
     while read -r lib; do
       [[ -n "$lib" ]] || continue
       case "$lib" in /usr/local/cuda*|/opt/nccl/*) continue ;; esac   # copied by Dockerfile.cuda
+      case "$lib" in */libpsync.so*) continue ;; esac   # psync's own library, copied with the programs
       real=$(readlink -f "$lib")
       pkg=${owner[$lib]:-${owner[/usr$lib]:-${owner[${lib#/usr}]:-${owner[$real]:-}}}}
       if [[ -z "$pkg" ]]; then notdeb+=("$lib"); continue; fi

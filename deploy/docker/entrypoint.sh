@@ -11,6 +11,10 @@
 #
 # Environment glue (only where the variable is not already set):
 #   RANK  <- JOB_COMPLETION_INDEX      (Kubernetes Indexed Job)
+#   PSYNC_WORKER_BIN: a program of your own to run as the worker (a main that
+#     registers a model and returns psync::runtime::WorkerMain; see
+#     Dockerfile.your-model): `psync-worker` runs it, `psync-launch` gets
+#     --worker-bin=PSYNC_WORKER_BIN
 #   PSYNC_COORDINATOR <- MASTER_ADDR:MASTER_PORT   (default target of psyncctl)
 set -eu
 
@@ -32,8 +36,10 @@ prog=$1
 shift
 case "$prog" in
   psync-coordinator|coordinator) exec psync-coordinator "$@" ;;
-  psync-worker|worker)           exec psync-worker "$@" ;;
+  psync-worker|worker)           exec "${PSYNC_WORKER_BIN:-psync-worker}" "$@" ;;
   psyncctl|ctl)                  exec psyncctl "$@" ;;
-  psync-launch|launch)           exec psync-launch "$@" ;;
+  psync-launch|launch)
+    if [ -n "${PSYNC_WORKER_BIN:-}" ]; then exec psync-launch --worker-bin="$PSYNC_WORKER_BIN" "$@"; fi
+    exec psync-launch "$@" ;;
   *)                             exec "$prog" "$@" ;;
 esac

@@ -30,7 +30,8 @@ struct Job::State {
   std::unordered_map<const autograd::Node*, size_t> param_of_accumulator;
   int64_t iteration = -1;       // the iteration begun last (-1: none)
   int64_t last_reported = -1;   // the last iteration whose Report was sent
-  autograd::Variable last_loss;  // the last Forward's loss (its value goes in the next Report)
+  autograd::Variable last_loss;  // the last synchronised Forward's loss (its value goes in the next Report)
+  std::vector<uint8_t> used;     // this iteration's parameters used so far (one byte each)
   double last_step_ms = 0;
   Clock::time_point begun;
   bool finished = false;
@@ -127,6 +128,8 @@ absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
   }
   s.iteration = iteration;
   s.begun = now;
+  // Without find_unused_parameters every parameter counts as used.
+  s.used.assign(s.param_of_accumulator.size(), s.options.ddp.find_unused_parameters ? 0 : 1);
   // The step check compares this across the ranks: a rank out of step is named.
   s.ddp->reducer().DeclareIteration(iteration);
   return true;
@@ -135,25 +138,27 @@ absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
 absl::StatusOr<autograd::Variable> Job::Forward(const std::function<autograd::Variable()>& forward) {
   State& s = *s_;
   if (s.finished || s.iteration < 0 || s.last_reported == s.iteration) {
-    return absl::FailedPreconditionError("Job::Forward: call Job::BeginIteration first (once per Forward)");
+    return absl::FailedPreconditionError(
+        "Job::Forward: call Job::BeginIteration first (an iteration ends with its one synchronised Forward)");
   }
-  const double previous_loss = s.last_loss.defined() ? s.last_loss.data().Item() : 0.0;
   PSYNC_ASSIGN_OR_RETURN(autograd::Variable loss, s.ddp->Forward(forward));
-  const bool find_unused = s.options.ddp.find_unused_parameters;
-  std::vector<uint8_t> used(s.param_of_accumulator.size(), find_unused ? 0 : 1);
-  if (find_unused) {
+  if (s.options.ddp.find_unused_parameters) {
     for (const auto& acc : autograd::ReachableAccumulators({loss})) {
       auto it = s.param_of_accumulator.find(acc.get());
-      if (it != s.param_of_accumulator.end()) used[it->second] = 1;
+      if (it != s.param_of_accumulator.end()) s.used[it->second] = 1;
     }
   }
-  // Right after the forward: the plan's round trip overlaps backward. Rank
-  // 0's gradient order (recorded in the first backward) goes with
-  // iteration 1, so the coordinator can announce a better bucket layout.
+  // Under ddp().NoSync() (the first micro-batches of an accumulated step):
+  // only what it used counts; the synchronised forward reports the step.
+  if (!s.ddp->reducer().sync_enabled()) return loss;
+  // Right after the synchronised forward: the plan's round trip overlaps
+  // backward. Rank 0's gradient order (recorded in the first backward) goes
+  // with iteration 1, so the coordinator can announce a better bucket layout.
   std::vector<size_t> ready_order;
   if (s.session->rank() == 0 && s.iteration == 1) ready_order = s.ddp->reducer().recorded_ready_order();
+  const double previous_loss = s.last_loss.defined() ? s.last_loss.data().Item() : 0.0;
   PSYNC_RETURN_IF_ERROR(
-      s.session->reports()->SendReport(s.iteration, used, previous_loss, s.last_step_ms, ready_order, 0.0));
+      s.session->reports()->SendReport(s.iteration, s.used, previous_loss, s.last_step_ms, ready_order, 0.0));
   s.last_reported = s.iteration;
   s.last_loss = loss;
   return loss;

@@ -85,10 +85,11 @@ class Job {
   // Before iteration `iteration` (consecutive, from start_iteration()):
   // false when the coordinator stopped the job before it (then call Finish).
   absl::StatusOr<bool> BeginIteration(int64_t iteration);
-  // The iteration's forward through DDP (`forward` returns the loss, a
-  // scalar), then its Report to the coordinator. Call once per iteration,
-  // then backward. With accumulation, run the first micro-batches' forward
-  // and backward under ddp().NoSync() and the last through Forward.
+  // A forward through DDP (`forward` returns the loss, a scalar); then
+  // backward. One per iteration, or with gradient accumulation one per
+  // micro-batch: the first ones inside a `auto guard = job->ddp().NoSync();`
+  // scope, the last after it. The synchronised (last) one sends the
+  // iteration's Report, with the parameters every micro-batch used.
   absl::StatusOr<autograd::Variable> Forward(const std::function<autograd::Variable()>& forward);
 
   // Ends this rank's part: takes the plans of the iterations it reported

@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const std::strin
                                                                 const optim::NamedParams& params,
                                                                 const nn::PrecisionPolicy& precision, int zero_stage);
 
+// `precision`: the model's policy (null = float32).
 absl::Status AttachOptimizer(optim::Optimizer& optimizer, DistributedDataParallel& ddp,
-                             std::shared_ptr<const nn::PrecisionPolicy> precision);
+                             std::shared_ptr<const nn::PrecisionPolicy> precision = nullptr);
 
 }  // namespace psync::ddp

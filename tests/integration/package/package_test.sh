@@ -12,6 +12,13 @@
 #                   flags) through `psync-launch --nproc=2 --worker-bin`: trains to
 #                   the end == one process on the full batch (1e-5), resumes from its
 #                   checkpoint bit for bit, stops on shutdown, shows on /metrics
+#     job_loop      tests/integration/package/job_loop (its own loop on control::Job): 2 ranks ==
+#                   1 process on the full batch (1e-5) plain, with --zero=1 and 2, with a
+#                   branch unused on even iterations (find_unused_parameters), and with 2
+#                   micro-batches under no_sync
+#     llama         examples/llama (a Llama-style decoder with custom autograd functions):
+#                   llama_gradcheck passes; 2 ranks x 10 AdamW steps == one PyTorch process
+#                   on the full batch (llama_reference.py, 1e-4)
 # Exit: 0 pass, 1 fail.
 set -uo pipefail
 CASE=$1
@@ -34,10 +41,10 @@ note() { echo "[$CASE] $*"; }
 P=$T/prefix
 cmake --install "$B" --prefix "$P" >"$T/install.log" 2>&1 || fail "cmake --install"
 BIN=$P/bin
-build_examples() {
+build_examples() {  # build_examples TARGET...: examples/ configured against the prefix, TARGETs built
   cmake -S "$SRC/examples" -B "$T/ex" -G Ninja -DCMAKE_PREFIX_PATH="$P" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >"$T/ex-configure.log" 2>&1 || fail "configuring examples/ against the prefix"
-  cmake --build "$T/ex" >"$T/ex-build.log" 2>&1 || fail "building examples/ against the prefix"
+  cmake --build "$T/ex" --target "$@" >"$T/ex-build.log" 2>&1 || fail "building examples/ against the prefix"
 }
 wait_exit() {  # wait_exit PID SECONDS: sets rc (or "timeout")
   local pid=$1 limit=$2 t=0
@@ -70,7 +77,7 @@ case $CASE in
     note "installed: $(ls "$BIN" | tr '\n' ' '); $(find "$P/include/psync" -name '*.h' | wc -l) public headers" ;;
 
   custom_loop)
-    build_examples
+    build_examples custom_loop
     rm -f "$T/port"
     "$BIN/psync-coordinator" --host=127.0.0.1 --port=0 --world-size=2 --port-file="$T/port" >"$T/coord.log" 2>&1 &
     PIDS+=($!)
@@ -91,7 +98,7 @@ case $CASE in
     note "both ranks stopped before iteration $s0; rank 0 loss $first -> ${last#loss }" ;;
 
   your_model)
-    build_examples
+    build_examples your_model
     YM=$T/ex/your_model/your_model
     "$YM" --help >"$T/help.log" 2>&1 || fail "your_model --help"
     grep -q -- "--res-hidden=64" "$T/help.log" || fail "--help does not list the model's own flags"
@@ -129,6 +136,63 @@ case $CASE in
     wait_exit "$LP" 60
     [[ $rc == 0 ]] || fail "psync-launch after shutdown: exit $rc"
     note "2 ranks == 1 process (1e-5), resume bit for bit, shutdown after iteration ${it:-?}" ;;
+
+  llama)
+    build_examples llama llama_gradcheck
+    LM=$T/ex/llama/llama
+    "$T/ex/llama/llama_gradcheck" >"$T/gradcheck.log" 2>&1 || fail "llama_gradcheck: $(cat "$T/gradcheck.log")"
+    "$LM" --help >"$T/help.log" 2>&1 || fail "llama --help"
+    grep -q -- "--n-kv-head=2" "$T/help.log" || fail "--help does not list --n-kv-head"
+    head -c 20000 /dev/urandom >"$T/data.bin"  # random bytes: V = 256
+    out=$(timeout 60 "$LM" --model=llama --data="$T/data.bin" --data-format=bytes --block-size=16 --n-embd=32 --n-kv-head=3 2>&1); rc=$?
+    [[ $rc == 2 && $out == *"--n-kv-head=3 must divide --n-head=4"* ]] || fail "a bad --n-kv-head: rc=$rc $out"
+    # Weight decay on (the reference decays 2+-dim parameters only, as psync). --eps=1e-6, not the
+    # default 1e-8: an element whose gradient is about eps turns float32 round-off in the gradient
+    # (~1e-9, in torch as in psync) into an update difference of lr * round-off / (4 eps), which at
+    # 1e-8 reached 9e-5 on 1 of 15 random files; at 1e-6 the worst of 18 was 1.8e-5.
+    M=(--model=llama --data="$T/data.bin" --data-format=bytes --vocab-size=256 --block-size=16 --n-layer=2 --n-head=4
+       --n-kv-head=2 --n-embd=32 --global-batch=8 --optimizer=adamw --lr=0.003 --weight-decay=0.1 --eps=1e-6 --quiet)
+    "$BIN/psync-launch" --nproc=1 --worker-bin="$LM" -- "${M[@]}" --steps=0 --save="$T/init.st" >"$T/init.log" 2>&1 \
+      || fail "initial weights (--steps=0 --save): exit $?"
+    "$BIN/psync-launch" --nproc=2 --worker-bin="$LM" -- "${M[@]}" --init="$T/init.st" --steps=10 --save="$T/two.st" \
+      >"$T/two.log" 2>&1 || fail "2 ranks: exit $?"
+    /usr/bin/python3 "$SRC/tests/integration/package/llama_reference.py" --init "$T/init.st" --data "$T/data.bin" \
+      --block-size 16 --n-head 4 --world-size 2 --global-batch 8 --steps 10 --lr 0.003 --weight-decay 0.1 \
+      --eps 1e-6 --out "$T/torch.st" >"$T/torch.log" 2>&1 || fail "llama_reference.py"
+    "$DIFF" "$T/torch.st" "$T/two.st" 1e-4 >"$T/diff.log" 2>&1 || fail "2 ranks differ from PyTorch: $(cat "$T/diff.log")"
+    note "llama_gradcheck: $(grep -c ' ok$' "$T/gradcheck.log") checks ok; 2 ranks x 10 AdamW steps vs one PyTorch process: $(cat "$T/diff.log") (limit 1e-4)" ;;
+
+  job_loop)
+    JL=$B/tests/integration/package/job_loop
+    run_loop() {  # run_loop WORLD OUT FLAGS...: a coordinator and WORLD ranks of job_loop
+      local w=$1 out=$2; shift 2
+      rm -f "$T/port"
+      "$BIN/psync-coordinator" --host=127.0.0.1 --port=0 --world-size="$w" --port-file="$T/port" >"$T/coord.log" 2>&1 &
+      local cp=$!; PIDS+=($cp)
+      for _ in $(seq 200); do [[ -s $T/port ]] && break; sleep 0.05; done
+      local addr=127.0.0.1:$(cat "$T/port") pids=() r
+      for ((r = 0; r < w; r++)); do "$JL" --coordinator="$addr" --out="$out" "$@" >"$T/jl$r.log" 2>&1 & pids+=($!); PIDS+=($!); done
+      for p in "${pids[@]}"; do wait_exit "$p" 120; [[ $rc == 0 ]] || fail "job_loop $* (world $w): exit $rc"; done
+      kill "$cp" 2>/dev/null; wait "$cp" 2>/dev/null
+    }
+    close() {  # close A B TOL
+      /usr/bin/python3 - "$@" <<'PY' || fail "weights differ: $*"
+import sys
+a = {tuple(l.split()[:2]): float(l.split()[2]) for l in open(sys.argv[1])}
+b = {tuple(l.split()[:2]): float(l.split()[2]) for l in open(sys.argv[2])}
+assert a.keys() == b.keys() and a, "different parameters"
+d = max(abs(a[k] - b[k]) for k in a)
+print(f"max |diff| {d:.3g} over {len(a)} values ({sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]})")
+sys.exit(0 if d <= float(sys.argv[3]) else 1)
+PY
+    }
+    for cfg in "plain|" "zero1|--zero=1" "zero2|--zero=2" "unused|--find-unused" "accumulate|--accumulate=2" \
+               "all|--zero=1 --find-unused --accumulate=2"; do
+      name=${cfg%%|*}; flags=${cfg#*|}
+      run_loop 1 "$T/$name.1" $flags
+      run_loop 2 "$T/$name.2" $flags
+      note "$name: $(close "$T/$name.1" "$T/$name.2" 1e-5)"
+    done ;;
 
   *) echo "unknown case $CASE"; exit 1 ;;
 esac
