@@ -32,9 +32,10 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/psyncConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/psyncConfig.cmake ${PROJECT_BINARY_DIR}/psyncConfigVersion.cmake
         DESTINATION ${PSYNC_CMAKE_DIR})
+# OPTIONAL: the image build's context (.dockerignore) leaves the docs out.
 install(FILES ${PSYNC_SOURCE_ROOT}/README.md ${PSYNC_SOURCE_ROOT}/docs/cli-contract.md
               ${PSYNC_SOURCE_ROOT}/docs/guide-your-model.md
-        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
 # The examples, to copy and build against the package (docs/guide-your-model.md).
 install(DIRECTORY ${PSYNC_SOURCE_ROOT}/examples DESTINATION ${CMAKE_INSTALL_DOCDIR})
 

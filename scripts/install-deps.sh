@@ -15,8 +15,9 @@ pkgs=(cmake ninja-build g++ pkg-config
       libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
       dataset-fashion-mnist
       python3 python3-regex iproute2
-      dpkg-dev)
-# dpkg-dev: dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's dependencies.
+      dpkg-dev file)
+# dpkg-dev and file: dpkg-shlibdeps and the file type probe, which `cpack -G DEB` uses to
+# declare the package's dependencies.
 # The Prometheus text parser the /metrics test reads the coordinator with
 # (tests/integration/coordinator/metrics_live_test.py).
 pkgs+=(python3-prometheus-client)
