@@ -5,6 +5,8 @@
 //   --find-unused    a branch used only on even iterations
 //   --accumulate=M   M micro-batches, the first M-1 under ddp().NoSync()
 // Writes every parameter value ("name index value", %.9g) to --out at the end.
+// Also checks that misusing Job (a Forward before BeginIteration, a skipped
+// iteration) is refused without harm.
 // Built against the public API only, linked with psync::psync.
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +76,11 @@ absl::Status Run(const Flags& f) {
                                                    psync::nn::PrecisionPolicy::Fp32(), f.zero));
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<psync::control::Job> job, psync::control::Job::Join(options, model));
   PSYNC_RETURN_IF_ERROR(psync::ddp::AttachOptimizer(*opt, job->ddp()));
+  // Misuse is an error that changes nothing, never a hang or an abort.
+  if (job->Forward([] { return Variable(); }).status().code() != absl::StatusCode::kFailedPrecondition ||
+      job->BeginIteration(job->start_iteration() + 1).status().code() != absl::StatusCode::kFailedPrecondition) {
+    return absl::InternalError("Job took a Forward before BeginIteration, or a skipped iteration");
+  }
   const int64_t per_rank = f.global_batch / job->world_size(), micro = per_rank / f.accumulate;
   for (int64_t it = job->start_iteration(); it < f.steps; ++it) {
     PSYNC_ASSIGN_OR_RETURN(bool go, job->BeginIteration(it));
