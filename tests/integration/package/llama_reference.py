@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "worker"))
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402  (tests/common)
-from gpt_reference import read_tokens  # noqa: E402  (psync's bytes/tokens reader)
+from gpt_reference import adamw, micro_batch, read_tokens  # noqa: E402  (psync's data contract and AdamW)
 
 
 class RMSNorm(torch.nn.Module):
@@ -141,23 +141,13 @@ def main():
     model.load_state_dict(state)  # strict: every name and shape must match psync's
 
     toks = read_tokens(args.data, args.data_format)
-    N, T = toks.numel(), args.block_size
-    B, W, M = args.global_batch, args.world_size, args.accumulate
-    assert B % (W * M) == 0
-    decay = [q for q in model.parameters() if q.dim() >= 2]
-    no_decay = [q for q in model.parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
-    per_rank, per_micro = B // W, B // (W * M)
+    W, M = args.world_size, args.accumulate
+    opt = adamw(model, args)
     for s in range(args.steps):
         opt.zero_grad(set_to_none=True)
         for r in range(W):
             for m in range(M):
-                ks = range(r * per_rank + m * per_micro, r * per_rank + (m + 1) * per_micro)
-                starts = [((s * B + k) * T) % (N - T) for k in ks]
-                x = torch.stack([toks[o:o + T] for o in starts])
-                y = torch.stack([toks[o + 1:o + T + 1] for o in starts])
+                x, y = micro_batch(toks, args.block_size, s, r, m, args.global_batch, W, M)
                 loss = F.cross_entropy(model(x).view(-1, V), y.view(-1)) / M
                 loss.backward()
         for q in model.parameters():

@@ -147,6 +147,26 @@ def make_inputs(args):
         open(args.data, "wb").write(header.tobytes() + toks.numpy().astype(np.uint16).tobytes())
 
 
+def micro_batch(toks, T, s, r, m, B, W, M):
+    """(inputs, targets) [B/(W*M), T] of step s, rank r, micro-batch m: the
+    token data contract in this file's docstring."""
+    assert B % (W * M) == 0
+    per_rank, per_micro = B // W, B // (W * M)
+    N = toks.numel()
+    ks = range(r * per_rank + m * per_micro, r * per_rank + (m + 1) * per_micro)
+    starts = [((s * B + k) * T) % (N - T) for k in ks]
+    return (torch.stack([toks[o:o + T] for o in starts]), torch.stack([toks[o + 1:o + T + 1] for o in starts]))
+
+
+def adamw(model, args):
+    """torch.optim.AdamW as psync's: weight decay on parameters of 2+ dims only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+
+
 def train(args):
     state = read_safetensors(args.init)
     V, T, L, C = config_from(state)
@@ -154,23 +174,13 @@ def train(args):
     model = GPT(V, T, L, H, C)
     model.load_state_dict(state)
     toks = read_tokens(args.data, args.data_format)
-    N = toks.numel()
-    B, W, M = args.global_batch, args.world_size, args.accumulate
-    assert B % (W * M) == 0
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
-    per_rank, per_micro = B // W, B // (W * M)
+    W, M = args.world_size, args.accumulate
+    opt = adamw(model, args)
     for s in range(args.steps):
         opt.zero_grad(set_to_none=True)
         for r in range(W):
             for m in range(M):
-                ks = range(r * per_rank + m * per_micro, r * per_rank + (m + 1) * per_micro)
-                starts = [((s * B + k) * T) % (N - T) for k in ks]
-                x = torch.stack([toks[o:o + T] for o in starts])
-                y = torch.stack([toks[o + 1:o + T + 1] for o in starts])
+                x, y = micro_batch(toks, T, s, r, m, args.global_batch, W, M)
                 skip = (args.skip_block,) if skip_active(args.skip_pattern, args.skip_block, s, m, M) else ()
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                     logits = model(x, skip)
