@@ -28,8 +28,10 @@ struct Job::State {
   std::unique_ptr<ddp::DistributedDataParallel> ddp;
   std::unique_ptr<PlanWindow> window;
   std::unordered_map<const autograd::Node*, size_t> param_of_accumulator;
-  int64_t iteration = -1;       // the iteration begun last (-1: none)
-  int64_t last_reported = -1;   // the last iteration whose Report was sent
+  // The iteration begun last, and the last one whose Report was sent (both
+  // start_iteration - 1 before the first): equal between iterations.
+  int64_t iteration = -1;
+  int64_t last_reported = -1;
   autograd::Variable last_loss;  // the last synchronised Forward's loss (its value goes in the next Report)
   std::vector<uint8_t> used;     // this iteration's parameters used so far (one byte each)
   double last_step_ms = 0;
@@ -78,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Join(const JobOptions& options, std::s
   const auto& params = s->ddp->reducer().parameters();
   for (size_t p = 0; p < params.size(); ++p) s->param_of_accumulator[params[p].grad_accumulator().get()] = p;
   s->window = std::make_unique<PlanWindow>(s->session->plan_lookahead(), s->session->start_iteration());
-  s->iteration = s->session->start_iteration() - 1;
+  s->iteration = s->last_reported = s->session->start_iteration() - 1;
   return std::unique_ptr<Job>(new Job(std::move(s)));
 }
 
@@ -137,7 +139,7 @@ absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
 
 absl::StatusOr<autograd::Variable> Job::Forward(const std::function<autograd::Variable()>& forward) {
   State& s = *s_;
-  if (s.finished || s.iteration < 0 || s.last_reported == s.iteration) {
+  if (s.finished || s.last_reported == s.iteration) {
     return absl::FailedPreconditionError(
         "Job::Forward: call Job::BeginIteration first (an iteration ends with its one synchronised Forward)");
   }

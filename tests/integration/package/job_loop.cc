@@ -4,6 +4,7 @@
 //   --zero=0|1|2     ZeRO through ddp::MakeOptimizer / AttachOptimizer
 //   --find-unused    a branch used only on even iterations
 //   --accumulate=M   M micro-batches, the first M-1 under ddp().NoSync()
+//   --start=N        every rank offers N as its first iteration (a resumed job)
 // Writes every parameter value ("name index value", %.9g) to --out at the end.
 // Also checks that misusing Job (a Forward before BeginIteration, a skipped
 // iteration) is refused without harm.
@@ -23,7 +24,7 @@ namespace {
 
 struct Flags {
   std::string coordinator, out;
-  int64_t steps = 12, global_batch = 16, accumulate = 1;
+  int64_t steps = 12, global_batch = 16, accumulate = 1, start = 0;
   int zero = 0;
   bool find_unused = false;
 };
@@ -70,6 +71,7 @@ absl::Status Run(const Flags& f) {
   options.session.coordinator = f.coordinator;
   options.ddp.zero_stage = f.zero;
   options.ddp.find_unused_parameters = f.find_unused;
+  options.start.start_iteration = f.start;
   auto model = std::make_shared<Net>(f.find_unused);
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<psync::optim::Optimizer> opt,
                          psync::ddp::MakeOptimizer("adamw", {}, model->named_parameters(),
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
     else if (a.rfind("--steps=", 0) == 0) f.steps = std::atoll(val("--steps=").c_str());
     else if (a.rfind("--zero=", 0) == 0) f.zero = std::atoi(val("--zero=").c_str());
     else if (a.rfind("--accumulate=", 0) == 0) f.accumulate = std::atoll(val("--accumulate=").c_str());
+    else if (a.rfind("--start=", 0) == 0) f.start = std::atoll(val("--start=").c_str());
     else if (a == "--find-unused") f.find_unused = true;
     else { std::fprintf(stderr, "job_loop: unknown argument %s\n", argv[i]); return 2; }
   }

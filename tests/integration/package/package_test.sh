@@ -15,7 +15,7 @@
 #     job_loop      tests/integration/package/job_loop (its own loop on control::Job): 2 ranks ==
 #                   1 process on the full batch (1e-5) plain, with --zero=1 and 2, with a
 #                   branch unused on even iterations (find_unused_parameters), and with 2
-#                   micro-batches under no_sync
+#                   micro-batches under no_sync, and starting at iteration 5 (a resumed job)
 #     llama         examples/llama (a Llama-style decoder with custom autograd functions):
 #                   llama_gradcheck passes; 2 ranks x 10 AdamW steps == one PyTorch process
 #                   on the full batch (llama_reference.py, 1e-4)
@@ -187,7 +187,7 @@ sys.exit(0 if d <= float(sys.argv[3]) else 1)
 PY
     }
     for cfg in "plain|" "zero1|--zero=1" "zero2|--zero=2" "unused|--find-unused" "accumulate|--accumulate=2" \
-               "all|--zero=1 --find-unused --accumulate=2"; do
+               "all|--zero=1 --find-unused --accumulate=2" "start|--start=5"; do
       name=${cfg%%|*}; flags=${cfg#*|}
       run_loop 1 "$T/$name.1" $flags
       run_loop 2 "$T/$name.2" $flags
