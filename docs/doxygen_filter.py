@@ -9,8 +9,8 @@ changing the files:
   - a trailing `int x = 0;  // text` becomes `///< text`;
   - in comment text, the characters Doxygen would read as commands or HTML
     (\\ @ < > & # % $) are escaped, so prose like `<psync/psync.h>` prints as written.
-Comments inside function bodies (after an opening brace on the same
-indentation) stay plain. Usage: doxygen_filter.py FILE (writes to stdout).
+Comments inside inline function bodies (within braces that open after a
+`)`) stay plain. Usage: doxygen_filter.py FILE (writes to stdout).
 """
 import re
 import sys

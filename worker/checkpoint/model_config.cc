@@ -37,8 +37,6 @@ const std::vector<Field>& Fields() {
 }
 
 constexpr char kSeed[] = "seed";
-// A registered model's own flags: "flag.<name>" (model_flags.h).
-constexpr char kFlagPrefix[] = "flag.";
 
 // Canonical decimal (one spelling per value).
 template <typename Int>
@@ -54,7 +52,7 @@ std::map<std::string, std::string> EncodeModelConfig(const nn::ModelOptions& opt
     out[f.key] = f.scalar != nullptr ? absl::StrCat(options.*f.scalar) : absl::StrJoin(options.*f.list, ",");
   }
   out[kSeed] = absl::StrCat(options.seed);
-  for (const auto& [name, value] : options.flags.values()) out[absl::StrCat(kFlagPrefix, name)] = value;
+  for (const auto& [name, value] : options.flags.values()) out[absl::StrCat(kModelFlagPrefix, name)] = value;
   return out;
 }
 
@@ -67,8 +65,8 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
   nn::ModelOptions out;
   std::map<std::string, std::string> flags;
   for (const auto& [key, value] : config) {
-    if (absl::StartsWith(key, kFlagPrefix)) {
-      flags[key.substr(sizeof(kFlagPrefix) - 1)] = value;
+    if (absl::StartsWith(key, kModelFlagPrefix)) {
+      flags[key.substr(sizeof(kModelFlagPrefix) - 1)] = value;
       continue;
     }
     if (key == kSeed) {

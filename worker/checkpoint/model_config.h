@@ -30,6 +30,9 @@ absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, s
 // files, still read by weights.h): "model" = the kind, "model.<key>" =
 // EncodeModelConfig's entries.
 inline constexpr char kModelKindKey[] = "model";
+// EncodeModelConfig's key of a registered model's own flag: "flag.<name>"
+// (model_flags.h).
+inline constexpr char kModelFlagPrefix[] = "flag.";
 inline constexpr char kModelConfigPrefix[] = "model.";
 
 struct ModelRecord {

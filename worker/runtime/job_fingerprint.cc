@@ -42,8 +42,8 @@ void AddModel(const WorkerOptions& opt, const nn::ModelOptions& model, JobSettin
   out->emplace_back("--model", opt.model);
   for (const auto& [key, value] : checkpoint::EncodeModelConfig(model)) {
     const bool flag = std::find(std::begin(kFlagKeys), std::end(kFlagKeys), key) != std::end(kFlagKeys);
-    if (absl::StartsWith(key, "flag.")) {  // a registered model's own flag: its name is dashed already
-      out->emplace_back(absl::StrCat("--", key.substr(5)), value);
+    if (absl::StartsWith(key, checkpoint::kModelFlagPrefix)) {  // a registered model's own flag, dashed already
+      out->emplace_back(absl::StrCat("--", key.substr(sizeof(checkpoint::kModelFlagPrefix) - 1)), value);
       continue;
     }
     out->emplace_back(flag ? absl::StrCat("--", absl::StrReplaceAll(key, {{"_", "-"}})) : "model." + key, value);

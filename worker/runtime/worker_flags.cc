@@ -41,7 +41,7 @@ ABSL_FLAG(std::string, gloo_host, "",
           "address of the connection to the coordinator)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "collective / plan wait timeout");
 // ---- model
-ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt | cnn (nn/models/registry.h)");
+ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt | cnn, or one the program registered (listed below)");
 ABSL_FLAG(std::string, widths, "32,64,64,16", "mlp: layer widths, comma separated (input first)");
 ABSL_FLAG(int64_t, vocab_size, 0, "gpt: vocabulary size V (0 = the data's: 256 for --data-format=bytes)");
 ABSL_FLAG(int64_t, block_size, 64, "gpt: tokens per sequence T (also the token data's sequence length)");

@@ -108,7 +108,7 @@ case $CASE in
        --optimizer=adamw --lr=0.01 --quiet)
     launch() {  # launch NPROC LOG WORKER-FLAGS...
       local n=$1 log=$2; shift 2
-      "$BIN/psync-launch" --nproc="$n" --worker-bin="$YM" -- "$@" >"$log" 2>&1
+      timeout 300 "$BIN/psync-launch" --nproc="$n" --worker-bin="$YM" -- "$@" >"$log" 2>&1
     }
     launch 2 "$T/two.log" "${M[@]}" --steps=20 --save="$T/two.st" || fail "2 ranks: exit $?"
     launch 1 "$T/one.log" "${M[@]}" --steps=20 --save="$T/one.st" || fail "1 rank: exit $?"
@@ -152,9 +152,9 @@ case $CASE in
     # 1e-8 reached 9e-5 on 1 of 15 random files; at 1e-6 the worst of 18 was 1.8e-5.
     M=(--model=llama --data="$T/data.bin" --data-format=bytes --vocab-size=256 --block-size=16 --n-layer=2 --n-head=4
        --n-kv-head=2 --n-embd=32 --global-batch=8 --optimizer=adamw --lr=0.003 --weight-decay=0.1 --eps=1e-6 --quiet)
-    "$BIN/psync-launch" --nproc=1 --worker-bin="$LM" -- "${M[@]}" --steps=0 --save="$T/init.st" >"$T/init.log" 2>&1 \
+    timeout 300 "$BIN/psync-launch" --nproc=1 --worker-bin="$LM" -- "${M[@]}" --steps=0 --save="$T/init.st" >"$T/init.log" 2>&1 \
       || fail "initial weights (--steps=0 --save): exit $?"
-    "$BIN/psync-launch" --nproc=2 --worker-bin="$LM" -- "${M[@]}" --init="$T/init.st" --steps=10 --save="$T/two.st" \
+    timeout 300 "$BIN/psync-launch" --nproc=2 --worker-bin="$LM" -- "${M[@]}" --init="$T/init.st" --steps=10 --save="$T/two.st" \
       >"$T/two.log" 2>&1 || fail "2 ranks: exit $?"
     /usr/bin/python3 "$SRC/tests/integration/package/llama_reference.py" --init "$T/init.st" --data "$T/data.bin" \
       --block-size 16 --n-head 4 --world-size 2 --global-batch 8 --steps 10 --lr 0.003 --weight-decay 0.1 \
