@@ -101,9 +101,9 @@ absl::StatusOr<std::unique_ptr<psync::nn::Model>> MakeLlama(const psync::nn::Mod
   // The data's vocabulary unless --vocab-size says (bytes: 256).
   c.vocab_size = o.vocab_size > 0 ? o.vocab_size : o.num_classes;
   c.block_size = o.block_size;
-  c.n_layer = o.n_layer;
-  c.n_head = o.n_head;
-  c.n_embd = o.n_embd;
+  PSYNC_ASSIGN_OR_RETURN(c.n_layer, o.flags.Int("n-layer"));
+  PSYNC_ASSIGN_OR_RETURN(c.n_head, o.flags.Int("n-head"));
+  PSYNC_ASSIGN_OR_RETURN(c.n_embd, o.flags.Int("n-embd"));
   PSYNC_ASSIGN_OR_RETURN(c.n_kv_head, o.flags.Int("n-kv-head"));
   PSYNC_ASSIGN_OR_RETURN(c.ffn_hidden, o.flags.Int("ffn-hidden"));
   PSYNC_ASSIGN_OR_RETURN(c.rope_theta, o.flags.Double("rope-theta"));
@@ -197,8 +197,13 @@ psync::nn::ModelRegistration LlamaRegistration() {
   psync::nn::ModelRegistration m;
   m.name = "llama";
   m.help =
-      "Llama-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU (--n-kv-head, --ffn-hidden, --rope-theta)";
-  m.flags = {{"n-kv-head", "2", "key/value heads of the grouped-query attention (divides --n-head)"},
+      "Llama-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU (its flags below)";
+  // --n-layer, --n-head and --n-embd are also gpt's names: each model
+  // declares its own (the chosen --model's are read).
+  m.flags = {{"n-layer", "4", "decoder layers L"},
+             {"n-head", "4", "query heads H"},
+             {"n-embd", "128", "embedding width C (divisible by --n-head; head size even, for RoPE)"},
+             {"n-kv-head", "2", "key/value heads of the grouped-query attention (divides --n-head)"},
              {"ffn-hidden", "0", "SwiGLU hidden width (0: 2/3 of 4*n_embd rounded up to a multiple of 32)"},
              {"rope-theta", "10000", "base of the rotary position embedding's frequencies"}};
   m.factory = MakeLlama;

@@ -191,16 +191,26 @@ absl::StatusOr<NamedTensors> FromHfGpt2(NamedTensors tensors, const std::map<std
     return absl::InvalidArgumentError(absl::StrCat(path, ": lm_head.weight differs from wte.weight; psync's GPT ties ",
                                                    "its head to the token embedding, so an untied head cannot load"));
   }
+  // psync-export records the head count: as the GPT's flag (0.9 on) or as
+  // the older field.
   int64_t n_head = 0;
-  auto meta = metadata.find(absl::StrCat(kModelConfigPrefix, "n_head"));
-  if (meta != metadata.end() && absl::SimpleAtoi(meta->second, &n_head) && n_head > 0) {
+  for (const std::string& key : {absl::StrCat(kModelConfigPrefix, kModelFlagPrefix, "n-head"),
+                                absl::StrCat(kModelConfigPrefix, "n_head")}) {
+    auto meta = metadata.find(key);
+    if (meta != metadata.end() && absl::SimpleAtoi(meta->second, &n_head) && n_head > 0) break;
+    n_head = 0;
+  }
+  if (n_head > 0) {
     PSYNC_RETURN_IF_ERROR(ReadHfConfig(path).status());
   } else {
     PSYNC_ASSIGN_OR_RETURN(n_head, ReadHfConfig(path));
   }
+  const std::string flag = kModelFlagPrefix;
   model->kind = "gpt";
-  model->config = {{"vocab_size", absl::StrCat(V)}, {"block_size", absl::StrCat(T)}, {"n_layer", absl::StrCat(L)},
-                   {"n_embd", absl::StrCat(C)},     {"n_head", absl::StrCat(n_head)}};
+  model->config = {{"vocab_size", absl::StrCat(V)}, {"block_size", absl::StrCat(T)},
+                   {flag + "n-layer", absl::StrCat(L)}, {flag + "n-embd", absl::StrCat(C)}};
+  // Unknown (no config.json, no record): left out, so a reader asks for --n-head.
+  if (n_head > 0) model->config[flag + "n-head"] = absl::StrCat(n_head);
   return out;
 }
 
@@ -228,16 +238,19 @@ absl::StatusOr<NamedTensors> ToHfGpt2(const NamedTensors& params) {
   return out;
 }
 
-std::string HfGpt2Config(const nn::ModelOptions& o) {
+absl::StatusOr<std::string> HfGpt2Config(const nn::ModelOptions& o) {
+  PSYNC_ASSIGN_OR_RETURN(const int64_t n_embd, o.flags.Int("n-embd"));
+  PSYNC_ASSIGN_OR_RETURN(const int64_t n_layer, o.flags.Int("n-layer"));
+  PSYNC_ASSIGN_OR_RETURN(const int64_t n_head, o.flags.Int("n-head"));
   json::Json c = json::Json::object();
   c["architectures"] = json::Json::array({"GPT2LMHeadModel"});
   c["model_type"] = "gpt2";
   c["vocab_size"] = o.vocab_size;
   c["n_positions"] = o.block_size;
   c["n_ctx"] = o.block_size;
-  c["n_embd"] = o.n_embd;
-  c["n_layer"] = o.n_layer;
-  c["n_head"] = o.n_head;
+  c["n_embd"] = n_embd;
+  c["n_layer"] = n_layer;
+  c["n_head"] = n_head;
   c["n_inner"] = nullptr;
   c["activation_function"] = "gelu_new";
   c["layer_norm_epsilon"] = 1e-5;

@@ -38,8 +38,9 @@ bool LooksLikeHfGpt2(const NamedTensors& tensors);
 
 // HF tensors -> psync's names, layout and order (float32; F16/BF16 are
 // widened). The model record comes from the shapes (vocab_size, block_size,
-// n_layer, n_embd) and n_head from `metadata`'s model.n_head (psync-export
-// writes it) or `path`'s config.json; n_head stays 0 when neither has it.
+// the GPT's flags n-layer and n-embd) and n-head from `metadata`'s record
+// (psync-export writes it) or `path`'s config.json; n-head is left out when
+// neither has it.
 // InvalidArgument naming `path` and the tensor for anything else.
 absl::StatusOr<NamedTensors> FromHfGpt2(NamedTensors tensors, const std::map<std::string, std::string>& metadata,
                                         const std::string& path, ModelRecord* model);
@@ -49,7 +50,9 @@ absl::StatusOr<NamedTensors> FromHfGpt2(NamedTensors tensors, const std::map<std
 // lm_head (tied). InvalidArgument when a GPT parameter is missing.
 absl::StatusOr<NamedTensors> ToHfGpt2(const NamedTensors& params);
 
-// config.json for GPT2LMHeadModel.from_pretrained with these dimensions.
-std::string HfGpt2Config(const nn::ModelOptions& options);
+// config.json for GPT2LMHeadModel.from_pretrained with these dimensions
+// (the GPT's flags n-layer, n-head, n-embd; InvalidArgument when one is
+// missing or not an integer).
+absl::StatusOr<std::string> HfGpt2Config(const nn::ModelOptions& options);
 
 }  // namespace psync::checkpoint

@@ -26,17 +26,25 @@ const std::vector<Field>& Fields() {
       {"widths", nullptr, &nn::ModelOptions::widths},
       {"vocab_size", &nn::ModelOptions::vocab_size},
       {"block_size", &nn::ModelOptions::block_size},
-      {"n_layer", &nn::ModelOptions::n_layer},
-      {"n_head", &nn::ModelOptions::n_head},
-      {"n_embd", &nn::ModelOptions::n_embd},
       {"input_shape", nullptr, &nn::ModelOptions::input_shape},
       {"num_classes", &nn::ModelOptions::num_classes},
-      {"cnn_channels", nullptr, &nn::ModelOptions::cnn_channels},
   };
   return fields;
 }
 
 constexpr char kSeed[] = "seed";
+
+// Keys of files from psync before 0.9, where these were fields written for
+// every model: (key, the model that owns it, its flag now).
+struct LegacyKey {
+  const char* key;
+  const char* model;
+  const char* flag;
+};
+constexpr LegacyKey kLegacyKeys[] = {{"n_layer", "gpt", "n-layer"},
+                                     {"n_head", "gpt", "n-head"},
+                                     {"n_embd", "gpt", "n-embd"},
+                                     {"cnn_channels", "cnn", "cnn-channels"}};
 
 // Canonical decimal (one spelling per value).
 template <typename Int>
@@ -56,17 +64,25 @@ std::map<std::string, std::string> EncodeModelConfig(const nn::ModelOptions& opt
   return out;
 }
 
-absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const std::map<std::string, std::string>& config,
-                                                  const std::string& source) {
+absl::StatusOr<nn::ModelOptions> DecodeModelConfig(const ModelRecord& model, const std::string& source) {
   auto error = [&](const std::string& key, absl::string_view problem) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", source, ": model configuration ", json::Quote(key), " ", problem));
   };
   nn::ModelOptions out;
   std::map<std::string, std::string> flags;
-  for (const auto& [key, value] : config) {
+  for (const auto& [key, value] : model.config) {
     if (absl::StartsWith(key, kModelFlagPrefix)) {
       flags[key.substr(sizeof(kModelFlagPrefix) - 1)] = value;
+      continue;
+    }
+    const LegacyKey* legacy = nullptr;
+    for (const LegacyKey& l : kLegacyKeys) {
+      if (key == l.key) legacy = &l;
+    }
+    if (legacy != nullptr) {
+      // The flag of the model the file holds; the other models' were written as zeros.
+      if (model.kind == legacy->model) flags.emplace(legacy->flag, value);
       continue;
     }
     if (key == kSeed) {

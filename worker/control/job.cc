@@ -93,21 +93,6 @@ const std::string& Job::backend() const { return s_->session->backend(); }
 ddp::DistributedDataParallel& Job::ddp() const { return *s_->ddp; }
 comm::ProcessGroup& Job::group() const { return *s_->session->group(); }
 
-namespace {
-
-// Takes Plan{next} .. Plan{through} in order.
-absl::Status TakePlans(PlanWindow& window, PlanMailbox& mailbox, int64_t through, std::chrono::milliseconds timeout) {
-  while (window.next() <= through) {
-    const int64_t it = window.next();
-    PSYNC_ASSIGN_OR_RETURN(IterationPlan plan, mailbox.Wait(it, timeout));
-    PSYNC_RETURN_IF_ERROR(window.Consume(plan));
-    mailbox.Release(it);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
   State& s = *s_;
   if (s.finished) return absl::FailedPreconditionError("Job::BeginIteration after Finish");
@@ -122,8 +107,8 @@ absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
   if (s.iteration >= s.session->start_iteration()) {
     s.last_step_ms = std::chrono::duration<double, std::milli>(now - s.begun).count();
   }
-  PlanMailbox& mailbox = *s.session->mailbox();
-  PSYNC_RETURN_IF_ERROR(TakePlans(*s.window, mailbox, s.window->NeededBeforeStep(iteration), s.options.session.timeout));
+  PSYNC_RETURN_IF_ERROR(
+      s.window->TakeThrough(s.window->NeededBeforeStep(iteration), *s.session->mailbox(), s.options.session.timeout));
   if (s.window->StopsBefore(iteration)) return false;
   if (std::optional<IterationPlan> bp = s.window->TakeBucketPlanFor(iteration)) {
     PSYNC_RETURN_IF_ERROR(s.ddp->reducer().ApplyBucketPlan(*bp->bucket_plan));
@@ -175,7 +160,7 @@ absl::Status Job::Finish(const absl::Status& outcome) {
     // Before Done: the plans of every iteration this rank reported, so the
     // coordinator closes them (and --zero's last parameter gathers).
     absl::Status st = s.ddp->reducer().WaitForParameters();
-    if (st.ok()) st = TakePlans(*s.window, *s.session->mailbox(), s.last_reported, s.options.session.timeout);
+    if (st.ok()) st = s.window->TakeThrough(s.last_reported, *s.session->mailbox(), s.options.session.timeout);
     if (!st.ok()) {
       result = WithExitCode(st, ExitCodeOf(s.session->mailbox()->failure(), ExitCodeOf(st, kExitInternal)));
     }

@@ -50,4 +50,15 @@ std::optional<IterationPlan> PlanWindow::TakeBucketPlanFor(int64_t step) {
   return out;
 }
 
+absl::Status PlanWindow::TakeThrough(int64_t through, PlanMailbox& mailbox, std::chrono::milliseconds timeout) {
+  while (next_ <= through) {
+    const int64_t it = next_;
+    absl::StatusOr<IterationPlan> plan = mailbox.Wait(it, timeout);
+    if (!plan.ok()) return plan.status();
+    if (absl::Status st = Consume(*plan); !st.ok()) return st;
+    mailbox.Release(it);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace psync::control

@@ -15,6 +15,7 @@
 // training thread owns it).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,6 +39,10 @@ class PlanWindow {
   // an out-of-order plan, a bucket plan that applies too early, or a stop
   // announced too late; ABORT plans never get here (the mailbox fails the wait).
   absl::Status Consume(const IterationPlan& plan);
+  // Waits for Plan{next()} .. Plan{through} in `mailbox` (up to `timeout`
+  // each), consumes them in order and releases them from the mailbox. An
+  // ABORT, a lost stream or a timeout fails the wait: the mailbox's failure.
+  absl::Status TakeThrough(int64_t through, PlanMailbox& mailbox, std::chrono::milliseconds timeout);
 
   // True when a consumed plan says every rank stops before `step`.
   bool StopsBefore(int64_t step) const { return stop_after_ >= 0 && step > stop_after_; }

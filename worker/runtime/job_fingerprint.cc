@@ -34,11 +34,11 @@ void Mix(uint64_t* h, const Tensor& t) {
 constexpr int64_t kSampledExamples = 4;
 
 // The model's configuration as a checkpoint records it: each key under
-// the flag that sets it ("n_head" -> "--n-head"); keys the data decides
-// (input_shape, num_classes) under "model.<key>".
+// the flag that sets it ("block_size" -> "--block-size", the model's own
+// "flag.n-head" -> "--n-head"); keys the data decides (input_shape,
+// num_classes) under "model.<key>".
 void AddModel(const WorkerOptions& opt, const nn::ModelOptions& model, JobSettings* out) {
-  static const char* const kFlagKeys[] = {"widths", "vocab_size", "block_size", "n_layer",
-                                          "n_head", "n_embd",     "cnn_channels", "seed"};
+  static const char* const kFlagKeys[] = {"widths", "vocab_size", "block_size", "seed"};
   out->emplace_back("--model", opt.model);
   for (const auto& [key, value] : checkpoint::EncodeModelConfig(model)) {
     const bool flag = std::find(std::begin(kFlagKeys), std::end(kFlagKeys), key) != std::end(kFlagKeys);
@@ -48,7 +48,6 @@ void AddModel(const WorkerOptions& opt, const nn::ModelOptions& model, JobSettin
     }
     out->emplace_back(flag ? absl::StrCat("--", absl::StrReplaceAll(key, {{"_", "-"}})) : "model." + key, value);
   }
-  out->emplace_back("--attention", opt.attention);
   out->emplace_back(opt.model == "gpt" ? "--skip-block" : "--skip-layer", absl::StrCat(opt.skip_layer));
   out->emplace_back("--skip-pattern", SkipPatternName(opt.skip_pattern));
 }

@@ -4,8 +4,8 @@
 // a different job before any step, naming the setting and both values.
 //
 // What is in it (docs/cli-contract.md, "Flags every rank must agree on"):
-// the model (--model and its whole configuration, as a checkpoint records
-// it, plus --attention), the optimizer and its hyperparameters, the
+// the model (--model and its whole configuration with its own flags, as a
+// checkpoint records it), the optimizer and its hyperparameters, the
 // schedule, clipping, --steps, --accumulate, --precision, --zero,
 // --grad-compression, --find-unused-parameters, the skipped layer, the
 // evaluation flags (evaluation is collective), the data's identity and

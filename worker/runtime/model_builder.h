@@ -18,8 +18,8 @@ namespace psync::runtime {
 // The model the flags ask for (run_options.h builds it).
 struct ModelSpec {
   std::string name = "mlp";  // --model (nn/models/registry.h)
-  // From the flags: seed, widths, vocab_size, block_size, n_layer, n_head,
-  // n_embd, cnn_channels. BuildModel adds the device and what the data says
+  // From the flags: seed, widths, vocab_size, block_size and the model's
+  // own flags. BuildModel adds the device and what the data says
   // (example shape, classes or vocabulary).
   nn::ModelOptions options;
   int skip_layer = -1;        // --skip-layer / --skip-block; -1 = none

@@ -58,11 +58,6 @@ ModelSpec ModelSpecFrom(const WorkerOptions& opt) {
   m.options.widths = opt.widths;
   m.options.vocab_size = opt.vocab_size;
   m.options.block_size = opt.block_size;
-  m.options.n_layer = opt.n_layer;
-  m.options.n_head = opt.n_head;
-  m.options.n_embd = opt.n_embd;
-  m.options.attention = opt.attention;
-  m.options.cnn_channels = opt.cnn_channels;
   m.options.flags = opt.model_flags;
   m.skip_layer = opt.skip_layer;
   m.init_path = opt.init_path;

@@ -165,19 +165,10 @@ TrainResult TrainLoop::Stopped(int64_t last_step) {
 }
 
 absl::Status TrainLoop::TakePlans(int64_t through, int64_t step) {
-  while (window_.next() <= through) {
-    const int64_t it = window_.next();
-    absl::StatusOr<IterationPlan> plan;
-    {
-      TraceWriter::Scope span(ctx_.trace, "wait plan", "control", TraceWriter::kControl,
-                              {{"iteration", std::to_string(it)}, {"step", std::to_string(step)}});
-      plan = ctx_.plans->Wait(it, opt_.timeout);
-    }
-    if (!plan.ok()) return plan.status();  // an ABORT fails the wait: it is the mailbox's failure
-    PSYNC_RETURN_IF_ERROR(window_.Consume(*plan));
-    ctx_.plans->Release(it);
-  }
-  return absl::OkStatus();
+  if (window_.next() > through) return absl::OkStatus();
+  TraceWriter::Scope span(ctx_.trace, "wait plan", "control", TraceWriter::kControl,
+                          {{"iterations", absl::StrCat(window_.next(), "..", through)}, {"step", std::to_string(step)}});
+  return window_.TakeThrough(through, *ctx_.plans, opt_.timeout);  // an ABORT fails the wait
 }
 
 absl::Status TrainLoop::ApplyBucketPlan(int64_t step) {

@@ -45,13 +45,7 @@ ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt | cnn, or one the program
 ABSL_FLAG(std::string, widths, "32,64,64,16", "mlp: layer widths, comma separated (input first)");
 ABSL_FLAG(int64_t, vocab_size, 0, "gpt: vocabulary size V (0 = the data's: 256 for --data-format=bytes)");
 ABSL_FLAG(int64_t, block_size, 64, "gpt: tokens per sequence T (also the token data's sequence length)");
-ABSL_FLAG(int64_t, n_layer, 4, "gpt: transformer blocks L");
-ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads H");
-ABSL_FLAG(int64_t, n_embd, 128, "gpt: embedding width C (divisible by --n-head)");
-ABSL_FLAG(std::string, attention, "fused",
-          "gpt: fused (flash-style, O(T) memory) | materialized ([B, H, T, T] scores; the reference)");
 ABSL_FLAG(int, skip_layer, -1, "mlp: layer to skip (square, not the last); -1 = none");
-ABSL_FLAG(std::string, cnn_channels, "16,32", "cnn: output channels of the two 3x3 convolutions");
 ABSL_FLAG(int, skip_block, -1, "gpt: transformer block to skip; -1 = none");
 ABSL_FLAG(std::string, skip_pattern, "always", "when the skipped layer/block is skipped: always|odd|lastmicro");
 ABSL_FLAG(std::string, init, "", "initial weights (safetensors with the model's parameter names and shapes)");
@@ -124,7 +118,7 @@ namespace {
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
       "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout",
-      "model", "widths", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "attention", "cnn_channels", "skip_layer", "skip_block",
+      "model", "widths", "vocab_size", "block_size", "skip_layer", "skip_block",
       "skip_pattern", "init", "init_format", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
       "eval_batch",
@@ -267,18 +261,10 @@ absl::Status ParseModel(const FlagSource& src, WorkerOptions& o) {
   PSYNC_ASSIGN_OR_RETURN(o.widths, PositiveList("widths", absl::GetFlag(FLAGS_widths),
                                                 "a comma-separated list of positive integers"));
   if (o.widths.size() < 2) return Bad("widths", "needs at least two widths (input and output)");
-  PSYNC_ASSIGN_OR_RETURN(o.cnn_channels, PositiveList("cnn-channels", absl::GetFlag(FLAGS_cnn_channels),
-                                                      "two positive integers (c1,c2)"));
-  if (o.cnn_channels.size() != 2) return Bad("cnn-channels", "wants two channel counts (c1,c2)");
   o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   if (o.vocab_size < 0) return Bad("vocab-size", "must not be negative (0 = the data's)");
   o.block_size = absl::GetFlag(FLAGS_block_size);
   if (o.block_size <= 0) return Bad("block-size", "must be positive");
-  o.n_layer = absl::GetFlag(FLAGS_n_layer);
-  o.n_head = absl::GetFlag(FLAGS_n_head);
-  o.n_embd = absl::GetFlag(FLAGS_n_embd);
-  o.attention = absl::GetFlag(FLAGS_attention);
-  if (o.attention != "fused" && o.attention != "materialized") return Bad("attention", "must be fused or materialized");
   if (src.given("skip_layer") && src.given("skip_block")) {
     return Bad("skip-block", "give --skip-layer (mlp) or --skip-block (gpt), not both");
   }

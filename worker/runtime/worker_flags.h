@@ -47,9 +47,8 @@ struct WorkerOptions {
   std::vector<int64_t> widths = {32, 64, 64, 16};  // mlp
   int64_t vocab_size = 0;   // gpt: V; 0 = the data's (256 for bytes)
   int64_t block_size = 64;  // gpt: T, the tokens per sequence (also the token data's)
-  int64_t n_layer = 4, n_head = 4, n_embd = 128;  // gpt
-  std::string attention = "fused";                 // gpt: fused | materialized
-  // A registered model's own flags (nn/models/registry.h), defaults filled in.
+  // The model's own flags (gpt's --n-layer, cnn's --cnn-channels, a
+  // registered model's; psync/nn/models/registry.h), defaults filled in.
   nn::ModelFlags model_flags;
   int skip_layer = -1;      // the MLP layer (--skip-layer) or GPT block (--skip-block) to skip; -1 = none
   SkipPattern skip_pattern = SkipPattern::kAlways;
@@ -83,7 +82,6 @@ struct WorkerOptions {
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   std::string precision = "fp32";  // fp32 | tf32 | bf16 (nn/precision.h)
   // outputs
-  std::vector<int64_t> cnn_channels = {16, 32};
   std::string save_path;
   // Checkpoints (worker/checkpoint): rank 0 writes every checkpoint_every
   // steps, at the end and on a stop; resume starts from the newest one.

@@ -72,11 +72,11 @@ int main(int argc, char** argv) {
     Fail(absl::StrCat(file, ": not a GPT (model '", kind,
                       "'); psync-sample generates text from --model=gpt checkpoints or --save files"));
   }
-  absl::StatusOr<nn::ModelOptions> mo = checkpoint::DecodeModelConfig(weights->model.config, file);
+  absl::StatusOr<nn::ModelOptions> mo = checkpoint::DecodeModelConfig(weights->model, file);
   if (!mo.ok()) Fail(std::string(mo.status().message()));
   mo->device = *device;
-  if (absl::GetFlag(FLAGS_n_head) > 0) mo->n_head = absl::GetFlag(FLAGS_n_head);
-  if (mo->n_head < 1) {
+  if (absl::GetFlag(FLAGS_n_head) > 0) mo->flags.Set("n-head", absl::StrCat(absl::GetFlag(FLAGS_n_head)));
+  if (!mo->flags.Has("n-head")) {
     Fail(absl::StrCat(file, ": the head count is not recorded (no config.json beside this Hugging Face file); pass --n-head"));
   }
   std::optional<tokenizer::BpeTokenizer> bpe;

@@ -71,10 +71,10 @@ int main(int argc, char** argv) {
     Fail(absl::StrCat(in, ": the file does not say which model it holds (no 'model' metadata): export a --save file ",
                       "or a checkpoint"));
   }
-  nn::ModelOptions mo = OrFail(checkpoint::DecodeModelConfig(w.model.config, in), "");
-  if (absl::GetFlag(FLAGS_n_head) > 0) mo.n_head = absl::GetFlag(FLAGS_n_head);
+  nn::ModelOptions mo = OrFail(checkpoint::DecodeModelConfig(w.model, in), "");
+  if (absl::GetFlag(FLAGS_n_head) > 0) mo.flags.Set("n-head", absl::StrCat(absl::GetFlag(FLAGS_n_head)));
 
-  if (w.model.kind == "gpt" && mo.n_head < 1) Fail(absl::StrCat(in, ": the head count is not recorded; pass --n-head"));
+  if (w.model.kind == "gpt" && !mo.flags.Has("n-head")) Fail(absl::StrCat(in, ": the head count is not recorded; pass --n-head"));
   if (format == "psync") {
     checkpoint::CheckpointContents c;
     c.manifest.model = w.model.kind;
@@ -97,10 +97,11 @@ int main(int argc, char** argv) {
   for (const auto& [k, v] : checkpoint::EncodeModelConfig(mo)) metadata[checkpoint::kModelConfigPrefix + k] = v;
   const std::string model_path = (std::filesystem::path(out) / "model.safetensors").string();
   OrFail(safetensors::Write(model_path, hf, metadata), "--out: ");
-  OrFail(WriteFileAtomically((std::filesystem::path(out) / "config.json").string(), checkpoint::HfGpt2Config(mo)), "--out: ");
-  std::printf("%s: wrote %s and config.json (GPT-2 in Hugging Face's layout: L=%lld, H=%lld, C=%lld, V=%lld, T=%lld)\n",
-              kProgram, model_path.c_str(), static_cast<long long>(mo.n_layer), static_cast<long long>(mo.n_head),
-              static_cast<long long>(mo.n_embd), static_cast<long long>(mo.vocab_size),
-              static_cast<long long>(mo.block_size));
+  const std::string config = OrFail(checkpoint::HfGpt2Config(mo), absl::StrCat(in, ": "));
+  OrFail(WriteFileAtomically((std::filesystem::path(out) / "config.json").string(), config), "--out: ");
+  std::printf("%s: wrote %s and config.json (GPT-2 in Hugging Face's layout: L=%s, H=%s, C=%s, V=%lld, T=%lld)\n",
+              kProgram, model_path.c_str(), mo.flags.values().at("n-layer").c_str(),
+              mo.flags.values().at("n-head").c_str(), mo.flags.values().at("n-embd").c_str(),
+              static_cast<long long>(mo.vocab_size), static_cast<long long>(mo.block_size));
   return 0;
 }

@@ -38,9 +38,7 @@ ParamList GptParams() {
   nn::ModelOptions o;
   o.vocab_size = 96;
   o.block_size = 16;
-  o.n_layer = 2;
-  o.n_head = 2;
-  o.n_embd = 32;
+  o.flags = nn::ModelFlags({{"n-layer", "2"}, {"n-head", "2"}, {"n-embd", "32"}});
   auto model = nn::Models().Create("gpt", o);
   EXPECT_TRUE(model.ok()) << model.status();
   ParamList out;

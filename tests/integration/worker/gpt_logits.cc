@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<checkpoint::ModelWeights> w = checkpoint::ReadModelWeights(argv[1]);
   if (!w.ok()) return fail(std::string(w.status().message()));
-  absl::StatusOr<nn::ModelOptions> mo = checkpoint::DecodeModelConfig(w->model.config, argv[1]);
+  absl::StatusOr<nn::ModelOptions> mo = checkpoint::DecodeModelConfig(w->model, argv[1]);
   if (!mo.ok()) return fail(std::string(mo.status().message()));
   absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::Models().Create("gpt", *mo);
   if (!model.ok()) return fail(std::string(model.status().message()));

@@ -68,7 +68,8 @@ TEST(HfGpt2, ExportedLayoutReadsBackExactly) {
   ExpectSame(*back, params);
   EXPECT_EQ(model.kind, "gpt");
   EXPECT_EQ(model.config, (std::map<std::string, std::string>{
-                              {"vocab_size", "50"}, {"block_size", "8"}, {"n_layer", "2"}, {"n_embd", "12"}, {"n_head", "0"}}));
+                              {"vocab_size", "50"}, {"block_size", "8"}, {"flag.n-layer", "2"}, {"flag.n-embd", "12"}}))
+      << "no config.json and no record: the head count is left out, so readers ask for --n-head";
 }
 
 TEST(HfGpt2, HubLayoutWithBuffersTiedHeadAndHalfPrecision) {
@@ -92,7 +93,7 @@ TEST(HfGpt2, HubLayoutWithBuffersTiedHeadAndHalfPrecision) {
   absl::StatusOr<ModelWeights> w = ReadModelWeights(path);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_TRUE(w->hf_layout);
-  EXPECT_EQ(w->model.config.at("n_head"), "2");
+  EXPECT_EQ(w->model.config.at("flag.n-head"), "2");
   ASSERT_EQ(w->params.size(), params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(w->params[i].first, params[i].first);

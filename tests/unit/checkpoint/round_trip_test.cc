@@ -229,7 +229,7 @@ TEST(Checkpoint, ModelRebuildsFromTheManifestAlone) {
   // As psync-sample reads (weights.h): the model's record and its parameters.
   auto loaded = ReadModelWeights(written->path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto options = DecodeModelConfig(loaded->model.config, written->path);
+  auto options = DecodeModelConfig(loaded->model, written->path);
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->widths, SmallMlpOptions().widths);
   auto model = nn::Models().Create(loaded->model.kind, *options);
@@ -245,37 +245,56 @@ TEST(ModelConfig, RoundTripsEveryField) {
   o.widths = {784, 128, 10};
   o.vocab_size = 256;
   o.block_size = 64;
-  o.n_layer = 4;
-  o.n_head = 4;
-  o.n_embd = 128;
   o.input_shape = {1, 28, 28};
   o.num_classes = 10;
+  o.flags = nn::ModelFlags({{"n-layer", "4"}, {"attention", "fused"}});
   const auto config = EncodeModelConfig(o);
   EXPECT_EQ(config.at("widths"), "784,128,10");
   EXPECT_EQ(config.at("input_shape"), "1,28,28");
-  auto back = DecodeModelConfig(config, "F");
+  EXPECT_EQ(config.at("flag.n-layer"), "4");
+  auto back = DecodeModelConfig({"gpt", config}, "F");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->seed, o.seed);
   EXPECT_EQ(back->widths, o.widths);
   EXPECT_EQ(back->vocab_size, 256);
   EXPECT_EQ(back->block_size, 64);
-  EXPECT_EQ(back->n_layer, 4);
-  EXPECT_EQ(back->n_head, 4);
-  EXPECT_EQ(back->n_embd, 128);
   EXPECT_EQ(back->input_shape, o.input_shape);
   EXPECT_EQ(back->num_classes, 10);
+  EXPECT_EQ(back->flags, o.flags);
   // An empty list stays empty.
-  EXPECT_TRUE(DecodeModelConfig(EncodeModelConfig(nn::ModelOptions{}), "F")->widths.empty());
+  EXPECT_TRUE(DecodeModelConfig({"mlp", EncodeModelConfig(nn::ModelOptions{})}, "F")->widths.empty());
+}
+
+// Files from psync before 0.9 wrote the GPT's and the CNN's options as
+// fields of every model: they become the flags of the model the file holds.
+TEST(ModelConfig, OlderFilesFieldsBecomeTheirModelsFlags) {
+  const std::map<std::string, std::string> old = {{"widths", ""},         {"vocab_size", "256"}, {"block_size", "64"},
+                                                  {"n_layer", "4"},       {"n_head", "2"},       {"n_embd", "32"},
+                                                  {"input_shape", ""},    {"num_classes", "0"},
+                                                  {"cnn_channels", "16,32"}, {"seed", "0"}};
+  auto gpt = DecodeModelConfig({"gpt", old}, "F");
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  EXPECT_EQ(gpt->flags.values(),
+            (std::map<std::string, std::string>{{"n-embd", "32"}, {"n-head", "2"}, {"n-layer", "4"}}));
+  auto model = nn::Models().Create("gpt", *gpt);  // --attention: its default
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_NE((*model)->Describe().find("L=4, H=2, C=32"), std::string::npos) << (*model)->Describe();
+  auto mlp = DecodeModelConfig({"mlp", old}, "F");
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  EXPECT_TRUE(mlp->flags.empty()) << "the GPT's and the CNN's zeros are not the MLP's";
+  auto cnn = DecodeModelConfig({"cnn", old}, "F");
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ(cnn->flags.values(), (std::map<std::string, std::string>{{"cnn-channels", "16,32"}}));
 }
 
 TEST(ModelConfig, BadValuesAndUnknownKeysNameTheFileAndKey) {
-  auto st = DecodeModelConfig({{"n_layer", "four"}}, "/d/c.safetensors").status();
+  auto st = DecodeModelConfig({"gpt", {{"block_size", "four"}}}, "/d/c.safetensors").status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("checkpoint /d/c.safetensors: model configuration \"n_layer\" is \"four\""),
+  EXPECT_NE(st.message().find("checkpoint /d/c.safetensors: model configuration \"block_size\" is \"four\""),
             absl::string_view::npos) << st;
-  st = DecodeModelConfig({{"widths", "4,,3"}}, "F").status();
+  st = DecodeModelConfig({"mlp", {{"widths", "4,,3"}}}, "F").status();
   EXPECT_NE(st.message().find("\"widths\" is \"4,,3\", expected integers"), absl::string_view::npos) << st;
-  st = DecodeModelConfig({{"n_kv_head", "2"}}, "F").status();
+  st = DecodeModelConfig({"llama", {{"n_kv_head", "2"}}}, "F").status();
   EXPECT_NE(st.message().find("\"n_kv_head\" is not a model option this psync knows"), absl::string_view::npos) << st;
 }
 

@@ -52,7 +52,7 @@ class Weights : public ::testing::Test {
   void ExpectTrainedWeights(const absl::StatusOr<ModelWeights>& w) {
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(w->model.kind, "mlp");
-    auto options = DecodeModelConfig(w->model.config, "test");
+    auto options = DecodeModelConfig(w->model, "test");
     ASSERT_TRUE(options.ok()) << options.status();
     EXPECT_EQ(options->widths, SmallMlpOptions().widths);
     EXPECT_EQ(options->seed, SmallMlpOptions().seed);

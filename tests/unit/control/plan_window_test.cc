@@ -38,6 +38,27 @@ TEST(PlanWindow, StepJNeedsOnlyPlanJMinusK) {
   EXPECT_EQ(resumed.next(), 100);
 }
 
+// What the trainer and control::Job both do before a step: take the plans
+// it needs from the mailbox, in order, and let the mailbox drop them.
+TEST(PlanWindow, TakeThroughConsumesAndReleasesInOrderOrFailsWithTheMailbox) {
+  PlanMailbox mb;
+  PlanWindow w(1);
+  mb.Deliver(Plan(0));
+  mb.Deliver(Plan(1, PlanAction::kStopAfter, 1));
+  mb.Deliver(Plan(2));
+  ASSERT_TRUE(w.TakeThrough(-1, mb, 10ms).ok()) << "nothing needed yet";
+  EXPECT_EQ(w.next(), 0);
+  ASSERT_TRUE(w.TakeThrough(1, mb, 10ms).ok());
+  EXPECT_EQ(w.next(), 2);
+  EXPECT_EQ(w.stop_after(), 1) << "plan 1's stop was consumed";
+  EXPECT_EQ(mb.held(), 1u) << "plans 0 and 1 were released";
+  EXPECT_EQ(w.TakeThrough(3, mb, 10ms).code(), absl::StatusCode::kDeadlineExceeded) << "plan 3 never came";
+  EXPECT_EQ(w.next(), 3) << "plan 2 was taken before the wait for 3";
+  mb.Close(absl::UnavailableError("coordinator lost"));
+  absl::Status st = w.TakeThrough(3, mb, 10ms);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+}
+
 TEST(PlanWindow, StopAnnouncedAheadStopsEveryRankAfterTheSameIteration) {
   // K = 2: a shutdown while Plan{5} is the first unsent one stops after 6,
   // announced from Plan{5} on. A rank needs Plan{5} before step 7.

@@ -102,7 +102,7 @@ TEST(Cnn, RegistryBuildsAndValidates) {
   EXPECT_THAT((*m)->Describe(), HasSubstr("conv 16, 32"));
   EXPECT_EQ((*m)->named_parameters()[0].second.data().ToVector(),
             Conv2d(1, 16, 3, 1, 1, Device::CPU(), DeriveSeed(3, 0)).weight().data().ToVector());
-  o.cnn_channels = {8, 12};
+  o.flags.Set("cnn-channels", "8,12");
   ASSERT_TRUE(Models().Create("cnn", o).ok());
   EXPECT_EQ((*Models().Create("cnn", o))->named_parameters()[2].second.shape(), (Shape{12, 8, 3, 3}));
 
@@ -118,10 +118,10 @@ TEST(Cnn, RegistryBuildsAndValidates) {
   regression.num_classes = 0;
   EXPECT_THAT(error_of(regression), HasSubstr("needs classification data"));
   ModelOptions three = o;
-  three.cnn_channels = {8, 8, 8};
+  three.flags.Set("cnn-channels", "8,8,8");
   EXPECT_THAT(error_of(three), HasSubstr("--cnn-channels: want two channel counts (c1,c2), got 3 (8,8,8)"));
   ModelOptions zero = o;
-  zero.cnn_channels = {8, 0};
+  zero.flags.Set("cnn-channels", "8,0");
   EXPECT_THAT(error_of(zero), HasSubstr("--cnn-channels: channel count 0 must be positive"));
 }
 

@@ -57,12 +57,13 @@ TEST(JobFingerprint, HoldsTheMathAndNotThePaths) {
   opt.save_path = dir.File("w.safetensors");
   opt.checkpoint_dir = dir.path();
   nn::ModelOptions m;
-  m.n_head = 4;
+  m.flags = nn::ModelFlags({{"n-head", "4"}, {"attention", "fused"}});
   m.vocab_size = 256;
   m.seed = 7;
   std::map<std::string, std::string> s = AsMap(JobFingerprint(opt, m, *d.train, d.val.get()));
   EXPECT_EQ(s["--model"], "gpt");
-  EXPECT_EQ(s["--n-head"], "4");
+  EXPECT_EQ(s["--n-head"], "4") << "the GPT's own flags, under their names";
+  EXPECT_EQ(s["--attention"], "fused");
   EXPECT_EQ(s["--vocab-size"], "256");
   EXPECT_EQ(s["--seed"], "7");
   EXPECT_EQ(s["--lr"], "0.003");

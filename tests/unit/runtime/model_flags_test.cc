@@ -63,7 +63,9 @@ TEST(RegisterModel, AddsTheModelAfterTheBuiltIns) {
   EXPECT_EQ(names.front(), "mlp");
   EXPECT_EQ(names.back(), "tiny");
   EXPECT_EQ(nn::ModelFlagsOf("tiny").size(), 2u);
-  EXPECT_TRUE(nn::ModelFlagsOf("gpt").empty());
+  EXPECT_EQ(nn::ModelFlagsOf("gpt").size(), 4u) << "the built-ins declare their flags the same way";
+  EXPECT_EQ(nn::ModelFlagsOf("cnn").size(), 1u);
+  EXPECT_TRUE(nn::ModelFlagsOf("mlp").empty());
 }
 
 TEST(RegisterModel, RefusesBadRegistrations) {
@@ -89,10 +91,11 @@ TEST(ModelFlagArgs, ParsedWithDefaultsAndBothSpellings) {
   EXPECT_EQ(o->steps, 3);
   EXPECT_EQ(*o->model_flags.Int("tiny-width"), 8);
   EXPECT_EQ(*o->model_flags.String("tiny-mode"), "fast");
-  // The built-in models get no model flags.
-  o = Parse({"--model=gpt"});
+  // A built-in model's flags come the same way.
+  o = Parse({"--model=gpt", "--n-head=2"});
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_TRUE(o->model_flags.empty());
+  EXPECT_EQ(*o->model_flags.Int("n-head"), 2);
+  EXPECT_EQ(*o->model_flags.Int("n-layer"), 4);
 }
 
 TEST(ModelFlagArgs, ErrorsNameTheFlag) {
@@ -130,7 +133,7 @@ TEST(ModelFlagArgs, CheckpointConfigRoundTripsTheFlags) {
   o.flags = nn::ModelFlags({{"tiny-width", "8"}, {"tiny-mode", "slow"}});
   const std::map<std::string, std::string> config = checkpoint::EncodeModelConfig(o);
   EXPECT_EQ(config.at("flag.tiny-width"), "8");
-  absl::StatusOr<nn::ModelOptions> back = checkpoint::DecodeModelConfig(config, "ckpt.safetensors");
+  absl::StatusOr<nn::ModelOptions> back = checkpoint::DecodeModelConfig({"tiny", config}, "ckpt.safetensors");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->flags, o.flags);
 }

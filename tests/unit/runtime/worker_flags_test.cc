@@ -63,10 +63,19 @@ TEST_F(WorkerFlags, DefaultsWithoutFlagsOrEnvironment) {
   EXPECT_EQ(o->accumulate, 1);
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(30000));
   EXPECT_EQ(o->device, "cpu");
-  EXPECT_EQ(o->attention, "fused");
-  auto m = Parse({"--attention=materialized"});
+  EXPECT_TRUE(o->model_flags.empty()) << "the mlp declares no flags of its own";
+  // The GPT's flags are its own (registered with it): defaults filled in,
+  // given values kept, and refused for another --model.
+  auto g = Parse({"--model=gpt"});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->model_flags.values(), (std::map<std::string, std::string>{
+                                         {"attention", "fused"}, {"n-embd", "128"}, {"n-head", "4"}, {"n-layer", "4"}}));
+  auto m = Parse({"--model=gpt", "--attention=materialized", "--n_layer=2"});
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->attention, "materialized");
+  EXPECT_EQ(*m->model_flags.String("attention"), "materialized");
+  EXPECT_EQ(*m->model_flags.Int("n-layer"), 2);
+  ExpectError({"--n-head=8"}, {}, {"flag --n-head belongs to --model=gpt", "not to --model=mlp"});
+  ExpectError({"--model=gpt", "--cnn-channels=8,8"}, {}, {"--cnn-channels belongs to --model=cnn"});
 }
 
 TEST_F(WorkerFlags, ZeroStages) {
@@ -175,7 +184,6 @@ TEST_F(WorkerFlags, BadModelAndOptimisationValuesNameTheFlag) {
   ExpectError({"--widths=8,0,4"}, {}, {"--widths"});
   ExpectError({"--widths=8"}, {}, {"--widths"});
   ExpectError({"--skip-pattern=sometimes"}, {}, {"--skip-pattern", "sometimes"});
-  ExpectError({"--attention=flash"}, {}, {"--attention", "fused or materialized"});
   ExpectError({"--init-format=gguf"}, {}, {"--init-format", "gguf"});
   ExpectError({"--skip-layer=-2"}, {}, {"--skip-layer"});
   ExpectError({"--synthetic-rows=0"}, {}, {"--synthetic-rows"});

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "psync/common/logging.h"
+#include "psync/common/status_macros.h"
 #include "worker/nn/models/cnn.h"
 #include "worker/nn/models/gpt.h"
 #include "worker/nn/models/mlp.h"
@@ -28,14 +30,12 @@ absl::StatusOr<std::unique_ptr<Model>> MakeGpt(const ModelOptions& o) {
   GptConfig c;
   c.vocab_size = o.vocab_size;
   c.block_size = o.block_size;
-  c.n_layer = o.n_layer;
-  c.n_head = o.n_head;
-  c.n_embd = o.n_embd;
-  absl::StatusOr<GptAttention> attention = ParseGptAttention(o.attention);
-  if (!attention.ok()) return attention.status();
-  c.attention = *attention;
-  absl::Status st = ValidateGptConfig(c);
-  if (!st.ok()) return st;
+  PSYNC_ASSIGN_OR_RETURN(c.n_layer, o.flags.Int("n-layer"));
+  PSYNC_ASSIGN_OR_RETURN(c.n_head, o.flags.Int("n-head"));
+  PSYNC_ASSIGN_OR_RETURN(c.n_embd, o.flags.Int("n-embd"));
+  PSYNC_ASSIGN_OR_RETURN(std::string attention, o.flags.String("attention"));
+  PSYNC_ASSIGN_OR_RETURN(c.attention, ParseGptAttention(attention));
+  PSYNC_RETURN_IF_ERROR(ValidateGptConfig(c));
   return std::unique_ptr<Model>(std::make_unique<GPT>(c, o.device, o.seed));
 }
 
@@ -50,14 +50,37 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ModelOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model=cnn needs classification data (a class count >= 1), got ", o.num_classes, " classes"));
   }
-  if (o.cnn_channels.size() != 2) {
+  PSYNC_ASSIGN_OR_RETURN(std::vector<int64_t> channels, o.flags.Ints("cnn-channels"));
+  if (channels.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat("--cnn-channels: want two channel counts (c1,c2), got ",
-                                                   o.cnn_channels.size(), " (", absl::StrJoin(o.cnn_channels, ","), ")"));
+                                                   channels.size(), " (", absl::StrJoin(channels, ","), ")"));
   }
-  for (int64_t c : o.cnn_channels) {
+  for (int64_t c : channels) {
     if (c <= 0) return absl::InvalidArgumentError(absl::StrCat("--cnn-channels: channel count ", c, " must be positive"));
   }
-  return std::unique_ptr<Model>(std::make_unique<CNN>(s, o.num_classes, o.cnn_channels, o.device, o.seed));
+  return std::unique_ptr<Model>(std::make_unique<CNN>(s, o.num_classes, channels, o.device, o.seed));
+}
+
+// The built-in models, registered as a program registers its own: each
+// declares its flags (the one default of each) and reads them in its factory.
+std::vector<ModelRegistration> BuiltinModels() {
+  std::vector<ModelRegistration> out(3);
+  out[0].name = "mlp";
+  out[0].help = "Linear layers with ReLU between them (--widths: input first, the hidden widths, output last)";
+  out[0].factory = MakeMlp;
+  out[1].name = "gpt";
+  out[1].help = "GPT-2-style transformer on tokens (--vocab-size, --block-size and its flags below)";
+  out[1].flags = {{"n-layer", "4", "transformer blocks L"},
+                  {"n-head", "4", "attention heads H"},
+                  {"n-embd", "128", "embedding width C (divisible by --n-head)"},
+                  {"attention", "fused",
+                   "fused (flash-style, O(T) memory) | materialized ([B, H, T, T] scores; the reference)"}};
+  out[1].factory = MakeGpt;
+  out[2].name = "cnn";
+  out[2].help = "conv3x3+ReLU+maxpool2 twice, then Linear, on images [C, H, W]";
+  out[2].flags = {{"cnn-channels", "16,32", "output channels of the two 3x3 convolutions (c1,c2)"}};
+  out[2].factory = MakeCnn;
+  return out;
 }
 
 // The table: the built-in models, then the registered ones. Registration
@@ -65,19 +88,20 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ModelOptions& o) {
 struct Catalog {
   std::mutex mu;
   Registry<Model, ModelOptions> registry{"model"};
-  std::vector<std::pair<std::string, std::vector<ModelFlag>>> flags;  // per registered model
-
-  Catalog() {
-    registry.Add("mlp", "Linear layers with ReLU between them (--widths)", MakeMlp);
-    registry.Add("gpt", "GPT-2-style transformer (--vocab-size --block-size --n-layer --n-head --n-embd)", MakeGpt);
-    registry.Add("cnn",
-                 "conv3x3+ReLU+maxpool2 twice, then Linear, on images [C, H, W] (--cnn-channels, default 16,32)",
-                 MakeCnn);
-  }
+  std::vector<std::pair<std::string, std::vector<ModelFlag>>> flags;  // per model, in registration order
 };
 
+absl::Status Add(Catalog& c, ModelRegistration model);
+
 Catalog& TheCatalog() {
-  static Catalog* catalog = new Catalog();
+  static Catalog* catalog = [] {
+    auto* c = new Catalog();
+    for (ModelRegistration& m : BuiltinModels()) {
+      absl::Status st = Add(*c, std::move(m));
+      if (!st.ok()) PSYNC_LOG(ERROR) << "built-in model not registered: " << st.message();  // a bug in BuiltinModels
+    }
+    return c;
+  }();
   return *catalog;
 }
 
@@ -104,15 +128,29 @@ absl::Status ValidateRegistration(const ModelRegistration& m, const Registry<Mod
   return absl::OkStatus();
 }
 
+// Why the wrapper: a factory reads every flag it declared, but options made
+// by hand (a test, psync-sample on an older file) may leave some out; they
+// get the declared default here, the one place it is written.
+absl::Status Add(Catalog& c, ModelRegistration model) {
+  if (absl::Status st = ValidateRegistration(model, c.registry); !st.ok()) return st;
+  c.flags.emplace_back(model.name, model.flags);
+  c.registry.Add(model.name, model.help,
+                 [declared = model.flags, factory = std::move(model.factory)](const ModelOptions& o) {
+                   ModelOptions with = o;
+                   for (const ModelFlag& f : declared) {
+                     if (!with.flags.Has(f.name)) with.flags.Set(f.name, f.default_value);
+                   }
+                   return factory(with);
+                 });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RegisterModel(ModelRegistration model) {
   Catalog& c = TheCatalog();
   std::lock_guard<std::mutex> lock(c.mu);
-  if (absl::Status st = ValidateRegistration(model, c.registry); !st.ok()) return st;
-  c.flags.emplace_back(model.name, model.flags);
-  c.registry.Add(model.name, model.help, std::move(model.factory));
-  return absl::OkStatus();
+  return Add(c, std::move(model));
 }
 
 const Registry<Model, ModelOptions>& Models() { return TheCatalog().registry; }

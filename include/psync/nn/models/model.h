@@ -26,23 +26,26 @@
 
 namespace psync::nn {
 
-// Everything any model may be configured with (from flags and the data).
+// What every model is built from: where, the seed, and what the data says.
+// A model's own architecture (the GPT's --n-layer, the CNN's
+// --cnn-channels, a registered model's flags) is in `flags`, declared by
+// its registration (registry.h), never a field here.
 struct ModelOptions {
   Device device = Device::CPU();
   uint64_t seed = 0;
-  // mlp
+  // --widths: the rows' widths (input first, output last), which the
+  // synthetic rows take their shape from; --model=mlp's layer widths.
   std::vector<int64_t> widths;
-  // gpt
-  int64_t vocab_size = 0, block_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
-  std::string attention = "fused";  // fused | materialized (GptAttention)
-  // cnn (and mlp on images): one example's shape [C, H, W] and the class count
+  // Token data: the vocabulary (--vocab-size, or the data's) and the tokens
+  // per sequence (--block-size).
+  int64_t vocab_size = 0, block_size = 0;
+  // Images and rows: one example's shape ([C, H, W] or [in]) and the class
+  // count (the outputs per example for regression rows).
   Shape input_shape;
   int64_t num_classes = 0;
-  // cnn: output channels of its two convolutions (--cnn-channels)
-  std::vector<int64_t> cnn_channels = {16, 32};
-  // A registered model's own flags (model_flags.h): every flag it declared,
-  // with the value given or its default. Empty for the built-in models,
-  // whose flags are the fields above.
+  // The model's own flags (model_flags.h): each one its registration
+  // declared, with the value given or its default (Models().Create fills
+  // in the defaults of any left out).
   ModelFlags flags;
 };
 

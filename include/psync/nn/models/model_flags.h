@@ -42,6 +42,8 @@ class ModelFlags {
   bool empty() const { return values_.empty(); }
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   const std::map<std::string, std::string>& values() const { return values_; }
+  // Sets (or replaces) one flag's value.
+  void Set(const std::string& name, std::string value) { values_[name] = std::move(value); }
 
   // NotFound for a flag the model did not declare; InvalidArgument naming
   // the flag for a value of the wrong kind.

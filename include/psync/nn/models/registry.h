@@ -1,5 +1,7 @@
 // The models psync-worker can train, chosen by --model: the built-in mlp,
-// gpt and cnn, and every model a program registers before it calls
+// gpt and cnn (registered through RegisterModel like any other, with their
+// own flags: gpt's --n-layer, --n-head, --n-embd, --attention; cnn's
+// --cnn-channels), and every model a program registers before it calls
 // psync::runtime::WorkerMain (psync/runtime/worker_main.h):
 //
 //   psync::nn::ModelRegistration llama;
@@ -14,7 +16,8 @@
 //
 // A factory gets the worker's device and --seed, what the data implies
 // (vocab_size and block_size for tokens, input_shape and num_classes for
-// images and rows) and its own flags; it validates them (InvalidArgument
+// images and rows) and its own flags, each one it declared (a flag the
+// options leave out gets its declared default); it validates them (InvalidArgument
 // naming the flag, before anything is built) and builds the model there.
 //
 // Threads: register from main() before WorkerMain; lookups are read-only.
@@ -43,13 +46,15 @@ struct ModelRegistration {
 
 // Adds a model. InvalidArgument for an empty or taken name, no factory, or
 // an invalid or repeated flag name. (WorkerMain refuses a flag name that is
-// one of psync-worker's own flags.)
+// one of psync-worker's own flags.) Two models may declare the same flag
+// name, each with its own default and meaning (gpt's --n-layer and a
+// Llama's): only the chosen --model's flags are read.
 absl::Status RegisterModel(ModelRegistration model);
 
 // The registered models: the built-in ones first, then the registered ones.
 const Registry<Model, ModelOptions>& Models();
 
-// The flags `model` declared (empty for the built-ins and unknown names).
+// The flags `model` declared (empty for an unknown name).
 std::vector<ModelFlag> ModelFlagsOf(const std::string& model);
 // Every registered model's flags, (model, flag), in registration order.
 std::vector<std::pair<std::string, ModelFlag>> AllModelFlags();
