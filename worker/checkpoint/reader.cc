@@ -22,6 +22,12 @@ absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path, Need 
   return DecodeCheckpoint(std::move(*file), path, need);
 }
 
+absl::StatusOr<CheckpointContents> ParseCheckpoint(absl::string_view bytes, const std::string& source, Need need) {
+  absl::StatusOr<safetensors::Contents> file = safetensors::ParseWithMetadata(bytes, source);
+  if (!file.ok()) return Annotate(file.status(), absl::StrCat("checkpoint ", source));
+  return DecodeCheckpoint(*std::move(file), source, need);
+}
+
 absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path, Need need) {
   CheckpointContents out;
   PSYNC_ASSIGN_OR_RETURN(out.manifest, DecodeManifest(file.metadata, path));

@@ -38,6 +38,10 @@ absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& path, Need 
 // be a checkpoint or not); `path` names it in errors.
 absl::StatusOr<CheckpointContents> DecodeCheckpoint(safetensors::Contents file, const std::string& path, Need need);
 
+// The same checks on a checkpoint's bytes held in memory (SerializeCheckpoint's,
+// received from a peer); `source` names them in errors ("rank 1's training state").
+absl::StatusOr<CheckpointContents> ParseCheckpoint(absl::string_view bytes, const std::string& source, Need need);
+
 // Whether safetensors metadata says "this is a psync checkpoint" (its
 // "format" key); a --save file or another tool's file is not.
 bool IsCheckpoint(const std::map<std::string, std::string>& metadata);

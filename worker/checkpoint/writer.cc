@@ -115,6 +115,11 @@ absl::StatusOr<uint64_t> WriteCheckpointFile(const std::string& path, const Chec
   return WriteImage(path, image, verify);
 }
 
+absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointContents& contents) {
+  PSYNC_ASSIGN_OR_RETURN(FileImage image, Encode(contents));
+  return safetensors::Serialize(image.tensors, image.metadata);
+}
+
 absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const CheckpointContents& contents,
                                                   const WriteOptions& options) {
   if (options.keep < 0) return Invalid(absl::StrCat("keep is ", options.keep, ", expected >= 0 (0 keeps all)"));

@@ -65,4 +65,9 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, const 
 absl::StatusOr<uint64_t> WriteCheckpointFile(const std::string& path, const CheckpointContents& contents,
                                              bool verify = true);
 
+// The exact bytes WriteCheckpointFile writes, in memory: a training state
+// sent over the network instead of a disk (control/heal.h). ParseCheckpoint
+// (reader.h) reads them back with every check a file gets.
+absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointContents& contents);
+
 }  // namespace psync::checkpoint

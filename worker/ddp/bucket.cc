@@ -97,4 +97,31 @@ void MoveGradIntoSlot(BucketSlot& slot, const autograd::Variable& param) {
   param.set_grad(slot.view);
 }
 
+std::string ParameterName(const autograd::Variable& param, size_t index) {
+  return param.name().empty() ? absl::StrCat("parameter #", index) : param.name();
+}
+
+std::vector<std::string> UnreadyParameterNames(const std::vector<autograd::Variable>& params,
+                                               const std::vector<uint8_t>& ready) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!ready[i]) names.push_back(ParameterName(params[i], i));
+  }
+  return names;
+}
+
+size_t AdoptAveragedGradients(const std::vector<autograd::Variable>& params, const std::vector<Bucket>& buckets,
+                              const std::vector<SlotLocation>& locations, const std::vector<uint8_t>* global_used) {
+  size_t unused = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (global_used && !(*global_used)[i]) {
+      ++unused;
+      continue;
+    }
+    const BucketSlot& slot = buckets[locations[i].bucket].slots()[locations[i].slot];
+    if (!params[i].grad().IsSameView(slot.view)) params[i].set_grad(slot.view);
+  }
+  return unused;
+}
+
 }  // namespace psync::ddp

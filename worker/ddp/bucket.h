@@ -98,4 +98,24 @@ void CopyGradIntoSlot(BucketSlot& slot, const autograd::Variable& param);
 // when buckets are rebuilt, so gradients survive the rebuild.
 void MoveGradIntoSlot(BucketSlot& slot, const autograd::Variable& param);
 
+// A parameter's name in errors: its own, or "parameter #i" (i: its index).
+std::string ParameterName(const autograd::Variable& param, size_t index);
+// The names of the parameters not marked in `ready` (one flag each).
+std::vector<std::string> UnreadyParameterNames(const std::vector<autograd::Variable>& params,
+                                               const std::vector<uint8_t>& ready);
+
+// Where a parameter's gradient lives: its bucket and its slot there.
+struct SlotLocation {
+  size_t bucket = 0;
+  size_t slot = 0;
+};
+
+// After a synchronised backward of plain DDP the buckets hold the averages:
+// a parameter used on some rank (maybe not this one) gets its slot view as
+// grad; one unused on every rank (`global_used`, when given) keeps its grad
+// (undefined stays undefined, so the optimizer skips it). Returns how many
+// were unused everywhere.
+size_t AdoptAveragedGradients(const std::vector<autograd::Variable>& params, const std::vector<Bucket>& buckets,
+                              const std::vector<SlotLocation>& locations, const std::vector<uint8_t>* global_used);
+
 }  // namespace psync::ddp

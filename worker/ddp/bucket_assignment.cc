@@ -55,6 +55,17 @@ absl::Status ValidateBucketPlan(const BucketPlan& plan, const std::vector<Device
   return absl::OkStatus();
 }
 
+BucketPlan AssignBucketsFor(const std::vector<autograd::Variable>& params, const BucketCaps& caps,
+                            const std::vector<size_t>& order) {
+  std::vector<size_t> sizes;
+  std::vector<Device> devices;
+  for (const auto& p : params) {
+    sizes.push_back(p.data().nbytes());
+    devices.push_back(p.data().device());
+  }
+  return AssignBuckets(sizes, devices, caps, order);
+}
+
 BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vector<Device>& devices,
                          const BucketCaps& caps, const std::vector<size_t>& order) {
   // Why groups: parameters of different devices never share a bucket, and

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "psync/autograd/variable.h"
 #include "psync/comm/process_group.h"
 #include "psync/common/bucket_packer.h"
 #include "psync/tensor/device.h"
@@ -56,6 +57,10 @@ absl::Status ValidateBucketPlan(const BucketPlan& plan, const std::vector<Device
 // them in `order` (a permutation of 0..n-1; ValidateOrder first).
 BucketPlan AssignBuckets(const std::vector<size_t>& sizes_bytes, const std::vector<Device>& devices,
                          const BucketCaps& caps, const std::vector<size_t>& order);
+
+// AssignBuckets over `params` (their sizes and devices).
+BucketPlan AssignBucketsFor(const std::vector<autograd::Variable>& params, const BucketCaps& caps,
+                            const std::vector<size_t>& order);
 
 // The parameters of `plan`, bucket after bucket: the order AssignBuckets
 // would need to reproduce it (with the same caps).

@@ -83,6 +83,14 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
       new DistributedDataParallel(std::move(module), std::move(group), options, std::move(reducer)));
 }
 
+absl::Status DistributedDataParallel::Rejoin(std::shared_ptr<comm::ProcessGroup> group) {
+  PSYNC_RETURN_IF_ERROR(reducer_->Rejoin(group));
+  // Why after the reducer: it aborts and drains the old group first; the
+  // last owners of the old group are the reducer and this wrapper.
+  group_ = std::move(group);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<autograd::Variable> DistributedDataParallel::Forward(const autograd::Variable& x) {
   return Forward([&] { return module_->Forward(x); });
 }

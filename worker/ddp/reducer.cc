@@ -17,13 +17,6 @@
 #include "psync/tensor/ops.h"
 
 namespace psync::ddp {
-namespace {
-
-std::string ParamName(const autograd::Variable& v, size_t index) {
-  return v.name().empty() ? absl::StrCat("parameter #", index) : v.name();
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------- creation
 
@@ -47,10 +40,10 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
     const autograd::Variable& p = params[i];
     if (!p.defined() || !p.requires_grad() || !p.is_leaf()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(ParamName(p, i), " is not a leaf that requires grad; DDP reduces parameters only"));
+          absl::StrCat(ParameterName(p, i), " is not a leaf that requires grad; DDP reduces parameters only"));
     }
     if (!seen.insert(p.state().get()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(ParamName(p, i), " is listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat(ParameterName(p, i), " is listed twice"));
     }
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(group), options, std::move(source)));
@@ -76,6 +69,7 @@ Reducer::Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::P
   if (options_.zero_stage >= 2) staging_ = std::make_unique<ZeroStaging>(*zero_, params_, accumulators_, options_.timeout);
   if (!source_ && options_.find_unused_parameters) {
     source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
+    own_source_ = true;
   }
   step_check_ = std::make_unique<StepChecker>(*group_, device_, options_.check_in_step, hook_->CarriesStepTag());
   skip_unused_ = options_.find_unused_parameters && source_->KnowsAhead();
@@ -115,16 +109,6 @@ void Reducer::AttachHooks() {
     accumulators_.push_back(std::move(acc));
   }
   PointDestinationsAtBuckets();
-}
-
-BucketPlan Reducer::PlanFromOrder(const std::vector<size_t>& order) const {
-  std::vector<size_t> sizes;
-  std::vector<Device> devices;
-  for (const auto& p : params_) {
-    sizes.push_back(p.data().nbytes());
-    devices.push_back(p.data().device());
-  }
-  return AssignBuckets(sizes, devices, options_.bucket_caps, order);
 }
 
 BucketPlan Reducer::bucket_plan() const {
@@ -207,6 +191,40 @@ absl::Status Reducer::ApplyDeferredPlan() {
   return RunCatching("rebuilding buckets", [&] { InstallBuckets(plan); });
 }
 
+// ---------------------------------------------------------------- live recovery
+
+absl::Status Reducer::Rejoin(std::shared_ptr<comm::ProcessGroup> group) {
+  if (!group) return absl::InvalidArgumentError("Reducer::Rejoin needs a process group");
+  if (zero_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "DDP: --zero=", options_.zero_stage, " cannot go on with a new membership: the optimizer state and "
+        "gradient shards of a lost rank existed only there (resume from a checkpoint instead)"));
+  }
+  // Why abort first: a peer that is still alive may be blocked in a
+  // collective of the old membership; aborting ends it, and ends ours, so
+  // no communication thread still writes into a bucket buffer we drop.
+  const absl::Status replaced = absl::AbortedError(absl::StrCat(
+      "rank ", group_->rank(), " left this process group for a new membership of ", group->size(), " ranks"));
+  group_->Abort(replaced);
+  for (size_t k = 0; k < next_bucket_to_launch_ && k < buckets_.size(); ++k) {
+    if (buckets_[k].work) (void)buckets_[k].work->Wait(options_.timeout);  // failed by the abort, or finished
+  }
+  // Why drop every gradient: the interrupted step (and the micro-batches
+  // accumulated under no_sync before it) is computed again over the new
+  // membership; a half-reduced bucket must never reach the optimizer.
+  for (const autograd::Variable& p : params_) p.set_grad(Tensor());
+  group_ = std::move(group);
+  step_check_ = std::make_unique<StepChecker>(*group_, device_, options_.check_in_step, hook_->CarriesStepTag());
+  if (own_source_) source_ = std::make_shared<AllreduceUnusedParameterSource>(group_, device_);
+  const BucketPlan plan = bucket_plan();
+  PSYNC_RETURN_IF_ERROR(RunCatching("building the buckets on the new process group", [&] { InstallBuckets(plan); }));
+  state_ = State::kIdle;
+  failure_ = absl::OkStatus();
+  std::fill(local_used_.begin(), local_used_.end(), 0);
+  ResetIteration(sync_enabled_);
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------- forward side
 
 void Reducer::ResetIteration(bool sync) {
@@ -243,7 +261,7 @@ absl::Status Reducer::CheckReadyForForward() {
     return Fail(MissingGradientError(absl::StrCat(
         "DDP: the previous backward (iteration ", iteration_, ", rank ", group_->rank(), " of ", group_->size(),
         ") did not finish gradient reduction before this forward. Parameters that got no gradient: ",
-        absl::StrJoin(UnreadyParameterNames(), ", "))));
+        absl::StrJoin(UnreadyParameterNames(params_, ready_), ", "))));
   }
   return absl::OkStatus();
 }
@@ -279,7 +297,7 @@ void Reducer::OnGradAccumulated(size_t param) {
     // The engine stops and returns this as the backward's error.
     throw std::runtime_error(absl::StrCat("DDP reducer failed earlier: ", failure_.ToString()));
   }
-  absl::Status st = RunCatching(absl::StrCat("DDP hook of ", ParamName(params_[param], param)), [&] {
+  absl::Status st = RunCatching(absl::StrCat("DDP hook of ", ParameterName(params_[param], param)), [&] {
     if (state_ != State::kInBackward) BeginBackward();
     // Why: usage is what the global unused map is made of; OR-ed over a
     // no_sync window because the flags are only cleared by a synced Finalize.
@@ -314,7 +332,7 @@ void Reducer::BeginBackward() {
 
 void Reducer::MarkReady(size_t param) {
   if (ready_[param]) {
-    RecordError(absl::InternalError(absl::StrCat("DDP: ", ParamName(params_[param], param),
+    RecordError(absl::InternalError(absl::StrCat("DDP: ", ParameterName(params_[param], param),
                                                  " was marked ready twice in one backward (a reentrant backward, or "
                                                  "a parameter shared between two reducers?)")));
     return;
@@ -421,14 +439,6 @@ absl::Status Reducer::FinishLocalBackward() {
   return hook_error_;
 }
 
-std::vector<std::string> Reducer::UnreadyParameterNames() const {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!ready_[i]) names.push_back(ParamName(params_[i], i));
-  }
-  return names;
-}
-
 absl::Status Reducer::Fail(absl::Status status) {
   // Why abort: peers are blocked in (or about to issue) collectives this
   // rank will never match; aborting makes them fail fast, not hang.
@@ -455,7 +465,7 @@ absl::Status Reducer::Finalize() {
   if (next_bucket_to_launch_ < buckets_.size()) {
     // Why here, before any optimizer step: a parameter without a gradient
     // left its bucket (and all later ones) unlaunched on this rank.
-    const std::vector<std::string> names = UnreadyParameterNames();
+    const std::vector<std::string> names = UnreadyParameterNames(params_, ready_);
     return Fail(MissingGradientError(absl::StrCat(
         "DDP: backward finished but ", names.size(), " parameter(s) got no gradient on rank ", group_->rank(),
         " of ", group_->size(), " (iteration ", iteration_, "), so their buckets were never reduced (the process "
@@ -550,20 +560,7 @@ void Reducer::WriteBackGradients(const std::vector<uint8_t>* global_used) {
     return;
   }
   // The buckets already hold the averages (the hook's Work divided).
-  size_t globally_unused = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (global_used && !(*global_used)[i]) {
-      // Unused on every rank: leave grad untouched (undefined stays
-      // undefined, so the optimizer skips the parameter).
-      ++globally_unused;
-      continue;
-    }
-    const Location loc = locations_[i];
-    const BucketSlot& slot = buckets_[loc.bucket].slots()[loc.slot];
-    // Used somewhere (maybe not here): the averaged gradient is in the slot.
-    if (!params_[i].grad().IsSameView(slot.view)) params_[i].set_grad(slot.view);
-  }
-  trace_.globally_unused = globally_unused;
+  trace_.globally_unused = AdoptAveragedGradients(params_, buckets_, locations_, global_used);
 }
 
 absl::Status Reducer::RebuildFromRank0(TraceClock::time_point deadline) {

@@ -131,7 +131,9 @@ class Reducer {
   const std::vector<size_t>& recorded_ready_order() const { return recorded_order_; }
   BucketPlan bucket_plan() const;
   // The plan AssignBuckets makes from `order` with this reducer's caps.
-  BucketPlan PlanFromOrder(const std::vector<size_t>& order) const;
+  BucketPlan PlanFromOrder(const std::vector<size_t>& order) const {
+    return AssignBucketsFor(params_, options_.bucket_caps, order);
+  }
 
   // Synchronised backwards finalized so far (the UnusedParameterSource's
   // iteration number). set_iteration: when resuming from a checkpoint.
@@ -145,6 +147,20 @@ class Reducer {
   void DeclareIteration(int64_t iteration) { step_check_->Declare(iteration); }
 
   void SetObserver(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
+
+  // Live recovery: goes on with `group`, a process group of the new
+  // membership formed after this one failed (a peer was lost). Aborts the
+  // old group and waits (up to options.timeout) for its launched buckets, so
+  // its communication thread is done with their buffers; drops every
+  // gradient (the interrupted step, its no_sync micro-batches included, is
+  // computed again) and the sticky failure; builds the buckets again in the
+  // same layout on the new group (new buffers: shm's live in the group's
+  // shared memory; bucket 0's step-tag tail has the new size), and moves the
+  // step check and an own allreduce unused source to it. The iteration
+  // counter stays (the interrupted backward was never counted). Training
+  // thread, with no backward running and outside NoSync. FailedPrecondition
+  // with zero_stage (a lost rank's optimizer shard is gone with it).
+  absl::Status Rejoin(std::shared_ptr<comm::ProcessGroup> group);
   const IterationTrace& last_iteration_trace() const { return last_trace_; }
 
   // OK, or the sticky error (state kFailed).
@@ -166,10 +182,7 @@ class Reducer {
 
  private:
   enum class State { kIdle, kPrepared, kInBackward, kFailed };
-  struct Location {
-    size_t bucket = 0;
-    size_t slot = 0;
-  };
+  using Location = SlotLocation;
 
   Reducer(std::vector<autograd::Variable> params, std::shared_ptr<comm::ProcessGroup> group, ReducerOptions options,
           std::shared_ptr<UnusedParameterSource> source);
@@ -199,7 +212,6 @@ class Reducer {
 
   void ResetIteration(bool sync);
   absl::Status Fail(absl::Status status);
-  std::vector<std::string> UnreadyParameterNames() const;
 
   // ---- configuration (immutable after Create)
   std::vector<autograd::Variable> params_;
@@ -231,6 +243,7 @@ class Reducer {
   std::unique_ptr<StepChecker> step_check_;
   uint32_t plan_id_ = 0;                       // BucketPlanId of buckets_ (InstallBuckets)
   bool skip_unused_ = false;                   // skip buckets unused everywhere (source KnowsAhead); fixed at Create
+  bool own_source_ = false;                    // source_ is the allreduce over group_ made here (moves on Rejoin)
 
   // ---- iteration-scoped (reset by PrepareForBackward)
   std::vector<uint8_t> ready_;             // marked ready in this backward

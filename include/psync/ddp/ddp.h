@@ -71,6 +71,18 @@ class DistributedDataParallel {
   absl::StatusOr<std::vector<autograd::Variable>> ForwardMany(
       const std::function<std::vector<autograd::Variable>()>& forward);
 
+  // Live recovery: goes on with `group`, a process group of the new
+  // membership, formed in this process after the old one failed (a peer
+  // was lost; comm::CreateProcessGroup under a fresh store prefix). The
+  // interrupted step's gradients are dropped (compute that step again, over
+  // the new membership), the buckets keep their layout on the new group.
+  // Parameters and optimizer state are not touched: they must already be
+  // the same on every member (a rank that fell behind is healed first).
+  // Call on the training thread, after the failed backward returned and
+  // outside NoSync. FailedPrecondition with --zero (a lost rank's shard of
+  // the optimizer state is gone with it: resume from a checkpoint).
+  absl::Status Rejoin(std::shared_ptr<comm::ProcessGroup> group);
+
   // Scoped no_sync; see no_sync.h.
   ddp::NoSync NoSync() { return ddp::NoSync(*reducer_); }
 

@@ -152,11 +152,12 @@ inline std::string PlanString(const BucketPlan& plan) {
 
 inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int rank, int world,
                                                      std::chrono::milliseconds timeout,
-                                                     const std::string& backend = "gloo") {
+                                                     const std::string& backend = "gloo",
+                                                     const std::string& prefix = "ddp") {
   auto store = std::make_shared<comm::FileStore>(dir);
   comm::GroupOptions opts;
   opts.timeout = timeout;
-  opts.prefix = "ddp";
+  opts.prefix = prefix;
   opts.job_tag = "ddp-test";
   // shm: buckets above 256 B are reduced in place in shared memory, smaller
   // ones by the one-step algorithm: both paths run.
