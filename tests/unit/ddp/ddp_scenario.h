@@ -173,6 +173,28 @@ inline std::shared_ptr<comm::ProcessGroup> MakeGroup(const std::string& dir, int
   return std::shared_ptr<comm::ProcessGroup>(std::move(*pg));
 }
 
+// Inside rank `rank`'s child: `mlp`'s weights are within `tol` of `want`
+// (RunReference's), and every rank of `pg` holds the very same bits (also
+// under compression). Returns 0 or 1 (CHILD_CHECK); `worst`: the largest
+// difference seen.
+inline int CheckWeights(int rank, const nn::MLP& mlp, const std::vector<std::vector<float>>& want,
+                        comm::ProcessGroup& pg, float tol, float* worst) {
+  const auto params = mlp.parameters();
+  std::string all_weights;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> got = params[i].data().ToVector();
+    all_weights.append(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float));
+    float diff = 0;
+    for (size_t j = 0; j < got.size(); ++j) diff = std::max(diff, std::fabs(got[j] - want[i][j]));
+    *worst = std::max(*worst, diff);
+    CHILD_CHECK(rank, diff <= tol, absl::StrCat(params[i].name(), " max abs diff to one process ", diff));
+  }
+  auto weights = pg.AllgatherBytes(all_weights, std::chrono::milliseconds(20000));
+  CHILD_CHECK(rank, weights.ok(), weights.status().ToString());
+  for (const auto& w : *weights) CHILD_CHECK(rank, w == (*weights)[0], "ranks ended with different weights");
+  return 0;
+}
+
 // One rank of the scenario under DDP; returns 0 when the weights match the
 // reference (max abs diff <= tol), launches were ascending in every
 // iteration, and all ranks ended with the same bucket plan.
@@ -237,27 +259,12 @@ inline int RunDdpRank(const Scenario& sc, int rank, const std::string& dir, floa
   auto plans = pg->AllgatherBytes(PlanString(ddp->reducer().bucket_plan()), std::chrono::milliseconds(20000));
   CHILD_CHECK(rank, plans.ok(), plans.status().ToString());
   for (const auto& p : *plans) CHILD_CHECK(rank, p == (*plans)[0], absl::StrCat("plans differ: ", p, " vs ", (*plans)[0]));
-  // Weights equal the full-batch reference.
-  const std::vector<std::vector<float>> want = RunReference(sc);
-  const auto params = mlp->parameters();
   float worst = 0;
-  std::string all_weights;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::vector<float> got = params[i].data().ToVector();
-    all_weights.append(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float));
-    float diff = 0;
-    for (size_t j = 0; j < got.size(); ++j) diff = std::max(diff, std::fabs(got[j] - want[i][j]));
-    worst = std::max(worst, diff);
-    CHILD_CHECK(rank, diff <= tol, absl::StrCat(params[i].name(), " max abs diff ", diff));
-  }
+  if (int bad = CheckWeights(rank, *mlp, RunReference(sc), *pg, tol, &worst); bad != 0) return bad;
   if (rank == 0 && sc.compression != "none") {
     std::fprintf(stderr, "%s compression over %s: max |w - w_exact| after %d steps = %.3g\n", sc.compression.c_str(),
                  sc.backend.c_str(), sc.steps, static_cast<double>(worst));
   }
-  // Every rank holds the very same weights (also under compression).
-  auto weights = pg->AllgatherBytes(all_weights, std::chrono::milliseconds(20000));
-  CHILD_CHECK(rank, weights.ok(), weights.status().ToString());
-  for (const auto& w : *weights) CHILD_CHECK(rank, w == (*weights)[0], "ranks ended with different weights");
   return 0;
 }
 
