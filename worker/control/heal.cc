@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,14 @@ namespace psync::control {
 namespace {
 
 constexpr char kHeaderTag[] = "psync-heal/1";
+
+// What precedes each chunk's payload (host byte order: both ends run the
+// same psync build on the same architecture).
+struct ChunkFrame {
+  int64_t index = 0;
+  uint32_t crc = 0;
+  uint32_t bytes = 0;
+};
 
 uint32_t Crc32(absl::string_view bytes) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
@@ -49,11 +59,11 @@ absl::StatusOr<Header> DecodeHeader(absl::string_view text, int source, size_t c
   return h;
 }
 
-// All ranks' parts of one all-gather; only the source's is used.
-absl::StatusOr<std::string> FromSource(comm::ProcessGroup& group, const std::string& mine, const HealOptions& o,
-                                       absl::string_view what) {
+// The source's header; every rank takes part in the all-gather (the others
+// send nothing).
+absl::StatusOr<std::string> HeaderFromSource(comm::ProcessGroup& group, const std::string& mine, const HealOptions& o) {
   absl::StatusOr<std::vector<std::string>> all = group.AllgatherBytes(mine, o.timeout);
-  if (!all.ok()) return Annotate(all.status(), absl::StrCat("receiving ", From(o.source), " (", what, ")"));
+  if (!all.ok()) return Annotate(all.status(), absl::StrCat("receiving ", From(o.source), " (its header)"));
   if (static_cast<int>(all->size()) != group.size()) {
     return absl::InternalError(absl::StrCat("all-gather returned ", all->size(), " parts for ", group.size(), " ranks"));
   }
@@ -63,25 +73,30 @@ absl::StatusOr<std::string> FromSource(comm::ProcessGroup& group, const std::str
 }  // namespace
 
 std::string FrameHealChunk(int64_t index, absl::string_view payload) {
-  return absl::StrCat(absl::StrFormat("%d %08x ", index, Crc32(payload)), payload);
+  ChunkFrame f{index, Crc32(payload), static_cast<uint32_t>(payload.size())};
+  std::string out(sizeof(f) + payload.size(), '\0');
+  std::memcpy(out.data(), &f, sizeof(f));
+  std::memcpy(out.data() + sizeof(f), payload.data(), payload.size());
+  return out;
 }
 
 absl::StatusOr<absl::string_view> OpenHealChunk(absl::string_view message, int64_t index, int source_rank) {
-  const size_t first = message.find(' ');
-  const size_t second = first == absl::string_view::npos ? first : message.find(' ', first + 1);
-  int64_t got_index = -1;
-  uint32_t crc = 0;
-  if (second == absl::string_view::npos || !absl::SimpleAtoi(message.substr(0, first), &got_index) ||
-      !absl::SimpleHexAtoi(message.substr(first + 1, second - first - 1), &crc)) {
+  ChunkFrame f;
+  if (message.size() < sizeof(f)) {
     return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " is not framed (", message.size(),
                                             " bytes)"));
   }
-  if (got_index != index) {
+  std::memcpy(&f, message.data(), sizeof(f));
+  if (f.index != index) {
     return absl::DataLossError(
-        absl::StrCat(From(source_rank), ": chunk ", got_index, " arrived where chunk ", index, " was due"));
+        absl::StrCat(From(source_rank), ": chunk ", f.index, " arrived where chunk ", index, " was due"));
   }
-  const absl::string_view payload = message.substr(second + 1);
-  if (Crc32(payload) != crc) {
+  if (f.bytes > message.size() - sizeof(f)) {
+    return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " says ", f.bytes,
+                                            " bytes, but only ", message.size() - sizeof(f), " came"));
+  }
+  const absl::string_view payload = message.substr(sizeof(f), f.bytes);
+  if (Crc32(payload) != f.crc) {
     return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " (", payload.size(),
                                             " bytes) does not match its CRC32"));
   }
@@ -103,18 +118,30 @@ absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState
     const int64_t chunks = static_cast<int64_t>((bytes.size() + o.chunk_bytes - 1) / o.chunk_bytes);
     header = EncodeHeader({bytes.size(), chunks, Crc32(bytes)});
   }
-  PSYNC_ASSIGN_OR_RETURN(const std::string header_in, FromSource(group, header, o, "its header"));
+  PSYNC_ASSIGN_OR_RETURN(const std::string header_in, HeaderFromSource(group, header, o));
   PSYNC_ASSIGN_OR_RETURN(const Header h, DecodeHeader(header_in, o.source, o.chunk_bytes));
   if (!sending) bytes.reserve(h.total);
+  // One buffer for every chunk (framed, in float32 words: a broadcast moves
+  // bytes, never adds them); its pages are touched once, not per chunk.
+  const int64_t words = static_cast<int64_t>((sizeof(ChunkFrame) + o.chunk_bytes + 3) / 4);
+  Tensor buffer = Tensor::Empty({h.chunks > 0 ? words : 1}, kFloat32);
   for (int64_t k = 0; k < h.chunks; ++k) {
-    // Why every rank joins every chunk: it is one all-gather of the group,
-    // and each needs the same sequence of collectives.
-    std::string message;
-    if (sending) message = FrameHealChunk(k, absl::string_view(bytes).substr(static_cast<size_t>(k) * o.chunk_bytes, o.chunk_bytes));
-    PSYNC_ASSIGN_OR_RETURN(const std::string in, FromSource(group, message, o, absl::StrCat("chunk ", k, " of ", h.chunks)));
+    const size_t first = static_cast<size_t>(k) * o.chunk_bytes;
+    const size_t payload = std::min<size_t>(o.chunk_bytes, h.total - first);
+    const int64_t used = static_cast<int64_t>((sizeof(ChunkFrame) + payload + 3) / 4);
+    Tensor view = buffer.View(0, {used});
+    if (sending) {
+      const std::string framed = FrameHealChunk(k, absl::string_view(bytes).substr(first, payload));
+      std::memcpy(view.raw_data(), framed.data(), framed.size());
+    }
+    absl::Status st = group.Broadcast(view, o.source, absl::StrCat("heal chunk ", k))->Wait(o.timeout);
+    if (!st.ok()) return Annotate(st, absl::StrCat("receiving ", From(o.source), " (chunk ", k, " of ", h.chunks, ")"));
     if (sending) continue;
-    PSYNC_ASSIGN_OR_RETURN(const absl::string_view payload, OpenHealChunk(in, k, o.source));
-    bytes.append(payload.data(), payload.size());
+    PSYNC_ASSIGN_OR_RETURN(const absl::string_view got,
+                           OpenHealChunk(absl::string_view(static_cast<const char*>(view.raw_data()),
+                                                           static_cast<size_t>(used) * 4),
+                                         k, o.source));
+    bytes.append(got.data(), got.size());
   }
   if (sending) return std::nullopt;
   if (bytes.size() != h.total || Crc32(bytes) != h.crc) {

@@ -7,16 +7,17 @@
 //
 // The bytes are a checkpoint file's (checkpoint::SerializeCheckpoint): the
 // same names, manifest and CRC32 over everything, read back with every check
-// a file gets. They travel in chunks of at most `chunk_bytes`, each framed
-// with its own CRC32 and index, after a header with the total size, the
-// chunk count and the whole payload's CRC32, so a damaged or missing chunk
-// is named (DataLoss) before anything is loaded.
+// a file gets. After a header (total size, chunk count, the whole payload's
+// CRC32; an all-gather of short strings) they travel as broadcasts from the
+// source of at most `chunk_bytes` each, every chunk framed with its index,
+// length and CRC32, so a damaged or missing chunk is named (DataLoss) before
+// anything is loaded.
 //
 // Cost: the source holds one serialised copy of its state while it sends; a
 // receiver holds the received bytes and the decoded tensors until it loads
-// them. Every rank of the group receives every chunk (an all-gather in
-// which only the source's part is not empty): the first version heals the
-// whole new membership at once, which is what a replacement joining needs.
+// them; each side one chunk buffer. Every rank of the group receives every
+// chunk: the first version heals the whole new membership at once, which
+// is what a replacement joining needs.
 //
 // Threads: the training thread of every rank in the group (a collective).
 #pragma once
@@ -51,9 +52,11 @@ struct HealOptions {
 absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState(
     comm::ProcessGroup& group, const HealOptions& options, const checkpoint::CheckpointContents* mine);
 
-// The framing, exposed for tests: a chunk message is "<index> <crc32 hex8> "
-// then the payload. DataLoss naming `source_rank` and the index when the
-// message is not chunk `index` or its payload does not match its CRC32.
+// The framing, exposed for tests: a chunk message is its index (int64), the
+// payload's CRC32 and length (uint32 each), then the payload (trailing
+// bytes after it are ignored: broadcasts move whole float32 words).
+// DataLoss naming `source_rank` and the index when the message is not
+// chunk `index`, is cut short, or its payload does not match its CRC32.
 std::string FrameHealChunk(int64_t index, absl::string_view payload);
 absl::StatusOr<absl::string_view> OpenHealChunk(absl::string_view message, int64_t index, int source_rank);
 

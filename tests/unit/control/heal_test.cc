@@ -109,7 +109,10 @@ TEST(Heal, ADamagedOrMisplacedChunkIsNamed) {
   EXPECT_EQ(st.message(), "rank 2's training state: chunk 3 arrived where chunk 4 was due");
   st = OpenHealChunk("", 0, 2).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-  EXPECT_EQ(FrameHealChunk(0, "").size(), std::string("0 00000000 ").size()) << "an empty chunk frames too";
+  st = OpenHealChunk(framed.substr(0, framed.size() - 1), 3, 2).status();
+  EXPECT_EQ(st.message(), "rank 2's training state: chunk 3 says 19 bytes, but only 18 came");
+  ASSERT_TRUE(OpenHealChunk(framed + "pad", 3, 2).ok()) << "padding to whole words is ignored";
+  EXPECT_EQ(*OpenHealChunk(FrameHealChunk(0, ""), 0, 2), "") << "an empty chunk frames too";
 }
 
 }  // namespace
