@@ -1,5 +1,5 @@
-// ShareTrainingState (control/heal.h): three forked ranks over Gloo on
-// 127.0.0.1, each with its own MLP weights and AdamW state; rank 1's whole
+// ShareTrainingState (control/heal.h): three forked ranks (Gloo over
+// 127.0.0.1, and shared memory), each with its own MLP weights and AdamW state; rank 1's whole
 // training state goes to the others in many small chunks, and afterwards
 // every rank holds bit for bit the same parameters, optimizer state, step,
 // data position and RNG words. The framing names a damaged chunk.
@@ -43,11 +43,12 @@ checkpoint::CheckpointManifest Manifest(int rank) {
   return m;
 }
 
-int Rank(int rank, const std::string& dir) {
+int Rank(const std::string& backend, int rank, const std::string& dir) {
   comm::GroupOptions go;
   go.timeout = milliseconds(20000);
   go.prefix = "heal";
-  auto pg = comm::CreateProcessGroup("gloo", std::make_shared<comm::FileStore>(dir), rank, kWorld, go);
+  go.job_tag = "heal-test";
+  auto pg = comm::CreateProcessGroup(backend, std::make_shared<comm::FileStore>(dir), rank, kWorld, go);
   CHILD_CHECK(rank, pg.ok(), pg.status().ToString());
   // Every rank's own model and optimizer state: other seeds, one step on other data.
   auto mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{6, 32, 3}, Device::CPU(), 50 + rank);
@@ -90,10 +91,15 @@ int Rank(int rank, const std::string& dir) {
   return 0;
 }
 
-TEST(Heal, EveryRankTakesTheSourcesWholeStateBitForBit) {
+class HealOver : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HealOver, EveryRankTakesTheSourcesWholeStateBitForBit) {
   TempDir dir;
-  ExpectAllRanksOk(RunRanks(kWorld, [&](int rank) { return Rank(rank, dir.path()); }, std::chrono::seconds(60)));
+  ExpectAllRanksOk(
+      RunRanks(kWorld, [&](int rank) { return Rank(GetParam(), rank, dir.path()); }, std::chrono::seconds(60)));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, HealOver, ::testing::Values("gloo", "shm"));
 
 TEST(Heal, ADamagedOrMisplacedChunkIsNamed) {
   const std::string framed = FrameHealChunk(3, "some bytes of state");
