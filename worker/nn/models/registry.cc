@@ -130,7 +130,8 @@ absl::Status ValidateRegistration(const ModelRegistration& m, const Registry<Mod
 
 // Why the wrapper: a factory reads every flag it declared, but options made
 // by hand (a test, psync-sample on an older file) may leave some out; they
-// get the declared default here, the one place it is written.
+// get the declared default here. (psync-worker's ResolveModelFlags fills the
+// same declared defaults in earlier, so checkpoints record every flag.)
 absl::Status Add(Catalog& c, ModelRegistration model) {
   if (absl::Status st = ValidateRegistration(model, c.registry); !st.ok()) return st;
   c.flags.emplace_back(model.name, model.flags);
