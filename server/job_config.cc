@@ -7,6 +7,14 @@
 
 namespace psync::server {
 
+std::optional<JobConfig::Recovery> ParseRecovery(std::string_view word) {
+  if (word == "live") return JobConfig::Recovery::kLive;
+  if (word == "restart") return JobConfig::Recovery::kRestart;
+  return std::nullopt;
+}
+
+const char* RecoveryName(JobConfig::Recovery r) { return r == JobConfig::Recovery::kLive ? "live" : "restart"; }
+
 std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg) {
   if (cfg.heartbeat_timeout.count() > 0) return cfg.heartbeat_timeout;
   return std::max(std::chrono::milliseconds(1),

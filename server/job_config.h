@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "psync/v1/coordinator.pb.h"
@@ -27,6 +29,12 @@ struct JobConfig {
   // the world rejoin as the next one (job_state.h, "Generations"). 0 = a lost
   // rank aborts the job (the default).
   int max_restarts = 0;
+  // What a restart asks of the survivors (coordinator.proto, "Live
+  // recovery"): kLive = they keep their state and Join the next generation
+  // in-process (a replacement heals from them); kRestart = they exit and the
+  // whole world resumes from a checkpoint.
+  enum class Recovery { kLive, kRestart };
+  Recovery recovery = Recovery::kRestart;
   // Elastic world size (coordinator.proto, "Elastic world size"): a
   // generation may start with fewer ranks, down to this many, once
   // rejoin_timeout has passed since it opened. 0 = world_size (not elastic).
@@ -35,6 +43,10 @@ struct JobConfig {
 
   bool Elastic() const { return min_world_size > 0 && min_world_size < world_size; }
 };
+
+// "live" / "restart" (--recovery), and back; nullopt for another word.
+std::optional<JobConfig::Recovery> ParseRecovery(std::string_view word);
+const char* RecoveryName(JobConfig::Recovery r);
 
 // heartbeat_timeout with the default applied (always > 0).
 std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg);

@@ -366,11 +366,12 @@ void JobState::DeliverDuePlans() {
   delivery_.DeliverDue(&out);
 }
 
-PlanPtr JobState::AbortPlanLocked(const std::string& reason, std::vector<int> ranks) const {
+PlanPtr JobState::AbortPlanLocked(const std::string& reason, std::vector<int> ranks, int64_t rejoin) const {
   auto plan = std::make_shared<v1::Plan>();
   plan->set_iteration(gen_->plans().next_plan());
   plan->set_action(v1::ABORT);
   plan->set_reason(reason);
+  plan->set_rejoin_generation(rejoin);
   for (int r : ranks) plan->add_ranks(r);
   return plan;
 }
@@ -431,10 +432,18 @@ void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out)
   // (from a checkpoint) as the next generation.
   const int64_t ended = gen_->number();
   ++restarts_;
+  // Why the survivors may stay (live): each holds the state of the last
+  // step it completed, and the next generation starts from the newest of
+  // those, healing whoever lacks it; no process restarts, no file is read.
+  const bool live = cfg_.recovery == JobConfig::Recovery::kLive;
   const std::string ask =
-      absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, ": every rank must Join generation ", ended + 1);
-  delivery_.BroadcastNow(AbortPlanLocked(absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask)),
-                         out);  // never held back
+      live ? absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, " (live recovery): the survivors rejoin ",
+                          "generation ", ended + 1, " with their state, the lost rank's replacement is healed from a peer")
+           : absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, ": every rank must Join generation ",
+                          ended + 1);
+  delivery_.BroadcastNow(
+      AbortPlanLocked(absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask), {}, live ? ended + 1 : 0),
+      out);  // never held back
   delivery_.ReleaseAll();
   events_.Append(v1::EVENT_RESTARTING, lost_rank, gen_->plans().next_plan(),
                  absl::StrCat("generation ", ended, " aborted (", why, "); ", ask));

@@ -26,6 +26,9 @@ namespace {
 
 // JoinRequest.agree_resume / checkpoint_steps (coordinator.proto, "Resume agreement").
 absl::Status ValidateCheckpointSteps(const v1::JoinRequest& req) {
+  if (req.has_live_step() && (req.live_step() < 0 || req.live_step() > kMaxIteration)) {
+    return absl::InvalidArgumentError(absl::StrCat("live_step is ", req.live_step(), "; expected 0..", kMaxIteration));
+  }
   if (!req.agree_resume()) {
     if (req.checkpoint_steps_size() == 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("checkpoint_steps has ", req.checkpoint_steps_size(),

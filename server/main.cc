@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ ABSL_FLAG(int, max_restarts, 0,
           "restartable mode: a worker lost while the job runs aborts only the current generation, and the "
           "coordinator waits for every rank to Join again as the next generation (resuming from a checkpoint), "
           "at most this many times; 0 = a lost worker aborts the job");
+ABSL_FLAG(std::string, recovery, "restart",
+          "with --max-restarts, what a lost worker costs the others: live = they keep their weights and "
+          "optimizer state in memory and rejoin the next generation without restarting (the lost rank's "
+          "replacement is healed from a peer; a --zero job falls back to restart); restart = every worker "
+          "exits and the world resumes from the newest checkpoint");
 ABSL_FLAG(int, min_world_size, 0,
           "elastic world size: when ranks are lost and not back within --rejoin-timeout, the next generation "
           "starts with the ranks there, down to this many (only a size that divides the workers' global batch); "
@@ -78,7 +84,8 @@ void LogJob(const psync::server::ServerOptions& opt) {
                   << (opt.token.empty() ? ", no token" : ", token required")
                   << (opt.tls_cert_pem.empty() ? "" : ", TLS") << (opt.reflection ? ", reflection on" : "")
                   << ", plan lookahead " << opt.job.plan_lookahead
-                  << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts"
+                  << (opt.job.max_restarts > 0 ? ", up to " + std::to_string(opt.job.max_restarts) + " restarts (" +
+                                                     psync::server::RecoveryName(opt.job.recovery) + " recovery)"
                                                : std::string())
                   << (opt.job.Elastic() ? ", elastic down to " + std::to_string(opt.job.min_world_size) +
                                               " ranks (rejoin timeout " +
@@ -148,6 +155,11 @@ int main(int argc, char** argv) {
   opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
   opt.job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   opt.job.min_world_size = absl::GetFlag(FLAGS_min_world_size);
+  if (std::optional<psync::server::JobConfig::Recovery> r = psync::server::ParseRecovery(absl::GetFlag(FLAGS_recovery))) {
+    opt.job.recovery = *r;
+  } else {
+    return BadFlag("--recovery must be live or restart, not '" + absl::GetFlag(FLAGS_recovery) + "'");
+  }
   opt.job.rejoin_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_rejoin_timeout));
   opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
   opt.metrics_host = absl::GetFlag(FLAGS_metrics_host);

@@ -56,6 +56,24 @@ int64_t NewestCommonStep(const std::vector<std::vector<int64_t>>& per_rank) {
   return common.empty() ? 0 : common.back();
 }
 
+std::optional<LiveStart> PickLiveStart(const std::vector<std::optional<int64_t>>& live_steps) {
+  std::optional<LiveStart> out;
+  for (size_t r = 0; r < live_steps.size(); ++r) {
+    if (!live_steps[r]) continue;
+    if (!out || *live_steps[r] > out->step) {
+      out = LiveStart{};
+      out->step = *live_steps[r];
+      out->source = static_cast<int>(r);
+    }
+  }
+  if (!out) return out;
+  for (size_t r = 0; r < live_steps.size(); ++r) {
+    if (!live_steps[r] || *live_steps[r] != out->step) out->healed.push_back(static_cast<int>(r));
+  }
+  out->heal = !out->healed.empty();
+  return out;
+}
+
 Rendezvous::Rendezvous(int world_size) : members_(static_cast<size_t>(world_size)) {}
 
 std::string Rendezvous::RankName(int rank) const {
@@ -65,6 +83,10 @@ std::string Rendezvous::RankName(int rank) const {
 
 absl::Status Rendezvous::CheckStart(const v1::JoinRequest& req, const std::string& first) const {
   const std::string who = JoinerName(req);
+  // Why no comparison under live recovery: the start is the survivors'
+  // newest step (Agree), and whoever is not at it is healed from a peer, so
+  // a replacement's own start (a checkpoint, or none) does not matter.
+  if (req.has_live_step() || live_members_ > 0) return absl::OkStatus();
   if (req.agree_resume() != agree_resume_) {
     auto mode = [](bool agree) {
       return agree ? "lets the coordinator pick the resume step (--resume)" : "starts at its own iteration";
@@ -199,12 +221,18 @@ void Rendezvous::Add(int rank, const v1::JoinRequest& req) {
   m.pid = req.pid();
   m.host_id = req.host_id().empty() ? req.hostname() : req.host_id();
   m.checkpoint_steps.assign(req.checkpoint_steps().begin(), req.checkpoint_steps().end());
+  m.live_step.reset();
+  if (req.has_live_step()) {
+    m.live_step = req.live_step();
+    ++live_members_;
+  }
   ++joined_;
 }
 
 void Rendezvous::Remove(int rank) {
   MemberIdentity& m = members_[static_cast<size_t>(rank)];
   if (!m.joined) return;
+  if (m.live_step) --live_members_;
   m = MemberIdentity{};
   --joined_;
   // Why: with nobody left, the next Join may bring a different model.
@@ -212,6 +240,8 @@ void Rendezvous::Remove(int rank) {
 }
 
 std::string Rendezvous::Agree() {
+  heal_source_ = -1;
+  if (live_members_ > 0) return AgreeLive();
   if (!agree_resume_) return "";
   std::vector<std::vector<int64_t>> lists;
   lists.reserve(members_.size());
@@ -234,6 +264,26 @@ std::string Rendezvous::Agree() {
         break;
       }
     }
+  }
+  return note;
+}
+
+std::string Rendezvous::AgreeLive() {
+  std::vector<std::optional<int64_t>> live;
+  live.reserve(members_.size());
+  for (const MemberIdentity& m : members_) live.push_back(m.live_step);
+  const LiveStart pick = *PickLiveStart(live);
+  // Why the newest: a survivor completes a step only once every rank's
+  // gradients of it were reduced, so the ranks at the newest step hold the
+  // one true state; a rank one step behind takes it rather than recompute.
+  start_iteration_ = pick.step;
+  heal_source_ = pick.heal ? pick.source : -1;
+  std::string note = absl::StrCat("live recovery: ", live_members_, " rank(s) kept their state in memory; starting at ",
+                                  "step ", pick.step);
+  if (pick.heal) {
+    std::vector<std::string> names;
+    for (int r : pick.healed) names.push_back(RankName(r));
+    absl::StrAppend(&note, "; ", RankName(pick.source), " heals ", absl::StrJoin(names, ", "));
   }
   return note;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,20 @@ struct MemberIdentity {
   std::string hostname, device, host_id;
   int64_t pid = 0;
   std::vector<int64_t> checkpoint_steps;  // JoinRequest.checkpoint_steps (resume agreement)
+  std::optional<int64_t> live_step;       // JoinRequest.live_step (live recovery): a survivor's completed steps
 };
+
+// The live recovery's rule (coordinator.proto, "Live recovery"): the start is
+// the newest live step; the source is the lowest rank holding it; healing is
+// needed when some rank is not at it (a fresh process, or a survivor one
+// step behind). nullopt when no rank has live state.
+struct LiveStart {
+  int64_t step = 0;
+  int source = -1;      // the rank whose state the others take
+  bool heal = false;    // whether anyone needs it (else every rank is at `step`)
+  std::vector<int> healed;  // the ranks that are not at `step`
+};
+std::optional<LiveStart> PickLiveStart(const std::vector<std::optional<int64_t>>& live_steps);
 
 // The resume agreement's rule (coordinator.proto, "Resume agreement"): the
 // newest step that every rank's list holds; 0 when no step is in all of them
@@ -101,6 +115,9 @@ class Rendezvous {
   // start_iteration() to the newest checkpoint step every rank can load.
   // Returns a note for the event log ("" without the agreement).
   std::string Agree();
+  // After Agree, under live recovery: the rank every other rank heals from
+  // (JoinResponse.heal_source), -1 when nobody needs healing.
+  int heal_source() const { return heal_source_; }
 
   // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
   void FillHosts(v1::JoinResponse* resp) const;
@@ -117,6 +134,8 @@ class Rendezvous {
   // The job's fingerprint (JoinRequest.settings): the same names and values
   // as the first worker's, else the first difference by name.
   absl::Status CheckSettings(const v1::JoinRequest& req, const std::string& who) const;
+  // Agree under live recovery (some member joined with live state).
+  std::string AgreeLive();
 
   std::vector<MemberIdentity> members_;
   int joined_ = 0;
@@ -129,6 +148,8 @@ class Rendezvous {
   std::map<std::string, std::string> settings_;  // the first worker's JoinRequest.settings
   int64_t start_iteration_ = 0;
   bool agree_resume_ = false;
+  int live_members_ = 0;   // members that joined with live state (live recovery)
+  int heal_source_ = -1;   // Agree's choice under live recovery
 };
 
 }  // namespace psync::server

@@ -33,7 +33,10 @@ Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file)
             absl::StrCat("--world-size=", o.WorldSize()), absl::StrCat("--job-id=", o.job_id),
             absl::StrCat("--port-file=", port_file)};
   // Restartable: the coordinator takes the world back as its next generation.
-  if (o.max_restarts > 0) c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));
+  if (o.max_restarts > 0) {
+    c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));
+    c.argv.push_back(absl::StrCat("--recovery=", o.recovery));
+  }
   // Why: how long ranks wait for the other nodes (--coordinator-args, after it, may still say otherwise).
   if (o.NodeMode()) c.argv.push_back(absl::StrCat("--join-timeout=", o.join_timeout.count(), "ms"));
   // Elastic: a generation may go on with --min-nodes nodes' ranks.

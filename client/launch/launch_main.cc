@@ -102,6 +102,10 @@ ABSL_FLAG(bool, relay, true,
           "(one report message and one plan per host per iteration); --relay=false: one stream per worker");
 ABSL_FLAG(std::string, relay_bin, "", "path of psync-relay (default: found next to psync-launch)");
 ABSL_FLAG(bool, all_output, false, "show every rank's stdout, not only rank 0's");
+ABSL_FLAG(std::string, recovery, "restart",
+          "with --max-restarts: live = only a failed worker is started again and the others keep training "
+          "(they rejoin in memory and heal the replacement; the coordinator runs with --recovery=live); "
+          "restart = every worker is stopped and started again from the newest checkpoint");
 ABSL_FLAG(int, max_restarts, 0,
           "when a worker fails (exit != 0 but 2, or killed), stop the others and start every worker again, at "
           "most this many times (the coordinator runs with --max-restarts and takes the world back as its next "
@@ -114,7 +118,7 @@ using psync::launch::LaunchOptions;
 
 const std::set<std::string> kFlags = {"nproc", "port", "host", "job_id", "token", "tls_ca", "coordinator_bin",
                                       "worker_bin", "psyncctl_bin", "coordinator_args", "grace",
-                                      "all_output", "max_restarts", "relay", "relay_bin", "nnodes", "node_rank",
+                                      "all_output", "max_restarts", "recovery", "relay", "relay_bin", "nnodes", "node_rank",
                                       "coordinator", "start_coordinator", "token_file", "join_timeout",
                                       "min_nodes", "rejoin_timeout"};
 
@@ -176,6 +180,7 @@ absl::StatusOr<LaunchOptions> OptionsFromFlags(const psync::ParsedArgs& parsed) 
   o.relay = absl::GetFlag(FLAGS_relay);
   o.all_output = absl::GetFlag(FLAGS_all_output);
   o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  o.recovery = absl::GetFlag(FLAGS_recovery);
   o.worker_flags = parsed.after_dashes;
   if (absl::Status st = ApplyEnvironment(ReadEnvironment(), parsed.specified, &o); !st.ok()) return st;
   return o;

@@ -138,7 +138,15 @@ absl::Status CheckLaunchOptions(const LaunchOptions& o) {
   if (o.max_restarts < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max-restarts: must be >= 0 (got ", o.max_restarts, ")"));
   }
+  if (o.recovery != "live" && o.recovery != "restart") {
+    return absl::InvalidArgumentError(absl::StrCat("--recovery: must be live or restart (got '", o.recovery, "')"));
+  }
   for (const std::string& a : o.coordinator_args) {
+    if (a.rfind("--recovery", 0) == 0) {
+      return absl::InvalidArgumentError(
+          "--coordinator-args: pass --recovery to psync-launch itself (it sets the coordinator's and decides "
+          "which workers it starts again)");
+    }
     if (a.rfind("--max-restarts", 0) == 0 || a.rfind("--max_restarts", 0) == 0) {
       return absl::InvalidArgumentError(
           "--coordinator-args: pass --max-restarts to psync-launch itself (it sets the coordinator's and "

@@ -28,6 +28,10 @@ struct LaunchOptions {
   bool relay = true;                  // psync-relay for the host's ranks (only with nproc > 1)
   bool all_output = false;            // every rank's stdout, not only rank 0's
   int max_restarts = 0;               // restarts of every worker after a failure (restart_policy.h)
+  // --recovery (with max_restarts): live = only a failed worker is replaced
+  // and the others keep training (the coordinator's --recovery=live);
+  // restart = every worker is started again. LiveRecovery() reads it.
+  std::string recovery = "restart";
   std::vector<std::string> worker_flags;  // after a bare `--`, to every worker
 
   // One node of a job (torchrun's --nnodes/--node-rank): node I runs ranks
@@ -50,6 +54,7 @@ struct LaunchOptions {
   // the relay is not used.
   std::string coordinator_bin, worker_bin, relay_bin, psyncctl_bin;
 
+  bool LiveRecovery() const { return max_restarts > 0 && recovery == "live"; }
   // Why only with several ranks: one rank has one stream either way.
   bool UseRelay() const { return relay && nproc > 1; }
   // Node mode: the job's coordinator is named (--coordinator, or MASTER_ADDR

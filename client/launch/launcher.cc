@@ -285,22 +285,60 @@ void Launcher::SpawnRanks() {
   const std::vector<std::string> flags = WorkerFlagsFor(opt_.worker_flags, earlier, &added_resume);
   if (added_resume) std::cerr << "psync-launch: workers resume from the newest checkpoint (--resume)\n";
   workers_.assign(static_cast<size_t>(opt_.nproc), Child{});
-  for (int r = 0; r < opt_.nproc; ++r) {
-    // Every rank of this node (of this host alone without --nnodes).
-    const RankSlot slot = NodeSlot(opt_, r);
-    const Command c = WorkerCommand(opt_, address_, flags, slot, restarts_done_);
-    Child& w = workers_[static_cast<size_t>(r)];
-    w.what = absl::StrCat("rank ", slot.rank);
-    w.pid = Spawn(c.argv, c.env, (r == 0 || opt_.all_output) ? -1 : devnull_);
-    w.running = w.pid > 0;
-    if (w.pid < 0) {
-      std::perror("psync-launch: fork");
-      w.exit_code = 1;
-    }
-  }
+  // Every rank of this node (of this host alone without --nnodes).
+  for (int r = 0; r < opt_.nproc; ++r) SpawnRank(r, flags);
   kill_at_.reset();
   failure_handled_ = false;
   verdict_reached_ = false;
+}
+
+void Launcher::SpawnRank(int local, const std::vector<std::string>& flags) {
+  const RankSlot slot = NodeSlot(opt_, local);
+  const Command c = WorkerCommand(opt_, address_, flags, slot, restarts_done_);
+  Child& w = workers_[static_cast<size_t>(local)];
+  w = Child{};
+  w.what = absl::StrCat("rank ", slot.rank);
+  w.pid = Spawn(c.argv, c.env, (local == 0 || opt_.all_output) ? -1 : devnull_);
+  w.running = w.pid > 0;
+  if (w.pid < 0) {
+    std::perror("psync-launch: fork");
+    w.exit_code = 1;
+  }
+}
+
+bool Launcher::ReplaceFailedWorkers() {
+  if (failure_handled_) return false;
+  // The ended workers not replaced yet, the one that started it first.
+  std::vector<WorkerEnd> ended;
+  for (const WorkerEnd& e : WorkerEnds()) {
+    if (e.exit_code != 0) ended.push_back(e);
+  }
+  while (std::optional<WorkerEnd> failed = FirstFailure(ended)) {
+    ended.erase(std::find_if(ended.begin(), ended.end(), [&](const WorkerEnd& e) { return e.rank == failed->rank; }));
+    const int local = failed->rank - opt_.FirstRank();
+    const Child& dead = workers_[static_cast<size_t>(local)];
+    const std::string how = dead.pid > 0 ? DescribeStatus(dead.status) : "not started";
+    if (IsConsequence(failed->exit_code) && replacing_) {
+      // Why free: it left because the coordinator ended its generation (a
+      // --zero worker cannot keep its state); the loss that caused it was
+      // counted when its process was replaced.
+      std::cerr << "psync-launch: rank " << failed->rank << " ended (" << how
+                << "); starting it again for the next generation\n";
+      SpawnRank(local, WorkerFlagsFor(opt_.worker_flags, std::max(1, restarts_done_)));
+      continue;
+    }
+    const RestartDecision d = Decide(*failed, restarts_done_, opt_.max_restarts, stopping_ || interrupts_ > 0);
+    if (d != RestartDecision::kRestart) {
+      replacing_ = false;
+      return false;  // HandleFailure's own reporting and grace period
+    }
+    ++restarts_done_;
+    replacing_ = true;
+    std::cerr << "psync-launch: rank " << failed->rank << " died (" << how << "); restart " << restarts_done_ << " of "
+              << opt_.max_restarts << " (live recovery): starting a replacement, the other workers keep training\n";
+    SpawnRank(local, WorkerFlagsFor(opt_.worker_flags, restarts_done_));
+  }
+  return true;
 }
 
 std::vector<Child*> Launcher::Workers() {
@@ -355,6 +393,8 @@ void Launcher::WatchService(Child& service, const char* name, bool* reported, bo
 }
 
 bool Launcher::HandleFailure() {
+  // Live recovery: replace the failed worker alone, while restarts last.
+  if (opt_.LiveRecovery() && ReplaceFailedWorkers()) return false;
   if (failure_handled_) return false;
   const std::optional<WorkerEnd> failed = FirstFailure(WorkerEnds());
   if (!failed) return false;

@@ -72,6 +72,12 @@ class Launcher {
   absl::StatusOr<CoordinatorView> RegroupIn(const CoordinatorView& running);
   absl::Status StartRelay();
   void SpawnRanks();
+  // (Re)starts local rank `local` of this node with `flags`.
+  void SpawnRank(int local, const std::vector<std::string>& flags);
+  // Live recovery on one host: starts every failed worker again alone (the
+  // others keep running); false when a failure may not be replaced
+  // (HandleFailure then ends the generation as without live recovery).
+  bool ReplaceFailedWorkers();
   GenerationEnd Supervise();
   void KeepCoordinatorUntilJobEnds();
   void StopServices(std::chrono::milliseconds term_wait);
@@ -109,7 +115,8 @@ class Launcher {
 
   // Across generations.
   int interrupts_ = 0;
-  int restarts_done_ = 0;  // node mode: the coordinator's count (the job's), else this launcher's
+  int restarts_done_ = 0;
+  bool replacing_ = false;  // live recovery: the last loss was replaced, so its consequences are started again free  // node mode: the coordinator's count (the job's), else this launcher's
   int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
   std::string coordinator_instance_;  // node mode: its instance_id then (a new one: it was replaced)
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts

@@ -59,6 +59,7 @@ IterationPlan FromProto(const v1::Plan& p, size_t num_params) {
   out.reason = p.reason();
   out.stop_after = p.action() == v1::STOP_AFTER ? p.stop_after_iteration() : -1;
   out.regroup = p.action() == v1::STOP_AFTER && p.regroup();
+  out.rejoin_generation = p.action() == v1::ABORT ? p.rejoin_generation() : 0;
   return out;
 }
 
@@ -233,6 +234,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   r.set_agree_resume(req.agree_resume);
   for (int64_t step : req.checkpoint_steps) r.add_checkpoint_steps(step);
   r.set_generation(req.generation);
+  if (req.live_step) r.set_live_step(*req.live_step);
   r.set_global_batch(req.global_batch);
   for (const auto& [name, value] : req.settings) {
     v1::JobSetting* s = r.add_settings();
@@ -252,6 +254,11 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.generation = resp.generation();
   out.start_iteration = resp.start_iteration();
   out.store_prefix = resp.store_prefix();
+  out.heal_source = resp.has_heal_source() ? resp.heal_source() : -1;
+  if (out.heal_source >= resp.world_size()) {
+    return absl::InternalError(absl::StrCat("Join response from ", impl_->target, " names rank ", out.heal_source,
+                                            " to heal from in a world of ", resp.world_size()));
+  }
   out.initial_bucket_plan = FromProto(resp.initial_bucket_plan());
   impl_->num_params = req.manifest.size();
   if (resp.heartbeat_interval_ms() > 0) out.heartbeat_interval = std::chrono::milliseconds(resp.heartbeat_interval_ms());

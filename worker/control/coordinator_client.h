@@ -62,6 +62,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +106,9 @@ struct JoinRequest {
   // (a fresh process: the usual case). A worker that rejoins in-process after
   // an ABORT would pass its old JoinResult::generation + 1; an older one is refused.
   int64_t generation = 0;
+  // Live recovery: the steps this surviving process's in-memory state has
+  // completed (JoinRequest.live_step); nullopt for a fresh process.
+  std::optional<int64_t> live_step;
   // The examples of one optimizer step over the world (--global-batch; 0 =
   // not said): an elastic coordinator forms only worlds that split it.
   int64_t global_batch = 0;
@@ -124,6 +128,9 @@ struct JoinResult {
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
   int plan_lookahead = 1;      // K (coordinator.proto, "Plan lookahead")
   std::vector<std::string> host_ids;  // host_ids[r] = rank r's host id (JoinRequest.host_id)
+  // Live recovery: the rank whose training state every rank shares before
+  // the first iteration (JoinResponse.heal_source); -1 = no healing.
+  int heal_source = -1;
 };
 
 struct Report {

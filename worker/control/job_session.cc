@@ -93,6 +93,8 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   req.start_iteration = start.start_iteration;
   req.agree_resume = start.agree;
   req.checkpoint_steps = start.checkpoint_steps;
+  req.generation = start.generation;
+  req.live_step = start.live_step;
   for (const auto& [name, p] : params) {
     req.manifest.push_back({name, p.shape(), static_cast<int>(p.data().element_size())});
   }
@@ -189,6 +191,7 @@ int JobSession::rank() const { return s_->joined.rank; }
 int JobSession::world_size() const { return s_->joined.world_size; }
 int64_t JobSession::generation() const { return s_->joined.generation; }
 int64_t JobSession::start_iteration() const { return s_->joined.start_iteration; }
+int JobSession::heal_source() const { return s_->joined.heal_source; }
 int JobSession::plan_lookahead() const { return s_->joined.plan_lookahead; }
 const std::string& JobSession::backend() const { return s_->choice.backend; }
 const std::string& JobSession::backend_reason() const { return s_->choice.reason; }

@@ -47,6 +47,10 @@ class JobSession {
   // The iteration every rank starts at (JoinResponse.start_iteration): with
   // StartOffer::agree the checkpoint step to load now (0: none).
   int64_t start_iteration() const;
+  // Live recovery: the rank whose training state every rank takes before
+  // the first iteration (JoinResponse.heal_source); -1 = none (each rank's
+  // own state, or the agreed checkpoint, is the start).
+  int heal_source() const;
   int plan_lookahead() const;
   const std::string& backend() const;         // the group's: gloo, shm, hier or nccl
   const std::string& backend_reason() const;  // why --backend chose it

@@ -52,6 +52,9 @@ struct IterationPlan {
   std::string reason;
   int64_t stop_after = -1;  // with kStopAfter: every rank stops after this iteration
   bool regroup = false;     // with kStopAfter: the stop ends this generation only (Plan.regroup)
+  // With kAbort under live recovery: stay and Join this generation
+  // in-process (Plan.rejoin_generation); 0 = exit.
+  int64_t rejoin_generation = 0;
 };
 
 class PlanMailbox {

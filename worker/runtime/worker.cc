@@ -99,6 +99,17 @@ class WorkerRun {
   // batch geometry and --metrics (exit 2), DDP (exit 3, or the job's
   // failure once the plans stopped).
   absl::Status SetUpTraining();
+  // Joins the job (a new JobSession) with `offer`: rank, world.
+  absl::Status JoinJob(const control::StartOffer& offer);
+  // Live recovery: whether the coordinator asked this survivor to stay and
+  // rejoin (the ABORT plan's rejoin_generation; 0 = exit as usual). Never
+  // with --zero, whose lost rank took its optimizer shard along: the
+  // survivors then exit and the job resumes from a checkpoint.
+  int64_t RejoinGeneration(const TrainResult& tr) const;
+  // Leaves the ended generation (DDP, then the session and its group) and
+  // joins `generation` with the state of `steps` completed steps in memory;
+  // then SetUpTraining (healing whoever lacks that state).
+  absl::Status RejoinLive(int64_t generation, int64_t steps);
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp();
   void PrintBanner() const;
   TrainResult Train();
@@ -120,6 +131,8 @@ class WorkerRun {
   std::optional<optim::LrSchedule> schedule_;
   ResumeScan resume_;  // --resume: the checkpoints this rank can load, until the agreed one is loaded
   int64_t first_step_ = 0;
+  bool live_ = false;  // this process joined the current generation with its state in memory
+  int live_recoveries_ = 0;
   std::unique_ptr<control::JobSession> session_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
@@ -175,9 +188,23 @@ absl::Status WorkerRun::SetUpTraining() {
   // The step every rank agreed on at Join; the model and optimizer state
   // come from exactly that checkpoint (0: the initial weights).
   first_step_ = session_->start_iteration();
-  if (opt_.resume) {
+  // Live recovery: the start is the survivors' newest step, not a file; a
+  // rank that lacks it takes it from heal_source before DDP's broadcast.
+  const int heal_source = session_->heal_source();
+  if (opt_.resume && !live_ && heal_source < 0) {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
+  }
+  if (heal_source >= 0) {
+    const auto t0 = Clock::now();
+    PSYNC_RETURN_IF_ERROR(HealFromPeer(CheckpointOptionsFrom(opt_), rank_, heal_source, session_->world_size(),
+                                       first_step_, model_options_, *model_, *optimizer_, *session_->group(),
+                                       opt_.timeout));
+    PSYNC_LOG(INFO) << (rank_ == heal_source ? "healed the others from this rank's state"
+                                             : absl::StrCat("healed from rank ", heal_source))
+                    << " at step " << first_step_ << " (" << absl::StrFormat("%.2f", std::chrono::duration<double>(
+                                                                                   Clock::now() - t0).count())
+                    << " s; live recovery)";
   }
   // Elastic: a world smaller than the one the flags planned splits the same
   // global batch over fewer ranks, in more micro-batches where a share would
@@ -191,7 +218,7 @@ absl::Status WorkerRun::SetUpTraining() {
                     << opt_.global_batch / (world_ * accumulate_) << " per rank (--accumulate=" << opt_.accumulate
                     << ")";
   }
-  if (!opt_.metrics_path.empty()) {
+  if (!opt_.metrics_path.empty() && !metrics_) {  // a live rejoin keeps appending to it
     absl::StatusOr<std::unique_ptr<MetricsWriter>> m = MetricsWriter::Open(ExpandRank(opt_.metrics_path, rank_));
     if (!m.ok()) return WithExitCode(m.status(), kExitBadInput);
     metrics_ = std::move(*m);
@@ -206,7 +233,7 @@ absl::Status WorkerRun::SetUpTraining() {
   if (absl::Status st = ddp::AttachOptimizer(*optimizer_, *ddp_, precision_); !st.ok()) {
     return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
   }
-  trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
+  if (!trace_) trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
   return absl::OkStatus();
 }
 
@@ -317,6 +344,47 @@ WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainRes
   return WorkerExit{code, reason, rank_};
 }
 
+absl::Status WorkerRun::JoinJob(const control::StartOffer& offer) {
+  control::SessionOptions session_options = SessionOptionsFrom(opt_);
+  // Why: ranks whose flags differ beyond the shapes (another --n-head, --lr
+  // or --steps) would train different jobs and average each other's
+  // gradients; the coordinator compares these at Join and refuses them.
+  session_options.settings = JobFingerprint(opt_, model_options_, *data_->train, data_->val.get());
+  absl::StatusOr<std::unique_ptr<control::JobSession>> session =
+      control::JobSession::Start(session_options, device_, model_->named_parameters(), offer);
+  if (!session.ok()) return session.status();
+  session_ = std::move(*session);
+  rank_ = session_->rank();
+  world_ = session_->world_size();
+  return absl::OkStatus();
+}
+
+int64_t WorkerRun::RejoinGeneration(const TrainResult& tr) const {
+  if (tr.exit_code != kExitPeerLost || opt_.zero > 0 || !session_) return 0;
+  std::optional<control::IterationPlan> abort = session_->mailbox()->abort_plan();
+  return abort && abort->rejoin_generation > session_->generation() ? abort->rejoin_generation : 0;
+}
+
+absl::Status WorkerRun::RejoinLive(int64_t generation, int64_t steps) {
+  PSYNC_LOG(INFO) << "generation " << session_->generation() << " ended (" << session_->mailbox()->failure().message()
+                  << "); rejoining generation " << generation << " with the state of step " << steps
+                  << " (live recovery)";
+  // Why this order: the reducer holds the old group; the old session's
+  // watchdog would end the process if it outlived the training it guards.
+  ddp_.reset();
+  session_->Finish(kExitPeerLost, absl::StrCat("rejoining generation ", generation, " (live recovery)"));
+  session_.reset();
+  // The interrupted iteration's gradients are dropped: it is computed again.
+  optimizer_->ZeroGrad(/*set_to_none=*/true);
+  control::StartOffer offer;
+  offer.generation = generation;
+  offer.live_step = steps;
+  live_ = true;
+  ++live_recoveries_;
+  if (absl::Status st = JoinJob(offer); !st.ok()) return st;
+  return SetUpTraining();
+}
+
 WorkerExit WorkerRun::Run() {
   rank_ = opt_.rank;
   if (rank_ >= 0) SetLogRank(rank_);
@@ -331,25 +399,27 @@ WorkerExit WorkerRun::Run() {
   control::StartOffer offer;  // --resume: the coordinator picks among the checkpoints this rank can load
   offer.agree = opt_.resume;
   offer.checkpoint_steps = resume_.steps;
-  control::SessionOptions session_options = SessionOptionsFrom(opt_);
-  // Why: ranks whose flags differ beyond the shapes (another --n-head, --lr
-  // or --steps) would train different jobs and average each other's
-  // gradients; the coordinator compares these at Join and refuses them.
-  session_options.settings = JobFingerprint(opt_, model_options_, *data_->train, data_->val.get());
-  absl::StatusOr<std::unique_ptr<control::JobSession>> session =
-      control::JobSession::Start(session_options, device_, model_->named_parameters(), offer);
-  if (!session.ok()) {
-    WorkerExit e = ExitFor(session.status(), kExitRendezvous);
+  if (absl::Status st = JoinJob(offer); !st.ok()) {
+    WorkerExit e = ExitFor(st, kExitRendezvous);
     e.rank = rank_;
     return e;
   }
-  session_ = std::move(*session);
-  rank_ = session_->rank();
-  world_ = session_->world_size();
   if (absl::Status st = SetUpTraining(); !st.ok()) {
     return Finish(ExitCodeOf(st, kExitInternal), std::string(st.message()), nullptr);
   }
   TrainResult tr = Train();
+  // Live recovery: a lost peer ended the generation, this process stays.
+  while (const int64_t next = RejoinGeneration(tr)) {
+    if (absl::Status st = RejoinLive(next, tr.steps_completed); !st.ok()) {
+      if (!session_) {  // the Join itself failed: nobody to tell
+        WorkerExit e = ExitFor(st, kExitRendezvous);
+        e.rank = rank_;
+        return e;
+      }
+      return Finish(ExitCodeOf(st, kExitInternal), std::string(st.message()), nullptr);
+    }
+    tr = Train();
+  }
   Outputs(tr);
   return Finish(tr.exit_code, tr.reason, &tr);
 }

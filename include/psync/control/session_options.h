@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,14 @@ struct StartOffer {
   int64_t start_iteration = 0;  // without `agree`: this rank's first iteration
   bool agree = false;
   std::vector<int64_t> checkpoint_steps;  // with `agree`
+  // Live recovery (docs/cli-contract.md, --recovery): a process that
+  // survived the previous generation and rejoins in-process says which
+  // (`generation`, from the ABORT plan) and how many steps its in-memory
+  // state has completed (`live_step`); the coordinator starts at the newest
+  // live step and names a rank to heal the others from
+  // (JobSession::heal_source). Both unset for a fresh process.
+  int64_t generation = 0;
+  std::optional<int64_t> live_step;
 };
 
 }  // namespace psync::control

@@ -660,6 +660,40 @@ EOF
     "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
+  launch_live)
+    # Live recovery: kill -9 of rank 1 mid-run under --max-restarts=1
+    # --recovery=live. Rank 0 stays (same pid), rejoins generation 2 with its
+    # state in memory; the launcher starts a replacement for rank 1 alone,
+    # which is healed from a live peer (no checkpoint directory at all); the
+    # job ends with exactly the weights of an uninterrupted run.
+    "$LAUNCH" --nproc=2 --max-restarts=1 --recovery=live -- --steps=3000 --quiet --save="$T/r.st" \
+      --summary="$T/rs{rank}.json" >"$T/rl.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rl.log"
+    wait_iteration "$LADDR" 250 "$LTOK"
+    survivor=$(rank_pid "$LADDR" "$LTOK" 0)
+    victim=$(rank_pid "$LADDR" "$LTOK" 1)
+    [[ -n $victim && -n $survivor ]] || fail "no pids for ranks 0 and 1"
+    kill -9 "$victim"
+    wait_generation "$LADDR" "$LTOK" 2
+    [[ $(rank_pid "$LADDR" "$LTOK" 0) == "$survivor" ]] || fail "rank 0 was restarted: pid $survivor became $(rank_pid "$LADDR" "$LTOK" 0)"
+    st=$(PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status)
+    grep -q "generation 2  restarts 1/1" <<<"$st" || fail "psyncctl status: $st"
+    note "$(head -1 <<<"$st")"
+    wait_exit "$LP" 120
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc after one live recovery: $(tail -5 "$T/rl.log")"
+    grep -q "psync-launch: rank 1 died (killed by signal 9 (Killed)); restart 1 of 1 (live recovery): starting a replacement, the other workers keep training" "$T/rl.log" ||
+      fail "no replacement line: $(grep -E "died|rank" "$T/rl.log" | head)"
+    grep -q "rank=0.*rejoining generation 2 with the state of step [0-9]* (live recovery)" "$T/rl.log" ||
+      fail "rank 0 did not rejoin in-process: $(grep -i "rejoin\|generation" "$T/rl.log" | head)"
+    grep -q "rank=1.*healed from rank 0 at step [0-9]*" "$T/rl.log" || fail "rank 1 was not healed from rank 0: $(grep -i heal "$T/rl.log")"
+    note "$(grep -o "healed from rank 0 at step [0-9]* ([0-9.]* s" "$T/rl.log" | head -1)"
+    for r in 0 1; do
+      [[ $(json_field "$T/rs$r.json" steps_completed) == 3000 ]] || fail "rank $r: $(cat "$T/rs$r.json")"
+    done
+    "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
+
   launch_restart_zero)
     # --max-restarts with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker restarts from the
     # newest checkpoint (the sharded state gathered into it, re-sliced on resume), the job ends with the
