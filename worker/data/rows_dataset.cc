@@ -158,9 +158,12 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenSynthetic(const DataOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--synthetic-rows is ", o.synthetic_rows, ", expected >= 1"));
   }
   if (o.rows_in < 1 || o.rows_out < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("synthetic rows need their widths: in=", o.rows_in,
-                                                   ", out=", o.rows_out,
-                                                   ", expected both >= 1 (the first and last of --widths)"));
+    // Why name --data: widths of 0 mean the model takes no rows (psync-worker
+    // sets them only for a rows model), and no --data fell back to here.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no ", o.flag, " given, and synthetic rows need their widths: in=", o.rows_in, ", out=", o.rows_out,
+        ", expected both >= 1 (the first and last of --widths); a model that takes no rows (--model=gpt: tokens, "
+        "--model=cnn: images) needs ", o.flag, "=FILE"));
   }
   return MakeRowsDataset(o, SyntheticRowsTable(o.seed, o.synthetic_rows, o.rows_in, o.rows_out), "synthetic");
 }

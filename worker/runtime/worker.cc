@@ -101,15 +101,16 @@ class WorkerRun {
   absl::Status SetUpTraining();
   // Joins the job (a new JobSession) with `offer`: rank, world.
   absl::Status JoinJob(const control::StartOffer& offer);
-  // Live recovery: whether the coordinator asked this survivor to stay and
-  // rejoin (the ABORT plan's rejoin_generation; 0 = exit as usual). Never
-  // with --zero, whose lost rank took its optimizer shard along: the
-  // survivors then exit and the job resumes from a checkpoint.
-  int64_t RejoinGeneration(const TrainResult& tr) const;
+  // Live recovery: after `failure` (exit code `code`) in set-up or
+  // training, whether the coordinator asked this process to stay and rejoin
+  // (the ABORT plan's rejoin_generation; 0 = exit as usual). Never with
+  // --zero, whose lost rank took its optimizer shard along: the survivors
+  // then exit and the job resumes from a checkpoint.
+  int64_t RejoinGeneration(int code) const;
   // Leaves the ended generation (DDP, then the session and its group) and
-  // joins `generation` with the state of `steps` completed steps in memory;
-  // then SetUpTraining (healing whoever lacks that state).
-  absl::Status RejoinLive(int64_t generation, int64_t steps);
+  // joins `generation` with the state it holds (held_step_; none: as a
+  // fresh process); then SetUpTraining (healing whoever lacks the start).
+  absl::Status RejoinLive(int64_t generation);
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp();
   void PrintBanner() const;
   TrainResult Train();
@@ -132,7 +133,10 @@ class WorkerRun {
   ResumeScan resume_;  // --resume: the checkpoints this rank can load, until the agreed one is loaded
   int64_t first_step_ = 0;
   bool live_ = false;  // this process joined the current generation with its state in memory
-  int live_recoveries_ = 0;
+  // The completed steps of the training state this process holds, once it
+  // is whole (loaded, healed or trained); nullopt before (a fresh process
+  // whose set-up failed rejoins as one).
+  std::optional<int64_t> held_step_;
   std::unique_ptr<control::JobSession> session_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
@@ -195,6 +199,7 @@ absl::Status WorkerRun::SetUpTraining() {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
   }
+  if (heal_source < 0) held_step_ = first_step_;  // this rank's own state is the start
   if (heal_source >= 0) {
     const auto t0 = Clock::now();
     PSYNC_RETURN_IF_ERROR(HealFromPeer(CheckpointOptionsFrom(opt_), rank_, heal_source, session_->world_size(),
@@ -205,6 +210,7 @@ absl::Status WorkerRun::SetUpTraining() {
                     << " at step " << first_step_ << " (" << absl::StrFormat("%.2f", std::chrono::duration<double>(
                                                                                    Clock::now() - t0).count())
                     << " s; live recovery)";
+    held_step_ = first_step_;
   }
   // Elastic: a world smaller than the one the flags planned splits the same
   // global batch over fewer ranks, in more micro-batches where a share would
@@ -359,15 +365,21 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer) {
   return absl::OkStatus();
 }
 
-int64_t WorkerRun::RejoinGeneration(const TrainResult& tr) const {
-  if (tr.exit_code != kExitPeerLost || opt_.zero > 0 || !session_) return 0;
+int64_t WorkerRun::RejoinGeneration(int code) const {
+  // A peer lost (4), or set-up refused because of it (3: the group or DDP's
+  // broadcast failed while a recovery was under way); never this rank's own
+  // cause (bad input, a full disk).
+  if ((code != kExitPeerLost && code != kExitRendezvous) || opt_.zero > 0 || !session_) return 0;
+  // The data plane may fail a moment before the ABORT plan arrives.
+  (void)session_->mailbox()->WaitForFailure(std::chrono::seconds(3));
   std::optional<control::IterationPlan> abort = session_->mailbox()->abort_plan();
   return abort && abort->rejoin_generation > session_->generation() ? abort->rejoin_generation : 0;
 }
 
-absl::Status WorkerRun::RejoinLive(int64_t generation, int64_t steps) {
+absl::Status WorkerRun::RejoinLive(int64_t generation) {
   PSYNC_LOG(INFO) << "generation " << session_->generation() << " ended (" << session_->mailbox()->failure().message()
-                  << "); rejoining generation " << generation << " with the state of step " << steps
+                  << "); rejoining generation " << generation
+                  << (held_step_ ? absl::StrCat(" with the state of step ", *held_step_) : " as a fresh process")
                   << " (live recovery)";
   // Why this order: the reducer holds the old group; the old session's
   // watchdog would end the process if it outlived the training it guards.
@@ -378,9 +390,12 @@ absl::Status WorkerRun::RejoinLive(int64_t generation, int64_t steps) {
   optimizer_->ZeroGrad(/*set_to_none=*/true);
   control::StartOffer offer;
   offer.generation = generation;
-  offer.live_step = steps;
-  live_ = true;
-  ++live_recoveries_;
+  offer.live_step = held_step_;
+  if (!held_step_) {  // as at the first start
+    offer.agree = opt_.resume;
+    offer.checkpoint_steps = resume_.steps;
+  }
+  live_ = held_step_.has_value();
   if (absl::Status st = JoinJob(offer); !st.ok()) return st;
   return SetUpTraining();
 }
@@ -404,22 +419,25 @@ WorkerExit WorkerRun::Run() {
     e.rank = rank_;
     return e;
   }
-  if (absl::Status st = SetUpTraining(); !st.ok()) {
-    return Finish(ExitCodeOf(st, kExitInternal), std::string(st.message()), nullptr);
-  }
-  TrainResult tr = Train();
-  // Live recovery: a lost peer ended the generation, this process stays.
-  while (const int64_t next = RejoinGeneration(tr)) {
-    if (absl::Status st = RejoinLive(next, tr.steps_completed); !st.ok()) {
-      if (!session_) {  // the Join itself failed: nobody to tell
-        WorkerExit e = ExitFor(st, kExitRendezvous);
-        e.rank = rank_;
-        return e;
-      }
-      return Finish(ExitCodeOf(st, kExitInternal), std::string(st.message()), nullptr);
+  absl::Status setup = SetUpTraining();
+  TrainResult tr;
+  while (true) {
+    if (setup.ok()) {
+      tr = Train();
+      held_step_ = tr.steps_completed;  // a failed step applied nothing
     }
-    tr = Train();
+    // Live recovery: a lost peer ended the generation (also one that was
+    // still forming or healing), this process stays.
+    const int64_t next = RejoinGeneration(setup.ok() ? tr.exit_code : ExitCodeOf(setup, kExitInternal));
+    if (next == 0) break;
+    setup = RejoinLive(next);
+    if (!session_) {  // the Join itself failed: nobody to tell
+      WorkerExit e = ExitFor(setup, kExitRendezvous);
+      e.rank = rank_;
+      return e;
+    }
   }
+  if (!setup.ok()) return Finish(ExitCodeOf(setup, kExitInternal), std::string(setup.message()), nullptr);
   Outputs(tr);
   return Finish(tr.exit_code, tr.reason, &tr);
 }

@@ -203,6 +203,53 @@ gpt_vs_torch() {
   done
 }
 
+# live_chaos STEPS KILLS [worker flags]: psync-launch --nproc=4
+# --max-restarts=KILLS+1 --recovery=live, no checkpoint directory; KILLS
+# kill -9s of a random worker (a replacement too), each at a random
+# iteration ahead of the last, and one right after another (while the job
+# recovers from it). Then: exit 0, the ranks never killed kept their pids,
+# every rank ran STEPS steps, and the weights equal an uninterrupted run's
+# bit for bit (the same world, batches and reduction order).
+live_chaos() {
+  local steps=$1 kills=$2; shift 2
+  local seed=${PSYNC_CHAOS_SEED:-$RANDOM}
+  RANDOM=$seed
+  "$LAUNCH" --nproc=4 --max-restarts=$((kills + 1)) --recovery=live -- --steps="$steps" --quiet --save="$T/r.st" \
+    --summary="$T/rs{rank}.json" "$@" >"$T/rl.log" 2>&1 &
+  LP=$!; PIDS+=("$LP")
+  launcher_coordinator "$T/rl.log"
+  wait_iteration "$LADDR" 20 "$LTOK"
+  local -a first killed=() pids
+  mapfile -t first < <(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}')
+  local k it=20 v
+  for ((k = 1; k <= kills; k++)); do
+    if ((k != 3)); then  # kill 3 follows kill 2 at once: during its recovery
+      it=$((it + 20 + RANDOM % (steps / (3 * kills))))
+      wait_iteration "$LADDR" "$it" "$LTOK"
+    fi
+    mapfile -t pids < <(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}')
+    ((${#pids[@]})) || fail "kill $k: no psync-worker under psync-launch"
+    v=${pids[$((RANDOM % ${#pids[@]}))]}
+    kill -9 "$v" && killed+=("$v")
+  done
+  wait_exit "$LP" 180
+  [[ $rc == 0 ]] || fail "psync-launch exited $rc after $kills kills (seed $seed): $(tail -5 "$T/rl.log")"
+  local p r
+  for r in 0 1 2 3; do
+    [[ $(json_field "$T/rs$r.json" steps_completed) == "$steps" ]] || fail "rank $r: $(cat "$T/rs$r.json")"
+  done
+  local kept=0
+  for p in "${first[@]}"; do [[ " ${killed[*]} " == *" $p "* ]] || kept=$((kept + 1)); done
+  # The processes never killed ran to the end: the launcher started one
+  # replacement per kill and nothing else.
+  [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == "$kills" ]] ||
+    fail "want $kills replacements (seed $seed): $(grep -E "died|ended" "$T/rl.log")"
+  grep -q "(after $kills restarts); exit 0" "$T/rl.log" || fail "closing line: $(tail -1 "$T/rl.log")"
+  note "seed $seed: $kills kills, $kept of 4 first processes never killed ran to the end; $(grep -c "healed from rank" "$T/rl.log") heals"
+  "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --save="$T/u.st" "$@" 2>"$T/ul.log" || fail "uninterrupted run failed"
+  same_weights "$T/u.st" "$T/r.st" 0
+}
+
 case $CASE in
   equal_2)            equal_to_single 2 --steps=40 ;;
   equal_4_accumulate) equal_to_single 4 --steps=30 --accumulate=2 ;;
@@ -693,6 +740,14 @@ EOF
     done
     "$LAUNCH" --nproc=2 -- --steps=3000 --quiet --save="$T/u.st" 2>"$T/ul.log" || fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
+
+  launch_live_chaos)  # the MLP over gloo, five kills
+    live_chaos 2000 5 --backend=gloo ;;
+  launch_live_chaos_gpt)  # the GPT over shared memory, five kills
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    live_chaos 2000 5 --backend=shm --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
+      --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
 
   launch_restart_zero)
     # --max-restarts with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker restarts from the
