@@ -140,6 +140,11 @@ int Status(v1::Control::Stub* stub, bool json) {
                 static_cast<long long>(r.start_iteration()));
   }
   if (!r.last_restart_reason().empty()) std::printf("last restart: %s\n", r.last_restart_reason().c_str());
+  if (r.restarts() > 0) {
+    std::printf("recovery %s: %d in place, the last took %.2f s; %lld iteration(s) computed again in all\n",
+                r.recovery().c_str(), r.live_recoveries(), r.last_recovery_s(),
+                static_cast<long long>(r.recomputed_iterations()));
+  }
   if (r.min_world_size() > 0 && r.min_world_size() < r.max_world_size()) {
     std::printf("elastic: world %d of %d ranks (at least %d)%s%s\n", r.world_size(), r.max_world_size(),
                 r.min_world_size(), r.world_change_reason().empty() ? "" : ": ", r.world_change_reason().c_str());

@@ -41,6 +41,18 @@ void RenderJob(const JobMetrics& m, PrometheusText* t) {
   t->Sample(m.restarts);
   t->Family("psync_max_restarts", Type::kGauge, "Restarts allowed (--max-restarts).");
   t->Sample(m.max_restarts);
+  t->Family("psync_recoveries_total", Type::kCounter,
+            "Losses the job recovered from, by how: live (the survivors stayed, --recovery=live) or restart.");
+  t->Sample({{"mode", "live"}}, static_cast<double>(m.live_recoveries));
+  t->Sample({{"mode", "restart"}}, static_cast<double>(m.restart_recoveries));
+  t->Family("psync_recovery_seconds_total", Type::kCounter,
+            "Time from each loss to the next generation's complete world, summed over the recoveries.");
+  t->Sample(m.recovery_seconds);
+  t->Family("psync_last_recovery_seconds", Type::kGauge, "The newest recovery's time (0: none yet).");
+  t->Sample(m.last_recovery_seconds);
+  t->Family("psync_recomputed_iterations_total", Type::kCounter,
+            "Iterations the ranks had started before a loss that the next generation computed again.");
+  t->Sample(static_cast<double>(m.recomputed_iterations));
   t->Family("psync_iteration", Type::kGauge, "Last iteration whose plan was sent to every rank (-1: none yet).");
   t->Sample(static_cast<double>(m.iteration));
   t->Family("psync_plans_total", Type::kCounter,

@@ -35,6 +35,9 @@ struct JobMetrics {
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
   int64_t generation = 0;
   int restarts = 0, max_restarts = 0;
+  // RecoveryLog: recoveries by kind, their time and the iterations computed again.
+  uint64_t live_recoveries = 0, restart_recoveries = 0, recomputed_iterations = 0;
+  double recovery_seconds = 0, last_recovery_seconds = 0;
   int joined = 0;
   int64_t iteration = -1;          // last plan sent, -1 = none
   std::vector<RankMetrics> ranks;  // joined ranks of the current generation, by rank

@@ -101,6 +101,7 @@
 #include "server/generation.h"
 #include "server/job_config.h"
 #include "server/job_counters.h"
+#include "server/recovery_log.h"
 #include "server/outbox.h"
 #include "server/pending_joins.h"
 #include "server/plan_delivery.h"
@@ -261,6 +262,7 @@ class JobState {
   PendingJoins joins_;
   PlanDelivery delivery_;
   JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations
+  RecoveryLog recoveries_;  // what each loss cost: time to the next world, iterations computed again
   std::unique_ptr<Generation> gen_;  // the current generation (replaced by RestartLocked)
   ElasticWorld elastic_;  // the rejoin clock and the world's note (last: its clock goes first)
 };

@@ -144,6 +144,10 @@ struct JobViews {
     out->set_plan_lookahead(j.cfg_.plan_lookahead);
     out->set_restarts(j.restarts_);
     out->set_max_restarts(j.cfg_.max_restarts);
+    out->set_recovery(RecoveryName(j.cfg_.recovery));
+    out->set_live_recoveries(static_cast<int32_t>(j.recoveries_.live()));
+    out->set_last_recovery_s(j.recoveries_.last_seconds());
+    out->set_recomputed_iterations(static_cast<int64_t>(j.recoveries_.recomputed()));
     out->set_instance_id(InstanceId());
     out->set_uptime_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(JobState::Clock::now() - j.start_time_).count());
@@ -155,6 +159,11 @@ struct JobViews {
     out->state = j.state_;
     out->restarts = j.restarts_;
     out->max_restarts = j.cfg_.max_restarts;
+    out->live_recoveries = j.recoveries_.live();
+    out->restart_recoveries = j.recoveries_.restarted();
+    out->recovery_seconds = j.recoveries_.total_seconds();
+    out->last_recovery_seconds = j.recoveries_.last_seconds();
+    out->recomputed_iterations = j.recoveries_.recomputed();
     out->reports = j.counters_.reports();
     out->lost = j.counters_.lost();
     out->plans = j.counters_.plans();

@@ -726,7 +726,9 @@ EOF
     [[ $(rank_pid "$LADDR" "$LTOK" 0) == "$survivor" ]] || fail "rank 0 was restarted: pid $survivor became $(rank_pid "$LADDR" "$LTOK" 0)"
     st=$(PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status)
     grep -q "generation 2  restarts 1/1" <<<"$st" || fail "psyncctl status: $st"
-    note "$(head -1 <<<"$st")"
+    grep -q "recovery live: 1 in place, the last took [0-9.]* s; 1 iteration(s) computed again in all" <<<"$st" ||
+      fail "psyncctl status shows no live recovery: $st"
+    note "$(grep "recovery live" <<<"$st")"
     wait_exit "$LP" 120
     [[ $rc == 0 ]] || fail "psync-launch exited $rc after one live recovery: $(tail -5 "$T/rl.log")"
     grep -q "psync-launch: rank 1 died (killed by signal 9 (Killed)); restart 1 of 1 (live recovery): starting a replacement, the other workers keep training" "$T/rl.log" ||

@@ -104,6 +104,13 @@ TEST(JobMetrics, CountsReportsPlansAndLossesThroughARestart) {
   const std::map<std::string, double> s = Parse(RenderJobMetrics(after, nullptr));
   EXPECT_EQ(s.at("psync_generation"), 2);
   EXPECT_EQ(s.at("psync_restarts_total"), 1);
+  // A restart (the default --recovery=restart): rank 1 had reported
+  // iteration 1 and generation 2 starts at 0, so 2 iterations came again.
+  EXPECT_EQ(s.at("psync_recoveries_total{mode=\"restart\"}"), 1);
+  EXPECT_EQ(s.at("psync_recoveries_total{mode=\"live\"}"), 0);
+  EXPECT_EQ(s.at("psync_recomputed_iterations_total"), 2);
+  EXPECT_GE(s.at("psync_recovery_seconds_total"), 0);
+  EXPECT_EQ(s.at("psync_last_recovery_seconds"), s.at("psync_recovery_seconds_total"));
   EXPECT_EQ(s.at("psync_plans_total"), 5);
   EXPECT_EQ(s.at("psync_iteration"), 2);
   EXPECT_EQ(s.at("psync_job_state{state=\"running\"}"), 1);

@@ -9,6 +9,7 @@
 #include "common/manual_scheduler.h"
 #include "server/job_state.h"
 #include "server/limits.h"
+#include "server/recovery_log.h"
 #include "server/rendezvous.h"
 #include "tests/unit/server/job_state_test_util.h"
 
@@ -114,6 +115,7 @@ TEST(LiveRecovery, SurvivorsAreAskedToRejoinAndTheNextGenerationHealsTheReplacem
   auto mbs = JoinAll(job, {0, 1, 2});
   ReportAll(job, mbs, 0);
   for (auto& mb : mbs) EXPECT_EQ(Next(*mb).iteration(), 0);
+  ASSERT_TRUE(job.Report(mbs[0].ref, Rep(1, kFull)).ok());  // rank 0 ran iteration 1's forward
 
   job.StreamClosed(mbs[1].ref, "stream closed");  // rank 1 died in iteration 1
   for (int r : {0, 2}) {
@@ -140,9 +142,21 @@ TEST(LiveRecovery, SurvivorsAreAskedToRejoinAndTheNextGenerationHealsTheReplacem
     ASSERT_TRUE(j->r->has_heal_source());
     EXPECT_EQ(j->r->heal_source(), 0);
   }
-  EXPECT_EQ(LastEvent(job, v1::EVENT_WORLD_COMPLETE),
-            "world complete: 3 ranks (generation 2, from iteration 1): live recovery: 2 rank(s) kept their state in "
-            "memory; starting at step 1; rank 0 (h:100) heals rank 1 (h:101), rank 2 (h:102)");
+  const std::string complete = LastEvent(job, v1::EVENT_WORLD_COMPLETE);
+  EXPECT_EQ(complete.rfind("world complete: 3 ranks (generation 2, from iteration 1): live recovery: 2 rank(s) kept "
+                           "their state in memory; starting at step 1; rank 0 (h:100) heals rank 1 (h:101), rank 2 "
+                           "(h:102); recovered in place (live) ",
+                           0),
+            0u)
+      << complete;
+  EXPECT_NE(complete.find(" s after the loss; 1 iteration started before it computed again"), std::string::npos)
+      << complete << ": iteration 1 (rank 0 had started it) is computed again, nothing else";
+  v1::StatusResponse st;
+  job.FillStatus(&st);
+  EXPECT_EQ(st.recovery(), "live");
+  EXPECT_EQ(st.live_recoveries(), 1);
+  EXPECT_EQ(st.recomputed_iterations(), 1);
+  EXPECT_GE(st.last_recovery_s(), 0.0);
   std::vector<TestStream> g2 = {AttachOk(job, OwnHello(0, 2)), AttachOk(job, OwnHello(1, 2)),
                                 AttachOk(job, OwnHello(2, 2))};
   ReportAll(job, g2, 1);
@@ -184,6 +198,29 @@ TEST(LiveRecovery, LiveStepLimits) {
   EXPECT_EQ(Msg(ValidateJoinRequest(Live(0, -1))), "live_step is -1; expected 0..4611686018427387904");
   EXPECT_EQ(Msg(ValidateJoinRequest(Live(0, kMaxIteration + 1))),
             "live_step is 4611686018427387905; expected 0..4611686018427387904");
+}
+
+TEST(RecoveryLog, ALossDuringARecoveryExtendsIt) {
+  using Clock = RecoveryLog::Clock;
+  RecoveryLog log;
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_EQ(log.Formed(t0, 0), "") << "the first generation: no loss pending";
+  log.Lost(t0, 41, /*live=*/true);
+  log.Lost(t0 + std::chrono::milliseconds(300), 43, /*live=*/true);  // another rank, while the first recovers
+  EXPECT_EQ(log.Formed(t0 + std::chrono::milliseconds(500), 42),
+            "recovered in place (live) 0.50 s after the loss; 2 iterations started before it computed again");
+  EXPECT_EQ(log.live(), 1u);
+  EXPECT_EQ(log.restarted(), 0u);
+  EXPECT_EQ(log.recomputed(), 2u);
+  EXPECT_DOUBLE_EQ(log.last_seconds(), 0.5);
+
+  log.Lost(t0 + std::chrono::seconds(10), 99, /*live=*/false);
+  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(12), 80),
+            "restarted 2.00 s after the loss; 20 iterations started before it computed again");
+  EXPECT_EQ(log.restarted(), 1u);
+  EXPECT_EQ(log.recomputed(), 22u);
+  EXPECT_DOUBLE_EQ(log.total_seconds(), 2.5);
+  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(20), 200), "") << "a regroup: no loss";
 }
 
 TEST(JobConfigRecovery, FlagWordsRoundTrip) {
