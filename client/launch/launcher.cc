@@ -392,6 +392,19 @@ void Launcher::WatchService(Child& service, const char* name, bool* reported, bo
   if (!kill_at_ && workers_running) kill_at_ = Clock::now() + opt_.grace;
 }
 
+void Launcher::RestartEndedWorkers(const char* what, bool consequences_only) {
+  for (int local = 0; local < opt_.nproc; ++local) {
+    const Child& w = workers_[static_cast<size_t>(local)];
+    // Exit 0 is a rank done with the job; 2 would fail the same way again;
+    // another failure is a new loss, which the coordinator counts first.
+    if (w.running || w.exit_code == 0 || w.exit_code == 2) continue;
+    if (consequences_only && !IsConsequence(w.exit_code)) continue;
+    std::cerr << "psync-launch: rank " << opt_.FirstRank() + local << " " << what << " ("
+              << (w.pid > 0 ? DescribeStatus(w.status) : "not started") << ")\n";
+    SpawnRank(local, WorkerFlagsFor(opt_.worker_flags, std::max(1, static_cast<int>(generation_ - 1))));
+  }
+}
+
 bool Launcher::HandleFailure() {
   // Live recovery: replace the failed worker alone, while restarts last.
   if (opt_.LiveRecovery() && ReplaceFailedWorkers()) return false;
@@ -425,6 +438,11 @@ bool Launcher::HandleFailure() {
 }
 
 bool Launcher::FollowJob(bool any_running) {
+  // Live recovery: a worker of this node that left the generation the
+  // coordinator already reopened (a --zero survivor exits 4) joins it anew.
+  if (opt_.LiveRecovery() && followed_live_) {
+    RestartEndedWorkers("ended after the loss; starting it again", /*consequences_only=*/true);
+  }
   if (!failure_handled_) {
     if (const std::optional<WorkerEnd> failed = FirstFailure(WorkerEnds())) {
       failure_handled_ = true;
@@ -450,8 +468,20 @@ bool Launcher::FollowJob(bool any_running) {
   const Judgement j = Judge(**answer, generation_, failure_handled_, coordinator_instance_);
   if (j.verdict == Verdict::kGoOn) return false;
   if (j.verdict == Verdict::kRestart && !stopping_) {
+    const bool loss = (*answer)->restarts > restarts_done_;  // a regroup counts no restart
     restarts_done_ = (*answer)->restarts;
     generation_ = (*answer)->generation;
+    if (opt_.LiveRecovery() && loss) {
+      // Why not stop the others: they rejoin the new generation in-process
+      // with their state; only this node's dead workers need a process.
+      std::cerr << "psync-launch: " << j.why << " (live recovery): this node's running workers stay\n";
+      RestartEndedWorkers("died; starting a replacement", /*consequences_only=*/false);
+      followed_live_ = true;
+      failure_handled_ = false;
+      kill_at_.reset();
+      return false;
+    }
+    followed_live_ = false;
     std::cerr << "psync-launch: " << j.why << ": stopping this node's workers and starting its " << opt_.nproc
               << " rank(s) again\n";
     // Why at once: that generation is over; nothing its workers do counts.

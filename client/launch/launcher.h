@@ -78,6 +78,10 @@ class Launcher {
   // others keep running); false when a failure may not be replaced
   // (HandleFailure then ends the generation as without live recovery).
   bool ReplaceFailedWorkers();
+  // Live recovery in node mode: starts again every worker of this node that
+  // ended with a failure (`consequences_only`: exit 4 or 5 only); `what`
+  // says why, in its line.
+  void RestartEndedWorkers(const char* what, bool consequences_only);
   GenerationEnd Supervise();
   void KeepCoordinatorUntilJobEnds();
   void StopServices(std::chrono::milliseconds term_wait);
@@ -116,7 +120,8 @@ class Launcher {
   // Across generations.
   int interrupts_ = 0;
   int restarts_done_ = 0;
-  bool replacing_ = false;  // live recovery: the last loss was replaced, so its consequences are started again free  // node mode: the coordinator's count (the job's), else this launcher's
+  bool replacing_ = false;
+  bool followed_live_ = false;  // node mode: the newest generation followed was a live recovery  // live recovery: the last loss was replaced, so its consequences are started again free  // node mode: the coordinator's count (the job's), else this launcher's
   int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
   std::string coordinator_instance_;  // node mode: its instance_id then (a new one: it was replaced)
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts

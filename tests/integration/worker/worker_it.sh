@@ -881,6 +881,43 @@ EOF
     wait_nodes u0 u1
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
+  launch_nodes_live)
+    # Live recovery across two nodes (two launchers, ranks 0-1 and 2-3, the
+    # hier backend over two host ids): kill -9 of rank 3. Node 1 starts a
+    # replacement for it alone; ranks 0, 1 and 2 keep their processes and
+    # rejoin generation 2 in place; the replacement is healed from a peer (no
+    # checkpoint directory); the weights equal an uninterrupted run's.
+    export PSYNC_TOKEN=launch-nodes-token
+    start_coord 4 --max-restarts=1 --recovery=live
+    flags=(--steps=3000 --quiet --save="$T/r.st")
+    start_node n0 0 "$CADDR" --max-restarts=1 --recovery=live -- "${flags[@]}"
+    start_node n1 1 "$CADDR" --max-restarts=1 --recovery=live -- "${flags[@]}"
+    wait_iteration "$CADDR" 200 "$PSYNC_TOKEN"
+    declare -A before
+    for r in 0 1 2 3; do before[$r]=$(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r"); done
+    kill -9 "${before[3]}"
+    wait_generation "$CADDR" "$PSYNC_TOKEN" 2
+    for r in 0 1 2; do
+      [[ $(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r") == "${before[$r]}" ]] || fail "rank $r was restarted"
+    done
+    [[ $(rank_pid "$CADDR" "$PSYNC_TOKEN" 3) != "${before[3]}" ]] || fail "rank 3 has its old pid"
+    wait_nodes n0 n1
+    grep -q "psync-launch: rank 3 died; starting a replacement (killed by signal 9 (Killed))" "$T/n1.log" ||
+      fail "node 1 started no replacement: $(grep psync-launch "$T/n1.log")"
+    for n in n0 n1; do
+      grep -q "psync-launch: the coordinator opened generation 2 (restart 1 of 1; generation 1: rank 3 (.*(live recovery): this node's running workers stay" "$T/$n.log" ||
+        fail "$n: $(grep psync-launch "$T/$n.log")"
+      grep -q "(after 1 restart); exit 0" "$T/$n.log" || fail "$n closing line: $(tail -1 "$T/$n.log")"
+    done
+    grep -q "healed from rank [0-2] at step" "$T/n1.log" || fail "rank 3 was not healed: $(grep -i heal "$T/n1.log")"
+    note "$(grep -o "rank=3.*healed from rank [0-9] at step [0-9]*" "$T/n1.log" | head -1)"
+    kill "$CPID"; wait "$CPID" 2>/dev/null
+    start_coord 4
+    start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
+    start_node u1 1 "$CADDR" -- --steps=3000 --quiet
+    wait_nodes u0 u1
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
+
   launch_elastic)
     # Issue 23 item 4, an elastic world: --min-nodes=1 of 2 nodes x 2 ranks.
     # Node 1 is killed whole (its launcher, relay and workers) right after a
