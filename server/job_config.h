@@ -34,7 +34,7 @@ struct JobConfig {
   // in-process (a replacement heals from them); kRestart = they exit and the
   // whole world resumes from a checkpoint.
   enum class Recovery { kLive, kRestart };
-  Recovery recovery = Recovery::kRestart;
+  Recovery recovery = Recovery::kLive;
   // Elastic world size (coordinator.proto, "Elastic world size"): a
   // generation may start with fewer ranks, down to this many, once
   // rejoin_timeout has passed since it opened. 0 = world_size (not elastic).

@@ -142,7 +142,8 @@ void JobState::CompleteWorldLocked(Outbox* out) {
   elastic_.Started(*gen_);
   const Clock::time_point now = Clock::now();
   std::shared_ptr<const SharedJoinResponse> shared = gen_->Start(now);
-  const std::string recovered = recoveries_.Formed(now, gen_->rendezvous().start_iteration());
+  const std::string recovered =
+      recoveries_.Formed(now, gen_->rendezvous().start_iteration(), gen_->rendezvous().live_members() > 0);
   events_.Append(v1::EVENT_WORLD_COMPLETE, -1, gen_->rendezvous().start_iteration(),
                  recovered.empty() ? gen_->StartText() : absl::StrCat(gen_->StartText(), "; ", recovered));
   joins_.AnswerWaiting(std::move(shared), out);
@@ -441,7 +442,7 @@ void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out)
   const bool live = cfg_.recovery == JobConfig::Recovery::kLive;
   int64_t furthest = -1;  // the iterations the ranks had started: the next generation may compute them again
   for (int r = 0; r < gen_->world_size(); ++r) furthest = std::max(furthest, gen_->rank(r).last_iteration);
-  recoveries_.Lost(Clock::now(), furthest, live);
+  recoveries_.Lost(Clock::now(), furthest);
   const std::string ask =
       live ? absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, " (live recovery): the survivors rejoin ",
                           "generation ", ended + 1, " with their state, the lost rank's replacement is healed from a peer")

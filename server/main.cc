@@ -17,6 +17,7 @@
 #include "psync/common/logging.h"
 #include "common/atomic_file.h"
 #include "server/coordinator_server.h"
+#include "server/job_config.h"
 #include "server/limits.h"
 #include "server/listen_policy.h"
 
@@ -47,7 +48,7 @@ ABSL_FLAG(int, max_restarts, 0,
           "restartable mode: a worker lost while the job runs aborts only the current generation, and the "
           "coordinator waits for every rank to Join again as the next generation (resuming from a checkpoint), "
           "at most this many times; 0 = a lost worker aborts the job");
-ABSL_FLAG(std::string, recovery, "restart",
+ABSL_FLAG(std::string, recovery, psync::server::RecoveryName(psync::server::JobConfig{}.recovery),
           "with --max-restarts, what a lost worker costs the others: live = they keep their weights and "
           "optimizer state in memory and rejoin the next generation without restarting (the lost rank's "
           "replacement is healed from a peer; a --zero job falls back to restart); restart = every worker "

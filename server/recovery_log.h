@@ -22,12 +22,14 @@ class RecoveryLog {
   using Clock = std::chrono::steady_clock;
 
   // A generation ended for a lost rank at `at`; its ranks had reported up
-  // to iteration `furthest` (-1 = none). `live`: the survivors stay.
-  void Lost(Clock::time_point at, int64_t furthest, bool live);
-  // The next generation's world completed at `now` and starts at `start`.
-  // Returns the note for its WORLD_COMPLETE event ("" when no loss was
-  // pending: the first generation, or a regroup).
-  std::string Formed(Clock::time_point now, int64_t start);
+  // to iteration `furthest` (-1 = none).
+  void Lost(Clock::time_point at, int64_t furthest);
+  // The next generation's world completed at `now` and starts at `start`;
+  // `in_place`: some of its ranks kept their state (live recovery), else
+  // every rank started afresh (a restart). Returns the note for its
+  // WORLD_COMPLETE event ("" when no loss was pending: the first
+  // generation, or a regroup).
+  std::string Formed(Clock::time_point now, int64_t start, bool in_place);
 
   uint64_t live() const { return live_; }          // recoveries with --recovery=live
   uint64_t restarted() const { return restarted_; }  // recoveries that restarted every rank
@@ -39,7 +41,6 @@ class RecoveryLog {
   struct Pending {
     Clock::time_point at;
     int64_t furthest = -1;
-    bool live = false;
   };
   std::optional<Pending> pending_;
   uint64_t live_ = 0, restarted_ = 0, recomputed_ = 0;

@@ -118,6 +118,8 @@ class Rendezvous {
   // After Agree, under live recovery: the rank every other rank heals from
   // (JoinResponse.heal_source), -1 when nobody needs healing.
   int heal_source() const { return heal_source_; }
+  // Members that joined with live state (JoinRequest.live_step).
+  int live_members() const { return live_members_; }
 
   // host_ids / rank_host_index of a JoinResponse (deduplicated hosts).
   void FillHosts(v1::JoinResponse* resp) const;

@@ -102,7 +102,7 @@ ABSL_FLAG(bool, relay, true,
           "(one report message and one plan per host per iteration); --relay=false: one stream per worker");
 ABSL_FLAG(std::string, relay_bin, "", "path of psync-relay (default: found next to psync-launch)");
 ABSL_FLAG(bool, all_output, false, "show every rank's stdout, not only rank 0's");
-ABSL_FLAG(std::string, recovery, "restart",
+ABSL_FLAG(std::string, recovery, psync::launch::LaunchOptions{}.recovery,
           "with --max-restarts: live = only a failed worker is started again and the others keep training "
           "(they rejoin in memory and heal the replacement; the coordinator runs with --recovery=live); "
           "restart = every worker is stopped and started again from the newest checkpoint");

@@ -31,7 +31,7 @@ struct LaunchOptions {
   // --recovery (with max_restarts): live = only a failed worker is replaced
   // and the others keep training (the coordinator's --recovery=live);
   // restart = every worker is started again. LiveRecovery() reads it.
-  std::string recovery = "restart";
+  std::string recovery = "live";
   std::vector<std::string> worker_flags;  // after a bare `--`, to every worker
 
   // One node of a job (torchrun's --nnodes/--node-rank): node I runs ranks

@@ -39,6 +39,7 @@ class RestartTest : public ::testing::Test {
   void StartServer(int world, int max_restarts) {
     server::ServerOptions o = test_support::TestServerOptions(world, 10000ms);
     o.job.max_restarts = max_restarts;
+    o.job.recovery = server::JobConfig::Recovery::kRestart;  // the path these tests check
     o.liveness_period = 100ms;
     auto s = server::CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();

@@ -679,7 +679,7 @@ EOF
     # every worker with --resume, the coordinator takes them back as
     # generation 2 from the newest checkpoint's step, the job finishes (exit 0)
     # with exactly the weights of an uninterrupted run.
-    "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=3000 --quiet --save="$T/r.st" --summary="$T/rs{rank}.json" \
+    "$LAUNCH" --nproc=2 --max-restarts=1 --recovery=restart -- --steps=3000 --quiet --save="$T/r.st" --summary="$T/rs{rank}.json" \
       --checkpoint-dir="$T/ck" --checkpoint-every=100 >"$T/rl.log" 2>&1 &
     LP=$!; PIDS+=("$LP")
     launcher_coordinator "$T/rl.log"
@@ -853,10 +853,10 @@ EOF
     # both nodes restart their ranks (node 0's were fine), the job finishes,
     # and the weights equal an uninterrupted run of the same topology bit for bit.
     export PSYNC_TOKEN=launch-nodes-token
-    start_coord 4 --max-restarts=1
+    start_coord 4 --max-restarts=1 --recovery=restart
     flags=(--steps=3000 --quiet --save="$T/r.st" --checkpoint-dir="$T/ck" --checkpoint-every=100)
-    start_node n0 0 "$CADDR" --max-restarts=1 -- "${flags[@]}"
-    start_node n1 1 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    start_node n0 0 "$CADDR" --max-restarts=1 --recovery=restart -- "${flags[@]}"
+    start_node n1 1 "$CADDR" --max-restarts=1 --recovery=restart -- "${flags[@]}"
     wait_iteration "$CADDR" 5 "$PSYNC_TOKEN"
     victim=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 3)
     [[ -n $victim ]] || fail "no pid for rank 3"
@@ -918,7 +918,11 @@ EOF
     wait_nodes u0 u1
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
-  launch_elastic)
+  launch_elastic|launch_elastic_live)
+    # launch_elastic_live: the same with --recovery=live: node 0's ranks keep
+    # their processes and state when node 1 is lost (no resume), a regroup
+    # still goes through its checkpoint.
+    [[ $CASE == launch_elastic_live ]] && ELASTIC_RECOVERY=live
     # Issue 23 item 4, an elastic world: --min-nodes=1 of 2 nodes x 2 ranks.
     # Node 1 is killed whole (its launcher, relay and workers) right after a
     # checkpoint. Run "alone": it never comes back; after --rejoin-timeout
@@ -935,7 +939,9 @@ EOF
     # ELASTIC_FLAGS: more worker flags for every run (by hand, e.g. --zero=2).
     read -ra extra <<<"${ELASTIC_FLAGS:-}"
     flags=(--steps=1500 --quiet --checkpoint-every=100 "${extra[@]}")
-    el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s)
+    # ELASTIC_RECOVERY: restart (checkpoints and process restarts, what the
+    # checks below expect) or live (launch_elastic_live).
+    el=(--max-restarts=1 --min-nodes=1 --rejoin-timeout=5s --recovery="${ELASTIC_RECOVERY:-restart}")
     # The uninterrupted 2-node run.
     port=$(free_port)
     start_node full0 0 "127.0.0.1:$port" --start-coordinator -- "${flags[@]}" --checkpoint-dir="$T/ck-full" --save="$T/full.st"
@@ -989,7 +995,12 @@ EOF
       wait_nodes "${run}0"
       want=2; [[ $run == back ]] && want=4
       [[ $(json_field "$T/${run}0.json" world_size) == "$want" ]] || fail "$run: rank 0 ended in a world of $(json_field "$T/${run}0.json" world_size), want $want"
-      grep -q "resumed from .*$ck" "$T/${run}0.log" || fail "$run: generation 2 did not resume from $ck"
+      if [[ ${ELASTIC_RECOVERY:-restart} == live && $run != leave ]]; then
+        grep -q "rank=0.*rejoining generation 2 with the state of step" "$T/${run}0.log" ||
+          fail "$run: rank 0 did not keep its state into generation 2: $(grep -i "generation 2" "$T/${run}0.log" | head -3)"
+      else
+        grep -q "resumed from .*$ck" "$T/${run}0.log" || fail "$run: generation 2 did not resume from $ck"
+      fi
       same_weights "$T/full.st" "$T/$run.st" 1e-4
     done ;;
 
@@ -1005,10 +1016,10 @@ EOF
     # it, and the job ends with the weights of an uninterrupted run, bit for bit.
     export PSYNC_TOKEN=race-token NODE_NPROC=1
     steps=${RACE_STEPS:-400}
-    start_coord 2 --max-restarts=1
+    start_coord 2 --max-restarts=1 --recovery=restart
     flags=(--steps="$steps" --quiet --save="$T/r.st" --checkpoint-dir="$T/ck" --checkpoint-every=100)
-    PSYNC_TEST_LATE_CHECKPOINT=300 start_node n0 0 "$CADDR" --max-restarts=1 -- "${flags[@]}"
-    PSYNC_TEST_STALE_LISTING=100 start_node n1 1 "$CADDR" --max-restarts=1 -- "${flags[@]}"
+    PSYNC_TEST_LATE_CHECKPOINT=300 start_node n0 0 "$CADDR" --max-restarts=1 --recovery=restart -- "${flags[@]}"
+    PSYNC_TEST_STALE_LISTING=100 start_node n1 1 "$CADDR" --max-restarts=1 --recovery=restart -- "${flags[@]}"
     for _ in $(seq 600); do grep -q "holds its checkpoint of step 300" "$T/n0.log" && break; sleep 0.1; done
     grep -q "holds its checkpoint of step 300" "$T/n0.log" || fail "rank 0 did not reach its checkpoint of step 300"
     victim=$(rank_pid "$CADDR" "$PSYNC_TOKEN" 1)

@@ -100,7 +100,7 @@ TEST(ChildCommands, NodeModeCoordinatorWorkerAndStatus) {
   o.rejoin_timeout = std::chrono::milliseconds(3000);
   EXPECT_EQ(CoordinatorCommand(o, "/tmp/d/port").argv,
             (Strings{"/b/psync-coordinator", "--host=10.0.0.1", "--port=29611", "--world-size=4", "--job-id=j1",
-                     "--port-file=/tmp/d/port", "--max-restarts=1", "--recovery=restart", "--join-timeout=5000ms", "--min-world-size=2",
+                     "--port-file=/tmp/d/port", "--max-restarts=1", "--recovery=live", "--join-timeout=5000ms", "--min-world-size=2",
                      "--rejoin-timeout=3000ms"}))
       << "elastic: a generation may go on with --min-nodes nodes' ranks";
   EXPECT_EQ(RegroupCommand(o, "10.0.0.1:29611", "node 1 is back").argv,

@@ -17,6 +17,7 @@ using namespace job_state_test;
 JobConfig Restartable(int world, int max_restarts) {
   JobConfig c = Cfg(world);
   c.max_restarts = max_restarts;
+  c.recovery = JobConfig::Recovery::kRestart;  // the path these tests check (live: live_recovery_test.cc)
   return c;
 }
 

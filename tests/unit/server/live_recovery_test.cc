@@ -204,23 +204,23 @@ TEST(RecoveryLog, ALossDuringARecoveryExtendsIt) {
   using Clock = RecoveryLog::Clock;
   RecoveryLog log;
   const Clock::time_point t0 = Clock::now();
-  EXPECT_EQ(log.Formed(t0, 0), "") << "the first generation: no loss pending";
-  log.Lost(t0, 41, /*live=*/true);
-  log.Lost(t0 + std::chrono::milliseconds(300), 43, /*live=*/true);  // another rank, while the first recovers
-  EXPECT_EQ(log.Formed(t0 + std::chrono::milliseconds(500), 42),
+  EXPECT_EQ(log.Formed(t0, 0, false), "") << "the first generation: no loss pending";
+  log.Lost(t0, 41);
+  log.Lost(t0 + std::chrono::milliseconds(300), 43);  // another rank, while the first recovers
+  EXPECT_EQ(log.Formed(t0 + std::chrono::milliseconds(500), 42, /*in_place=*/true),
             "recovered in place (live) 0.50 s after the loss; 2 iterations started before it computed again");
   EXPECT_EQ(log.live(), 1u);
   EXPECT_EQ(log.restarted(), 0u);
   EXPECT_EQ(log.recomputed(), 2u);
   EXPECT_DOUBLE_EQ(log.last_seconds(), 0.5);
 
-  log.Lost(t0 + std::chrono::seconds(10), 99, /*live=*/false);
-  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(12), 80),
+  log.Lost(t0 + std::chrono::seconds(10), 99);
+  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(12), 80, /*in_place=*/false),
             "restarted 2.00 s after the loss; 20 iterations started before it computed again");
   EXPECT_EQ(log.restarted(), 1u);
   EXPECT_EQ(log.recomputed(), 22u);
   EXPECT_DOUBLE_EQ(log.total_seconds(), 2.5);
-  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(20), 200), "") << "a regroup: no loss";
+  EXPECT_EQ(log.Formed(t0 + std::chrono::seconds(20), 200, false), "") << "a regroup: no loss";
 }
 
 TEST(JobConfigRecovery, FlagWordsRoundTrip) {
