@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The docker-compose integration test (ctest compose_integration): builds the
 # CPU image from deploy/docker/Dockerfile and runs deploy/compose/docker-compose.yml
-# for real, four times:
+# for real, in these scenarios:
 #   shutdown            the runner (check-job.sh) checks status with psyncctl and
 #                       shuts the job down: every worker exits 0 after the same
 #                       iteration, the coordinator reports FINISHED, rank 0's
 #                       weights, its final checkpoint and both summaries are on
 #                       the psync-data volume
 #   worker-killed       psync-worker in worker-1 killed (SIGKILL) mid-run: Docker
-#                       starts worker-1 again, worker-0 exits 4 and is started
-#                       again too, the coordinator runs generation 2 from rank
-#                       0's checkpoint (restarts 1/N); the runner then shuts the
+#                       starts worker-1 again, worker-0 stays up and rejoins
+#                       generation 2 in place (live recovery, restarts 1/N),
+#                       worker-1 is healed from it; the runner then shuts the
 #                       job down and it ends FINISHED as in `shutdown`
+#   worker-killed-restart  the same with PSYNC_RECOVERY=restart: worker-0 exits 4
+#                       and is started again too, generation 2 runs from rank
+#                       0's checkpoint
 #   worker-killed-no-restart  the same without restarts (PSYNC_MAX_RESTARTS=0
 #                       PSYNC_WORKER_RESTART=no), `docker kill` of worker-1:
 #                       worker-0 exits 4 naming rank 1, the coordinator reports
@@ -20,8 +23,8 @@
 #                       (with PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
 #   nodes-worker-killed docker-compose.nodes.yml (two node containers, psync-launch
 #                       --nnodes=2 --nproc=2 each, world 4): psync-worker in node-1
-#                       killed; both launchers restart their ranks into generation 2,
-#                       every rank resumes from the same checkpoint; the runner then
+#                       killed; node-1's launcher replaces it alone, the three other
+#                       ranks rejoin generation 2 in place; the runner then
 #                       shuts the job down: both launchers exit 0, four summaries agree
 #   deb                 psync's Debian package (cpack, made in the image's build stage)
 #                       installed with apt into a clean debian:bookworm-slim container:
@@ -36,7 +39,7 @@
 # is left out when less is left, and then the test says SKIP, never PASS.
 #
 # Usage (as root, or as a user of a running dockerd once the base images exist):
-#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed ...]
+#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb ...]
 #   (default: all five)
 # Exit: 0 passed, 1 failed, 77 skipped (Docker cannot run here, or the image was
 # not ready within the time budget: the reason is printed).
@@ -120,12 +123,12 @@ log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
 skip() { log "SKIP: $*"; exit "$SKIP"; }
 die()  { log "FAIL: $*"; exit 1; }
 
-all_scenarios=(shutdown worker-killed worker-killed-no-restart coordinator-killed nodes-worker-killed deb)
+all_scenarios=(shutdown worker-killed worker-killed-restart worker-killed-no-restart coordinator-killed nodes-worker-killed deb)
 scenarios=()
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    shutdown|worker-killed|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb) scenarios+=("$a") ;;
+    shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb) scenarios+=("$a") ;;
     *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
   esac
 done
@@ -723,34 +726,55 @@ scenario_worker_killed() {
   up_job || return 1
   # Past iteration 30 rank 0 has written ckpt-20 (--checkpoint-every=20).
   wait_running 30 || return 1
-  local s gen start restarts n0 n1 line
+  local s start restarts n0 n1 line
   log "$project: SIGKILL psync-worker in worker-1 (docker exec; Docker restarts the container)"
   kill_worker_process "$c_w1" || { log "$project: found no psync-worker process in worker-1 to kill"; return 1; }
   s=$(wait_generation 2 5) || return 1
   start=$(json 'int(d.get("start_iteration",0))' <<<"$s"); restarts=$(json 'd.get("restarts",0)' <<<"$s")
-  log "$project: generation 2 RUNNING from iteration $start (restarts $restarts/$(json 'd.get("max_restarts",0)' <<<"$s")): $(json 'd.get("last_restart_reason","")' <<<"$s")"
+  log "$project: generation 2 RUNNING from iteration $start (restarts $restarts/$(json 'd.get("max_restarts",0)' <<<"$s"), recovery $(json 'd.get("recovery","")' <<<"$s")): $(json 'd.get("last_restart_reason","")' <<<"$s")"
   ((restarts == 1)) || { log "$project: coordinator counts $restarts restarts, want 1"; return 1; }
   ((start >= 20)) || { log "$project: generation 2 starts at iteration $start, want >= 20 (ckpt-20 was written)"; return 1; }
   [[ $(json 'd.get("last_restart_reason","")' <<<"$s") == *"rank 1"* ]] \
     || { log "$project: last restart reason does not name rank 1: $s"; return 1; }
   n0=$(docker inspect -f '{{.RestartCount}}' "$c_w0"); n1=$(docker inspect -f '{{.RestartCount}}' "$c_w1")
-  [[ $n0 == 1 && $n1 == 1 ]] || { log "$project: Docker restarted worker-0 $n0 and worker-1 $n1 times, want 1 and 1"; return 1; }
-  # The whole log first, then grep: `docker logs | grep -m1` fails under
-  # pipefail when grep stops reading a long log early (docker logs gets
-  # SIGPIPE). Each worker logs "resumed from" before its Join, so it is there
-  # once generation 2 runs; a few tries cover the log driver's delay.
-  local logs tries
-  for c in "$c_w0" "$c_w1"; do
-    line=""
-    for ((tries = 0; tries < 10; tries++)); do
-      logs=$(docker logs "$c" 2>&1)
-      line=$(grep -m1 'resumed from' <<<"$logs") && break
-      sleep 0.5
-    done
-    [[ -n $line ]] || { log "$project: container $c did not log 'resumed from' a checkpoint"; return 1; }
-  done
-  log "$project: Docker restarted each worker once; both resumed ($line)"
+  if [[ ${PSYNC_RECOVERY:-live} == live ]]; then
+    # Live: worker-0 kept its process and state, worker-1's new container
+    # was healed from it (no checkpoint read).
+    [[ $n0 == 0 && $n1 == 1 ]] || { log "$project: Docker restarted worker-0 $n0 and worker-1 $n1 times, want 0 and 1"; return 1; }
+    grep_log "$c_w0" 'rejoining generation 2 with the state of step' || return 1
+    grep_log "$c_w1" 'healed from rank 0 at step' || return 1
+    log "$project: worker-0 stayed up and rejoined in place, worker-1 restarted by Docker and healed ($line)"
+  else
+    [[ $n0 == 1 && $n1 == 1 ]] || { log "$project: Docker restarted worker-0 $n0 and worker-1 $n1 times, want 1 and 1"; return 1; }
+    # Each worker logs "resumed from" before its Join, so it is there once
+    # generation 2 runs.
+    grep_log "$c_w0" 'resumed from' || return 1
+    grep_log "$c_w1" 'resumed from' || return 1
+    log "$project: Docker restarted each worker once; both resumed ($line)"
+  fi
   runner_shutdown_checks
+}
+
+# The same with --recovery=restart: every worker restarts, from the checkpoint.
+scenario_worker_killed_restart() {
+  local -x PSYNC_RECOVERY=restart
+  scenario_worker_killed
+}
+
+# grep_log CONTAINER PATTERN: sets `line` to the first line of the
+# container's log that matches. The whole log first, then grep: `docker logs
+# | grep -m1` fails under pipefail when grep stops reading a long log early
+# (docker logs gets SIGPIPE); a few tries cover the log driver's delay.
+grep_log() {
+  local logs tries
+  line=""
+  for ((tries = 0; tries < 10; tries++)); do
+    logs=$(docker logs "$1" 2>&1)
+    line=$(grep -m1 -- "$2" <<<"$logs") && return 0
+    sleep 0.5
+  done
+  log "$project: container $1 did not log '$2'"
+  return 1
 }
 
 scenario_worker_killed_no_restart() {
@@ -819,7 +843,12 @@ scenario_nodes_worker_killed() {
   ((restarts == 1)) || { log "$project: coordinator counts $restarts restarts, want 1"; return 1; }
   ((start >= 20)) || { log "$project: generation 2 starts at iteration $start, want >= 20 (ckpt-20 was written)"; return 1; }
   [[ $(docker inspect -f '{{.RestartCount}}' "$c_w1") == 0 ]] \
-    || { log "$project: Docker restarted node-1: the launcher should have restarted its ranks"; return 1; }
+    || { log "$project: Docker restarted node-1: the launcher should have replaced its rank"; return 1; }
+  # Live recovery: node-1's launcher replaced the dead rank alone, node-0's
+  # kept both of its workers.
+  grep_log "$c_w1" 'died; starting a replacement' || return 1
+  log "$project: node-1: $line"
+  grep_log "$c_w0" "this node's running workers stay" || return 1
   runner_shutdown_checks
 }
 

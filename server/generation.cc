@@ -125,6 +125,12 @@ absl::StatusOr<int> Generation::AddMember(const v1::JoinRequest& req) {
   return r;
 }
 
+int64_t Generation::FurthestReported() const {
+  int64_t furthest = -1;
+  for (const RankRuntime& r : ranks_) furthest = std::max(furthest, r.last_iteration);
+  return furthest;
+}
+
 void Generation::RemoveMember(int r) {
   rendezvous_.Remove(r);
   rank(r) = RankRuntime{};

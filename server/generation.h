@@ -72,6 +72,9 @@ class Generation {
   PlanAggregator& plans() { return plans_; }
   const RankRuntime& rank(int r) const { return ranks_[static_cast<size_t>(r)]; }
   RankRuntime& rank(int r) { return ranks_[static_cast<size_t>(r)]; }
+  // The furthest iteration any rank reported (-1 = none): what a loss now
+  // may make the next generation compute again (RecoveryLog).
+  int64_t FurthestReported() const;
   int world_size() const { return static_cast<int>(ranks_.size()); }
   std::string RankName(int r) const { return rendezvous_.RankName(r); }
   // "rank 0 (h:1), rank 1 (h:2)"

@@ -15,6 +15,14 @@ std::optional<JobConfig::Recovery> ParseRecovery(std::string_view word) {
 
 const char* RecoveryName(JobConfig::Recovery r) { return r == JobConfig::Recovery::kLive ? "live" : "restart"; }
 
+std::string RestartAsk(const JobConfig& cfg, int restart, int64_t next) {
+  if (cfg.recovery == JobConfig::Recovery::kLive) {
+    return absl::StrCat("restart ", restart, " of ", cfg.max_restarts, " (live recovery): the survivors rejoin ",
+                        "generation ", next, " with their state, the lost rank's replacement is healed from a peer");
+  }
+  return absl::StrCat("restart ", restart, " of ", cfg.max_restarts, ": every rank must Join generation ", next);
+}
+
 std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg) {
   if (cfg.heartbeat_timeout.count() > 0) return cfg.heartbeat_timeout;
   return std::max(std::chrono::milliseconds(1),

@@ -48,6 +48,10 @@ struct JobConfig {
 std::optional<JobConfig::Recovery> ParseRecovery(std::string_view word);
 const char* RecoveryName(JobConfig::Recovery r);
 
+// What a restart's ABORT asks of the ranks (after "generation g aborted:
+// WHY; "): restart k of N, and who Joins generation `next` how.
+std::string RestartAsk(const JobConfig& cfg, int restart, int64_t next);
+
 // heartbeat_timeout with the default applied (always > 0).
 std::chrono::milliseconds EffectiveHeartbeatTimeout(const JobConfig& cfg);
 // The interval workers send heartbeats at: heartbeat_timeout / 4, in 10 ms .. 1 s.

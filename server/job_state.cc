@@ -50,6 +50,19 @@ void RefuseWaitingJoins(PendingJoins& joins, Generation& gen, const v1::JoinRequ
   for (int r : joins.FailWaiting(gen.WorldCannotForm(refusal), out)) gen.RemoveMember(r);
 }
 
+// The ABORT plan at `iteration` for `reason` (for `ranks` only, when given:
+// Plan.ranks). `rejoin` > 0: Plan.rejoin_generation (live recovery: stay
+// and Join it).
+PlanPtr AbortPlan(int64_t iteration, const std::string& reason, std::vector<int> ranks = {}, int64_t rejoin = 0) {
+  auto plan = std::make_shared<v1::Plan>();
+  plan->set_iteration(iteration);
+  plan->set_action(v1::ABORT);
+  plan->set_reason(reason);
+  plan->set_rejoin_generation(rejoin);
+  for (int r : ranks) plan->add_ranks(r);
+  return plan;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- rendezvous
@@ -370,15 +383,6 @@ void JobState::DeliverDuePlans() {
   delivery_.DeliverDue(&out);
 }
 
-PlanPtr JobState::AbortPlanLocked(const std::string& reason, std::vector<int> ranks, int64_t rejoin) const {
-  auto plan = std::make_shared<v1::Plan>();
-  plan->set_iteration(gen_->plans().next_plan());
-  plan->set_action(v1::ABORT);
-  plan->set_reason(reason);
-  plan->set_rejoin_generation(rejoin);
-  for (int r : ranks) plan->add_ranks(r);
-  return plan;
-}
 
 void JobState::AbortLocked(const std::string& reason, Outbox* out) {
   if (state_ == v1::JOB_ABORTED || state_ == v1::JOB_FINISHED) return;
@@ -388,7 +392,7 @@ void JobState::AbortLocked(const std::string& reason, Outbox* out) {
   reason_ = reason;
   joins_.FailQueued(absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' was aborted (", reason, ")")),
                     out);
-  delivery_.BroadcastNow(AbortPlanLocked(reason), out);  // never held back
+  delivery_.BroadcastNow(AbortPlan(gen_->plans().next_plan(), reason), out);  // never held back
   delivery_.ReleaseAll();
   joins_.FailWaiting(
       absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' ended during rendezvous: ", reason)), out);
@@ -414,7 +418,8 @@ void JobState::MarkRanksLostLocked(const std::vector<int>& candidates, const std
       // Tell the rank itself too, in case its stream still works (e.g. it was
       // blamed for a missing report): it stops instead of waiting. Plan.ranks
       // names it, so a host stream passes this one to it alone.
-      delivery_.SendTo(rank, AbortPlanLocked(absl::StrCat("this rank was declared lost: ", msg), {rank}), out);
+      delivery_.SendTo(
+          rank, AbortPlan(gen_->plans().next_plan(), absl::StrCat("this rank was declared lost: ", msg), {rank}), out);
       delivery_.Release(rank);
     }
     events_.Append(v1::EVENT_LOST, rank, gen_->plans().next_plan(),
@@ -436,20 +441,15 @@ void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out)
   // (from a checkpoint) as the next generation.
   const int64_t ended = gen_->number();
   ++restarts_;
+  recoveries_.Lost(Clock::now(), gen_->FurthestReported());
   // Why the survivors may stay (live): each holds the state of the last
   // step it completed, and the next generation starts from the newest of
   // those, healing whoever lacks it; no process restarts, no file is read.
   const bool live = cfg_.recovery == JobConfig::Recovery::kLive;
-  int64_t furthest = -1;  // the iterations the ranks had started: the next generation may compute them again
-  for (int r = 0; r < gen_->world_size(); ++r) furthest = std::max(furthest, gen_->rank(r).last_iteration);
-  recoveries_.Lost(Clock::now(), furthest);
-  const std::string ask =
-      live ? absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, " (live recovery): the survivors rejoin ",
-                          "generation ", ended + 1, " with their state, the lost rank's replacement is healed from a peer")
-           : absl::StrCat("restart ", restarts_, " of ", cfg_.max_restarts, ": every rank must Join generation ",
-                          ended + 1);
+  const std::string ask = RestartAsk(cfg_, restarts_, ended + 1);
   delivery_.BroadcastNow(
-      AbortPlanLocked(absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask), {}, live ? ended + 1 : 0),
+      AbortPlan(gen_->plans().next_plan(), absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask), {},
+                live ? ended + 1 : 0),
       out);  // never held back
   delivery_.ReleaseAll();
   events_.Append(v1::EVENT_RESTARTING, lost_rank, gen_->plans().next_plan(),

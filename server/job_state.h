@@ -239,9 +239,6 @@ class JobState {
 
   void EmitReadyPlansLocked(Outbox* out);
   void DeliverDuePlans();
-  // The ABORT plan for `reason` (for `ranks` only, when given: Plan.ranks).
-  // `rejoin` > 0: Plan.rejoin_generation (live recovery: stay and Join it).
-  PlanPtr AbortPlanLocked(const std::string& reason, std::vector<int> ranks = {}, int64_t rejoin = 0) const;
   void AbortLocked(const std::string& reason, Outbox* out);
   // `ranks` lost at once (one rank, or the ranks of a host stream): one
   // loss naming all of them, then a restart or the job's abort.

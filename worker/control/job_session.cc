@@ -187,6 +187,13 @@ void JobSession::Finish(int code, const std::string& reason) {
   s_->client->Close();
 }
 
+void JobSession::Leave() {
+  if (s_->finished) return;
+  s_->finished = true;
+  s_->watchdog->Stop();
+  s_->client->Close();
+}
+
 int JobSession::rank() const { return s_->joined.rank; }
 int JobSession::world_size() const { return s_->joined.world_size; }
 int64_t JobSession::generation() const { return s_->joined.generation; }

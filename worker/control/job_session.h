@@ -62,6 +62,10 @@ class JobSession {
   // Stops the watchdog, sends Done{reason, code} and closes the stream.
   // Idempotent (the destructor calls it with the last code given, or 1).
   void Finish(int code, const std::string& reason);
+  // Live recovery: stops the watchdog and closes the stream without Done
+  // (the coordinator ended this generation already; a Done would only be
+  // refused). The process goes on in the next session.
+  void Leave();
 
  private:
   struct State;

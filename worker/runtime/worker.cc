@@ -384,7 +384,7 @@ absl::Status WorkerRun::RejoinLive(int64_t generation) {
   // Why this order: the reducer holds the old group; the old session's
   // watchdog would end the process if it outlived the training it guards.
   ddp_.reset();
-  session_->Finish(kExitPeerLost, absl::StrCat("rejoining generation ", generation, " (live recovery)"));
+  session_->Leave();
   session_.reset();
   // The interrupted iteration's gradients are dropped: it is computed again.
   optimizer_->ZeroGrad(/*set_to_none=*/true);

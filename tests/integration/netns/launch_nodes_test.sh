@@ -19,7 +19,11 @@
 #          rank 3 (node 1) mid-run: node 1 names it, both nodes restart their
 #          ranks when the coordinator opens generation 2, both exit 0 after 1
 #          restart, and the weights are bit-identical to phase 2's (the same
-#          topology, uninterrupted).
+#          topology, uninterrupted). --recovery=restart: from a checkpoint.
+# Phase 4  --recovery=live: node 1 killed whole (launcher, relay, workers) and
+#          started again; node 0's workers keep their processes and rejoin
+#          generation 2 in place, node 1's new workers are healed from them (no
+#          checkpoint directory); bit-identical to phase 2's weights.
 #
 # usage: launch_nodes_test.sh BIN_OR_DIR...  psync-launch, psyncctl and
 #        weights_diff (psync-launch finds psync-coordinator, psync-worker and
@@ -113,8 +117,8 @@ phase_two_nodes() {
 }
 
 phase_restart() {
-  log "phase 3: kill -9 of rank 3 on node 1 under --max-restarts=1"
-  start_nodes n3_ --max-restarts=1 -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet --save="$WORK/restart.st" \
+  log "phase 3: kill -9 of rank 3 on node 1 under --max-restarts=1 --recovery=restart"
+  start_nodes n3_ --max-restarts=1 --recovery=restart -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet --save="$WORK/restart.st" \
     --checkpoint-dir="$WORK/ck" --checkpoint-every=50
   local i it="" victim="" before="" ck=""
   for i in $(seq 1 600); do
@@ -155,6 +159,52 @@ phase_restart() {
   log "phase 3 ok: $(grep -o 'resumed from [^ ]* (step [0-9]*' "$WORK/n3_0.log" | head -1); vs uninterrupted: $diff"
 }
 
+# Live recovery with a whole node lost: node 1's launcher, relay and workers
+# are killed (a pod gone) and the node is started again (its replacement).
+# Node 0's two workers keep their processes and state and rejoin generation 2
+# in place; node 1's new workers are healed from them over the network (no
+# checkpoint directory); the weights equal the uninterrupted two-node run's.
+phase_live() {
+  log "phase 4: node 1 killed whole and started again under --max-restarts=1 --recovery=live"
+  start_nodes n4_ --max-restarts=1 --recovery=live -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet \
+    --save="$WORK/live.st"
+  local i it="" before after
+  for i in $(seq 1 600); do
+    it=$(iteration_now)
+    [[ $it =~ ^[0-9]+$ ]] && ((it >= 50)) && break
+    kill -0 "$PID_n4_0" 2>/dev/null || fail "phase 4: node 0 ended before the kill"
+    sleep 0.05
+  done
+  before=$(nctl --json workers | "$PY" -c \
+    'import json,sys; print(" ".join(str(w["pid"]) for w in json.load(sys.stdin)["workers"] if w.get("rank") in (0, 1)))')
+  # The whole tree at once (timeout, psync-launch, its relay and workers),
+  # as a lost machine: no SIGTERM reaches anyone first.
+  local tree=("$PID_n4_1") k=0
+  while ((k < ${#tree[@]})); do
+    tree+=($(pgrep -P "${tree[$k]}")); k=$((k + 1))
+  done
+  kill -9 "${tree[@]}" 2>/dev/null; wait "$PID_n4_1" 2>/dev/null
+  log "killed node 1 (its launcher, relay and workers) at iteration $it; starting it again"
+  start n4_1b 240 "$NS_W1" env -u PSYNC_TOKEN NNODES=2 NODE_RANK=1 MASTER_ADDR="$IP_W0" MASTER_PORT="$NPORT" \
+    psync-launch --nproc=2 --token-file="$WORK/token" --max-restarts=1 --recovery=live -- "${GPT[@]}" \
+    --data="$WORK/tokens.bin" --quiet
+  for n in n4_0 n4_1b; do
+    local pvar=PID_$n
+    wait_exit "${!pvar}" 180
+    [[ $RC == 0 ]] || fail "phase 4: $n's psync-launch exited $RC (want 0)"
+  done
+  grep -q "(live recovery): this node's running workers stay" "$WORK/n4_0.log" ||
+    fail "phase 4: node 0 did not keep its workers: $(grep psync-launch "$WORK/n4_0.log")"
+  grep -q "rejoining generation 2 with the state of step" "$WORK/n4_0.log" || fail "phase 4: node 0's ranks did not rejoin in place"
+  grep -q "healed from rank [01] at step" "$WORK/n4_1b.log" || fail "phase 4: node 1's new ranks were not healed"
+  after=$(grep -o "rank [01]: exit 0" "$WORK/n4_0.log" | wc -l)
+  [[ $after == 2 ]] || fail "phase 4: node 0's closing line: $(tail -1 "$WORK/n4_0.log")"
+  grep -q "died" "$WORK/n4_0.log" && fail "phase 4: a worker of node 0 died: $(grep died "$WORK/n4_0.log")"
+  local diff
+  diff=$(weights_diff "$WORK/two.st" "$WORK/live.st" 0) || fail "phase 4: live-recovered vs uninterrupted: $diff"
+  log "phase 4 ok: node 0's workers (pids $before) kept; $(grep -o 'healed from rank [01] at step [0-9]*' "$WORK/n4_1b.log" | head -1); vs uninterrupted: $diff"
+}
+
 launch_nodes_main() {
   prepare psync-launch psyncctl weights_diff -- "$@"
   echo "$TOKEN" >"$WORK/token"
@@ -164,7 +214,8 @@ launch_nodes_main() {
   phase_reference
   phase_two_nodes
   phase_restart
-  echo "netns launch: 3 passed, 0 failed"
+  phase_live
+  echo "netns launch: 4 passed, 0 failed"
 }
 
 launch_nodes_main "$@"

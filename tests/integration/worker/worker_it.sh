@@ -751,6 +751,54 @@ EOF
     live_chaos 2000 5 --backend=shm --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
 
+  launch_live_mtbf)
+    # Failures at a mean time between them of 3 s (exponential gaps) for 60 s
+    # (MTBF_S, CHAOS_S): a random worker of 4 is killed each time, a
+    # replacement too. The job (no checkpoint directory, --recovery=live) is
+    # then stopped with psyncctl shutdown and must end with the weights of an
+    # uninterrupted run of as many steps, bit for bit.
+    mtbf=${MTBF_S:-3} chaos=${CHAOS_S:-60}
+    seed=${PSYNC_CHAOS_SEED:-$RANDOM}
+    "$LAUNCH" --nproc=4 --max-restarts=1000 -- --steps=100000000 --quiet --backend=gloo --save="$T/r.st" \
+      --summary="$T/rs{rank}.json" >"$T/rl.log" 2>&1 &
+    LP=$!; PIDS+=("$LP")
+    launcher_coordinator "$T/rl.log"
+    wait_iteration "$LADDR" 20 "$LTOK"
+    mapfile -t gaps < <(/usr/bin/python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); t=0
+while True:
+    g=r.expovariate(1/float(sys.argv[2])); t+=g
+    if t>float(sys.argv[3]): break
+    print("%.3f" % g)' "$seed" "$mtbf" "$chaos")
+    kills=0
+    for g in "${gaps[@]}"; do
+      sleep "$g"  # the failure schedule itself: what this test is about
+      kill -0 "$LP" 2>/dev/null || fail "psync-launch ended during the chaos (seed $seed): $(tail -5 "$T/rl.log")"
+      mapfile -t pids < <(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}')
+      ((${#pids[@]})) || continue
+      kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}" 2>/dev/null && kills=$((kills + 1))
+    done
+    # The world formed again (a kill during a recovery makes no generation
+    # of its own, so count nothing): then stop the job.
+    for _ in $(seq 600); do
+      [[ $(status_field "$LADDR" "$LTOK" state) == JOB_RUNNING ]] && break
+      sleep 0.1
+    done
+    wait_iteration "$LADDR" "$(( $(status_field "$LADDR" "$LTOK" iteration) + 5 ))" "$LTOK"
+    PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" shutdown --reason="chaos over" >/dev/null ||
+      fail "psyncctl shutdown failed"
+    wait_exit "$LP" 120
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc after $kills kills (seed $seed): $(tail -5 "$T/rl.log")"
+    steps=$(json_field "$T/rs0.json" steps_completed)
+    for r in 1 2 3; do
+      [[ $(json_field "$T/rs$r.json" steps_completed) == "$steps" ]] || fail "rank $r: $(cat "$T/rs$r.json")"
+    done
+    [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == "$kills" ]] ||
+      fail "want $kills replacements (seed $seed): $(grep -cE "died" "$T/rl.log") deaths"
+    note "seed $seed: $kills kills in ${chaos} s (MTBF ${mtbf} s), $steps steps; $(grep -c "healed from rank" "$T/rl.log") heals"
+    "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --backend=gloo --save="$T/u.st" 2>"$T/ul.log" ||
+      fail "uninterrupted run failed"
+    same_weights "$T/u.st" "$T/r.st" 0 ;;
+
   launch_restart_zero)
     # --max-restarts with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker restarts from the
     # newest checkpoint (the sharded state gathered into it, re-sliced on resume), the job ends with the
