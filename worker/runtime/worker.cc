@@ -38,6 +38,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Live recovery: how many generations in a row a surviving process tries to
+// join when each one's group fails to form (peers lost while it formed).
+constexpr int kRejoinAttempts = 10;
+
 // --device: the worker's device, made current for this thread.
 absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
   const std::string text = opt.device == "cuda" ? absl::StrCat("cuda:", opt.local_rank) : opt.device;
@@ -396,7 +400,22 @@ absl::Status WorkerRun::RejoinLive(int64_t generation) {
     offer.checkpoint_steps = resume_.steps;
   }
   live_ = held_step_.has_value();
-  if (absl::Status st = JoinJob(offer); !st.ok()) return st;
+  for (int attempt = 1;; ++attempt) {
+    absl::Status st = JoinJob(offer);
+    if (st.ok()) break;
+    // Why again: the Join succeeded but the generation's group could not be
+    // built because another peer was lost meanwhile; that generation ends
+    // too, and this process still holds its state: it joins the next one
+    // (generation 0: whichever forms). Not for a refusal (the job is over,
+    // a bad token) or a world that never completes.
+    const bool peer_lost = st.code() == absl::StatusCode::kUnavailable ||
+                           st.code() == absl::StatusCode::kAborted || st.code() == absl::StatusCode::kInternal ||
+                           st.code() == absl::StatusCode::kUnknown;
+    if (!held_step_ || !peer_lost || attempt >= kRejoinAttempts) return st;
+    PSYNC_LOG(WARNING) << "rejoining failed (" << st.message() << "); joining the next generation (attempt "
+                       << attempt + 1 << " of " << kRejoinAttempts << ")";
+    offer.generation = 0;
+  }
   return SetUpTraining();
 }
 

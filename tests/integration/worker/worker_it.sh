@@ -792,9 +792,11 @@ while True:
     for r in 1 2 3; do
       [[ $(json_field "$T/rs$r.json" steps_completed) == "$steps" ]] || fail "rank $r: $(cat "$T/rs$r.json")"
     done
-    [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == "$kills" ]] ||
-      fail "want $kills replacements (seed $seed): $(grep -cE "died" "$T/rl.log") deaths"
-    note "seed $seed: $kills kills in ${chaos} s (MTBF ${mtbf} s), $steps steps; $(grep -c "healed from rank" "$T/rl.log") heals"
+    # At least one replacement per kill; a new process whose generation
+    # failed to form (another kill meanwhile) may exit 3 and be replaced too.
+    replaced=$(grep -c "starting a replacement, the other workers keep training" "$T/rl.log")
+    ((replaced >= kills)) || fail "$replaced replacements for $kills kills (seed $seed)"
+    note "seed $seed: $kills kills in ${chaos} s (MTBF ${mtbf} s), $replaced replacements, $steps steps; $(grep -c "healed from rank" "$T/rl.log") heals"
     "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --backend=gloo --save="$T/u.st" 2>"$T/ul.log" ||
       fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
