@@ -116,17 +116,26 @@ phase_two_nodes() {
   log "phase 2 ok: $(grep -o 'rank 0 of 4, hier[^)]*)' "$WORK/n2_0.log"); vs --nproc=4: $diff"
 }
 
+# wait_iteration_of N PID PHASE: waits (up to 30 s) until the job is at
+# iteration N or later and sets IT to it; fails naming PHASE when PID (node
+# 0's launcher) ends first.
+IT=""
+wait_iteration_of() {
+  local i
+  for i in $(seq 1 600); do
+    IT=$(iteration_now)
+    [[ $IT =~ ^[0-9]+$ ]] && ((IT >= $1)) && return 0
+    kill -0 "$2" 2>/dev/null || fail "$3: node 0 ended before the kill"
+    sleep 0.05
+  done
+}
+
 phase_restart() {
   log "phase 3: kill -9 of rank 3 on node 1 under --max-restarts=1 --recovery=restart"
   start_nodes n3_ --max-restarts=1 --recovery=restart -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet --save="$WORK/restart.st" \
     --checkpoint-dir="$WORK/ck" --checkpoint-every=50
-  local i it="" victim="" before="" ck=""
-  for i in $(seq 1 600); do
-    it=$(iteration_now)
-    [[ $it =~ ^[0-9]+$ ]] && ((it >= 10)) && break
-    kill -0 "$PID_n3_0" 2>/dev/null || fail "phase 3: node 0 ended before the kill"
-    sleep 0.05
-  done
+  local i victim="" before="" ck=""
+  wait_iteration_of 10 "$PID_n3_0" "phase 3"
   victim=$(nctl --json workers | "$PY" -c \
     'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w.get("rank") == 3][0])') ||
     fail "phase 3: no pid for rank 3"
@@ -168,13 +177,8 @@ phase_live() {
   log "phase 4: node 1 killed whole and started again under --max-restarts=1 --recovery=live"
   start_nodes n4_ --max-restarts=1 --recovery=live -- "${GPT[@]}" --data="$WORK/tokens.bin" --quiet \
     --save="$WORK/live.st"
-  local i it="" before after
-  for i in $(seq 1 600); do
-    it=$(iteration_now)
-    [[ $it =~ ^[0-9]+$ ]] && ((it >= 50)) && break
-    kill -0 "$PID_n4_0" 2>/dev/null || fail "phase 4: node 0 ended before the kill"
-    sleep 0.05
-  done
+  local before after
+  wait_iteration_of 50 "$PID_n4_0" "phase 4"
   before=$(nctl --json workers | "$PY" -c \
     'import json,sys; print(" ".join(str(w["pid"]) for w in json.load(sys.stdin)["workers"] if w.get("rank") in (0, 1)))')
   # The whole tree at once (timeout, psync-launch, its relay and workers),
@@ -184,7 +188,7 @@ phase_live() {
     tree+=($(pgrep -P "${tree[$k]}")); k=$((k + 1))
   done
   kill -9 "${tree[@]}" 2>/dev/null; wait "$PID_n4_1" 2>/dev/null
-  log "killed node 1 (its launcher, relay and workers) at iteration $it; starting it again"
+  log "killed node 1 (its launcher, relay and workers) at iteration $IT; starting it again"
   start n4_1b 240 "$NS_W1" env -u PSYNC_TOKEN NNODES=2 NODE_RANK=1 MASTER_ADDR="$IP_W0" MASTER_PORT="$NPORT" \
     psync-launch --nproc=2 --token-file="$WORK/token" --max-restarts=1 --recovery=live -- "${GPT[@]}" \
     --data="$WORK/tokens.bin" --quiet

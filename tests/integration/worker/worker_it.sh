@@ -203,6 +203,18 @@ gpt_vs_torch() {
   done
 }
 
+# same_as_uninterrupted_nodes STEPS: after a 2-node job against $CPID that
+# saved $T/r.st, runs it again uninterrupted (a fresh coordinator, the same
+# topology) and compares the weights bit for bit.
+same_as_uninterrupted_nodes() {
+  kill "$CPID"; wait "$CPID" 2>/dev/null
+  start_coord 4
+  start_node u0 0 "$CADDR" -- --steps="$1" --quiet --save="$T/u.st"
+  start_node u1 1 "$CADDR" -- --steps="$1" --quiet
+  wait_nodes u0 u1
+  same_weights "$T/u.st" "$T/r.st" 0
+}
+
 # live_chaos STEPS KILLS [worker flags]: psync-launch --nproc=4
 # --max-restarts=KILLS+1 --recovery=live, no checkpoint directory; KILLS
 # kill -9s of a random worker (a replacement too), each at a random
@@ -924,12 +936,7 @@ while True:
     done
     grep -q "resumed from .*$ck" "$T/n0.log" || fail "generation 2 did not resume from $ck"
     note "killed rank 3 after $ck; $(grep -o 'the coordinator opened generation 2 (restart 1 of 1' "$T/n0.log")"
-    kill "$CPID"; wait "$CPID" 2>/dev/null
-    start_coord 4
-    start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
-    start_node u1 1 "$CADDR" -- --steps=3000 --quiet
-    wait_nodes u0 u1
-    same_weights "$T/u.st" "$T/r.st" 0 ;;
+    same_as_uninterrupted_nodes 3000 ;;
 
   launch_nodes_live)
     # Live recovery across two nodes (two launchers, ranks 0-1 and 2-3, the
@@ -961,12 +968,7 @@ while True:
     done
     grep -q "healed from rank [0-2] at step" "$T/n1.log" || fail "rank 3 was not healed: $(grep -i heal "$T/n1.log")"
     note "$(grep -o "rank=3.*healed from rank [0-9] at step [0-9]*" "$T/n1.log" | head -1)"
-    kill "$CPID"; wait "$CPID" 2>/dev/null
-    start_coord 4
-    start_node u0 0 "$CADDR" -- --steps=3000 --quiet --save="$T/u.st"
-    start_node u1 1 "$CADDR" -- --steps=3000 --quiet
-    wait_nodes u0 u1
-    same_weights "$T/u.st" "$T/r.st" 0 ;;
+    same_as_uninterrupted_nodes 3000 ;;
 
   launch_elastic|launch_elastic_live)
     # launch_elastic_live: the same with --recovery=live: node 0's ranks keep
