@@ -122,8 +122,10 @@ absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState
   PSYNC_ASSIGN_OR_RETURN(const Header h, DecodeHeader(header_in, o.source, o.chunk_bytes));
   if (!sending) bytes.reserve(h.total);
   // One buffer for every chunk (framed, in float32 words: a broadcast moves
-  // bytes, never adds them); its pages are touched once, not per chunk.
-  const int64_t words = static_cast<int64_t>((sizeof(ChunkFrame) + o.chunk_bytes + 3) / 4);
+  // bytes, never adds them); its pages are touched once, not per chunk. No
+  // larger than the state: a small state does not pay for a whole chunk.
+  const size_t largest = std::min<size_t>(o.chunk_bytes, h.total);
+  const int64_t words = static_cast<int64_t>((sizeof(ChunkFrame) + largest + 3) / 4);
   Tensor buffer = Tensor::Empty({h.chunks > 0 ? words : 1}, kFloat32);
   for (int64_t k = 0; k < h.chunks; ++k) {
     const size_t first = static_cast<size_t>(k) * o.chunk_bytes;
@@ -131,8 +133,12 @@ absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState
     const int64_t used = static_cast<int64_t>((sizeof(ChunkFrame) + payload + 3) / 4);
     Tensor view = buffer.View(0, {used});
     if (sending) {
-      const std::string framed = FrameHealChunk(k, absl::string_view(bytes).substr(first, payload));
-      std::memcpy(view.raw_data(), framed.data(), framed.size());
+      // The frame, then the payload, straight into the buffer (FrameHealChunk's layout).
+      const absl::string_view part = absl::string_view(bytes).substr(first, payload);
+      const ChunkFrame f{k, Crc32(part), static_cast<uint32_t>(payload)};
+      char* out = static_cast<char*>(view.raw_data());
+      std::memcpy(out, &f, sizeof(f));
+      std::memcpy(out + sizeof(f), part.data(), part.size());
     }
     absl::Status st = group.Broadcast(view, o.source, absl::StrCat("heal chunk ", k))->Wait(o.timeout);
     if (!st.ok()) return Annotate(st, absl::StrCat("receiving ", From(o.source), " (chunk ", k, " of ", h.chunks, ")"));

@@ -373,11 +373,18 @@ int64_t WorkerRun::RejoinGeneration(int code) const {
   // A peer lost (4), or set-up refused because of it (3: the group or DDP's
   // broadcast failed while a recovery was under way); never this rank's own
   // cause (bad input, a full disk).
-  if ((code != kExitPeerLost && code != kExitRendezvous) || opt_.zero > 0 || !session_) return 0;
+  if ((code != kExitPeerLost && code != kExitRendezvous) || !session_) return 0;
   // The data plane may fail a moment before the ABORT plan arrives.
   (void)session_->mailbox()->WaitForFailure(std::chrono::seconds(3));
   std::optional<control::IterationPlan> abort = session_->mailbox()->abort_plan();
-  return abort && abort->rejoin_generation > session_->generation() ? abort->rejoin_generation : 0;
+  if (!abort || abort->rejoin_generation <= session_->generation()) return 0;
+  if (opt_.zero > 0) {
+    PSYNC_LOG(WARNING) << "--zero=" << opt_.zero << ": the lost rank's shard of the optimizer state is gone, so this "
+                       << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
+                       << "needs --zero=0)";
+    return 0;
+  }
+  return abort->rejoin_generation;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {
