@@ -1,62 +1,99 @@
 #include "worker/control/heal.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/crc32c.h"
+#include "psync/common/exit_code.h"
+#include "psync/common/status_from_exception.h"
 #include "psync/common/status_macros.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "worker/checkpoint/format.h"
+#include "worker/checkpoint/training_state.h"
+#include "worker/control/heal_header.h"
 
 namespace psync::control {
 namespace {
 
-constexpr char kHeaderTag[] = "psync-heal/1";
-
-// What precedes each chunk's payload (host byte order: both ends run the
-// same psync build on the same architecture).
-struct ChunkFrame {
-  int64_t index = 0;
-  uint32_t crc = 0;
-  uint32_t bytes = 0;
-};
-
-uint32_t Crc32(absl::string_view bytes) {
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
-  return static_cast<uint32_t>(crc);
-}
-
 std::string From(int source) { return absl::StrCat("rank ", source, "'s training state"); }
 
-// "psync-heal/1 <total bytes> <chunks> <crc32 hex8>"
-struct Header {
-  uint64_t total = 0;
-  int64_t chunks = 0;
-  uint32_t crc = 0;
-};
+// The bytes of `slice` inside `t` (a contiguous CPU tensor).
+char* SliceBytes(const Tensor& t, const HealSlice& s) { return static_cast<char*>(t.raw_data()) + s.offset; }
 
-std::string EncodeHeader(const Header& h) {
-  return absl::StrFormat("%s %d %d %08x", kHeaderTag, h.total, h.chunks, h.crc);
+// A direct piece's window of its tensor, in whole elements.
+Tensor Window(const Tensor& t, const HealSlice& s) {
+  const size_t elem = ElementSize(t.dtype());
+  return t.View(static_cast<int64_t>(s.offset / elem), {static_cast<int64_t>(s.bytes / elem)});
 }
 
-absl::StatusOr<Header> DecodeHeader(absl::string_view text, int source, size_t chunk_bytes) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
-  Header h;
-  if (parts.size() != 4 || parts[0] != kHeaderTag || !absl::SimpleAtoi(parts[1], &h.total) ||
-      !absl::SimpleAtoi(parts[2], &h.chunks) || !absl::SimpleHexAtoi(parts[3], &h.crc) || h.chunks < 0 ||
-      h.total > static_cast<uint64_t>(h.chunks) * chunk_bytes) {
-    return absl::DataLossError(absl::StrCat(From(source), ": malformed header '", text.substr(0, 80),
-                                            "' (every rank must call ShareTrainingState with the same options)"));
+uint32_t PieceCrc(const HealPiece& p, const std::vector<Tensor>& tensors) {
+  uint32_t crc = 0;
+  for (const HealSlice& s : p.slices) crc = Crc32c(SliceBytes(tensors[s.entry], s), s.bytes, crc);
+  return crc;
+}
+
+// The source's side: its tensors on the host (handles, unless they live on
+// a device), the header describing them and each piece's CRC.
+struct Outgoing {
+  HealHeader header;
+  std::vector<Tensor> tensors;  // header.entries' order
+};
+
+absl::StatusOr<Outgoing> Describe(const checkpoint::CheckpointContents& mine, size_t chunk_bytes) {
+  Outgoing out;
+  PSYNC_ASSIGN_OR_RETURN(out.header.metadata, checkpoint::EncodeManifest(mine.manifest));
+  out.header.chunk_bytes = chunk_bytes;
+  auto add = [&](std::string name, const Tensor& t) {
+    return RunCatching(absl::StrCat("healing: reading tensor '", name, "'"), [&] {
+      out.tensors.push_back(t.To(Device::CPU()).Contiguous());  // the same handle for a contiguous CPU tensor
+      out.header.entries.push_back(HealEntry{std::move(name), t.dtype(), t.shape()});
+    });
+  };
+  for (const auto& [name, t] : mine.params) PSYNC_RETURN_IF_ERROR(add(name, t));
+  for (const auto& [key, t] : mine.optimizer_state) {
+    PSYNC_RETURN_IF_ERROR(add(absl::StrCat(checkpoint::kOptimizerPrefix, key), t));
   }
-  return h;
+  for (const HealPiece& p : PlanHealPieces(out.header.entries, chunk_bytes)) {
+    out.header.crcs.push_back(PieceCrc(p, out.tensors));
+  }
+  return out;
+}
+
+// A receiver's destinations: `into`'s tensor of the same name where it
+// fits (a contiguous CPU tensor of the same dtype and shape), else a new one.
+std::vector<Tensor> Destinations(const HealHeader& h, const checkpoint::CheckpointContents* into) {
+  std::map<std::string, const Tensor*> mine;
+  if (into != nullptr) {
+    for (const auto& [name, t] : into->params) mine.emplace(name, &t);
+    for (const auto& [key, t] : into->optimizer_state) mine.emplace(absl::StrCat(checkpoint::kOptimizerPrefix, key), &t);
+  }
+  std::vector<Tensor> out;
+  for (const HealEntry& e : h.entries) {
+    auto it = mine.find(e.name);
+    const Tensor* t = it == mine.end() ? nullptr : it->second;
+    const bool fits = t != nullptr && t->defined() && t->device().is_cpu() && t->is_contiguous() &&
+                      t->dtype() == e.dtype && t->shape() == e.shape;
+    out.push_back(fits ? *t : Tensor::Empty(e.shape, e.dtype));
+  }
+  return out;
+}
+
+absl::StatusOr<checkpoint::CheckpointContents> Assemble(const HealHeader& h, std::vector<Tensor> tensors, int source) {
+  checkpoint::CheckpointContents out;
+  PSYNC_ASSIGN_OR_RETURN(out.manifest, checkpoint::DecodeManifest(h.metadata, From(source)));
+  for (size_t i = 0; i < h.entries.size(); ++i) {
+    absl::string_view key = h.entries[i].name;
+    if (absl::ConsumePrefix(&key, checkpoint::kOptimizerPrefix)) {
+      out.optimizer_state.emplace_back(std::string(key), std::move(tensors[i]));
+    } else {
+      out.params.emplace_back(h.entries[i].name, std::move(tensors[i]));
+    }
+  }
+  return out;
 }
 
 // The source's header; every rank takes part in the all-gather (the others
@@ -70,93 +107,115 @@ absl::StatusOr<std::string> HeaderFromSource(comm::ProcessGroup& group, const st
   return std::move((*all)[static_cast<size_t>(o.source)]);
 }
 
+// Every piece, one broadcast each. The source reads `tensors`, the others
+// write them. Damage is returned once every piece has arrived (the ranks
+// stay in step); a failed broadcast at once.
+absl::Status MovePieces(comm::ProcessGroup& group, const HealOptions& o, const HealHeader& h,
+                        const std::vector<Tensor>& tensors) {
+  const bool sending = group.rank() == o.source;
+  const std::vector<HealPiece> pieces = PlanHealPieces(h.entries, h.chunk_bytes);
+  size_t staged = 0;
+  for (const HealPiece& p : pieces) staged = std::max(staged, p.packed ? p.bytes : 0);
+  auto words = [](size_t bytes) { return static_cast<int64_t>((bytes + 3) / 4); };
+  // One buffer for every packed piece (float32 words: a broadcast moves bytes).
+  const Tensor staging = staged > 0 ? Tensor::Empty({words(staged)}, kFloat32) : Tensor();
+  absl::Status damage;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const HealPiece& p = pieces[k];
+    const Tensor view = p.packed ? staging.View(0, {words(p.bytes)}) : Window(tensors[p.slices[0].entry], p.slices[0]);
+    char* at = static_cast<char*>(view.raw_data());
+    if (sending && p.packed) {
+      for (const HealSlice& s : p.slices) at = std::copy_n(SliceBytes(tensors[s.entry], s), s.bytes, at);
+    }
+    absl::Status st = group.Broadcast(view, o.source, absl::StrCat("heal piece ", k))->Wait(o.timeout);
+    if (!st.ok()) {
+      return Annotate(st, absl::StrCat("receiving ", From(o.source), " (", DescribeHealPiece(h, pieces, k), ")"));
+    }
+    if (sending) continue;
+    if (Crc32c(view.raw_data(), p.bytes) != h.crcs[k]) {
+      if (damage.ok()) {
+        damage = absl::DataLossError(absl::StrCat(From(o.source), ": ", DescribeHealPiece(h, pieces, k),
+                                                  " does not match its CRC-32C"));
+      }
+      continue;
+    }
+    if (!p.packed) continue;
+    at = static_cast<char*>(view.raw_data());
+    for (const HealSlice& s : p.slices) {
+      std::memcpy(SliceBytes(tensors[s.entry], s), at, s.bytes);
+      at += s.bytes;
+    }
+  }
+  return damage;
+}
+
 }  // namespace
 
-std::string FrameHealChunk(int64_t index, absl::string_view payload) {
-  ChunkFrame f{index, Crc32(payload), static_cast<uint32_t>(payload.size())};
-  std::string out(sizeof(f) + payload.size(), '\0');
-  std::memcpy(out.data(), &f, sizeof(f));
-  std::memcpy(out.data() + sizeof(f), payload.data(), payload.size());
-  return out;
-}
-
-absl::StatusOr<absl::string_view> OpenHealChunk(absl::string_view message, int64_t index, int source_rank) {
-  ChunkFrame f;
-  if (message.size() < sizeof(f)) {
-    return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " is not framed (", message.size(),
-                                            " bytes)"));
-  }
-  std::memcpy(&f, message.data(), sizeof(f));
-  if (f.index != index) {
-    return absl::DataLossError(
-        absl::StrCat(From(source_rank), ": chunk ", f.index, " arrived where chunk ", index, " was due"));
-  }
-  if (f.bytes > message.size() - sizeof(f)) {
-    return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " says ", f.bytes,
-                                            " bytes, but only ", message.size() - sizeof(f), " came"));
-  }
-  const absl::string_view payload = message.substr(sizeof(f), f.bytes);
-  if (Crc32(payload) != f.crc) {
-    return absl::DataLossError(absl::StrCat(From(source_rank), ": chunk ", index, " (", payload.size(),
-                                            " bytes) does not match its CRC32"));
-  }
-  return payload;
-}
-
 absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState(
-    comm::ProcessGroup& group, const HealOptions& o, const checkpoint::CheckpointContents* mine) {
-  if (o.source < 0 || o.source >= group.size() || o.chunk_bytes == 0) {
+    comm::ProcessGroup& group, const HealOptions& o, const checkpoint::CheckpointContents* mine,
+    const checkpoint::CheckpointContents* into) {
+  if (o.source < 0 || o.source >= group.size() || o.chunk_bytes < kMinHealChunk) {
     return absl::InvalidArgumentError(absl::StrCat("healing: source rank ", o.source, " of ", group.size(),
-                                                   " ranks, chunks of ", o.chunk_bytes, " bytes"));
+                                                   " ranks, chunks of ", o.chunk_bytes, " bytes (at least ",
+                                                   kMinHealChunk, ")"));
   }
   const bool sending = group.rank() == o.source;
-  std::string bytes;  // the source's serialised state (sending) or what arrived (receiving)
+  Outgoing out;
   std::string header;
   if (sending) {
     if (mine == nullptr) return absl::InvalidArgumentError("healing: the source rank has no state to send");
-    PSYNC_ASSIGN_OR_RETURN(bytes, checkpoint::SerializeCheckpoint(*mine));
-    const int64_t chunks = static_cast<int64_t>((bytes.size() + o.chunk_bytes - 1) / o.chunk_bytes);
-    header = EncodeHeader({bytes.size(), chunks, Crc32(bytes)});
+    PSYNC_ASSIGN_OR_RETURN(out, Describe(*mine, o.chunk_bytes));
+    header = EncodeHealHeader(out.header);
   }
   PSYNC_ASSIGN_OR_RETURN(const std::string header_in, HeaderFromSource(group, header, o));
-  PSYNC_ASSIGN_OR_RETURN(const Header h, DecodeHeader(header_in, o.source, o.chunk_bytes));
-  if (!sending) bytes.reserve(h.total);
-  // One buffer for every chunk (framed, in float32 words: a broadcast moves
-  // bytes, never adds them); its pages are touched once, not per chunk. No
-  // larger than the state: a small state does not pay for a whole chunk.
-  const size_t largest = std::min<size_t>(o.chunk_bytes, h.total);
-  const int64_t words = static_cast<int64_t>((sizeof(ChunkFrame) + largest + 3) / 4);
-  Tensor buffer = Tensor::Empty({h.chunks > 0 ? words : 1}, kFloat32);
-  for (int64_t k = 0; k < h.chunks; ++k) {
-    const size_t first = static_cast<size_t>(k) * o.chunk_bytes;
-    const size_t payload = std::min<size_t>(o.chunk_bytes, h.total - first);
-    const int64_t used = static_cast<int64_t>((sizeof(ChunkFrame) + payload + 3) / 4);
-    Tensor view = buffer.View(0, {used});
-    if (sending) {
-      // The frame, then the payload, straight into the buffer (FrameHealChunk's layout).
-      const absl::string_view part = absl::string_view(bytes).substr(first, payload);
-      const ChunkFrame f{k, Crc32(part), static_cast<uint32_t>(payload)};
-      char* out = static_cast<char*>(view.raw_data());
-      std::memcpy(out, &f, sizeof(f));
-      std::memcpy(out + sizeof(f), part.data(), part.size());
-    }
-    absl::Status st = group.Broadcast(view, o.source, absl::StrCat("heal chunk ", k))->Wait(o.timeout);
-    if (!st.ok()) return Annotate(st, absl::StrCat("receiving ", From(o.source), " (chunk ", k, " of ", h.chunks, ")"));
-    if (sending) continue;
-    PSYNC_ASSIGN_OR_RETURN(const absl::string_view got,
-                           OpenHealChunk(absl::string_view(static_cast<const char*>(view.raw_data()),
-                                                           static_cast<size_t>(used) * 4),
-                                         k, o.source));
-    bytes.append(got.data(), got.size());
+  if (sending) {
+    PSYNC_RETURN_IF_ERROR(MovePieces(group, o, out.header, out.tensors));
+    return std::nullopt;
   }
-  if (sending) return std::nullopt;
-  if (bytes.size() != h.total || Crc32(bytes) != h.crc) {
-    return absl::DataLossError(absl::StrCat(From(o.source), ": ", bytes.size(), " bytes arrived of ", h.total,
-                                            ", or they do not match the header's CRC32"));
-  }
-  PSYNC_ASSIGN_OR_RETURN(checkpoint::CheckpointContents state,
-                         checkpoint::ParseCheckpoint(bytes, From(o.source), checkpoint::Need::kTrainingState));
+  PSYNC_ASSIGN_OR_RETURN(const HealHeader h, DecodeHealHeader(header_in, From(o.source)));
+  std::vector<Tensor> tensors = Destinations(h, into);
+  PSYNC_RETURN_IF_ERROR(MovePieces(group, o, h, tensors));
+  PSYNC_ASSIGN_OR_RETURN(checkpoint::CheckpointContents state, Assemble(h, std::move(tensors), o.source));
   return std::optional<checkpoint::CheckpointContents>(std::move(state));
+}
+
+absl::Status HealTrainingState(comm::ProcessGroup& group, const HealOptions& o, std::optional<int64_t> held_step,
+                               const optim::NamedParams& params, optim::Optimizer& optimizer,
+                               const checkpoint::CheckpointManifest& manifest) {
+  const int rank = group.rank();
+  const std::string what =
+      absl::StrCat("rank ", rank, ": healing from rank ", o.source, " at step ", manifest.step);
+  // The source's own state goes out; a rank with nothing to lose (a fresh
+  // process) or holding the same step (the same bits) receives straight into
+  // its live tensors; one with another step's state keeps it until the
+  // whole transfer checked out.
+  std::optional<checkpoint::CheckpointContents> mine, into;
+  if (rank == o.source || !held_step || *held_step == manifest.step) {
+    absl::StatusOr<NamedTensors> state = optimizer.CheckpointState(/*keep=*/true);
+    if (!state.ok()) return absl::Status(state.status().code(), absl::StrCat(what, ": ", state.status().message()));
+    (rank == o.source ? mine : into) =
+        checkpoint::CaptureTrainingState(params, optimizer.name(), std::move(*state), manifest);
+  }
+  absl::StatusOr<std::optional<checkpoint::CheckpointContents>> got =
+      ShareTrainingState(group, o, mine ? &*mine : nullptr, into ? &*into : nullptr);
+  if (!got.ok()) {
+    return WithExitCode(absl::Status(got.status().code(), absl::StrCat(what, ": ", got.status().message())),
+                        got.status().code() == absl::StatusCode::kDataLoss ? kExitInternal : kExitPeerLost);
+  }
+  if (!got->has_value()) return absl::OkStatus();  // the source keeps its own
+  const checkpoint::CheckpointContents& c = **got;
+  const std::string source = absl::StrCat("the state of rank ", o.source);
+  auto failed = [&](absl::string_view why) {
+    return WithExitCode(absl::InternalError(absl::StrCat(what, ": ", why)), kExitInternal);
+  };
+  if (c.manifest.step != manifest.step) return failed(absl::StrCat("the state received is at step ", c.manifest.step));
+  if (c.manifest.model != manifest.model) {
+    return failed(absl::StrCat("the state received is of model ", c.manifest.model, ", this rank trains ",
+                               manifest.model));
+  }
+  if (absl::Status st = checkpoint::LoadParameters(c, source, params); !st.ok()) return failed(st.message());
+  if (absl::Status st = checkpoint::LoadOptimizerState(c, source, optimizer); !st.ok()) return failed(st.message());
+  return absl::OkStatus();
 }
 
 }  // namespace psync::control

@@ -5,19 +5,24 @@
 // starts the next iteration with exactly the source's state, without a disk
 // and without restarting anyone.
 //
-// The bytes are a checkpoint file's (checkpoint::SerializeCheckpoint): the
-// same names, manifest and CRC32 over everything, read back with every check
-// a file gets. After a header (total size, chunk count, the whole payload's
-// CRC32; an all-gather of short strings) they travel as broadcasts from the
-// source of at most `chunk_bytes` each, every chunk framed with its index,
-// length and CRC32, so a damaged or missing chunk is named (DataLoss) before
-// anything is loaded.
+// The state travels as the tensors themselves, not as a file's bytes: a
+// header (heal_header.h: the manifest, every tensor's name, dtype and shape,
+// each piece's CRC-32C; an all-gather of short strings) tells every rank
+// what comes, then each piece is one broadcast from the source, straight
+// from its tensor into the receiver's (small tensors packed, in chunks of
+// at most `chunk_bytes`). A receiver may name the tensors to receive into
+// (its own live weights and optimizer state), so a replacement's state is
+// written once, where it lives; anything it does not name arrives in a new
+// tensor. Every piece is checked against its CRC-32C as it lands; a
+// damaged one is DataLoss naming the source, the piece and its tensors,
+// reported once every piece has arrived (the ranks stay in step).
 //
-// Cost: the source holds one serialised copy of its state while it sends; a
-// receiver holds the received bytes and the decoded tensors until it loads
-// them; each side one chunk buffer. Every rank of the group receives every
-// chunk: the first version heals the whole new membership at once, which
-// is what a replacement joining needs.
+// Cost: the source reads its state twice (the CRCs, the send) and copies
+// only its small tensors (into one staging buffer of at most chunk_bytes);
+// a receiver writes each byte once (its destination) and reads it once
+// (the CRC). The transport (Gloo's TCP, shared memory) adds its own copies.
+// Every rank of the group receives every piece: the first version heals the
+// whole new membership at once, which is what a replacement joining needs.
 //
 // Threads: the training thread of every rank in the group (a collective).
 #pragma once
@@ -31,33 +36,50 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "psync/comm/process_group.h"
+#include "psync/optim/optimizer.h"
 #include "worker/checkpoint/contents.h"
 
 namespace psync::control {
 
 struct HealOptions {
   int source = 0;                              // the rank whose state everyone takes
-  size_t chunk_bytes = size_t{64} << 20;       // the most bytes in one all-gather
-  std::chrono::milliseconds timeout{30000};    // per chunk
+  size_t chunk_bytes = size_t{64} << 20;       // the most bytes in one broadcast (the source's value rules)
+  std::chrono::milliseconds timeout{30000};    // per broadcast
 };
 
 // Collective: every rank of `group` calls it with the same options. The
-// source passes its state in `mine` (ignored elsewhere) and gets nullopt
-// back; every other rank gets the source's state, checked and decoded (CPU
-// tensors: load it with checkpoint::LoadParameters / LoadOptimizerState and
-// the trainer's data position and RNG, as --resume does). Errors name the
-// source rank and the chunk: InvalidArgument for bad options or a missing
-// state on the source, DataLoss for a damaged chunk or payload, the group's
-// own error when a peer is lost meanwhile.
+// source passes its state in `mine` (CPU or device tensors; ignored
+// elsewhere) and gets nullopt back. Every other rank gets the source's
+// state, checked: its tensors are those of `into` (may be null) where an
+// entry of the same name, dtype and shape is a contiguous CPU tensor there
+// (parameters by name, optimizer state by key), new CPU tensors otherwise.
+// Load it with checkpoint::LoadParameters / LoadOptimizerState (a tensor
+// received in place is not copied again) and the trainer's data position
+// and RNG, as --resume does. A tensor of `into` may be written even when
+// the call fails: pass null unless its contents may be lost.
+// Errors name the source rank: InvalidArgument for bad options or no state
+// on the source, DataLoss for a damaged header or piece (naming the piece
+// and its tensors), the group's own error when a peer is lost meanwhile.
 absl::StatusOr<std::optional<checkpoint::CheckpointContents>> ShareTrainingState(
-    comm::ProcessGroup& group, const HealOptions& options, const checkpoint::CheckpointContents* mine);
+    comm::ProcessGroup& group, const HealOptions& options, const checkpoint::CheckpointContents* mine,
+    const checkpoint::CheckpointContents* into = nullptr);
 
-// The framing, exposed for tests: a chunk message is its index (int64), the
-// payload's CRC32 and length (uint32 each), then the payload (trailing
-// bytes after it are ignored: broadcasts move whole float32 words).
-// DataLoss naming `source_rank` and the index when the message is not
-// chunk `index`, is cut short, or its payload does not match its CRC32.
-std::string FrameHealChunk(int64_t index, absl::string_view payload);
-absl::StatusOr<absl::string_view> OpenHealChunk(absl::string_view message, int64_t index, int source_rank);
+// Live recovery's heal of a training loop's state (psync-worker's and
+// control::Job's), after a generation formed in-process with a heal source:
+// rank `options.source` sends `params` and `optimizer`'s whole state with
+// `manifest` (manifest.step: the generation's start), every other rank
+// loads them, so every rank starts that step with the same bits. Before DDP
+// is built (its first broadcast then carries the healed weights). A
+// collective over `group`. `held_step`: the step of the state this rank
+// holds (none: a fresh process): a rank at `manifest.step` or without state
+// receives straight into its live tensors; one at another step keeps its
+// state intact until the whole transfer checked out. Errors name this rank
+// and the source and carry their exit code: the group's own when a peer is
+// lost meanwhile (4), DataLoss for a damaged transfer and InvalidArgument
+// for a state that does not fit (1). Not for a sharded optimizer (--zero):
+// its state is not whole on one rank.
+absl::Status HealTrainingState(comm::ProcessGroup& group, const HealOptions& options,
+                               std::optional<int64_t> held_step, const optim::NamedParams& params,
+                               optim::Optimizer& optimizer, const checkpoint::CheckpointManifest& manifest);
 
 }  // namespace psync::control

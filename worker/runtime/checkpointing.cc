@@ -206,42 +206,14 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const CheckpointOptions
   };
 }
 
-absl::Status HealFromPeer(const CheckpointOptions& opt, int rank, int source, int world_size, int64_t step,
-                          const nn::ModelOptions& model_options, nn::Module& model, optim::Optimizer& optimizer,
-                          comm::ProcessGroup& group, std::chrono::milliseconds timeout) {
-  const std::string what = absl::StrCat("rank ", rank, ": healing from rank ", source, " at step ", step);
-  std::optional<checkpoint::CheckpointContents> mine;
-  if (rank == source) {
-    absl::StatusOr<NamedTensors> state = optimizer.CheckpointState(/*keep=*/true);
-    if (!state.ok()) return absl::Status(state.status().code(), absl::StrCat(what, ": ", state.status().message()));
-    mine = checkpoint::CaptureTrainingState(model.named_parameters(), optimizer.name(), std::move(*state),
-                                            RunManifest(opt, world_size, model_options, step));
-  }
+absl::Status HealFromPeer(const CheckpointOptions& opt, int source, int world_size, int64_t step,
+                          std::optional<int64_t> held_step, const nn::ModelOptions& model_options, nn::Module& model,
+                          optim::Optimizer& optimizer, comm::ProcessGroup& group, std::chrono::milliseconds timeout) {
   control::HealOptions ho;
   ho.source = source;
   ho.timeout = timeout;
-  absl::StatusOr<std::optional<checkpoint::CheckpointContents>> got =
-      control::ShareTrainingState(group, ho, mine ? &*mine : nullptr);
-  if (!got.ok()) {
-    return WithExitCode(absl::Status(got.status().code(), absl::StrCat(what, ": ", got.status().message())),
-                        got.status().code() == absl::StatusCode::kDataLoss ? kExitInternal : kExitPeerLost);
-  }
-  if (!got->has_value()) return absl::OkStatus();  // the source keeps its own
-  checkpoint::LoadedCheckpoint c{absl::StrCat("the state of rank ", source), std::move(**got)};
-  auto failed = [&](absl::string_view why) {
-    return WithExitCode(absl::InternalError(absl::StrCat(what, ": ", why)), kExitInternal);
-  };
-  if (c.contents.manifest.step != step) {
-    return failed(absl::StrCat("the state received is at step ", c.contents.manifest.step));
-  }
-  if (absl::Status st = CheckResumable(opt, c, model.named_parameters()); !st.ok()) return failed(st.message());
-  if (absl::Status st = checkpoint::LoadParameters(c.contents, c.path, model.named_parameters()); !st.ok()) {
-    return failed(st.message());
-  }
-  if (absl::Status st = checkpoint::LoadOptimizerState(c.contents, c.path, optimizer); !st.ok()) {
-    return failed(st.message());
-  }
-  return absl::OkStatus();
+  return control::HealTrainingState(group, ho, held_step, model.named_parameters(), optimizer,
+                                    RunManifest(opt, world_size, model_options, step));
 }
 
 absl::Status SaveWeights(const CheckpointOptions& opt, int world_size, const nn::ModelOptions& model_options,

@@ -96,19 +96,15 @@ std::function<absl::Status(int64_t)> MakeCheckpointSaver(const CheckpointOptions
                                                          std::shared_ptr<const control::PlanMailbox> plans,
                                                          int64_t generation = 1);
 
-// Live recovery (coordinator.proto, "Live recovery"): after a generation
-// formed in-process, rank `source` sends its whole training state (weights,
-// optimizer state, `step`) over `group` and every other rank loads it, so
-// every rank starts step `step` with the same bits. A collective: every
-// rank of the group calls it, before DDP is built (DDP's first broadcast
-// then carries the healed weights). Errors name the source and this rank:
-// the group's own when a peer is lost meanwhile (exit 4), DataLoss for a
-// damaged transfer, InvalidArgument when the state does not fit this
-// model (exit 1). Not with --zero: a sharded optimizer's state is not whole
-// on one rank (psync-worker then resumes from a checkpoint instead).
-absl::Status HealFromPeer(const CheckpointOptions& opt, int rank, int source, int world_size, int64_t step,
-                          const nn::ModelOptions& model_options, nn::Module& model, optim::Optimizer& optimizer,
-                          comm::ProcessGroup& group, std::chrono::milliseconds timeout);
+// Live recovery (coordinator.proto, "Live recovery"): control::HealTrainingState
+// with this run's manifest at `step` (the weights, the optimizer state and
+// the step from rank `source`; `held_step`: the step of this rank's own
+// state, none for a fresh process). Its errors name this rank and the
+// source and carry the exit code. Not with --zero (psync-worker then
+// resumes from a checkpoint instead).
+absl::Status HealFromPeer(const CheckpointOptions& opt, int source, int world_size, int64_t step,
+                          std::optional<int64_t> held_step, const nn::ModelOptions& model_options, nn::Module& model,
+                          optim::Optimizer& optimizer, comm::ProcessGroup& group, std::chrono::milliseconds timeout);
 
 // --save (rank 0, after a clean end): writes the model's weights after
 // `steps` steps to --save as a weights-only checkpoint. Errors name --save

@@ -1,8 +1,10 @@
 // ShareTrainingState (control/heal.h): three forked ranks (Gloo over
-// 127.0.0.1, and shared memory), each with its own MLP weights and AdamW state; rank 1's whole
-// training state goes to the others in many small chunks, and afterwards
-// every rank holds bit for bit the same parameters, optimizer state, step,
-// data position and RNG words. The framing names a damaged chunk.
+// 127.0.0.1, and shared memory), each with its own MLP weights and AdamW
+// state; rank 1's whole training state goes to the others in many small
+// pieces (straight into rank 0's live tensors, into new ones on rank 2),
+// and afterwards every rank holds bit for bit the same parameters,
+// optimizer state, step, data position and RNG words. A piece damaged on
+// the way, and a damaged header, are named.
 #include "worker/control/heal.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "psync/autograd/engine.h"
 #include "psync/nn/loss.h"
@@ -20,6 +23,8 @@
 #include "worker/checkpoint/writer.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/process_group_factory.h"
+#include "worker/comm/then_work.h"
+#include "worker/control/heal_header.h"
 #include "worker/nn/models/mlp.h"
 
 namespace psync::control {
@@ -43,6 +48,39 @@ checkpoint::CheckpointManifest Manifest(int rank) {
   return m;
 }
 
+// Forwards every call to `inner`; on the receivers, flips one byte of the
+// broadcast named `damaged` once it has arrived (memory or a bug, not the wire).
+class DamagingGroup : public comm::ProcessGroup {
+ public:
+  DamagingGroup(comm::ProcessGroup* inner, std::string damaged) : inner_(inner), damaged_(std::move(damaged)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  std::shared_ptr<comm::Work> AllreduceSum(Tensor t, const std::string& name) override {
+    return inner_->AllreduceSum(std::move(t), name);
+  }
+  std::shared_ptr<comm::Work> ReduceScatterSum(Tensor t, const std::string& name) override {
+    return inner_->ReduceScatterSum(std::move(t), name);
+  }
+  std::shared_ptr<comm::Work> Allgather(Tensor t, const std::string& name) override {
+    return inner_->Allgather(std::move(t), name);
+  }
+  std::shared_ptr<comm::Work> Broadcast(Tensor t, int root, const std::string& name) override {
+    std::shared_ptr<comm::Work> w = inner_->Broadcast(t, root, name);
+    if (name != damaged_ || root == rank()) return w;
+    return std::make_shared<comm::ThenWork>(w, [t] { static_cast<char*>(t.raw_data())[1] ^= 0x10; });
+  }
+  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes, milliseconds timeout) override {
+    return inner_->AllgatherBytes(bytes, timeout);
+  }
+  absl::Status Barrier(milliseconds timeout) override { return inner_->Barrier(timeout); }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+
+ private:
+  comm::ProcessGroup* const inner_;  // the test's group, which outlives this one
+  const std::string damaged_;
+};
+
 int Rank(const std::string& backend, int rank, const std::string& dir) {
   comm::GroupOptions go;
   go.timeout = milliseconds(20000);
@@ -62,9 +100,11 @@ int Rank(const std::string& backend, int rank, const std::string& dir) {
   const checkpoint::CheckpointContents mine = checkpoint::CaptureTrainingState(mlp->named_parameters(), &adamw, Manifest(rank));
   HealOptions ho;
   ho.source = kSource;
-  ho.chunk_bytes = 1000;  // many chunks (the state is a few KiB)
+  ho.chunk_bytes = 200;  // many pieces, packed and straight (the state is a few KiB)
   ho.timeout = milliseconds(20000);
-  absl::StatusOr<std::optional<checkpoint::CheckpointContents>> got = ShareTrainingState(**pg, ho, &mine);
+  // Rank 0 receives into its live tensors, rank 2 into new ones.
+  absl::StatusOr<std::optional<checkpoint::CheckpointContents>> got =
+      ShareTrainingState(**pg, ho, &mine, rank == 0 ? &mine : nullptr);
   CHILD_CHECK(rank, got.ok(), got.status().ToString());
   CHILD_CHECK(rank, got->has_value() == (rank != kSource), "the source gets nothing back, the others the state");
   if (rank != kSource) {
@@ -72,6 +112,9 @@ int Rank(const std::string& backend, int rank, const std::string& dir) {
     CHILD_CHECK(rank, in.manifest.step == 10 + kSource, absl::StrCat("step ", in.manifest.step));
     CHILD_CHECK(rank, in.manifest.data_position == Manifest(kSource).data_position, "data position");
     CHILD_CHECK(rank, in.manifest.rng == Manifest(kSource).rng, "rng words");
+    CHILD_CHECK(rank, in.params.size() == mine.params.size(), "every parameter");
+    CHILD_CHECK(rank, in.params[0].second.SharesStorageWith(mine.params[0].second) == (rank == 0),
+                "received in place exactly where asked");
     absl::Status st = checkpoint::LoadParameters(in, "heal", mlp->named_parameters());
     CHILD_CHECK(rank, st.ok(), st.ToString());
     st = checkpoint::LoadOptimizerState(in, "heal", adamw);
@@ -84,6 +127,18 @@ int Rank(const std::string& backend, int rank, const std::string& dir) {
   auto all = (*pg)->AllgatherBytes(*now, milliseconds(20000));
   CHILD_CHECK(rank, all.ok(), all.status().ToString());
   for (const std::string& s : *all) CHILD_CHECK(rank, s == (*all)[0], "ranks hold different states after healing");
+  // A piece damaged after it arrived: every receiver names it once all came; the source is done.
+  DamagingGroup damaging(pg->get(), "heal piece 3");
+  got = ShareTrainingState(damaging, ho, &mine);
+  if (rank == kSource) {
+    CHILD_CHECK(rank, got.ok() && !got->has_value(), got.status().ToString());
+  } else {
+    CHILD_CHECK(rank, got.status().code() == absl::StatusCode::kDataLoss, got.status().ToString());
+    CHILD_CHECK(rank,
+                absl::StrContains(got.status().message(), "rank 1's training state: piece 3 of ") &&
+                    absl::StrContains(got.status().message(), "does not match its CRC-32C"),
+                got.status().ToString());
+  }
   // A bad source is refused on every rank alike, before any collective.
   ho.source = kWorld;
   CHILD_CHECK(rank, ShareTrainingState(**pg, ho, &mine).status().code() == absl::StatusCode::kInvalidArgument,
@@ -101,24 +156,66 @@ TEST_P(HealOver, EveryRankTakesTheSourcesWholeStateBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, HealOver, ::testing::Values("gloo", "shm"));
 
-TEST(Heal, ADamagedOrMisplacedChunkIsNamed) {
-  const std::string framed = FrameHealChunk(3, "some bytes of state");
-  absl::StatusOr<absl::string_view> ok = OpenHealChunk(framed, 3, 2);
-  ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(*ok, "some bytes of state");
-  std::string flipped = framed;
-  flipped.back() ^= 0x01;
-  absl::Status st = OpenHealChunk(flipped, 3, 2).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(), "rank 2's training state: chunk 3 (19 bytes) does not match its CRC32");
-  st = OpenHealChunk(framed, 4, 2).status();
-  EXPECT_EQ(st.message(), "rank 2's training state: chunk 3 arrived where chunk 4 was due");
-  st = OpenHealChunk("", 0, 2).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-  st = OpenHealChunk(framed.substr(0, framed.size() - 1), 3, 2).status();
-  EXPECT_EQ(st.message(), "rank 2's training state: chunk 3 says 19 bytes, but only 18 came");
-  ASSERT_TRUE(OpenHealChunk(framed + "pad", 3, 2).ok()) << "padding to whole words is ignored";
-  EXPECT_EQ(*OpenHealChunk(FrameHealChunk(0, ""), 0, 2), "") << "an empty chunk frames too";
+HealHeader SomeHeader() {
+  HealHeader h;
+  h.metadata = {{"model", "mlp"}, {"step", "7"}};
+  h.entries = {{"w", kFloat32, {300, 100}}, {"b", kFloat32, {100}}, {"optim.w.step", kInt64, {}}};
+  h.chunk_bytes = 64 << 10;
+  h.crcs.assign(PlanHealPieces(h.entries, h.chunk_bytes).size(), 0xabcdef01u);
+  return h;
+}
+
+TEST(HealHeader, PlansBigTensorsStraightInWholeElementsAndPacksSmallOnes) {
+  const HealHeader h = SomeHeader();
+  const std::vector<HealPiece> pieces = PlanHealPieces(h.entries, h.chunk_bytes);
+  ASSERT_EQ(pieces.size(), 3u);  // w: 120000 bytes in windows of 65536; b and the step packed
+  EXPECT_FALSE(pieces[0].packed);
+  EXPECT_EQ(pieces[0].bytes, 65536u);
+  EXPECT_EQ(pieces[1].slices[0].offset, 65536u);
+  EXPECT_EQ(pieces[1].bytes, 120000u - 65536u);
+  EXPECT_TRUE(pieces[2].packed);
+  ASSERT_EQ(pieces[2].slices.size(), 2u);
+  EXPECT_EQ(pieces[2].bytes, 408u);
+  EXPECT_EQ(DescribeHealPiece(h, pieces, 2), "piece 2 of 3 (408 bytes of tensors 'b', 'optim.w.step')");
+  // A chunk that does not hold whole elements is cut to them.
+  const std::vector<HealPiece> odd = PlanHealPieces({{"x", kInt64, {5}}}, 12);
+  ASSERT_EQ(odd.size(), 5u);  // 40 bytes in windows of one 8-byte element
+  EXPECT_EQ(odd[0].bytes, 8u);
+}
+
+TEST(HealHeader, RoundTripsAndNamesEveryKindOfDamage) {
+  const HealHeader h = SomeHeader();
+  const std::string text = EncodeHealHeader(h);
+  absl::StatusOr<HealHeader> back = DecodeHealHeader(text, "rank 2's training state");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->metadata, h.metadata);
+  ASSERT_EQ(back->entries.size(), 3u);
+  EXPECT_EQ(back->entries[0].shape, (Shape{300, 100}));
+  EXPECT_EQ(back->entries[2].dtype, kInt64);
+  EXPECT_EQ(back->crcs, h.crcs);
+  for (size_t at : {size_t{0}, size_t{20}, text.size() / 2, text.size() - 1}) {
+    std::string flipped = text;
+    flipped[at] ^= 0x04;
+    absl::Status st = DecodeHealHeader(flipped, "rank 2's training state").status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << at;
+    EXPECT_TRUE(absl::StrContains(st.message(), "rank 2's training state: the heal header")) << st;
+  }
+  for (size_t n : {size_t{0}, size_t{3}, text.size() - 5}) {
+    EXPECT_EQ(DecodeHealHeader(text.substr(0, n), "r").status().code(), absl::StatusCode::kDataLoss) << n;
+  }
+  HealHeader wrong = h;
+  wrong.crcs.pop_back();  // well formed, but not one CRC per piece
+  EXPECT_EQ(DecodeHealHeader(EncodeHealHeader(wrong), "r").status().message(),
+            "r: the heal header (" + std::to_string(EncodeHealHeader(wrong).size()) +
+                " bytes) lists 2 CRCs for 3 pieces (every rank must run the same psync build)");
+  wrong = h;
+  wrong.entries[1].name = "w";
+  EXPECT_TRUE(absl::StrContains(DecodeHealHeader(EncodeHealHeader(wrong), "r").status().message(),
+                                "names tensor 1 'w' empty or twice"));
+  wrong = h;
+  wrong.entries[0].shape = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_TRUE(absl::StrContains(DecodeHealHeader(EncodeHealHeader(wrong), "r").status().message(),
+                                "impossible shape"));
 }
 
 }  // namespace
