@@ -9,6 +9,8 @@
 #include "psync/autograd/engine.h"
 #include "psync/common/exit_code.h"
 #include "psync/common/status_macros.h"
+#include "worker/checkpoint/contents.h"
+#include "worker/control/heal.h"
 #include "worker/control/job_session.h"
 #include "worker/control/plan_window.h"
 #include "worker/control/unused_source.h"
@@ -34,9 +36,17 @@ struct Job::State {
   int64_t last_reported = -1;
   autograd::Variable last_loss;  // the last synchronised Forward's loss (its value goes in the next Report)
   std::vector<uint8_t> used;     // this iteration's parameters used so far (one byte each)
+  optim::Optimizer* optimizer = nullptr;  // the program's (Join), healed by live recovery; may be null
   double last_step_ms = 0;
   Clock::time_point begun;
   bool finished = false;
+
+  // After the session formed: the heal (live recovery: a rank lacking the
+  // newest state takes it from heal_source), DDP over the session's group
+  // with rank 0's parameters broadcast, the bucket plan, the plan window.
+  // `held_step`: the steps of the state this process holds (none: fresh).
+  // On an error the session is finished with its exit code.
+  absl::Status Connect(std::optional<int64_t> held_step);
 };
 
 Job::Job(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -47,41 +57,111 @@ Job::~Job() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Job>> Job::Join(const JobOptions& options, std::shared_ptr<nn::Module> module) {
+namespace {
+
+// The name live recovery's heal gives a Job's state (the manifest needs
+// one; every rank of a job runs the same program).
+constexpr char kJobModel[] = "control-job";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Join(const JobOptions& options, std::shared_ptr<nn::Module> module,
+                                               optim::Optimizer* optimizer) {
   if (!module) return absl::InvalidArgumentError("Job::Join: no module");
   auto s = std::make_unique<State>();
   s->options = options;
-  PSYNC_ASSIGN_OR_RETURN(s->device, ParseDevice(options.device));
-  s->module = std::move(module);
-  SessionOptions session = options.session;
   // One value, one place: the caps the reducer uses are the ones every rank
   // sends at Join (the coordinator plans buckets with them).
-  session.bucket_caps = options.ddp.bucket_caps;
-  PSYNC_ASSIGN_OR_RETURN(s->session, JobSession::Start(session, s->device, s->module->named_parameters(), options.start));
+  s->options.session.bucket_caps = options.ddp.bucket_caps;
+  PSYNC_ASSIGN_OR_RETURN(s->device, ParseDevice(options.device));
+  s->module = std::move(module);
+  s->optimizer = optimizer;
+  PSYNC_ASSIGN_OR_RETURN(s->session, JobSession::Start(s->options.session, s->device, s->module->named_parameters(),
+                                                       options.start));
+  PSYNC_RETURN_IF_ERROR(s->Connect(std::nullopt));
+  return std::unique_ptr<Job>(new Job(std::move(s)));
+}
 
+absl::Status Job::State::Connect(std::optional<int64_t> held_step) {
+  if (session->heal_source() >= 0) {
+    if (optimizer == nullptr || options.ddp.zero_stage > 0) {
+      const std::string why = "live recovery: this rank must take the job's state from a peer, but its Job has no "
+                              "optimizer to heal (pass it to Job::Join; not a sharded one)";
+      session->Finish(kExitBadInput, why);
+      return WithExitCode(absl::FailedPreconditionError(why), kExitBadInput);
+    }
+    checkpoint::CheckpointManifest m;
+    m.step = session->start_iteration();
+    m.model = kJobModel;
+    m.world_size = session->world_size();
+    HealOptions ho;
+    ho.source = session->heal_source();
+    ho.timeout = options.session.timeout;
+    absl::Status healed =
+        HealTrainingState(*session->group(), ho, held_step, module->named_parameters(), *optimizer, m);
+    if (!healed.ok()) {
+      session->Finish(ExitCodeOf(healed, kExitInternal), std::string(healed.message()));
+      return healed;
+    }
+  }
   ddp::DdpOptions dopt = options.ddp;
-  dopt.timeout = std::min(dopt.timeout, session.timeout);
+  dopt.timeout = std::min(dopt.timeout, options.session.timeout);
   // The coordinator announces the bucket layout (from rank 0's gradient
   // order) to every rank; the reducer only records the order.
   dopt.rebuild = ddp::RebuildMode::kExternal;
-  auto source = std::make_shared<CoordinatorUnusedSource>(s->session->mailbox());
-  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
-      ddp::DistributedDataParallel::Create(s->module, s->session->group(), dopt, source);
-  if (!ddp.ok()) {
-    const int code = ExitCodeOf(s->session->mailbox()->failure(), kExitRendezvous);
-    s->session->Finish(code, std::string(ddp.status().message()));
-    return WithExitCode(absl::Status(ddp.status().code(), absl::StrCat("setting up DDP: ", ddp.status().message())),
+  auto source = std::make_shared<CoordinatorUnusedSource>(session->mailbox());
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> made =
+      ddp::DistributedDataParallel::Create(module, session->group(), dopt, source);
+  if (!made.ok()) {
+    const int code = ExitCodeOf(session->mailbox()->failure(), kExitRendezvous);
+    session->Finish(code, std::string(made.status().message()));
+    return WithExitCode(absl::Status(made.status().code(), absl::StrCat("setting up DDP: ", made.status().message())),
                         code);
   }
-  s->ddp = std::move(*ddp);
-  if (!s->session->initial_bucket_plan().empty()) {
-    PSYNC_RETURN_IF_ERROR(s->ddp->reducer().ApplyBucketPlan(s->session->initial_bucket_plan()));
+  ddp = std::move(*made);
+  if (!session->initial_bucket_plan().empty()) {
+    PSYNC_RETURN_IF_ERROR(ddp->reducer().ApplyBucketPlan(session->initial_bucket_plan()));
   }
-  const auto& params = s->ddp->reducer().parameters();
-  for (size_t p = 0; p < params.size(); ++p) s->param_of_accumulator[params[p].grad_accumulator().get()] = p;
-  s->window = std::make_unique<PlanWindow>(s->session->plan_lookahead(), s->session->start_iteration());
-  s->iteration = s->last_reported = s->session->start_iteration() - 1;
-  return std::unique_ptr<Job>(new Job(std::move(s)));
+  param_of_accumulator.clear();
+  const auto& params = ddp->reducer().parameters();
+  for (size_t p = 0; p < params.size(); ++p) param_of_accumulator[params[p].grad_accumulator().get()] = p;
+  window = std::make_unique<PlanWindow>(session->plan_lookahead(), session->start_iteration());
+  iteration = last_reported = session->start_iteration() - 1;
+  last_loss = autograd::Variable();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Job::Rejoin(const absl::Status& failure, int64_t steps_completed) {
+  State& s = *s_;
+  if (s.finished || failure.ok()) return false;
+  // An error without an exit code (a collective that failed in backward)
+  // counts as a peer lost: whether to stay is the coordinator's word.
+  const int code = ExitCodeIn(failure).value_or(kExitPeerLost);
+  const int64_t next = s.session->RejoinGeneration(code);
+  if (next == 0 || s.optimizer == nullptr || s.options.ddp.zero_stage > 0) return false;
+  // Why this order: the reducer holds the old group; the old session's
+  // watchdog would end the process if it outlived the training it guards.
+  s.ddp.reset();
+  s.session->Leave();
+  // The interrupted iteration's gradients are dropped: it is computed again.
+  s.optimizer->ZeroGrad(/*set_to_none=*/true);
+  StartOffer offer;
+  offer.generation = next;
+  offer.live_step = steps_completed;
+  absl::StatusOr<std::unique_ptr<JobSession>> session =
+      JobSession::Rejoin(s.options.session, s.device, s.module->named_parameters(), offer);
+  // On an error the Job is over (the old session stays for rank() and the
+  // like; it was left, so Finish has nobody to tell).
+  if (!session.ok()) {
+    s.finished = true;
+    return session.status();
+  }
+  s.session = std::move(*session);
+  if (absl::Status st = s.Connect(steps_completed); !st.ok()) {
+    s.finished = true;  // Connect finished the session with the error's code
+    return st;
+  }
+  return true;
 }
 
 int Job::rank() const { return s_->session->rank(); }

@@ -179,6 +179,31 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
   return std::unique_ptr<JobSession>(new JobSession(std::move(s)));
 }
 
+absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Rejoin(
+    const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+    StartOffer offer) {
+  for (int attempt = 1;; ++attempt) {
+    absl::StatusOr<std::unique_ptr<JobSession>> session = Start(opt, device, params, offer);
+    if (session.ok()) return session;
+    const absl::StatusCode c = session.status().code();
+    const bool peer_lost = c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kAborted ||
+                           c == absl::StatusCode::kInternal || c == absl::StatusCode::kUnknown;
+    if (!offer.live_step || !peer_lost || attempt >= kRejoinAttempts) return session.status();
+    PSYNC_LOG(WARNING) << "rejoining failed (" << session.status().message()
+                       << "); joining the next generation (attempt " << attempt + 1 << " of " << kRejoinAttempts
+                       << ")";
+    offer.generation = 0;  // whichever forms next
+  }
+}
+
+int64_t JobSession::RejoinGeneration(int code) const {
+  if (code != kExitPeerLost && code != kExitRendezvous) return 0;
+  (void)s_->mailbox->WaitForFailure(std::chrono::seconds(3));
+  std::optional<IterationPlan> abort = s_->mailbox->abort_plan();
+  if (!abort || abort->rejoin_generation <= generation()) return 0;
+  return abort->rejoin_generation;
+}
+
 void JobSession::Finish(int code, const std::string& reason) {
   if (s_->finished) return;
   s_->finished = true;

@@ -37,6 +37,17 @@ class JobSession {
   static absl::StatusOr<std::unique_ptr<JobSession>> Start(
       const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
       const StartOffer& start = {});
+  // Live recovery: Start for a process that stays after its generation
+  // ended (offer.generation: the one to join, offer.live_step: the steps its
+  // state completed; none: as a fresh process). When the generation joined
+  // cannot build its group because another peer was lost meanwhile, that
+  // generation ends too and a process holding state joins the next one
+  // (whichever forms), up to kRejoinAttempts times; not after a refusal (the
+  // job is over, a bad token) or with nothing to keep.
+  static constexpr int kRejoinAttempts = 10;
+  static absl::StatusOr<std::unique_ptr<JobSession>> Rejoin(
+      const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
+      StartOffer offer);
   ~JobSession();
   JobSession(const JobSession&) = delete;
   JobSession& operator=(const JobSession&) = delete;
@@ -62,6 +73,13 @@ class JobSession {
   // Stops the watchdog, sends Done{reason, code} and closes the stream.
   // Idempotent (the destructor calls it with the last code given, or 1).
   void Finish(int code, const std::string& reason);
+  // Live recovery: after a failure with exit code `code`, the generation
+  // the coordinator asked this process to rejoin (the ABORT plan's
+  // rejoin_generation, waited for up to 3 s: the data plane may fail a
+  // moment before the plan arrives); 0: none, exit as usual. Only for a
+  // peer lost (4) or a set-up refused because of one (3), never this
+  // process's own cause.
+  int64_t RejoinGeneration(int code) const;
   // Live recovery: stops the watchdog and closes the stream without Done
   // (the coordinator ended this generation already; a Done would only be
   // refused). The process goes on in the next session.

@@ -38,10 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Live recovery: how many generations in a row a surviving process tries to
-// join when each one's group fails to form (peers lost while it formed).
-constexpr int kRejoinAttempts = 10;
-
 // --device: the worker's device, made current for this thread.
 absl::StatusOr<Device> SetUpDevice(const WorkerOptions& opt) {
   const std::string text = opt.device == "cuda" ? absl::StrCat("cuda:", opt.local_rank) : opt.device;
@@ -103,8 +99,9 @@ class WorkerRun {
   // batch geometry and --metrics (exit 2), DDP (exit 3, or the job's
   // failure once the plans stopped).
   absl::Status SetUpTraining();
-  // Joins the job (a new JobSession) with `offer`: rank, world.
-  absl::Status JoinJob(const control::StartOffer& offer);
+  // Joins the job (a new JobSession) with `offer`: rank, world. `rejoin`:
+  // live recovery's Join of a process that stays (JobSession::Rejoin).
+  absl::Status JoinJob(const control::StartOffer& offer, bool rejoin = false);
   // Live recovery: after `failure` (exit code `code`) in set-up or
   // training, whether the coordinator asked this process to stay and rejoin
   // (the ABORT plan's rejoin_generation; 0 = exit as usual). Never with
@@ -203,19 +200,23 @@ absl::Status WorkerRun::SetUpTraining() {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
   }
-  if (heal_source < 0) held_step_ = first_step_;  // this rank's own state is the start
   if (heal_source >= 0) {
     const auto t0 = Clock::now();
-    PSYNC_RETURN_IF_ERROR(HealFromPeer(CheckpointOptionsFrom(opt_), rank_, heal_source, session_->world_size(),
-                                       first_step_, model_options_, *model_, *optimizer_, *session_->group(),
-                                       opt_.timeout));
+    absl::Status healed = HealFromPeer(CheckpointOptionsFrom(opt_), heal_source, session_->world_size(),
+                                      first_step_, held_step_, model_options_, *model_, *optimizer_,
+                                      *session_->group(), opt_.timeout);
+    // Why forget the state on damage: a rank at the start's step received
+    // in place (a lost peer meanwhile leaves it the same bits; a damaged
+    // piece does not).
+    if (healed.code() == absl::StatusCode::kDataLoss) held_step_.reset();
+    PSYNC_RETURN_IF_ERROR(healed);
     PSYNC_LOG(INFO) << (rank_ == heal_source ? "healed the others from this rank's state"
                                              : absl::StrCat("healed from rank ", heal_source))
                     << " at step " << first_step_ << " (" << absl::StrFormat("%.2f", std::chrono::duration<double>(
                                                                                    Clock::now() - t0).count())
                     << " s; live recovery)";
-    held_step_ = first_step_;
   }
+  held_step_ = first_step_;  // whole now: loaded, healed or this rank's own
   // Elastic: a world smaller than the one the flags planned splits the same
   // global batch over fewer ranks, in more micro-batches where a share would
   // exceed the planned micro-batch (the data order does not change).
@@ -354,14 +355,15 @@ WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainRes
   return WorkerExit{code, reason, rank_};
 }
 
-absl::Status WorkerRun::JoinJob(const control::StartOffer& offer) {
+absl::Status WorkerRun::JoinJob(const control::StartOffer& offer, bool rejoin) {
   control::SessionOptions session_options = SessionOptionsFrom(opt_);
   // Why: ranks whose flags differ beyond the shapes (another --n-head, --lr
   // or --steps) would train different jobs and average each other's
   // gradients; the coordinator compares these at Join and refuses them.
   session_options.settings = JobFingerprint(opt_, model_options_, *data_->train, data_->val.get());
   absl::StatusOr<std::unique_ptr<control::JobSession>> session =
-      control::JobSession::Start(session_options, device_, model_->named_parameters(), offer);
+      rejoin ? control::JobSession::Rejoin(session_options, device_, model_->named_parameters(), offer)
+             : control::JobSession::Start(session_options, device_, model_->named_parameters(), offer);
   if (!session.ok()) return session.status();
   session_ = std::move(*session);
   rank_ = session_->rank();
@@ -370,21 +372,15 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer) {
 }
 
 int64_t WorkerRun::RejoinGeneration(int code) const {
-  // A peer lost (4), or set-up refused because of it (3: the group or DDP's
-  // broadcast failed while a recovery was under way); never this rank's own
-  // cause (bad input, a full disk).
-  if ((code != kExitPeerLost && code != kExitRendezvous) || !session_) return 0;
-  // The data plane may fail a moment before the ABORT plan arrives.
-  (void)session_->mailbox()->WaitForFailure(std::chrono::seconds(3));
-  std::optional<control::IterationPlan> abort = session_->mailbox()->abort_plan();
-  if (!abort || abort->rejoin_generation <= session_->generation()) return 0;
-  if (opt_.zero > 0) {
+  if (!session_) return 0;
+  const int64_t next = session_->RejoinGeneration(code);
+  if (next > 0 && opt_.zero > 0) {
     PSYNC_LOG(WARNING) << "--zero=" << opt_.zero << ": the lost rank's shard of the optimizer state is gone, so this "
                        << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
                        << "needs --zero=0)";
     return 0;
   }
-  return abort->rejoin_generation;
+  return next;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {
@@ -407,22 +403,7 @@ absl::Status WorkerRun::RejoinLive(int64_t generation) {
     offer.checkpoint_steps = resume_.steps;
   }
   live_ = held_step_.has_value();
-  for (int attempt = 1;; ++attempt) {
-    absl::Status st = JoinJob(offer);
-    if (st.ok()) break;
-    // Why again: the Join succeeded but the generation's group could not be
-    // built because another peer was lost meanwhile; that generation ends
-    // too, and this process still holds its state: it joins the next one
-    // (generation 0: whichever forms). Not for a refusal (the job is over,
-    // a bad token) or a world that never completes.
-    const bool peer_lost = st.code() == absl::StatusCode::kUnavailable ||
-                           st.code() == absl::StatusCode::kAborted || st.code() == absl::StatusCode::kInternal ||
-                           st.code() == absl::StatusCode::kUnknown;
-    if (!held_step_ || !peer_lost || attempt >= kRejoinAttempts) return st;
-    PSYNC_LOG(WARNING) << "rejoining failed (" << st.message() << "); joining the next generation (attempt "
-                       << attempt + 1 << " of " << kRejoinAttempts << ")";
-    offer.generation = 0;
-  }
+  PSYNC_RETURN_IF_ERROR(JoinJob(offer, /*rejoin=*/true));
   return SetUpTraining();
 }
 

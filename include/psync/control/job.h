@@ -30,6 +30,24 @@
 // the same iteration. Errors carry their exit code (psync/common/exit_code.h):
 // 3 rendezvous, 4 a peer lost or the job aborted, 5 the coordinator lost.
 //
+// Live recovery (psync-coordinator --recovery=live, the default): when a
+// peer is lost, the survivors stay. Give Join the optimizer, and on an
+// error ask Rejoin whether to go on:
+//
+//   PSYNC_ASSIGN_OR_RETURN(auto job, psync::control::Job::Join(opt, model, &sgd));
+//   for (int64_t it = job->start_iteration(); it < steps; ++it) {
+//     absl::Status st = OneIteration(*job, it);        // BeginIteration, Forward, Backward, sgd.Step
+//     if (st.ok()) continue;
+//     PSYNC_ASSIGN_OR_RETURN(bool again, job->Rejoin(st, /*steps_completed=*/it));
+//     if (!again) return job->Finish(st);
+//     it = job->start_iteration() - 1;                  // the job's newest step, every rank alike
+//   }
+//
+// A replacement (psync-launch starts one, or a node comes back) is the same
+// program started again: its Join takes the weights and optimizer state
+// from a live peer. The data of iteration i must be a function of i (and
+// the rank and world size), as it is for a resumed run.
+//
 // Threads: the training thread owns the Job (the thread that runs backward).
 #pragma once
 
@@ -46,6 +64,7 @@
 #include "psync/control/session_options.h"
 #include "psync/ddp/ddp.h"
 #include "psync/nn/module.h"
+#include "psync/optim/optimizer.h"
 #include "psync/tensor/device.h"
 
 namespace psync::control {
@@ -66,7 +85,12 @@ struct JobOptions {
 
 class Job {
  public:
-  static absl::StatusOr<std::unique_ptr<Job>> Join(const JobOptions& options, std::shared_ptr<nn::Module> module);
+  // `optimizer`: over the module's parameters, made before Join and kept
+  // alive as long as the Job; live recovery heals its state with the
+  // weights (null: this process cannot take part in a live recovery; a
+  // sharded one, --zero, neither: the job then resumes from a checkpoint).
+  static absl::StatusOr<std::unique_ptr<Job>> Join(const JobOptions& options, std::shared_ptr<nn::Module> module,
+                                                   optim::Optimizer* optimizer = nullptr);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -92,6 +116,17 @@ class Job {
   // iteration's Report, with the parameters every micro-batch used.
   absl::StatusOr<autograd::Variable> Forward(const std::function<autograd::Variable()>& forward);
 
+  // Live recovery: after `failure` (an error of BeginIteration, Forward,
+  // backward or the optimizer's step) with `steps_completed` optimizer
+  // steps done, whether the coordinator asked this process to stay. If so,
+  // the Job has left the ended generation, dropped the interrupted
+  // iteration's gradients, joined the next generation with its state,
+  // healed whichever rank lacked the newest state (from a live peer, over
+  // the data plane) and rebuilt DDP: go on at start_iteration(). false: the
+  // job ended (or this Job cannot rejoin: no optimizer at Join, a sharded
+  // one); call Finish(failure). An error: the next generation could not be
+  // joined (its exit code says why).
+  absl::StatusOr<bool> Rejoin(const absl::Status& failure, int64_t steps_completed);
   // Ends this rank's part: takes the plans of the iterations it reported
   // and sends Done with `outcome` (OK: finished; an error: its exit code,
   // psync/common/exit_code.h). Returns `outcome`, or why the last plans

@@ -5,6 +5,9 @@
 //   --find-unused    a branch used only on even iterations
 //   --accumulate=M   M micro-batches, the first M-1 under ddp().NoSync()
 //   --start=N        every rank offers N as its first iteration (a resumed job)
+//   --live           live recovery: the optimizer goes to Join; after a lost
+//                    peer the loop asks Job::Rejoin and goes on (a process
+//                    started again for a lost one is healed at its Join)
 // Writes every parameter value ("name index value", %.9g) to --out at the end.
 // Also checks that misusing Job (a Forward before BeginIteration, a skipped
 // iteration) is refused without harm.
@@ -26,7 +29,7 @@ struct Flags {
   std::string coordinator, out;
   int64_t steps = 12, global_batch = 16, accumulate = 1, start = 0;
   int zero = 0;
-  bool find_unused = false;
+  bool find_unused = false, live = false;
 };
 
 // fc2(relu(fc1(x))), plus side(x) where asked (a branch only some
@@ -76,17 +79,19 @@ absl::Status Run(const Flags& f) {
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<psync::optim::Optimizer> opt,
                          psync::ddp::MakeOptimizer("adamw", {}, model->named_parameters(),
                                                    psync::nn::PrecisionPolicy::Fp32(), f.zero));
-  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<psync::control::Job> job, psync::control::Job::Join(options, model));
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<psync::control::Job> job,
+                         psync::control::Job::Join(options, model, f.live ? opt.get() : nullptr));
   PSYNC_RETURN_IF_ERROR(psync::ddp::AttachOptimizer(*opt, job->ddp()));
   // Misuse is an error that changes nothing, never a hang or an abort.
   if (job->Forward([] { return Variable(); }).status().code() != absl::StatusCode::kFailedPrecondition ||
       job->BeginIteration(job->start_iteration() + 1).status().code() != absl::StatusCode::kFailedPrecondition) {
     return absl::InternalError("Job took a Forward before BeginIteration, or a skipped iteration");
   }
-  const int64_t per_rank = f.global_batch / job->world_size(), micro = per_rank / f.accumulate;
-  for (int64_t it = job->start_iteration(); it < f.steps; ++it) {
+  // One iteration: false when the coordinator stopped the job before it.
+  auto iteration = [&](int64_t it) -> absl::StatusOr<bool> {
     PSYNC_ASSIGN_OR_RETURN(bool go, job->BeginIteration(it));
-    if (!go) break;
+    if (!go) return false;
+    const int64_t per_rank = f.global_batch / job->world_size(), micro = per_rank / f.accumulate;
     const bool side = f.find_unused && it % 2 == 0;
     for (int64_t m = 0; m < f.accumulate; ++m) {
       std::unique_ptr<psync::ddp::NoSync> guard;
@@ -101,6 +106,19 @@ absl::Status Run(const Flags& f) {
     }
     PSYNC_RETURN_IF_ERROR(opt->Step(0.01));
     opt->ZeroGrad(/*set_to_none=*/true);
+    return true;
+  };
+  for (int64_t it = job->start_iteration(); it < f.steps; ++it) {
+    absl::StatusOr<bool> go = iteration(it);
+    if (go.ok() && !*go) break;
+    if (go.ok()) continue;
+    // A lost peer: stay if the coordinator asks, from the job's newest step.
+    PSYNC_ASSIGN_OR_RETURN(bool again, job->Rejoin(go.status(), /*steps_completed=*/it));
+    if (!again) return job->Finish(go.status());
+    std::fprintf(stderr, "job_loop: rank %d rejoined at iteration %lld\n", job->rank(),
+                 static_cast<long long>(job->start_iteration()));
+    PSYNC_RETURN_IF_ERROR(psync::ddp::AttachOptimizer(*opt, job->ddp()));
+    it = job->start_iteration() - 1;
   }
   PSYNC_RETURN_IF_ERROR(job->Finish(absl::OkStatus()));
   if (job->rank() == 0 && !f.out.empty()) {
@@ -129,6 +147,7 @@ int main(int argc, char** argv) {
     else if (a.rfind("--accumulate=", 0) == 0) f.accumulate = std::atoll(val("--accumulate=").c_str());
     else if (a.rfind("--start=", 0) == 0) f.start = std::atoll(val("--start=").c_str());
     else if (a == "--find-unused") f.find_unused = true;
+    else if (a == "--live") f.live = true;
     else { std::fprintf(stderr, "job_loop: unknown argument %s\n", argv[i]); return 2; }
   }
   const absl::Status st = Run(f);

@@ -15,7 +15,10 @@
 #     job_loop      tests/integration/package/job_loop (its own loop on control::Job): 2 ranks ==
 #                   1 process on the full batch (1e-5) plain, with --zero=1 and 2, with a
 #                   branch unused on even iterations (find_unused_parameters), and with 2
-#                   micro-batches under no_sync, and starting at iteration 5 (a resumed job)
+#                   micro-batches under no_sync, and starting at iteration 5 (a resumed job);
+#                   live recovery in the loop (Job::Rejoin): one of 2 ranks killed and
+#                   started again, the other keeps its pid, the weights are an
+#                   uninterrupted run's bit for bit
 #     llama         examples/llama (a Llama-style decoder with custom autograd functions):
 #                   llama_gradcheck passes; 2 ranks x 10 AdamW steps == one PyTorch process
 #                   on the full batch (llama_reference.py, 1e-4)
@@ -192,7 +195,36 @@ PY
       run_loop 1 "$T/$name.1" $flags
       run_loop 2 "$T/$name.2" $flags
       note "$name: $(close "$T/$name.1" "$T/$name.2" 1e-5)"
-    done ;;
+    done
+    # Live recovery in a user's loop: 2 ranks of job_loop --live against a
+    # coordinator with --max-restarts=1 (--recovery=live, its default); one
+    # is killed with kill -9 mid-run and the same program started again. The
+    # other keeps its pid and goes on through Job::Rejoin, the new process is
+    # healed at its Join, and the weights are an uninterrupted run's, bit for bit.
+    run_loop 2 "$T/live.u" --live --steps=3000
+    rm -f "$T/port"
+    "$BIN/psync-coordinator" --host=127.0.0.1 --port=0 --world-size=2 --max-restarts=1 --port-file="$T/port" \
+      >"$T/coord.log" 2>&1 &
+    cp=$!; PIDS+=($cp)
+    for _ in $(seq 200); do [[ -s $T/port ]] && break; sleep 0.05; done
+    addr=127.0.0.1:$(cat "$T/port")
+    live=(--coordinator="$addr" --out="$T/live.r" --live --steps=3000)
+    "$JL" "${live[@]}" >"$T/jl0.log" 2>&1 & p0=$!; PIDS+=($p0)
+    "$JL" "${live[@]}" >"$T/jl1.log" 2>&1 & p1=$!; PIDS+=($p1)
+    it=0
+    for _ in $(seq 600); do
+      it=$("$BIN/psyncctl" --coordinator="$addr" status 2>/dev/null | sed -n 's/.*  iteration \([0-9]*\).*/\1/p' | head -1)
+      ((${it:-0} >= 300)) && break
+      sleep 0.1
+    done
+    ((${it:-0} >= 300)) || fail "the live job did not reach iteration 300: $("$BIN/psyncctl" --coordinator="$addr" status 2>&1)"
+    kill -9 "$p1"
+    "$JL" "${live[@]}" >"$T/jl2.log" 2>&1 & p2=$!; PIDS+=($p2)
+    for p in "$p0" "$p2"; do wait_exit "$p" 120; [[ $rc == 0 ]] || fail "job_loop --live: exit $rc after the kill"; done
+    kill "$cp" 2>/dev/null; wait "$cp" 2>/dev/null
+    grep -q "job_loop: rank [01] rejoined at iteration [0-9]*" "$T/jl0.log" ||
+      fail "the surviving process did not rejoin in-process: $(cat "$T/jl0.log")"
+    note "live: killed at iteration $it; $(grep -o "rank [01] rejoined at iteration [0-9]*" "$T/jl0.log"); $(close "$T/live.u" "$T/live.r" 0)" ;;
 
   *) echo "unknown case $CASE"; exit 1 ;;
 esac
