@@ -43,6 +43,7 @@ std::unique_ptr<Generation> Generation::OfJoined(std::vector<int>* old_ranks) co
   if (g->rendezvous_.has_reference()) {
     g->plans_.SetModel(g->rendezvous_.param_bytes(), g->rendezvous_.first_bucket_cap(), g->rendezvous_.bucket_cap());
   }
+  g->plans_.CarryBucketPlan(plans_.carried_bucket_plan());
   for (size_t i = 0; i < old_ranks->size(); ++i) g->ranks_[i] = ranks_[static_cast<size_t>((*old_ranks)[i])];
   g->rejoin_passed_ = rejoin_passed_;
   return g;

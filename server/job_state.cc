@@ -465,8 +465,13 @@ void JobState::OpenNextGenerationLocked(const std::string& previous_end, const s
   if (generation_end_hook_) {
     out->Call([hook = generation_end_hook_, prefix = gen_->store_prefix()] { hook(prefix); });
   }
-  // The next generation: everything per generation starts afresh.
+  // The next generation: everything per generation starts afresh, but for
+  // the job's bucket layout (PlanAggregator::CarryBucketPlan says why): the
+  // newest one any generation announced, or carried itself.
+  v1::BucketPlan layout = gen_->plans().carried_bucket_plan();
+  if (gen_->plans().current_bucket_plan().id() == 1) layout = gen_->plans().current_bucket_plan();
   gen_ = std::make_unique<Generation>(cfg_, ended + 1, previous_end);
+  gen_->plans().CarryBucketPlan(layout);
   events_.SetGeneration(ended + 1);
   reason_ = absl::StrCat("waiting for ", cfg_.world_size, " ranks to Join generation ", ended + 1, " (", why, ")",
                          elastic_.WaitingNote());

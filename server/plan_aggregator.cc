@@ -23,10 +23,19 @@ void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t f
   current_bucket_plan_ = PlanBuckets(0, 0, ReverseOrder(param_bytes_.size()), param_bytes_, caps_);
 }
 
+void PlanAggregator::CarryBucketPlan(const v1::BucketPlan& plan) {
+  if (plan.id() == 1) carried_bucket_plan_ = plan;
+}
+
 void PlanAggregator::Start(int64_t first_iteration) {
   // Why: every rank said in Join where it starts (a resumed generation
   // starts at its checkpoint's step), so the window opens there.
   started_ = true;
+  size_t covered = 0;
+  for (const v1::Bucket& b : carried_bucket_plan_.buckets()) covered += static_cast<size_t>(b.param_index_size());
+  if (first_iteration >= 2 && carried_bucket_plan_.id() == 1 && covered == param_bytes_.size()) {
+    current_bucket_plan_ = carried_bucket_plan_;
+  }
   next_plan_ = first_iteration;
   for (int64_t j = first_iteration; j < first_iteration + k_; ++j) ResetSlot(j);
   if (stop_after_ == kStopAtFirst) stop_after_ = next_plan_ + k_ - 1;

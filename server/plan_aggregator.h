@@ -37,6 +37,19 @@ class PlanAggregator {
   // The model, from the first Join: P parameters of these sizes, bucket caps.
   void SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap);
 
+  // The job's bucket plan from an earlier generation (id 1: rank 0's ready
+  // order; anything else is ignored). Why: the layout decides how a bucket
+  // is cut into the transport's chunks and so the order each gradient
+  // element is summed in; a generation that picks up a job where another
+  // left it (live recovery, a restart from a checkpoint, an elastic
+  // regroup) must keep it, or its sums differ in the last bit and a long
+  // run drifts from the uninterrupted one. Start() makes it the initial plan
+  // once the generation starts at or after iteration 2 (one that starts at
+  // 0 or 1 rebuilds it itself from rank 0's order, as the first did; one
+  // that starts at 2 .. applies_from-1 takes it that much early).
+  void CarryBucketPlan(const v1::BucketPlan& plan);
+  const v1::BucketPlan& carried_bucket_plan() const { return carried_bucket_plan_; }
+
   // Fixes the first iteration: the first report of every rank must be for
   // `first_iteration`. Call before any report.
   void Start(int64_t first_iteration);
@@ -115,6 +128,7 @@ class PlanAggregator {
   std::string last_unused_;
 
   v1::BucketPlan current_bucket_plan_;   // the latest announced (0 = initial)
+  v1::BucketPlan carried_bucket_plan_;   // an earlier generation's (CarryBucketPlan)
   bool have_ready_order_ = false;
   int64_t ready_order_iteration_ = -1;   // the report that carried it
   std::vector<size_t> ready_order_;      // completed to all P parameters

@@ -429,8 +429,9 @@ bool Launcher::HandleFailure() {
     std::cerr << "psync-launch: rank " << failed->rank << " failed (" << DescribeStatus(dead.status) << ") and all "
               << opt_.max_restarts << " restarts are used: the job fails\n";
   } else if (opt_.max_restarts > 0 && d == RestartDecision::kNotRetriable) {
-    std::cerr << "psync-launch: rank " << failed->rank
-              << " exited 2 (bad flags or input): not restarted, it would fail the same way\n";
+    std::cerr << "psync-launch: rank " << failed->rank << " exited " << failed->exit_code
+              << (failed->exit_code == 2 ? " (bad flags or input)" : " (the worker program could not be started)")
+              << ": not restarted, it would fail the same way\n";
   }
   // A failed worker: the coordinator aborts the others; give them `grace` to exit.
   if (!kill_at_) kill_at_ = Clock::now() + opt_.grace;

@@ -34,7 +34,11 @@ std::optional<WorkerEnd> FirstFailure(const std::vector<WorkerEnd>& ends) {
 RestartDecision Decide(const WorkerEnd& failure, int restarts_done, int max_restarts, bool stopping) {
   if (stopping) return RestartDecision::kStopping;
   if (restarts_done >= max_restarts) return RestartDecision::kNoRestartsLeft;
-  if (failure.exit_code == 2) return RestartDecision::kNotRetriable;
+  // 2: bad flags or input; 126/127: the program could not be started
+  // (child_process.cc, as a shell says it). Either fails the same way again.
+  if (failure.exit_code == 2 || failure.exit_code == 126 || failure.exit_code == 127) {
+    return RestartDecision::kNotRetriable;
+  }
   return RestartDecision::kRestart;
 }
 

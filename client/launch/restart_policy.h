@@ -34,7 +34,7 @@ std::optional<WorkerEnd> FirstFailure(const std::vector<WorkerEnd>& ends);
 enum class RestartDecision {
   kRestart,         // stop the others, start every worker again
   kNoRestartsLeft,  // max_restarts used (or 0): the job fails as without restarts
-  kNotRetriable,    // exit 2 (bad flags or input): a restart would fail the same way
+  kNotRetriable,    // exit 2 (bad flags or input), 126/127 (the program cannot run): it would fail the same way
   kStopping,        // the user asked to stop, or the coordinator is gone
 };
 RestartDecision Decide(const WorkerEnd& failure, int restarts_done, int max_restarts, bool stopping);

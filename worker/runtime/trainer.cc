@@ -21,6 +21,7 @@
 #include "worker/runtime/evaluator.h"
 #include "worker/runtime/objective.h"
 #include "worker/runtime/summary.h"
+#include "worker/runtime/test_kill.h"
 #include "worker/runtime/train_tracing.h"
 #include "worker/runtime/worker_exit.h"
 #include "psync/tensor/ops.h"
@@ -206,6 +207,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
                                {"skip", skip ? "true" : "false"}});
       loss = ddp.Forward([&]() -> autograd::Variable {
         autograd::Variable out = ctx_.model->Forward(autograd::Variable(inputs), skip ? skip_set_ : std::set<int>{});
+        test_kill::At("forward");
         return autograd::Scale(Loss(task_, out, batch.targets, micro_scale), micro_scale);
       });
     }
@@ -319,6 +321,7 @@ std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher
   // The step check (ddp/step_check.h) compares this across the ranks in
   // the first bucket: a rank that skipped or repeated a backward is named.
   reducer_.DeclareIteration(step);
+  test_kill::SetIteration(step);
   absl::StatusOr<double> loss = ForwardBackward(step, *batches);
   if (!loss.ok()) return Failure{loss.status(), step, "forward/backward"};
 
@@ -326,6 +329,7 @@ std::optional<TrainLoop::Failure> TrainLoop::Step(int64_t step, data::Prefetcher
   m.step = step + 1;
   m.loss = *loss;
   if (absl::Status st = OptimizerStep(step, &m); !st.ok()) return Failure{st, step, "optimizer step"};
+  test_kill::At("step");
   const auto t1 = Clock::now();
   last_step_ms_ = Ms(t1 - t0);
   prev_loss_ = *loss;

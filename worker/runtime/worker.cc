@@ -21,6 +21,7 @@
 #include "psync/ddp/training_optimizer.h"
 #include "psync/optim/schedule.h"
 #include "worker/runtime/checkpointing.h"
+#include "worker/runtime/test_kill.h"
 #include "worker/runtime/job_fingerprint.h"
 #include "worker/runtime/metrics_writer.h"
 #include "worker/runtime/model_builder.h"
@@ -171,6 +172,7 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDd
   dopt.timeout = opt_.timeout;
   dopt.rebuild = ddp::RebuildMode::kExternal;
   dopt.comm_hook = *ddp::CommHookFromFlag(opt_.grad_compression);  // validated with the flags
+  if (opt_.zero == 0) dopt.comm_hook = test_kill::Wrap(dopt.comm_hook);  // PSYNC_TEST_KILL's allreduce phase
   dopt.zero_stage = opt_.zero;
   auto source = std::make_shared<control::CoordinatorUnusedSource>(session_->mailbox());
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
@@ -202,6 +204,10 @@ absl::Status WorkerRun::SetUpTraining() {
   }
   if (heal_source >= 0) {
     const auto t0 = Clock::now();
+    if (rank_ == heal_source) {
+      test_kill::SetIteration(first_step_);
+      test_kill::At("heal");
+    }
     absl::Status healed = HealFromPeer(CheckpointOptionsFrom(opt_), heal_source, session_->world_size(),
                                       first_step_, held_step_, model_options_, *model_, *optimizer_,
                                       *session_->group(), opt_.timeout);

@@ -262,6 +262,43 @@ live_chaos() {
   same_weights "$T/u.st" "$T/r.st" 0
 }
 
+# live_phases STEPS [worker flags]: live recovery with kills at chosen
+# moments (PSYNC_TEST_KILL, worker/runtime/test_kill.h): at iteration 150
+# a worker dies inside forward, then the heal source of that recovery dies
+# while it heals the replacement; at 400 a worker dies with backward's
+# first bucket reduction in flight, at 650 right after its optimizer step.
+# 4 ranks, no checkpoint directory: the job ends with 4 replacements and
+# nothing else restarted, at most one iteration computed again per kill,
+# and exactly the weights of an uninterrupted run.
+live_phases() {
+  local steps=$1; shift
+  local kills=forward@150@$T/k1,heal@150@$T/k2,allreduce@400@$T/k3,step@650@$T/k4
+  PSYNC_TEST_KILL=$kills "$LAUNCH" --nproc=4 --max-restarts=5 --recovery=live -- --steps="$steps" --quiet \
+    --save="$T/r.st" --summary="$T/rs{rank}.json" "$@" >"$T/rl.log" 2>&1 &
+  LP=$!; PIDS+=("$LP")
+  launcher_coordinator "$T/rl.log"
+  wait_iteration "$LADDR" 660 "$LTOK"
+  local recomputed
+  recomputed=$(PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status |
+    sed -n 's/.*; \([0-9]*\) iteration(s) computed again in all.*/\1/p')
+  wait_exit "$LP" 180
+  [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/rl.log")"
+  local k r phase
+  for k in 1 2 3 4; do [[ -s $T/k$k ]] || fail "kill $k (${kills//@$T\//@}) did not happen: $(grep -i "test hook" "$T/rl.log")"; done
+  for phase in forward heal allreduce step; do
+    grep -q "PSYNC_TEST_KILL: pid [0-9]* killed at $phase of iteration" "$T/rl.log" || fail "no kill at $phase"
+  done
+  for r in 0 1 2 3; do
+    [[ $(json_field "$T/rs$r.json" steps_completed) == "$steps" ]] || fail "rank $r: $(cat "$T/rs$r.json")"
+  done
+  [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == 4 ]] ||
+    fail "want 4 replacements and no other restart: $(grep -E "died|ended" "$T/rl.log")"
+  [[ -n $recomputed ]] && ((recomputed <= 4)) || fail "$recomputed iterations computed again for 4 kills"
+  note "4 kills (forward, heal, allreduce, step): 4 replacements, $recomputed iteration(s) computed again; $(grep -c "healed from rank" "$T/rl.log") heals"
+  "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --save="$T/u.st" "$@" 2>"$T/ul.log" || fail "uninterrupted run failed"
+  same_weights "$T/u.st" "$T/r.st" 0
+}
+
 case $CASE in
   equal_2)            equal_to_single 2 --steps=40 ;;
   equal_4_accumulate) equal_to_single 4 --steps=30 --accumulate=2 ;;
@@ -763,6 +800,13 @@ EOF
     live_chaos 2000 5 --backend=shm --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
 
+  launch_live_phases)  # the GPT over gloo, kills at chosen moments
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    live_phases 900 --backend=gloo --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
+      --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
+  launch_live_phases_mlp)  # the MLP over shared memory
+    live_phases 900 --backend=shm ;;
   launch_live_mtbf)
     # Failures at a mean time between them of 3 s (exponential gaps) for 60 s
     # (MTBF_S, CHAOS_S): a random worker of 4 is killed each time, a
@@ -790,11 +834,17 @@ while True:
       kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}" 2>/dev/null && kills=$((kills + 1))
     done
     # The world formed again (a kill during a recovery makes no generation
-    # of its own, so count nothing): then stop the job.
+    # of its own, so count nothing): then stop the job. If it does not,
+    # what the coordinator and the processes say goes into the failure.
+    formed=""
     for _ in $(seq 600); do
-      [[ $(status_field "$LADDR" "$LTOK" state) == JOB_RUNNING ]] && break
+      [[ $(status_field "$LADDR" "$LTOK" state) == JOB_RUNNING ]] &&
+        (($(status_field "$LADDR" "$LTOK" iteration) >= 0)) && formed=1 && break
       sleep 0.1
     done
+    [[ -n $formed ]] || fail "the job did not run again within 60 s of the last of $kills kills (seed $seed): $(
+      PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status 2>&1; PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" workers 2>&1
+      ps --ppid "$LP" -o pid=,stat=,wchan:20=,args= 2>&1 | cut -c1-160)"
     wait_iteration "$LADDR" "$(( $(status_field "$LADDR" "$LTOK" iteration) + 5 ))" "$LTOK"
     PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" shutdown --reason="chaos over" >/dev/null ||
       fail "psyncctl shutdown failed"

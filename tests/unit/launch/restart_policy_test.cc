@@ -30,6 +30,8 @@ TEST(RestartPolicy, RestartsUntilTheyAreUsedUp) {
   EXPECT_EQ(Decide(killed, 2, 2, false), RestartDecision::kNoRestartsLeft);
   EXPECT_EQ(Decide({0, 4, 1}, 0, 2, false), RestartDecision::kRestart) << "a lost peer elsewhere is restarted too";
   EXPECT_EQ(Decide({0, 2, 1}, 0, 2, false), RestartDecision::kNotRetriable) << "bad flags fail the same way again";
+  EXPECT_EQ(Decide({0, 127, 1}, 0, 2, false), RestartDecision::kNotRetriable) << "a program that cannot be run, too";
+  EXPECT_EQ(Decide({0, 126, 1}, 0, 2, false), RestartDecision::kNotRetriable);
   EXPECT_EQ(Decide(killed, 0, 2, true), RestartDecision::kStopping) << "after Ctrl-C nothing is restarted";
 }
 

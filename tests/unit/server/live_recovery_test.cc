@@ -163,6 +163,41 @@ TEST(LiveRecovery, SurvivorsAreAskedToRejoinAndTheNextGenerationHealsTheReplacem
   for (auto& mb : g2) EXPECT_EQ(Next(*mb).iteration(), 1) << "the interrupted iteration is computed again";
 }
 
+// The bucket layout rank 0's gradient order gave the job stays the job's:
+// every generation formed after a loss starts with it (not the initial
+// reverse order), because the layout decides the order each gradient
+// element is summed in (PlanAggregator::CarryBucketPlan).
+TEST(LiveRecovery, EveryLaterGenerationKeepsTheJobsBucketLayout) {
+  ManualScheduler sched;
+  JobState job(LiveCfg(2, 3), &sched);
+  auto mbs = JoinAll(job, {0, 1});
+  ReportAll(job, mbs, 0);
+  v1::Report with_order = Rep(1, kFull);
+  for (int p = 0; p < 10; ++p) with_order.add_ready_order(p);  // not the initial reverse order
+  ASSERT_TRUE(job.Report(mbs[0].ref, with_order).ok());
+  ASSERT_TRUE(job.Report(mbs[1].ref, Rep(1, kFull)).ok());
+  for (int64_t it = 2; it < 6; ++it) ReportAll(job, mbs, it);
+  (void)Next(*mbs[0]);
+  const v1::Plan p1 = Next(*mbs[0]);
+  ASSERT_TRUE(p1.has_bucket_plan());
+  const v1::BucketPlan layout = p1.bucket_plan();
+  EXPECT_EQ(layout.id(), 1);
+
+  for (int64_t g = 2; g <= 3; ++g) {
+    // A loss at iteration 6 (g = 2), then again in the generation after it.
+    job.StreamClosed(mbs[1].ref, "stream closed");
+    auto j0 = StartJoin(job, Live(0, 6, g));
+    auto j1 = StartJoin(job, Fresh(1));
+    ASSERT_TRUE(j0->done && j0->r.ok()) << (j0->done ? j0->r.status().ToString() : "still waiting");
+    ASSERT_TRUE(j1->r.ok()) << j1->r.status();
+    EXPECT_EQ(j0->r->generation(), g);
+    EXPECT_EQ(j0->r->start_iteration(), 6);
+    EXPECT_EQ(j0->r->initial_bucket_plan().SerializeAsString(), layout.SerializeAsString()) << "generation " << g;
+    EXPECT_EQ(j1->r->initial_bucket_plan().SerializeAsString(), layout.SerializeAsString()) << "generation " << g;
+    mbs = {AttachOk(job, OwnHello(0, g)), AttachOk(job, OwnHello(1, g))};
+  }
+}
+
 TEST(LiveRecovery, RestartModeAndTheJobsOwnEndAskNobodyToRejoin) {
   ManualScheduler sched;
   JobState job(LiveCfg(2, 1, JobConfig::Recovery::kRestart), &sched);
