@@ -842,9 +842,17 @@ while True:
         (($(status_field "$LADDR" "$LTOK" iteration) >= 0)) && formed=1 && break
       sleep 0.1
     done
-    [[ -n $formed ]] || fail "the job did not run again within 60 s of the last of $kills kills (seed $seed): $(
-      PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status 2>&1; PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" workers 2>&1
-      ps --ppid "$LP" -o pid=,stat=,wchan:20=,args= 2>&1 | cut -c1-160)"
+    if [[ -z $formed ]]; then
+      # Where every worker stands (gdb, where installed: each thread's stack).
+      for p in $(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}'); do
+        echo "--- psync-worker $p"
+        command -v gdb >/dev/null && timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 12" 2>/dev/null |
+          grep -E "^Thread|^#" | cut -c1-150
+      done >"$T/stacks.log" 2>&1
+      fail "the job did not run again within 60 s of the last of $kills kills (seed $seed): $(
+        PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" status 2>&1; PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" workers 2>&1
+        ps --ppid "$LP" -o pid=,stat=,wchan:20=,args= 2>&1 | cut -c1-160); stacks: $(head -c 20000 "$T/stacks.log")"
+    fi
     wait_iteration "$LADDR" "$(( $(status_field "$LADDR" "$LTOK" iteration) + 5 ))" "$LTOK"
     PSYNC_TOKEN=$LTOK "$CTL" --coordinator="$LADDR" shutdown --reason="chaos over" >/dev/null ||
       fail "psyncctl shutdown failed"
