@@ -138,7 +138,9 @@ absl::StatusOr<bool> Job::Rejoin(const absl::Status& failure, int64_t steps_comp
   // counts as a peer lost: whether to stay is the coordinator's word.
   const int code = ExitCodeIn(failure).value_or(kExitPeerLost);
   const int64_t next = s.session->RejoinGeneration(code);
-  if (next == 0 || s.optimizer == nullptr || s.options.ddp.zero_stage > 0) return false;
+  // Not with a sharded optimizer (its lost shard is gone) nor on CUDA (the
+  // heal moves host tensors): the job then resumes from a checkpoint.
+  if (next == 0 || s.optimizer == nullptr || s.options.ddp.zero_stage > 0 || s.device.is_cuda()) return false;
   // Why this order: the reducer holds the old group; the old session's
   // watchdog would end the process if it outlived the training it guards.
   s.ddp.reset();

@@ -106,8 +106,9 @@ class WorkerRun {
   // Live recovery: after `failure` (exit code `code`) in set-up or
   // training, whether the coordinator asked this process to stay and rejoin
   // (the ABORT plan's rejoin_generation; 0 = exit as usual). Never with
-  // --zero, whose lost rank took its optimizer shard along: the survivors
-  // then exit and the job resumes from a checkpoint.
+  // --zero, whose lost rank took its optimizer shard along, nor on CUDA
+  // (the heal moves host tensors): the survivors then exit and the job
+  // resumes from a checkpoint.
   int64_t RejoinGeneration(int code) const;
   // Leaves the ended generation (DDP, then the session and its group) and
   // joins `generation` with the state it holds (held_step_; none: as a
@@ -384,6 +385,11 @@ int64_t WorkerRun::RejoinGeneration(int code) const {
     PSYNC_LOG(WARNING) << "--zero=" << opt_.zero << ": the lost rank's shard of the optimizer state is gone, so this "
                        << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
                        << "needs --zero=0)";
+    return 0;
+  }
+  if (next > 0 && device_.is_cuda()) {
+    PSYNC_LOG(WARNING) << "live recovery heals over host tensors, which a CUDA job's NCCL group cannot send yet; "
+                       << "exiting to resume from the newest checkpoint";
     return 0;
   }
   return next;

@@ -124,7 +124,8 @@ class Job {
   // healed whichever rank lacked the newest state (from a live peer, over
   // the data plane) and rebuilt DDP: go on at start_iteration(). false: the
   // job ended (or this Job cannot rejoin: no optimizer at Join, a sharded
-  // one); call Finish(failure). An error: the next generation could not be
+  // one, a CUDA device, whose NCCL group cannot send the host tensors a heal
+  // moves yet); call Finish(failure). An error: the next generation could not be
   // joined (its exit code says why).
   absl::StatusOr<bool> Rejoin(const absl::Status& failure, int64_t steps_completed);
   // Ends this rank's part: takes the plans of the iterations it reported
