@@ -466,10 +466,8 @@ void JobState::OpenNextGenerationLocked(const std::string& previous_end, const s
     out->Call([hook = generation_end_hook_, prefix = gen_->store_prefix()] { hook(prefix); });
   }
   // The next generation: everything per generation starts afresh, but for
-  // the job's bucket layout (PlanAggregator::CarryBucketPlan says why): the
-  // newest one any generation announced, or carried itself.
-  v1::BucketPlan layout = gen_->plans().carried_bucket_plan();
-  if (gen_->plans().current_bucket_plan().id() == 1) layout = gen_->plans().current_bucket_plan();
+  // the job's bucket layout (PlanAggregator::CarryBucketPlan says why).
+  const v1::BucketPlan layout = gen_->plans().job_bucket_plan();
   gen_ = std::make_unique<Generation>(cfg_, ended + 1, previous_end);
   gen_->plans().CarryBucketPlan(layout);
   events_.SetGeneration(ended + 1);

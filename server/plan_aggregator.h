@@ -49,6 +49,11 @@ class PlanAggregator {
   // that starts at 2 .. applies_from-1 takes it that much early).
   void CarryBucketPlan(const v1::BucketPlan& plan);
   const v1::BucketPlan& carried_bucket_plan() const { return carried_bucket_plan_; }
+  // The job's layout to carry on: the one this generation announced (id 1),
+  // else the one it carried.
+  const v1::BucketPlan& job_bucket_plan() const {
+    return current_bucket_plan_.id() == 1 ? current_bucket_plan_ : carried_bucket_plan_;
+  }
 
   // Fixes the first iteration: the first report of every rank must be for
   // `first_iteration`. Call before any report.
