@@ -239,7 +239,10 @@ live_chaos() {
       it=$((it + 20 + RANDOM % (steps / (3 * kills))))
       wait_iteration "$LADDR" "$it" "$LTOK"
     fi
-    mapfile -t pids < <(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}')
+    # A worker killed a moment ago may still be listed (a zombie until the
+    # launcher reaps it, and kill succeeds on one): only the living count.
+    mapfile -t pids < <(ps --ppid "$LP" -o pid=,stat=,args= |
+      awk -v dead=" ${killed[*]} " '/psync-worker/ && $2 !~ /^Z/ && index(dead, " " $1 " ") == 0 {print $1}')
     ((${#pids[@]})) || fail "kill $k: no psync-worker under psync-launch"
     v=${pids[$((RANDOM % ${#pids[@]}))]}
     kill -9 "$v" && killed+=("$v")
@@ -829,7 +832,8 @@ while True:
     for g in "${gaps[@]}"; do
       sleep "$g"  # the failure schedule itself: what this test is about
       kill -0 "$LP" 2>/dev/null || fail "psync-launch ended during the chaos (seed $seed): $(tail -5 "$T/rl.log")"
-      mapfile -t pids < <(ps --ppid "$LP" -o pid=,args= | awk '/psync-worker/ {print $1}')
+      # Only the living: a zombie not reaped yet would count as a kill.
+      mapfile -t pids < <(ps --ppid "$LP" -o pid=,stat=,args= | awk '/psync-worker/ && $2 !~ /^Z/ {print $1}')
       ((${#pids[@]})) || continue
       kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}" 2>/dev/null && kills=$((kills + 1))
     done
