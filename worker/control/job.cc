@@ -13,7 +13,6 @@
 #include "worker/control/heal.h"
 #include "worker/control/job_session.h"
 #include "worker/control/plan_window.h"
-#include "worker/control/unused_source.h"
 #include "worker/ddp/reducer.h"
 
 namespace psync::control {
@@ -106,22 +105,12 @@ absl::Status Job::State::Connect(std::optional<int64_t> held_step) {
   }
   ddp::DdpOptions dopt = options.ddp;
   dopt.timeout = std::min(dopt.timeout, options.session.timeout);
-  // The coordinator announces the bucket layout (from rank 0's gradient
-  // order) to every rank; the reducer only records the order.
-  dopt.rebuild = ddp::RebuildMode::kExternal;
-  auto source = std::make_shared<CoordinatorUnusedSource>(session->mailbox());
-  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> made =
-      ddp::DistributedDataParallel::Create(module, session->group(), dopt, source);
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> made = session->MakeDdp(module, dopt);
   if (!made.ok()) {
-    const int code = ExitCodeOf(session->mailbox()->failure(), kExitRendezvous);
-    session->Finish(code, std::string(made.status().message()));
-    return WithExitCode(absl::Status(made.status().code(), absl::StrCat("setting up DDP: ", made.status().message())),
-                        code);
+    session->Finish(ExitCodeOf(made.status(), kExitInternal), std::string(made.status().message()));
+    return made.status();
   }
   ddp = std::move(*made);
-  if (!session->initial_bucket_plan().empty()) {
-    PSYNC_RETURN_IF_ERROR(ddp->reducer().ApplyBucketPlan(session->initial_bucket_plan()));
-  }
   param_of_accumulator.clear();
   const auto& params = ddp->reducer().parameters();
   for (size_t p = 0; p < params.size(); ++p) param_of_accumulator[params[p].grad_accumulator().get()] = p;
@@ -137,10 +126,11 @@ absl::StatusOr<bool> Job::Rejoin(const absl::Status& failure, int64_t steps_comp
   // An error without an exit code (a collective that failed in backward)
   // counts as a peer lost: whether to stay is the coordinator's word.
   const int code = ExitCodeIn(failure).value_or(kExitPeerLost);
-  const int64_t next = s.session->RejoinGeneration(code);
-  // Not with a sharded optimizer (its lost shard is gone) nor on CUDA (the
-  // heal moves host tensors): the job then resumes from a checkpoint.
-  if (next == 0 || s.optimizer == nullptr || s.options.ddp.zero_stage > 0 || s.device.is_cuda()) return false;
+  // Without the optimizer the state cannot be healed: the job then resumes
+  // from a checkpoint (as where RejoinGeneration says no).
+  if (s.optimizer == nullptr) return false;
+  const int64_t next = s.session->RejoinGeneration(code, s.options.ddp.zero_stage);
+  if (next == 0) return false;
   // Why this order: the reducer holds the old group; the old session's
   // watchdog would end the process if it outlived the training it guards.
   s.ddp.reset();

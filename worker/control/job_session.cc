@@ -15,6 +15,8 @@
 #include "worker/control/failure_watchdog.h"
 #include "worker/control/gloo_host.h"
 #include "worker/control/host_identity.h"
+#include "worker/control/unused_source.h"
+#include "worker/ddp/reducer.h"
 
 namespace psync::control {
 
@@ -58,6 +60,7 @@ struct JobSession::State {
   std::shared_ptr<comm::ProcessGroup> group;
   std::unique_ptr<ClientReports> reports;
   std::unique_ptr<FailureWatchdog> watchdog;
+  Device device;  // the training's (live recovery heals host tensors only)
   bool finished = false;
 
   absl::Status Join(const SessionOptions& opt, Device device,
@@ -172,6 +175,7 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Start(
     const SessionOptions& opt, Device device, const std::vector<std::pair<std::string, autograd::Variable>>& params,
     const StartOffer& start) {
   auto s = std::make_unique<State>();
+  s->device = device;
   PSYNC_RETURN_IF_ERROR(s->Join(opt, device, params, start));
   PSYNC_RETURN_IF_ERROR(s->ChooseBackend(opt, device));
   PSYNC_RETURN_IF_ERROR(s->CreateGroup(opt, device));
@@ -196,12 +200,43 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Rejoin(
   }
 }
 
-int64_t JobSession::RejoinGeneration(int code) const {
+int64_t JobSession::RejoinGeneration(int code, int zero_stage) const {
   if (code != kExitPeerLost && code != kExitRendezvous) return 0;
   (void)s_->mailbox->WaitForFailure(std::chrono::seconds(3));
   std::optional<IterationPlan> abort = s_->mailbox->abort_plan();
   if (!abort || abort->rejoin_generation <= generation()) return 0;
+  if (zero_stage > 0) {
+    PSYNC_LOG(WARNING) << "--zero=" << zero_stage << ": the lost rank's shard of the optimizer state is gone, so this "
+                       << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
+                       << "needs --zero=0)";
+    return 0;
+  }
+  if (s_->device.is_cuda()) {
+    PSYNC_LOG(WARNING) << "live recovery heals over host tensors, which a CUDA job's NCCL group cannot send yet; "
+                       << "exiting to resume from the newest checkpoint";
+    return 0;
+  }
   return abort->rejoin_generation;
+}
+
+absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> JobSession::MakeDdp(std::shared_ptr<nn::Module> module,
+                                                                                  ddp::DdpOptions options) const {
+  options.rebuild = ddp::RebuildMode::kExternal;
+  auto source = std::make_shared<CoordinatorUnusedSource>(s_->mailbox);
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> made =
+      ddp::DistributedDataParallel::Create(std::move(module), s_->group, options, source);
+  if (!made.ok()) {
+    // Parameters are broadcast from rank 0 here: a rendezvous failure, unless
+    // the job failed meanwhile (an ABORT, the coordinator lost).
+    return WithExitCode(absl::Status(made.status().code(), absl::StrCat("setting up DDP: ", made.status().message())),
+                        ExitCodeOf(s_->mailbox->failure(), kExitRendezvous));
+  }
+  if (!initial_bucket_plan().empty()) {
+    if (absl::Status st = (*made)->reducer().ApplyBucketPlan(initial_bucket_plan()); !st.ok()) {
+      return WithExitCode(absl::Status(st.code(), absl::StrCat("initial bucket plan: ", st.message())), kExitInternal);
+    }
+  }
+  return made;
 }
 
 void JobSession::Finish(int code, const std::string& reason) {

@@ -25,6 +25,7 @@
 #include "psync/control/session_options.h"
 #include "worker/control/plan_mailbox.h"
 #include "worker/control/report_channel.h"
+#include "psync/ddp/ddp.h"
 #include "worker/ddp/bucket_assignment.h"
 
 namespace psync::control {
@@ -70,6 +71,15 @@ class JobSession {
   std::shared_ptr<PlanMailbox> mailbox() const;
   ReportChannel* reports() const;
 
+  // The data-parallel layer over this session's group: the coordinator
+  // announces the bucket layout (options.rebuild becomes kExternal; the
+  // initial bucket plan is applied here) and each iteration's globally
+  // unused parameters. Errors carry their exit code: the job's failure
+  // when it failed meanwhile (DDP's set-up broadcast is a collective), else
+  // kExitRendezvous; kExitInternal for a bucket plan that does not apply.
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> MakeDdp(std::shared_ptr<nn::Module> module,
+                                                                        ddp::DdpOptions options) const;
+
   // Stops the watchdog, sends Done{reason, code} and closes the stream.
   // Idempotent (the destructor calls it with the last code given, or 1).
   void Finish(int code, const std::string& reason);
@@ -78,8 +88,11 @@ class JobSession {
   // rejoin_generation, waited for up to 3 s: the data plane may fail a
   // moment before the plan arrives); 0: none, exit as usual. Only for a
   // peer lost (4) or a set-up refused because of one (3), never this
-  // process's own cause.
-  int64_t RejoinGeneration(int code) const;
+  // process's own cause. Also 0, with a warning, where the state cannot be
+  // healed in process: `zero_stage` > 0 (the lost rank took its optimizer
+  // shard along) or a CUDA device (the heal moves host tensors); the job
+  // then resumes from its newest checkpoint.
+  int64_t RejoinGeneration(int code, int zero_stage) const;
   // Live recovery: stops the watchdog and closes the stream without Done
   // (the coordinator ended this generation already; a Done would only be
   // refused). The process goes on in the next session.

@@ -13,7 +13,6 @@
 #include "psync/common/status_macros.h"
 #include "worker/comm/shm/segment_name.h"
 #include "worker/control/job_session.h"
-#include "worker/control/unused_source.h"
 #include "worker/data/batch_geometry.h"
 #include "worker/data/registry.h"
 #include "worker/ddp/compression_hook.h"
@@ -105,10 +104,9 @@ class WorkerRun {
   absl::Status JoinJob(const control::StartOffer& offer, bool rejoin = false);
   // Live recovery: after `failure` (exit code `code`) in set-up or
   // training, whether the coordinator asked this process to stay and rejoin
-  // (the ABORT plan's rejoin_generation; 0 = exit as usual). Never with
-  // --zero, whose lost rank took its optimizer shard along, nor on CUDA
-  // (the heal moves host tensors): the survivors then exit and the job
-  // resumes from a checkpoint.
+  // (the ABORT plan's rejoin_generation; 0 = exit as usual, also where
+  // JobSession::RejoinGeneration says the state cannot be healed in
+  // process: the survivors then exit and the job resumes from a checkpoint).
   int64_t RejoinGeneration(int code) const;
   // Leaves the ended generation (DDP, then the session and its group) and
   // joins `generation` with the state it holds (held_step_; none: as a
@@ -171,25 +169,10 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDd
   dopt.bucket_caps = opt_.bucket_caps;
   dopt.find_unused_parameters = opt_.find_unused_parameters;
   dopt.timeout = opt_.timeout;
-  dopt.rebuild = ddp::RebuildMode::kExternal;
   dopt.comm_hook = *ddp::CommHookFromFlag(opt_.grad_compression);  // validated with the flags
   if (opt_.zero == 0) dopt.comm_hook = test_kill::Wrap(dopt.comm_hook);  // PSYNC_TEST_KILL's allreduce phase
   dopt.zero_stage = opt_.zero;
-  auto source = std::make_shared<control::CoordinatorUnusedSource>(session_->mailbox());
-  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
-      ddp::DistributedDataParallel::Create(model_, session_->group(), dopt, source);
-  if (!ddp.ok()) {
-    // Parameters are broadcast from rank 0 here: a rendezvous failure, unless
-    // the job failed meanwhile (an ABORT, the coordinator lost).
-    return WithExitCode(absl::Status(ddp.status().code(), absl::StrCat("setting up DDP: ", ddp.status().message())),
-                        ExitCodeOf(session_->mailbox()->failure(), kExitRendezvous));
-  }
-  if (!session_->initial_bucket_plan().empty()) {
-    if (absl::Status st = (*ddp)->reducer().ApplyBucketPlan(session_->initial_bucket_plan()); !st.ok()) {
-      return WithExitCode(absl::Status(st.code(), absl::StrCat("initial bucket plan: ", st.message())), kExitInternal);
-    }
-  }
-  return ddp;
+  return session_->MakeDdp(model_, dopt);
 }
 
 absl::Status WorkerRun::SetUpTraining() {
@@ -379,20 +362,7 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer, bool rejoin) {
 }
 
 int64_t WorkerRun::RejoinGeneration(int code) const {
-  if (!session_) return 0;
-  const int64_t next = session_->RejoinGeneration(code);
-  if (next > 0 && opt_.zero > 0) {
-    PSYNC_LOG(WARNING) << "--zero=" << opt_.zero << ": the lost rank's shard of the optimizer state is gone, so this "
-                       << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
-                       << "needs --zero=0)";
-    return 0;
-  }
-  if (next > 0 && device_.is_cuda()) {
-    PSYNC_LOG(WARNING) << "live recovery heals over host tensors, which a CUDA job's NCCL group cannot send yet; "
-                       << "exiting to resume from the newest checkpoint";
-    return 0;
-  }
-  return next;
+  return session_ ? session_->RejoinGeneration(code, opt_.zero) : 0;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {

@@ -17,6 +17,7 @@
 #include "psync/autograd/engine.h"
 #include "psync/nn/loss.h"
 #include "psync/optim/adamw.h"
+#include "tests/common/forwarding_group.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "worker/checkpoint/training_state.h"
@@ -50,34 +51,16 @@ checkpoint::CheckpointManifest Manifest(int rank) {
 
 // Forwards every call to `inner`; on the receivers, flips one byte of the
 // broadcast named `damaged` once it has arrived (memory or a bug, not the wire).
-class DamagingGroup : public comm::ProcessGroup {
+class DamagingGroup : public test_support::ForwardingGroup {
  public:
-  DamagingGroup(comm::ProcessGroup* inner, std::string damaged) : inner_(inner), damaged_(std::move(damaged)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
-  std::shared_ptr<comm::Work> AllreduceSum(Tensor t, const std::string& name) override {
-    return inner_->AllreduceSum(std::move(t), name);
-  }
-  std::shared_ptr<comm::Work> ReduceScatterSum(Tensor t, const std::string& name) override {
-    return inner_->ReduceScatterSum(std::move(t), name);
-  }
-  std::shared_ptr<comm::Work> Allgather(Tensor t, const std::string& name) override {
-    return inner_->Allgather(std::move(t), name);
-  }
+  DamagingGroup(comm::ProcessGroup* inner, std::string damaged) : ForwardingGroup(inner), damaged_(std::move(damaged)) {}
   std::shared_ptr<comm::Work> Broadcast(Tensor t, int root, const std::string& name) override {
-    std::shared_ptr<comm::Work> w = inner_->Broadcast(t, root, name);
+    std::shared_ptr<comm::Work> w = ForwardingGroup::Broadcast(t, root, name);
     if (name != damaged_ || root == rank()) return w;
     return std::make_shared<comm::ThenWork>(w, [t] { static_cast<char*>(t.raw_data())[1] ^= 0x10; });
   }
-  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes, milliseconds timeout) override {
-    return inner_->AllgatherBytes(bytes, timeout);
-  }
-  absl::Status Barrier(milliseconds timeout) override { return inner_->Barrier(timeout); }
-  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
 
  private:
-  comm::ProcessGroup* const inner_;  // the test's group, which outlives this one
   const std::string damaged_;
 };
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/forwarding_group.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/ddp/ddp_scenario.h"
@@ -43,43 +44,32 @@ BucketPlan LayerBuckets() { return {{4, 5}, {2, 3}, {0, 1}}; }
 
 // Forwards every call to `inner` and records the names of the tensor
 // collectives issued (any thread; read by the test between steps).
-class RecordingGroup : public comm::ProcessGroup {
+class RecordingGroup : public test_support::ForwardingGroup {
  public:
-  explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
+  explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner) : ForwardingGroup(std::move(inner)) {}
   std::shared_ptr<comm::Work> AllreduceSum(Tensor t, const std::string& name) override {
     Record(name);
-    return inner_->AllreduceSum(std::move(t), name);
+    return ForwardingGroup::AllreduceSum(std::move(t), name);
   }
   std::shared_ptr<comm::Work> AllreduceAverage(Tensor t, const std::string& name) override {
     Record(name);
-    return inner_->AllreduceAverage(std::move(t), name);
+    return ForwardingGroup::AllreduceAverage(std::move(t), name);
   }
   std::shared_ptr<comm::Work> ReduceScatterSum(Tensor t, const std::string& name) override {
     Record(name);
-    return inner_->ReduceScatterSum(std::move(t), name);
+    return ForwardingGroup::ReduceScatterSum(std::move(t), name);
   }
   std::shared_ptr<comm::Work> ReduceScatterAverage(Tensor t, const std::string& name) override {
     Record(name);
-    return inner_->ReduceScatterAverage(std::move(t), name);
+    return ForwardingGroup::ReduceScatterAverage(std::move(t), name);
   }
   std::shared_ptr<comm::Work> Allgather(Tensor t, const std::string& name) override {
     Record(name);
-    return inner_->Allgather(std::move(t), name);
+    return ForwardingGroup::Allgather(std::move(t), name);
   }
   std::shared_ptr<comm::Work> Broadcast(Tensor t, int root, const std::string& name) override {
     Record(name);
-    return inner_->Broadcast(std::move(t), root, name);
-  }
-  absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes, milliseconds timeout) override {
-    return inner_->AllgatherBytes(bytes, timeout);
-  }
-  absl::Status Barrier(milliseconds timeout) override { return inner_->Barrier(timeout); }
-  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
-  absl::StatusOr<Tensor> NewCollectiveBuffer(const Shape& shape, DType dtype, Device device) override {
-    return inner_->NewCollectiveBuffer(shape, dtype, device);
+    return ForwardingGroup::Broadcast(std::move(t), root, name);
   }
 
   // The bucket collectives ("bucket k") issued since the last call.
@@ -98,7 +88,6 @@ class RecordingGroup : public comm::ProcessGroup {
     std::lock_guard<std::mutex> l(mu_);
     names_.push_back(name);
   }
-  const std::shared_ptr<comm::ProcessGroup> inner_;
   std::mutex mu_;
   std::vector<std::string> names_;  // guarded by mu_
 };
