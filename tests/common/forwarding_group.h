@@ -42,6 +42,9 @@ class ForwardingGroup : public comm::ProcessGroup {
   std::shared_ptr<comm::Work> Broadcast(Tensor t, int root, const std::string& name) override {
     return inner_->Broadcast(std::move(t), root, name);
   }
+  std::shared_ptr<comm::Work> Shift(Tensor send, Tensor recv, int distance, const std::string& name) override {
+    return inner_->Shift(std::move(send), std::move(recv), distance, name);
+  }
   absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
                                                           std::chrono::milliseconds timeout) override {
     return inner_->AllgatherBytes(bytes, timeout);

@@ -55,6 +55,17 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) = 0;
   // Copies root's `tensor` into every rank's `tensor`, asynchronously.
   virtual std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) = 0;
+  // Ring shift, asynchronously: this rank's `send` goes to rank
+  // (rank() + distance) mod size(), and `recv` receives the `send` of rank
+  // (rank() - distance) mod size(). Every rank gives tensors of one byte
+  // size (any dtype, contiguous, not overlapping); distance in
+  // 1..size()-1. The caller keeps both alive, `send` unchanged, until the
+  // Work completes. For keeping a copy of one rank's state on another (a
+  // sharded optimizer's replica for live recovery). Default: one broadcast
+  // from every rank in turn (every rank receives every rank's tensor, so
+  // size() times the traffic; a scratch tensor of that size); gloo sends
+  // point to point.
+  virtual std::shared_ptr<Work> Shift(Tensor send, Tensor recv, int distance, const std::string& name);
   // Every rank contributes `bytes` (any length); returns all ranks' in rank order.
   virtual absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
                                                                   std::chrono::milliseconds timeout) = 0;

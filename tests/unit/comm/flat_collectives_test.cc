@@ -4,7 +4,8 @@
 // collective buffer, reduced in place), hier over made-up hosts (2 x 2: the
 // sharded path; 3 + 1 interleaved: the leader path). Shards follow
 // comm/flat_shard.h, the uneven tail and empty shards included. A peer
-// killed mid-collective is named on every backend, and nobody hangs.
+// killed mid-collective is named on every backend, and nobody hangs. The
+// ring shift (ProcessGroup::Shift) on the same backends.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -204,6 +205,56 @@ TEST_P(FlatCollectives, ReduceScatterThenAllgatherIsAnAllreduce) {
         return 0;
       },
       std::chrono::seconds(60)));
+}
+
+// ProcessGroup::Shift at every distance and several sizes (empty included),
+// issued back to back: each rank receives exactly what the rank `distance`
+// behind it sent, and its own send is unchanged. Bad arguments fail the
+// Work, naming the shift, and leave the group usable.
+TEST_P(FlatCollectives, ShiftEveryDistanceAndSize) {
+  const FlatSetup s = GetParam();
+  TempDir dir;
+  const GroupOptions o = OptionsFor(s);
+  ExpectAllRanksOk(RunRanks(
+      s.world,
+      [&](int rank) -> int {
+        auto pg = MakeGroup(s.backend, dir.path(), rank, s.world, o, "shift");
+        CHILD_CHECK(rank, pg != nullptr, "create");
+        auto value = [](int from, int distance, size_t k, size_t i) {
+          return static_cast<int64_t>(from) * 1000000007 + distance * 100003 + static_cast<int64_t>(k * 10007 + i);
+        };
+        const std::vector<size_t> sizes = {0, 1, 17, 4093, (1u << 16) + 7};
+        for (int distance = 1; distance < s.world; ++distance) {
+          std::vector<Tensor> sends, recvs;
+          std::vector<std::shared_ptr<Work>> works;
+          for (size_t k = 0; k < sizes.size(); ++k) {
+            Tensor send = Tensor::Zeros({static_cast<int64_t>(sizes[k])}, kInt64);
+            for (size_t i = 0; i < sizes[k]; ++i) send.data<int64_t>()[i] = value(rank, distance, k, i);
+            sends.push_back(send);
+            recvs.push_back(Tensor::Full({static_cast<int64_t>(sizes[k])}, -1.0f).To(kInt64));
+            works.push_back(pg->Shift(sends.back(), recvs.back(), distance, "replica " + std::to_string(k)));
+          }
+          const int from = (rank - distance + s.world) % s.world;
+          for (size_t k = 0; k < sizes.size(); ++k) {
+            absl::Status st = works[k]->Wait(milliseconds(60000));
+            CHILD_CHECK(rank, st.ok(), st.ToString());
+            for (size_t i = 0; i < sizes[k]; ++i) {
+              CHILD_CHECK(rank, recvs[k].data<int64_t>()[i] == value(from, distance, k, i),
+                          "distance " + std::to_string(distance) + " size " + std::to_string(sizes[k]) + " element " +
+                              std::to_string(i));
+              CHILD_CHECK(rank, sends[k].data<int64_t>()[i] == value(rank, distance, k, i), "send changed");
+            }
+          }
+        }
+        absl::Status st = pg->Shift(Tensor::Zeros({4}), Tensor::Zeros({4}), 0, "none")->Wait(milliseconds(1000));
+        CHILD_CHECK(rank, st.code() == absl::StatusCode::kInvalidArgument && Has(st, "shift 'none'"), st.ToString());
+        st = pg->Shift(Tensor::Zeros({4}), Tensor::Zeros({5}), 1, "uneven")->Wait(milliseconds(1000));
+        CHILD_CHECK(rank, st.code() == absl::StatusCode::kInvalidArgument && Has(st, "shift 'uneven'"), st.ToString());
+        st = pg->Barrier(milliseconds(20000));
+        CHILD_CHECK(rank, st.ok(), st.ToString());
+        return 0;
+      },
+      std::chrono::seconds(120)));
 }
 
 TEST_P(FlatCollectives, BadInputFailsTheWorkNotTheGroup) {

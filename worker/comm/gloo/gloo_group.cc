@@ -26,6 +26,7 @@
 #include "psync/common/logging.h"
 #include "psync/common/status_macros.h"
 #include "worker/comm/gloo/ring.h"
+#include "worker/comm/shift.h"
 #include "worker/comm/prefix_store.h"
 #include "worker/comm/util.h"
 #include "psync/tensor/half.h"
@@ -309,6 +310,22 @@ std::shared_ptr<Work> GlooGroup::Allgather(Tensor tensor, const std::string& nam
   return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo_ring::Allgather(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                          tensor.element_size());
+  });
+}
+
+std::shared_ptr<Work> GlooGroup::Shift(Tensor send, Tensor recv, int distance, const std::string& name) {
+  const std::string desc = absl::StrCat("shift '", name, "' (", internal::FormatBytes(send.defined() ? send.nbytes() : 0),
+                                        ") by ", distance, " on rank ", rank_, " of ", size_);
+  if (absl::Status st = internal::CheckShift(send, recv, distance, size_, desc); !st.ok()) {
+    return internal::SerialQueue::Failed(desc, st);
+  }
+  if (!send.device().is_cpu()) {
+    return internal::SerialQueue::Failed(desc, absl::InvalidArgumentError(absl::StrCat(desc, ": gloo needs CPU tensors")));
+  }
+  const internal::ShiftPeers peers = internal::PeersOf(rank_, size_, distance);
+  const Millis timeout = options_.timeout;
+  return Enqueue(desc, [send, recv, peers, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+    gloo_ring::Shift(ctx, tag, timeout, send.raw_data(), recv.raw_data(), send.nbytes(), peers.to, peers.from);
   });
 }
 

@@ -71,6 +71,7 @@ class GlooGroup : public ProcessGroup {
   std::shared_ptr<Work> AllreduceSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> ReduceScatterSum(Tensor tensor, const std::string& name) override;
   std::shared_ptr<Work> Allgather(Tensor tensor, const std::string& name) override;
+  std::shared_ptr<Work> Shift(Tensor send, Tensor recv, int distance, const std::string& name) override;
   std::shared_ptr<Work> Broadcast(Tensor tensor, int root, const std::string& name) override;
   absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& bytes,
                                                           std::chrono::milliseconds timeout) override;

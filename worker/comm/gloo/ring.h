@@ -1,5 +1,5 @@
 // Ring collectives of a flat buffer over Gloo's transport (unbound buffers),
-// one algorithm per file, for GlooGroup's reduce-scatter and all-gather:
+// one algorithm per file, for GlooGroup's reduce-scatter, all-gather and shift:
 // shards follow comm/flat_shard.h (uneven and empty ones included), which
 // Gloo's own algorithms (equal counts only) do not. They run on the calling
 // thread (GlooGroup's communication thread) and report errors as Gloo does,
@@ -21,6 +21,7 @@ namespace psync::comm::gloo_ring {
 // Slot prefixes of these algorithms (Gloo's own use 0x01..0x08).
 inline constexpr uint8_t kReduceScatterSlotPrefix = 0x50;
 inline constexpr uint8_t kAllgatherSlotPrefix = 0x51;
+inline constexpr uint8_t kShiftSlotPrefix = 0x52;
 
 // n-1 steps: at step i rank r sends its partial sum of shard (r-i-1) to
 // rank r+1 and adds what rank r-1 sends of shard (r-i-2) into its own; so
@@ -33,5 +34,10 @@ void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std:
 // shard (r-i-1) from rank r-1, in place. Any element type.
 void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
                void* data, size_t count, size_t elem_size);
+
+// One step: `send` (bytes) to rank `to`, `recv` (as many) from rank
+// `from` (ProcessGroup::Shift), concurrently.
+void Shift(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
+           const void* send, void* recv, size_t bytes, int to, int from);
 
 }  // namespace psync::comm::gloo_ring
