@@ -131,6 +131,7 @@ absl::Status ZeroBuckets::WaitParameters() {
     if (!st.ok() && first.ok()) first = st;
   }
   gathers_.clear();
+  parameters_whole_ = first.ok();
   if (first.ok() && after_gather_) first = RunCatching("after gathering the parameters", after_gather_);
   return first;
 }

@@ -88,6 +88,8 @@ class ZeroBuckets : public optim::GradientShards {
   bool HasGrad(size_t i) const override { return i < used_.size() && used_[i] != 0; }
   void GatherParameters(size_t b) override;
   absl::Status WaitParameters() override;
+  bool ParametersWhole() const override { return parameters_whole_; }
+  Tensor ParamBuffer(size_t b) const override { return param_buffers_[b]; }
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
@@ -104,6 +106,7 @@ class ZeroBuckets : public optim::GradientShards {
   std::vector<uint8_t> reduced_;       // per bucket, likewise
   std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
   std::function<void()> after_gather_;                // SetAfterGather
+  bool parameters_whole_ = true;                      // ParametersWhole
 };
 
 }  // namespace psync::ddp

@@ -64,6 +64,12 @@ class GradientShards {
   virtual void GatherParameters(size_t b) = 0;
   // Waits for every gather started so far; the first failure (named), once.
   virtual absl::Status WaitParameters() = 0;
+  // False from a round of gathers that failed (WaitParameters) until one
+  // succeeds: this rank's parameters outside its shards are then torn.
+  virtual bool ParametersWhole() const = 0;
+  // Bucket b's flat parameter buffer (`padded` elements): rank r's shard of
+  // it is [r*s, (r+1)*s). Live recovery reads the owned shard from it.
+  virtual Tensor ParamBuffer(size_t b) const = 0;
   virtual comm::ProcessGroup& group() const = 0;
   // Bound on the optimizer's waits for its collectives.
   virtual std::chrono::milliseconds timeout() const = 0;

@@ -46,7 +46,10 @@ absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
   });
   if (!st.ok()) return st;
   version_ = shards_->version();
-  if (pending_.empty()) return absl::OkStatus();
+  if (pending_.empty()) {
+    // A fresh state (zero moments): its replica is whole from the start.
+    return RunCatching("sharded optimizer: the replica of a fresh state", [&] { RefillReplicas({}); });
+  }
   NamedTensors full = std::move(pending_);
   pending_.clear();
   return Slice(full);
@@ -56,20 +59,48 @@ void ShardedOptimizer::Layout(const ShardPlan& plan) {
   plan_ = plan;
   segments_.assign(plan.buckets.size(), {});
   state_.assign(plan.buckets.size(), {});
+  std::vector<DType> dtypes;
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const FlatBucket& fb = plan.buckets[b];
     const int64_t s = plan.shard(b);
-    const int64_t lo = static_cast<int64_t>(plan.rank) * s, hi = lo + s;
-    for (size_t k = 0; k < fb.params.size(); ++k) {
-      const size_t i = fb.params[k];
-      const int64_t begin = fb.offsets[k], end = begin + params_[i].second.data().numel();
-      const int64_t a = std::max(begin, lo), e = std::min(end, hi);
-      if (a < e) segments_[b].push_back(Segment{i, a - begin, a - lo, e - a});
-    }
+    segments_[b] = SegmentsOf(fb, s, plan.rank);
+    dtypes.push_back(fb.params.empty() ? kFloat32 : params_[fb.params.front()].second.data().dtype());
     if (fb.params.empty()) continue;
     const Tensor& like = params_[fb.params.front()].second.data();
     for (size_t k = 0; k < buffer_names_.size(); ++k) state_[b].push_back(Tensor::Zeros({s}, like.dtype(), like.device()));
   }
+  records_.Reset(plan, buffer_names_.size(), dtypes, replica_distance_);
+}
+
+std::vector<ShardedOptimizer::Segment> ShardedOptimizer::SegmentsOf(const FlatBucket& fb, int64_t shard,
+                                                                    int rank) const {
+  std::vector<Segment> out;
+  const int64_t lo = static_cast<int64_t>(rank) * shard, hi = lo + shard;
+  for (size_t k = 0; k < fb.params.size(); ++k) {
+    const size_t i = fb.params[k];
+    const int64_t begin = fb.offsets[k], end = begin + params_[i].second.data().numel();
+    const int64_t a = std::max(begin, lo), e = std::min(end, hi);
+    if (a < e) out.push_back(Segment{i, a - begin, a - lo, e - a});
+  }
+  return out;
+}
+
+void ShardedOptimizer::RefillReplicas(const std::map<std::string, const Tensor*>& given) {
+  const int owner = records_.replica_of();
+  records_.Refill(step_, [&](size_t b, Tensor& record) {
+    const FlatBucket& fb = plan_.buckets[b];
+    const int64_t s = plan_.shard(b);
+    ops::Copy(ShardRecords::Part(record, s, 0), shards_->ParamBuffer(b).View(static_cast<int64_t>(owner) * s, {s}));
+    for (size_t k = 0; k < buffer_names_.size(); ++k) {
+      Tensor part = ShardRecords::Part(record, s, k + 1);
+      ops::Fill(part, 0.0);  // the padding, and everything of a fresh state
+      for (const Segment& seg : SegmentsOf(fb, s, owner)) {
+        auto it = given.find(absl::StrCat(params_[seg.param].first, ".", buffer_names_[k]));
+        if (it == given.end()) continue;
+        ops::Copy(part.View(seg.shard_offset, {seg.length}), Slice1d(*it->second, seg.param_offset, seg.length));
+      }
+    }
+  });
 }
 
 Tensor ShardedOptimizer::MasterSlice(const Segment& seg) const {
@@ -77,43 +108,83 @@ Tensor ShardedOptimizer::MasterSlice(const Segment& seg) const {
 }
 
 absl::Status ShardedOptimizer::Gathered() {
-  // The last step's parameter gathers (normally done: the forward waited).
-  return Annotate(shards_->WaitParameters(), absl::StrCat(name(), " (sharded): gathering the updated parameters"));
+  // The last step's parameter gathers (normally done: the forward waited),
+  // and its replica shifts (issued before them).
+  absl::Status st = shards_->WaitParameters();
+  absl::Status shifted = records_.WaitShifts(shards_->timeout());
+  if (st.ok()) st = shifted;
+  return Annotate(st, absl::StrCat(name(), " (sharded): gathering the updated parameters"));
+}
+
+bool ShardedOptimizer::LastStepWhole() {
+  if (!shards_) return true;  // nothing in flight: the state is as loaded
+  const bool waited = Gathered().ok();
+  return waited && shards_->ParametersWhole() && (!records_.enabled() || records_.Replica(step_) != nullptr);
 }
 
 absl::Status ShardedOptimizer::Step(double lr) {
   if (!shards_) return absl::FailedPreconditionError("sharded optimizer: Step before Attach");
   PSYNC_RETURN_IF_ERROR(Gathered());
   if (shards_->version() != version_) PSYNC_RETURN_IF_ERROR(Reshard());
+  if (records_.enabled()) {
+    // Live recovery: the step the ranks may have to go back to together.
+    absl::Status st = RunCatching("sharded optimizer: keeping the previous step's shard", [&] {
+      for (size_t b = 0; b < state_.size(); ++b) records_.KeepPrevious(b, OwnParams(b), state_[b], step_);
+    });
+    if (!st.ok()) return st;
+    prev_steps_ = steps_;
+  }
   // Every rank knows which parameters got a gradient: the counts stay replicated.
   for (size_t i = 0; i < params_.size(); ++i) {
     if (shards_->HasGrad(i)) ++steps_[i];
   }
   for (size_t b = 0; b < segments_.size(); ++b) {
     const Tensor grad = shards_->GradShard(b);
-    // A bucket nobody reduced (every parameter unused everywhere): nothing changed, nothing to gather.
-    if (!grad.defined()) continue;
-    for (const Segment& seg : segments_[b]) {
-      if (!shards_->HasGrad(seg.param)) continue;
-      std::vector<Tensor> bufs;
-      for (const Tensor& t : state_[b]) bufs.push_back(t.View(seg.shard_offset, {seg.length}));
-      try {
-        rule_->Apply(MasterSlice(seg), grad.View(seg.shard_offset, {seg.length}), bufs,
-                     ParamStep{params_[seg.param].second.data().dim(), steps_[seg.param]}, lr);
-      } catch (const TensorError& e) {
-        (void)Gathered();
-        return ParamError(seg.param, e, /*internal=*/false);
-      } catch (const InternalError& e) {
-        (void)Gathered();
-        return ParamError(seg.param, e, /*internal=*/true);
-      }
+    // A bucket nobody reduced (every parameter unused everywhere): nothing
+    // changed, nothing to gather (its replica is still sent, below).
+    if (grad.defined()) PSYNC_RETURN_IF_ERROR(UpdateBucket(b, grad, lr));
+    // Why the replica goes first: a rank's gathers completing means every
+    // rank issued its gathers, hence finished its shifts (shard_records.h).
+    if (records_.enabled()) {
+      records_.Shift(shards_->group(), b, OwnParams(b), state_[b], step_ + 1);
+    } else if (grad.defined()) {
+      // Why launched here: the gather of this bucket overlaps the update of
+      // the next one, and the last ones whatever runs before the next forward
+      // (which waits for them).
+      shards_->GatherParameters(b);
     }
-    // Why launched here: the gather of this bucket overlaps the update of
-    // the next one, and the last ones whatever runs before the next forward
-    // (which waits for them).
-    shards_->GatherParameters(b);
+  }
+  ++step_;
+  if (records_.enabled()) {
+    for (size_t b = 0; b < segments_.size(); ++b) {
+      if (shards_->GradShard(b).defined()) shards_->GatherParameters(b);
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::UpdateBucket(size_t b, const Tensor& grad, double lr) {
+  for (const Segment& seg : segments_[b]) {
+    if (!shards_->HasGrad(seg.param)) continue;
+    std::vector<Tensor> bufs;
+    for (const Tensor& t : state_[b]) bufs.push_back(t.View(seg.shard_offset, {seg.length}));
+    try {
+      rule_->Apply(MasterSlice(seg), grad.View(seg.shard_offset, {seg.length}), bufs,
+                   ParamStep{params_[seg.param].second.data().dim(), steps_[seg.param]}, lr);
+    } catch (const TensorError& e) {
+      (void)Gathered();
+      return ParamError(seg.param, e, /*internal=*/false);
+    } catch (const InternalError& e) {
+      (void)Gathered();
+      return ParamError(seg.param, e, /*internal=*/true);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Tensor ShardedOptimizer::OwnParams(size_t b) const {
+  const int64_t s = plan_.shard(b);
+  return shards_->ParamBuffer(b).View(static_cast<int64_t>(plan_.rank) * s, {s});
 }
 
 absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
@@ -266,6 +337,7 @@ absl::Status ShardedOptimizer::Slice(const NamedTensors& full) {
         }
       }
     }
+    RefillReplicas(given);
   });
 }
 

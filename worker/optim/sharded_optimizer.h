@@ -33,12 +33,15 @@
 // Threads: the training thread only.
 #pragma once
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "worker/optim/gradient_shards.h"
+#include "worker/optim/shard_records.h"
 #include "psync/optim/optimizer.h"
 #include "psync/optim/update_rule.h"
 
@@ -71,11 +74,39 @@ class ShardedOptimizer final : public Optimizer {
   absl::Status LoadCheckpointState(const NamedTensors& state) override;
   int64_t state_bytes() const override;
 
+  // Live recovery (issue 32; shard_records.h says how and what it costs).
+  // Before Attach: keep each step's shard on rank (rank + distance) mod
+  // world too (distance: the ranks of one host, so a whole host lost
+  // leaves copies elsewhere; 0: off, the default).
+  void EnableReplicas(int distance) { replica_distance_ = distance; }
+  // The training step the state is at (the caller's count of completed
+  // steps): set once the state is whole (before Attach; Recover sets it),
+  // advanced by each Step. The recovery records are kept by it.
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+  // After a failure: whether the last Step's collectives (its replica
+  // shifts and parameter gathers) all completed on this rank, so this rank
+  // holds step() whole; else step() - 1 is the newest it can vouch for.
+  // Waits for them (a lost peer fails them fast).
+  bool LastStepWhole();
+  // Live recovery, collective over the new generation's `group` (every
+  // member, a fresh replacement too): rebuilds the whole state at `step`
+  // (the generation's start: the newest step a survivor vouched for) from
+  // the survivors' shards and the replicas of the lost ranks' shards,
+  // writes the parameters (`step`'s values) and keeps the optimizer state
+  // whole until the next Attach slices it for the new layout. This rank's
+  // own records are untouched unless it succeeds. Errors: DataLoss when a
+  // lost rank's shard has no replica left (its holder was lost too: resume
+  // from a checkpoint), FailedPrecondition for survivors of different
+  // layouts, the group's error when a peer is lost meanwhile.
+  absl::Status Recover(comm::ProcessGroup& group, int64_t step, std::chrono::milliseconds timeout);
+
  protected:
   // The state is sharded: Optimizer::State() lists the step counts only.
   std::vector<std::pair<std::string, Tensor>> StateBuffers(size_t) const override { return {}; }
 
  private:
+  struct RecoveryHeader;
   // A contiguous run of one parameter's elements inside this rank's shard.
   struct Segment {
     size_t param = 0;
@@ -86,6 +117,20 @@ class ShardedOptimizer final : public Optimizer {
   ShardedOptimizer(NamedParams params, std::unique_ptr<UpdateRule> rule);
   // Segments and zero state for `plan`.
   void Layout(const ShardPlan& plan);
+  // The segments of rank `rank`'s shard of bucket `fb` (shard elements).
+  std::vector<Segment> SegmentsOf(const FlatBucket& fb, int64_t shard, int rank) const;
+  // The replica records' contents from a whole state (after Slice).
+  void RefillReplicas(const std::map<std::string, const Tensor*>& given);
+  // Recover's parts (shard_recovery.cc).
+  std::string EncodeRecoveryHeader(int64_t step) const;
+  absl::Status RecoverFromShards(comm::ProcessGroup& group, int64_t step, std::chrono::milliseconds timeout,
+                                 const std::vector<RecoveryHeader>& headers);
+  absl::Status RecoverFromWhole(comm::ProcessGroup& group, int source, int64_t step, std::chrono::milliseconds timeout);
+  // This rank's record of bucket b at `step` for Recover (live, previous or
+  // replica of `owner`); undefined when it holds none.
+  Tensor RecordAt(size_t b, int owner, int64_t step) const;
+  // Recover's end: the whole state (parameters written, optimizer pending).
+  absl::Status AdoptWhole(const std::vector<Tensor>& params, NamedTensors state, int64_t step);
   // Follows a new bucket layout: the whole state gathered, then re-sliced.
   absl::Status Reshard();
   // This rank's slices of a full state (names as State() of the unsharded optimizer).
@@ -94,8 +139,13 @@ class ShardedOptimizer final : public Optimizer {
   // The values the update runs on for `seg`, and where they go after it
   // (the parameter itself: both no-ops; see "Precision" above).
   Tensor MasterSlice(const Segment& seg) const;
-  // Waits for the last step's parameter gathers (before touching them again).
+  // Waits for the last step's parameter gathers and replica shifts (before
+  // touching them again).
   absl::Status Gathered();
+  // The update of bucket b's segments that got a gradient.
+  absl::Status UpdateBucket(size_t b, const Tensor& grad, double lr);
+  // This rank's shard of bucket b's parameter values (live, in the flat buffer).
+  Tensor OwnParams(size_t b) const;
 
   std::unique_ptr<UpdateRule> rule_;
   std::vector<std::string> buffer_names_;
@@ -105,6 +155,11 @@ class ShardedOptimizer final : public Optimizer {
   std::vector<std::vector<Segment>> segments_;  // per bucket
   std::vector<std::vector<Tensor>> state_;      // per bucket, per buffer: shard(b) elements
   NamedTensors pending_;                        // a state loaded before Attach
+  // Live recovery.
+  int replica_distance_ = 0;        // EnableReplicas
+  int64_t step_ = 0;                // set_step
+  std::vector<int64_t> prev_steps_;  // steps_ as they were before the step in progress
+  ShardRecords records_;
 };
 
 }  // namespace psync::optim

@@ -61,6 +61,8 @@ class FakeShards : public GradientShards {
   bool HasGrad(size_t i) const override { return used_[i] != 0; }
   void GatherParameters(size_t) override {}
   absl::Status WaitParameters() override { return absl::OkStatus(); }
+  bool ParametersWhole() const override { return true; }
+  Tensor ParamBuffer(size_t) const override { return Tensor(); }  // world 1: no replicas read it
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(5000); }
 

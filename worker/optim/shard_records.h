@@ -1,0 +1,94 @@
+// ShardRecords: the copies of a sharded optimizer's state that live
+// recovery (issue 32) rebuilds the job's state from when a rank is lost
+// with --zero, whose optimizer state exists only in shards.
+//
+// A record of bucket b is one flat tensor of a rank's shard of it: the
+// parameter values, then each state buffer (AdamW's two moments), s
+// elements each (s = ShardPlan::shard(b)). This rank keeps
+//   - previous: its own shard as it was before the step in progress (one
+//     step back), so the ranks can go back to that step together;
+//   - two replicas: the shard of rank (rank - distance) mod world, the last
+//     two steps it sent, so the lost rank's shard exists at either step.
+//
+// Why two versions (the step protocol, ShardedOptimizer::Step): a step
+// updates the own shard, then shifts it to the replica holder, then
+// all-gathers the parameters; a rank reports a step as its own only once
+// its gathers completed, and any rank's gathers completing means every
+// rank has entered them, so every rank's shift of that step has landed.
+// Hence after a loss the newest step any survivor reports (the one the
+// coordinator restarts from) is either one every survivor updated and
+// every replica received (the live shards and newest replicas), or one
+// nobody finished (the previous records and older replicas). Each rank
+// answers which it holds with Own/Replica below.
+//
+// Cost: 3 records of (1 + buffers) x (parameters / world) elements, 9P/W
+// for AdamW (P parameters, W ranks), and one shift of 3P/W a step.
+//
+// Threads: the training thread (the shifts' buffers are the group's
+// between the shift and its completion).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "psync/comm/process_group.h"
+#include "psync/tensor/tensor.h"
+#include "worker/optim/gradient_shards.h"
+
+namespace psync::optim {
+
+class ShardRecords {
+ public:
+  // The records of `plan` (this rank's), `buffers` state buffers, dtype
+  // per bucket; replicas of rank (plan.rank - distance) mod plan.world.
+  // Throws (allocation) as the tensor library does.
+  void Reset(const ShardPlan& plan, size_t buffers, const std::vector<DType>& dtypes, int distance);
+  bool enabled() const { return distance_ > 0; }
+  int distance() const { return distance_; }
+  // The rank whose shard the replicas hold (in plan's numbering).
+  int replica_of() const;
+
+  // Before the update of step `step` + 1: this rank's live shard of bucket
+  // b (`param_shard`, `buffers`) at `step` becomes the previous record.
+  void KeepPrevious(size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers, int64_t step);
+  // After the update to `step`: starts the shift of bucket b's live shard
+  // to the replica holder, receiving the predecessor's into the older
+  // replica slot (forgotten until Landed). Every rank, every bucket, in order.
+  void Shift(comm::ProcessGroup& group, size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers,
+             int64_t step);
+  // Waits for the shifts started since the last call; the receiving slot
+  // holds their step once every one of them succeeded. The first failure.
+  absl::Status WaitShifts(std::chrono::milliseconds timeout);
+
+  // The previous record when it is at `step` (null otherwise).
+  const std::vector<Tensor>* Previous(int64_t step) const;
+  // The replica at `step` (null when neither slot holds it).
+  const std::vector<Tensor>* Replica(int64_t step) const;
+  // After a whole state was loaded at `step`: the replica slot takes the
+  // predecessor's shard from `fill` (called per bucket with the record to
+  // write), the other slot and the previous record are forgotten.
+  void Refill(int64_t step, const std::function<void(size_t b, Tensor& record)>& fill);
+
+  // A record's parts: the parameter values and buffer k (s elements each).
+  static Tensor Part(const Tensor& record, int64_t shard, size_t k) { return record.View(static_cast<int64_t>(k) * shard, {shard}); }
+
+ private:
+  struct Slot {
+    int64_t step = -1;  // -1: nothing whole
+    std::vector<Tensor> buckets;
+  };
+  ShardPlan plan_;
+  size_t buffers_ = 0;
+  int distance_ = 0;  // 0: off
+  Slot previous_;
+  Slot replicas_[2];
+  int receiving_ = -1;       // the slot the shifts in flight fill
+  int64_t receiving_step_ = -1;
+  std::vector<std::shared_ptr<comm::Work>> shifts_;  // started, not waited for
+};
+
+}  // namespace psync::optim
