@@ -156,6 +156,7 @@ std::shared_ptr<const SharedJoinResponse> Generation::Start(Clock::time_point no
   resp.set_plan_lookahead(cfg_.plan_lookahead);
   resp.set_start_iteration(rendezvous_.start_iteration());
   if (rendezvous_.heal_source() >= 0) resp.set_heal_source(rendezvous_.heal_source());
+  resp.set_live_recovery(cfg_.recovery == JobConfig::Recovery::kLive);
   rendezvous_.FillHosts(&resp);
   shared->bytes = resp.SerializeAsString();
   return shared;

@@ -124,4 +124,15 @@ absl::StatusOr<Topology> ExchangeTopology(Store& store, int rank, int world_size
   return Topology::FromHostIds(std::move(ids));
 }
 
+int CrossHostDistance(const Topology& topology) {
+  if (!topology.known() || topology.num_hosts() < 2) return 1;
+  const int world = topology.world_size();
+  for (int d = 1; d < world; ++d) {
+    bool apart = true;
+    for (int r = 0; r < world && apart; ++r) apart = topology.host_index(r) != topology.host_index((r + d) % world);
+    if (apart) return d;
+  }
+  return 1;
+}
+
 }  // namespace psync::comm

@@ -75,4 +75,9 @@ struct LocalHostHint {
 absl::StatusOr<Topology> ExchangeTopology(Store& store, int rank, int world_size, const LocalHostHint& hint,
                                           std::chrono::milliseconds timeout);
 
+// The shortest ring distance d (1..world-1) at which every rank r's
+// partner (r + d) mod world is on another host than r; 1 when no d does
+// (one host, or an uneven layout) or the layout is unknown.
+int CrossHostDistance(const Topology& topology);
+
 }  // namespace psync::comm

@@ -255,6 +255,7 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   out.start_iteration = resp.start_iteration();
   out.store_prefix = resp.store_prefix();
   out.heal_source = resp.has_heal_source() ? resp.heal_source() : -1;
+  out.live_recovery = resp.live_recovery();
   if (out.heal_source >= resp.world_size()) {
     return absl::InternalError(absl::StrCat("Join response from ", impl_->target, " names rank ", out.heal_source,
                                             " to heal from in a world of ", resp.world_size()));

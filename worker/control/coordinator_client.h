@@ -131,6 +131,8 @@ struct JoinResult {
   // Live recovery: the rank whose training state every rank shares before
   // the first iteration (JoinResponse.heal_source); -1 = no healing.
   int heal_source = -1;
+  // JoinResponse.live_recovery: survivors of a lost rank stay (--recovery=live).
+  bool live_recovery = false;
 };
 
 struct Report {

@@ -200,15 +200,15 @@ absl::StatusOr<std::unique_ptr<JobSession>> JobSession::Rejoin(
   }
 }
 
-int64_t JobSession::RejoinGeneration(int code, int zero_stage) const {
+int64_t JobSession::RejoinGeneration(int code, int zero_stage, bool zero_replicas) const {
   if (code != kExitPeerLost && code != kExitRendezvous) return 0;
   (void)s_->mailbox->WaitForFailure(std::chrono::seconds(3));
   std::optional<IterationPlan> abort = s_->mailbox->abort_plan();
   if (!abort || abort->rejoin_generation <= generation()) return 0;
-  if (zero_stage > 0) {
-    PSYNC_LOG(WARNING) << "--zero=" << zero_stage << ": the lost rank's shard of the optimizer state is gone, so this "
-                       << "rank cannot rejoin in place; exiting to resume from the newest checkpoint (live recovery "
-                       << "needs --zero=0)";
+  if (zero_stage > 0 && !zero_replicas) {
+    PSYNC_LOG(WARNING) << "--zero=" << zero_stage << ": the lost rank's shard of the optimizer state is gone (no "
+                       << "replica of it was kept), so this rank cannot rejoin in place; exiting to resume from the "
+                       << "newest checkpoint";
     return 0;
   }
   if (s_->device.is_cuda()) {
@@ -259,6 +259,8 @@ int JobSession::world_size() const { return s_->joined.world_size; }
 int64_t JobSession::generation() const { return s_->joined.generation; }
 int64_t JobSession::start_iteration() const { return s_->joined.start_iteration; }
 int JobSession::heal_source() const { return s_->joined.heal_source; }
+bool JobSession::live_recovery() const { return s_->joined.live_recovery; }
+int JobSession::replica_distance() const { return comm::CrossHostDistance(s_->topology); }
 int JobSession::plan_lookahead() const { return s_->joined.plan_lookahead; }
 const std::string& JobSession::backend() const { return s_->choice.backend; }
 const std::string& JobSession::backend_reason() const { return s_->choice.reason; }

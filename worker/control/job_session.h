@@ -64,6 +64,12 @@ class JobSession {
   // own state, or the agreed checkpoint, is the start).
   int heal_source() const;
   int plan_lookahead() const;
+  // Live recovery: whether a lost rank's survivors stay (--recovery=live),
+  // and the ring distance at which each rank keeps a copy of its sharded
+  // optimizer state (--zero): the shortest one putting every rank's copy on
+  // another host, 1 on one host.
+  bool live_recovery() const;
+  int replica_distance() const;
   const std::string& backend() const;         // the group's: gloo, shm, hier or nccl
   const std::string& backend_reason() const;  // why --backend chose it
   const ddp::BucketPlan& initial_bucket_plan() const;  // empty: the reducer's own
@@ -89,10 +95,11 @@ class JobSession {
   // moment before the plan arrives); 0: none, exit as usual. Only for a
   // peer lost (4) or a set-up refused because of one (3), never this
   // process's own cause. Also 0, with a warning, where the state cannot be
-  // healed in process: `zero_stage` > 0 (the lost rank took its optimizer
-  // shard along) or a CUDA device (the heal moves host tensors); the job
-  // then resumes from its newest checkpoint.
-  int64_t RejoinGeneration(int code, int zero_stage) const;
+  // healed in process: `zero_stage` > 0 without `zero_replicas` (the lost
+  // rank took its optimizer shard along; with replicas, optim/
+  // shard_records.h, it is rebuilt) or a CUDA device (the heal moves host
+  // tensors); the job then resumes from its newest checkpoint.
+  int64_t RejoinGeneration(int code, int zero_stage, bool zero_replicas = false) const;
   // Live recovery: stops the watchdog and closes the stream without Done
   // (the coordinator ended this generation already; a Done would only be
   // refused). The process goes on in the next session.

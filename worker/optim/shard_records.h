@@ -7,8 +7,11 @@
 // elements each (s = ShardPlan::shard(b)). This rank keeps
 //   - previous: its own shard as it was before the step in progress (one
 //     step back), so the ranks can go back to that step together;
-//   - two replicas: the shard of rank (rank - distance) mod world, the last
-//     two steps it sent, so the lost rank's shard exists at either step.
+//   - replicas: for each of `copies` ranks behind it (rank - c * distance
+//     mod world, c = 1..copies), that rank's shard at the last two steps it
+//     sent, so a lost rank's shard exists at either step on `copies` other
+//     ranks: two copies survive any two losses (a second rank lost while
+//     the first is recovered).
 //
 // Why two versions (the step protocol, ShardedOptimizer::Step): a step
 // updates the own shard, then shifts it to the replica holder, then
@@ -21,8 +24,9 @@
 // nobody finished (the previous records and older replicas). Each rank
 // answers which it holds with Own/Replica below.
 //
-// Cost: 3 records of (1 + buffers) x (parameters / world) elements, 9P/W
-// for AdamW (P parameters, W ranks), and one shift of 3P/W a step.
+// Cost: 1 + 2 x copies records of (1 + buffers) x (parameters / world)
+// elements, 15P/W for AdamW with two copies (P parameters, W ranks), and
+// `copies` shifts of 3P/W a step.
 //
 // Threads: the training thread (the shifts' buffers are the group's
 // between the shift and its completion).
@@ -44,20 +48,21 @@ namespace psync::optim {
 class ShardRecords {
  public:
   // The records of `plan` (this rank's), `buffers` state buffers, dtype
-  // per bucket; replicas of rank (plan.rank - distance) mod plan.world.
-  // Throws (allocation) as the tensor library does.
-  void Reset(const ShardPlan& plan, size_t buffers, const std::vector<DType>& dtypes, int distance);
-  bool enabled() const { return distance_ > 0; }
-  int distance() const { return distance_; }
-  // The rank whose shard the replicas hold (in plan's numbering).
-  int replica_of() const;
+  // per bucket; `copies` replicas (at most world - 1), of the ranks
+  // c * distance behind (or the next free distance where that is this rank
+  // or another copy's). Throws (allocation) as the tensor library does.
+  void Reset(const ShardPlan& plan, size_t buffers, const std::vector<DType>& dtypes, int distance, int copies);
+  bool enabled() const { return !copies_.empty(); }
+  int copies() const { return static_cast<int>(copies_.size()); }
+  // The rank whose shard copy c holds (in plan's numbering).
+  int replica_of(int c) const { return copies_[static_cast<size_t>(c)].of; }
 
   // Before the update of step `step` + 1: this rank's live shard of bucket
   // b (`param_shard`, `buffers`) at `step` becomes the previous record.
   void KeepPrevious(size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers, int64_t step);
-  // After the update to `step`: starts the shift of bucket b's live shard
-  // to the replica holder, receiving the predecessor's into the older
-  // replica slot (forgotten until Landed). Every rank, every bucket, in order.
+  // After the update to `step`: starts the shifts of bucket b's live shard
+  // to its replica holders, receiving theirs into each copy's older slot
+  // (forgotten until WaitShifts). Every rank, every bucket, in order.
   void Shift(comm::ProcessGroup& group, size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers,
              int64_t step);
   // Waits for the shifts started since the last call; the receiving slot
@@ -66,12 +71,14 @@ class ShardRecords {
 
   // The previous record when it is at `step` (null otherwise).
   const std::vector<Tensor>* Previous(int64_t step) const;
-  // The replica at `step` (null when neither slot holds it).
-  const std::vector<Tensor>* Replica(int64_t step) const;
-  // After a whole state was loaded at `step`: the replica slot takes the
-  // predecessor's shard from `fill` (called per bucket with the record to
-  // write), the other slot and the previous record are forgotten.
-  void Refill(int64_t step, const std::function<void(size_t b, Tensor& record)>& fill);
+  // Copy c at `step` (null when neither of its slots holds it).
+  const std::vector<Tensor>* Replica(int c, int64_t step) const;
+  // Whether every copy holds `step`.
+  bool Replicated(int64_t step) const;
+  // After a whole state was loaded at `step`: one slot of every copy takes
+  // its rank's shard from `fill` (called per bucket with the rank and the
+  // record to write), the other slots and the previous record are forgotten.
+  void Refill(int64_t step, const std::function<void(size_t b, int owner, Tensor& record)>& fill);
 
   // A record's parts: the parameter values and buffer k (s elements each).
   static Tensor Part(const Tensor& record, int64_t shard, size_t k) { return record.View(static_cast<int64_t>(k) * shard, {shard}); }
@@ -81,13 +88,17 @@ class ShardRecords {
     int64_t step = -1;  // -1: nothing whole
     std::vector<Tensor> buckets;
   };
+  struct Copy {
+    int distance = 0;  // this rank sends its shard this far ahead
+    int of = -1;       // and keeps the shard of the rank as far behind
+    Slot slots[2];
+    int receiving = -1;  // the slot the shifts in flight fill
+  };
   ShardPlan plan_;
   size_t buffers_ = 0;
-  int distance_ = 0;  // 0: off
   Slot previous_;
-  Slot replicas_[2];
-  int receiving_ = -1;       // the slot the shifts in flight fill
-  int64_t receiving_step_ = -1;
+  std::vector<Copy> copies_;  // empty: off
+  int64_t receiving_step_ = -1;  // the step the shifts in flight carry
   std::vector<std::shared_ptr<comm::Work>> shifts_;  // started, not waited for
 };
 

@@ -4,12 +4,12 @@
 //
 // 1. Every member says what it holds (an all-gather of short headers):
 //    nothing (a replacement), shards of a layout (the survivors: the world
-//    and rank it had, which of its records are at the step, whose replica
-//    it keeps, the step counts), or the whole state (a member whose earlier
+//    and rank it had, whether its own record is at the step, whose replicas
+//    it keeps at it, the step counts), or the whole state (a member whose earlier
 //    Recover succeeded, before a later loss stopped its Attach).
 // 2. A member with the whole state broadcasts it. Otherwise, for every
 //    shard of the survivors' layout, its owner (live or previous record) or
-//    else the holder of its replica broadcasts that record, bucket by
+//    else a holder of a replica of it broadcasts that record, bucket by
 //    bucket; every member writes it into whole tensors.
 // 3. Every member writes the parameters and keeps the optimizer state
 //    whole, for the next Attach to slice.
@@ -27,8 +27,8 @@ struct ShardedOptimizer::RecoveryHeader {
   enum Kind : int64_t { kNothing = 0, kShards = 1, kWhole = 2 };
   int64_t kind = kNothing;
   int64_t world = 0, rank = -1;
-  bool own = false, replica = false;
-  int64_t replica_of = -1;
+  bool own = false;
+  std::vector<int64_t> replicas;  // the ranks whose shard it holds at the step
   std::vector<int64_t> counts;  // per parameter, at the step (with `own`)
   std::vector<int64_t> plan;    // the layout: buckets, then per bucket padded, n, (param, offset) x n
 };
@@ -89,15 +89,19 @@ std::string ShardedOptimizer::EncodeRecoveryHeader(int64_t step) const {
   if (!shards_) {
     // Whole: a state Recover (or a load) left for the next Attach.
     const bool whole = !pending_.empty() && step_ == step;
-    w = {whole ? RecoveryHeader::kWhole : RecoveryHeader::kNothing, 0, -1, 0, 0, -1, 0};
+    w = {whole ? RecoveryHeader::kWhole : RecoveryHeader::kNothing, 0, -1, 0, 0, 0};
     return Bytes(w);
   }
   const bool live = step_ == step;
   const bool own = live || records_.Previous(step) != nullptr;
-  const bool replica = records_.Replica(step) != nullptr;
+  std::vector<int64_t> replicas;
+  for (int c = 0; c < records_.copies(); ++c) {
+    if (records_.Replica(c, step) != nullptr) replicas.push_back(records_.replica_of(c));
+  }
   const std::vector<int64_t>& counts = live ? steps_ : prev_steps_;
-  w = {RecoveryHeader::kShards, plan_.world, plan_.rank, own, replica, records_.replica_of(),
+  w = {RecoveryHeader::kShards, plan_.world, plan_.rank, own, static_cast<int64_t>(replicas.size()),
        own ? static_cast<int64_t>(counts.size()) : 0};
+  w.insert(w.end(), replicas.begin(), replicas.end());
   if (own) w.insert(w.end(), counts.begin(), counts.end());
   const std::vector<int64_t> plan = EncodePlan(plan_);
   w.insert(w.end(), plan.begin(), plan.end());
@@ -111,7 +115,7 @@ absl::Status ShardedOptimizer::Recover(comm::ProcessGroup& group, int64_t step, 
   for (size_t r = 0; r < all->size(); ++r) {
     const std::string& bytes = (*all)[r];
     Header w(bytes.size() / sizeof(int64_t));
-    if (bytes.size() % sizeof(int64_t) != 0 || w.size() < 7) {
+    if (bytes.size() % sizeof(int64_t) != 0 || w.size() < 6) {
       return absl::DataLossError(absl::StrCat("recovering the sharded optimizer state: rank ", r, "'s header is malformed"));
     }
     std::memcpy(w.data(), bytes.data(), bytes.size());
@@ -120,14 +124,14 @@ absl::Status ShardedOptimizer::Recover(comm::ProcessGroup& group, int64_t step, 
     h.world = w[1];
     h.rank = w[2];
     h.own = w[3] != 0;
-    h.replica = w[4] != 0;
-    h.replica_of = w[5];
-    const int64_t ncounts = w[6];
-    if (ncounts < 0 || static_cast<size_t>(ncounts) > w.size() - 7) {
+    const int64_t nreplicas = w[4], ncounts = w[5];
+    if (nreplicas < 0 || ncounts < 0 || static_cast<size_t>(nreplicas + ncounts) > w.size() - 6) {
       return absl::DataLossError(absl::StrCat("recovering the sharded optimizer state: rank ", r, "'s header is malformed"));
     }
-    h.counts.assign(w.begin() + 7, w.begin() + 7 + ncounts);
-    h.plan.assign(w.begin() + 7 + ncounts, w.end());
+    auto at = w.begin() + 6;
+    h.replicas.assign(at, at + nreplicas);
+    h.counts.assign(at + nreplicas, at + nreplicas + ncounts);
+    h.plan.assign(at + nreplicas + ncounts, w.end());
     headers.push_back(std::move(h));
   }
   for (size_t r = 0; r < headers.size(); ++r) {
@@ -176,9 +180,10 @@ Tensor ShardedOptimizer::RecordAt(size_t b, int owner, int64_t step) const {
     for (size_t k = 0; k < state_[b].size(); ++k) ops::Copy(ShardRecords::Part(rec, s, k + 1), state_[b][k]);
     return rec;
   }
-  const std::vector<Tensor>* records = owner == plan_.rank ? records_.Previous(step)
-                                       : owner == records_.replica_of() ? records_.Replica(step)
-                                                                         : nullptr;
+  const std::vector<Tensor>* records = owner == plan_.rank ? records_.Previous(step) : nullptr;
+  for (int c = 0; c < records_.copies() && records == nullptr; ++c) {
+    if (records_.replica_of(c) == owner) records = records_.Replica(c, step);
+  }
   return records ? (*records)[b] : Tensor();
 }
 
@@ -211,11 +216,14 @@ absl::Status ShardedOptimizer::RecoverFromShards(comm::ProcessGroup& group, int6
     }
     for (size_t r = 0; r < headers.size() && source[s] < 0; ++r) {
       const RecoveryHeader& h = headers[r];
-      if (h.kind == RecoveryHeader::kShards && h.replica && h.replica_of == s) source[s] = static_cast<int>(r);
+      if (h.kind != RecoveryHeader::kShards) continue;
+      for (int64_t of : h.replicas) {
+        if (of == s && source[s] < 0) source[s] = static_cast<int>(r);
+      }
     }
     if (source[s] < 0) {
       return absl::DataLossError(absl::StrCat(what, ": the shard of rank ", s, " of ", world,
-                                              " was lost with it and with the rank that kept its copy; the job "
+                                              " was lost with it and with every rank that kept a copy; the job "
                                               "has to resume from its newest checkpoint"));
     }
     if (headers[source[s]].own && counts == nullptr) counts = &headers[source[s]].counts;

@@ -69,7 +69,7 @@ void ShardedOptimizer::Layout(const ShardPlan& plan) {
     const Tensor& like = params_[fb.params.front()].second.data();
     for (size_t k = 0; k < buffer_names_.size(); ++k) state_[b].push_back(Tensor::Zeros({s}, like.dtype(), like.device()));
   }
-  records_.Reset(plan, buffer_names_.size(), dtypes, replica_distance_);
+  records_.Reset(plan, buffer_names_.size(), dtypes, replica_distance_, replica_copies_);
 }
 
 std::vector<ShardedOptimizer::Segment> ShardedOptimizer::SegmentsOf(const FlatBucket& fb, int64_t shard,
@@ -86,8 +86,7 @@ std::vector<ShardedOptimizer::Segment> ShardedOptimizer::SegmentsOf(const FlatBu
 }
 
 void ShardedOptimizer::RefillReplicas(const std::map<std::string, const Tensor*>& given) {
-  const int owner = records_.replica_of();
-  records_.Refill(step_, [&](size_t b, Tensor& record) {
+  records_.Refill(step_, [&](size_t b, int owner, Tensor& record) {
     const FlatBucket& fb = plan_.buckets[b];
     const int64_t s = plan_.shard(b);
     ops::Copy(ShardRecords::Part(record, s, 0), shards_->ParamBuffer(b).View(static_cast<int64_t>(owner) * s, {s}));
@@ -119,7 +118,7 @@ absl::Status ShardedOptimizer::Gathered() {
 bool ShardedOptimizer::LastStepWhole() {
   if (!shards_) return true;  // nothing in flight: the state is as loaded
   const bool waited = Gathered().ok();
-  return waited && shards_->ParametersWhole() && (!records_.enabled() || records_.Replica(step_) != nullptr);
+  return waited && shards_->ParametersWhole() && records_.Replicated(step_);
 }
 
 absl::Status ShardedOptimizer::Step(double lr) {

@@ -75,10 +75,13 @@ class ShardedOptimizer final : public Optimizer {
   int64_t state_bytes() const override;
 
   // Live recovery (issue 32; shard_records.h says how and what it costs).
-  // Before Attach: keep each step's shard on rank (rank + distance) mod
-  // world too (distance: the ranks of one host, so a whole host lost
-  // leaves copies elsewhere; 0: off, the default).
-  void EnableReplicas(int distance) { replica_distance_ = distance; }
+  // Before Attach: keep each step's shard on `copies` other ranks too,
+  // rank + c * distance mod world (distance: the ranks of one host, so a
+  // whole host lost leaves copies elsewhere); off by default.
+  void EnableReplicas(int distance, int copies = 2) {
+    replica_distance_ = distance;
+    replica_copies_ = copies;
+  }
   // The training step the state is at (the caller's count of completed
   // steps): set once the state is whole (before Attach; Recover sets it),
   // advanced by each Step. The recovery records are kept by it.
@@ -157,6 +160,7 @@ class ShardedOptimizer final : public Optimizer {
   NamedTensors pending_;                        // a state loaded before Attach
   // Live recovery.
   int replica_distance_ = 0;        // EnableReplicas
+  int replica_copies_ = 0;
   int64_t step_ = 0;                // set_step
   std::vector<int64_t> prev_steps_;  // steps_ as they were before the step in progress
   ShardRecords records_;

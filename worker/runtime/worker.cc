@@ -31,6 +31,7 @@
 #include "worker/runtime/worker_exit.h"
 #include "worker/tensor/cuda/cuda_device.h"  // SetCurrentDevice
 #include "worker/ddp/reducer.h"
+#include "worker/optim/sharded_optimizer.h"
 
 namespace psync::runtime {
 
@@ -113,6 +114,9 @@ class WorkerRun {
   // fresh process); then SetUpTraining (healing whoever lacks the start).
   absl::Status RejoinLive(int64_t generation);
   absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> BuildDdp();
+  // Live recovery before DDP: heal_source's state to whoever lacks it, or
+  // with --zero (`sharded`) the whole state rebuilt on every rank.
+  absl::Status Heal(int heal_source, optim::ShardedOptimizer* sharded);
   void PrintBanner() const;
   TrainResult Train();
   // --save (rank 0), --trace, rank 0's summary line.
@@ -134,6 +138,7 @@ class WorkerRun {
   ResumeScan resume_;  // --resume: the checkpoints this rank can load, until the agreed one is loaded
   int64_t first_step_ = 0;
   bool live_ = false;  // this process joined the current generation with its state in memory
+  bool state_lost_ = false;  // --zero: a lost shard no survivor holds a copy of (exit, do not rejoin)
   // The completed steps of the training state this process holds, once it
   // is whole (loaded, healed or trained); nullopt before (a fresh process
   // whose set-up failed rejoins as one).
@@ -186,25 +191,12 @@ absl::Status WorkerRun::SetUpTraining() {
     PSYNC_RETURN_IF_ERROR(
         LoadAgreedCheckpoint(CheckpointOptionsFrom(opt_), rank_, first_step_, resume_, *model_, *optimizer_));
   }
-  if (heal_source >= 0) {
-    const auto t0 = Clock::now();
-    if (rank_ == heal_source) {
-      test_kill::SetIteration(first_step_);
-      test_kill::At("heal");
-    }
-    absl::Status healed = HealFromPeer(CheckpointOptionsFrom(opt_), heal_source, session_->world_size(),
-                                      first_step_, held_step_, model_options_, *model_, *optimizer_,
-                                      *session_->group(), opt_.timeout);
-    // Why forget the state on damage: a rank at the start's step received
-    // in place (a lost peer meanwhile leaves it the same bits; a damaged
-    // piece does not).
-    if (healed.code() == absl::StatusCode::kDataLoss) held_step_.reset();
-    PSYNC_RETURN_IF_ERROR(healed);
-    PSYNC_LOG(INFO) << (rank_ == heal_source ? "healed the others from this rank's state"
-                                             : absl::StrCat("healed from rank ", heal_source))
-                    << " at step " << first_step_ << " (" << absl::StrFormat("%.2f", std::chrono::duration<double>(
-                                                                                   Clock::now() - t0).count())
-                    << " s; live recovery)";
+  // --zero: no rank holds the whole state, so every member of a live
+  // generation rebuilds it from the survivors' shards, even when no rank
+  // needs healing (the layout changes with the world).
+  auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get());
+  if (sharded != nullptr ? live_ || heal_source >= 0 : heal_source >= 0) {
+    PSYNC_RETURN_IF_ERROR(Heal(heal_source, sharded));
   }
   held_step_ = first_step_;  // whole now: loaded, healed or this rank's own
   // Elastic: a world smaller than the one the flags planned splits the same
@@ -230,11 +222,53 @@ absl::Status WorkerRun::SetUpTraining() {
   // The bf16 copies, once, from the weights every rank now holds: rank 0's
   // (DDP's broadcast), which are the agreed checkpoint's with --resume.
   precision_->RefreshCopies();
-  // --zero: the optimizer updates the shards DDP's buckets hand it.
+  // --zero: the optimizer updates the shards DDP's buckets hand it (and,
+  // with live recovery, keeps each step's shard on another rank too).
+  if (sharded != nullptr) {
+    if (session_->live_recovery()) sharded->EnableReplicas(session_->replica_distance());
+    sharded->set_step(first_step_);
+  }
   if (absl::Status st = ddp::AttachOptimizer(*optimizer_, *ddp_, precision_); !st.ok()) {
     return WithExitCode(absl::Status(st.code(), absl::StrCat("--zero: ", st.message())), kExitInternal);
   }
   if (!trace_) trace_ = std::make_unique<TraceWriter>(!opt_.trace_path.empty(), rank_);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRun::Heal(int heal_source, optim::ShardedOptimizer* sharded) {
+  const auto t0 = Clock::now();
+  // PSYNC_TEST_KILL's heal phase: the source (--zero: every rank sends; rank 0 stands for them).
+  if (rank_ == std::max(heal_source, 0)) {
+    test_kill::SetIteration(first_step_);
+    test_kill::At("heal");
+  }
+  absl::Status healed;
+  if (sharded != nullptr) {
+    healed = sharded->Recover(*session_->group(), first_step_, opt_.timeout);
+    // A lost shard (its replica's holder was lost too) ends the job as a
+    // lost peer does under --recovery=restart: it resumes from a checkpoint.
+    // A peer lost meanwhile: the next generation tries again.
+    if (!healed.ok() && healed.code() != absl::StatusCode::kFailedPrecondition) {
+      healed = WithExitCode(healed, kExitPeerLost);
+    }
+    // No rank can rebuild it now: every one exits (its state is no use), and
+    // the new processes resume from the newest checkpoint.
+    if (healed.code() == absl::StatusCode::kDataLoss) state_lost_ = true;
+  } else {
+    healed = HealFromPeer(CheckpointOptionsFrom(opt_), heal_source, session_->world_size(), first_step_, held_step_,
+                          model_options_, *model_, *optimizer_, *session_->group(), opt_.timeout);
+    // Why forget the state on damage: a rank at the start's step received
+    // in place (a lost peer meanwhile leaves it the same bits; a damaged
+    // piece does not).
+    if (healed.code() == absl::StatusCode::kDataLoss) held_step_.reset();
+  }
+  PSYNC_RETURN_IF_ERROR(healed);
+  const std::string how = sharded != nullptr ? "rebuilt the sharded state from the survivors' shards"
+                          : rank_ == heal_source ? "healed the others from this rank's state"
+                                                 : absl::StrCat("healed from rank ", heal_source);
+  PSYNC_LOG(INFO) << how << " at step " << first_step_ << " ("
+                  << absl::StrFormat("%.2f", std::chrono::duration<double>(Clock::now() - t0).count())
+                  << " s; live recovery)";
   return absl::OkStatus();
 }
 
@@ -362,7 +396,9 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer, bool rejoin) {
 }
 
 int64_t WorkerRun::RejoinGeneration(int code) const {
-  return session_ ? session_->RejoinGeneration(code, opt_.zero) : 0;
+  if (state_lost_) return 0;
+  // --zero rejoins in place where its shards have replicas (live recovery on).
+  return session_ ? session_->RejoinGeneration(code, opt_.zero, session_->live_recovery()) : 0;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {
@@ -414,6 +450,10 @@ WorkerExit WorkerRun::Run() {
     if (setup.ok()) {
       tr = Train();
       held_step_ = tr.steps_completed;  // a failed step applied nothing
+      // --zero: a step whose replica shifts or parameter gathers did not
+      // complete here is not one this rank can vouch for (shard_records.h).
+      auto* sharded = dynamic_cast<optim::ShardedOptimizer*>(optimizer_.get());
+      if (sharded != nullptr && tr.exit_code != 0 && !sharded->LastStepWhole()) held_step_ = sharded->step() - 1;
     }
     // Live recovery: a lost peer ended the generation (also one that was
     // still forming or healing), this process stays.

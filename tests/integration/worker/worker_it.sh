@@ -207,10 +207,11 @@ gpt_vs_torch() {
 # saved $T/r.st, runs it again uninterrupted (a fresh coordinator, the same
 # topology) and compares the weights bit for bit.
 same_as_uninterrupted_nodes() {
+  local steps=$1; shift
   kill "$CPID"; wait "$CPID" 2>/dev/null
   start_coord 4
-  start_node u0 0 "$CADDR" -- --steps="$1" --quiet --save="$T/u.st"
-  start_node u1 1 "$CADDR" -- --steps="$1" --quiet
+  start_node u0 0 "$CADDR" -- --steps="$steps" --quiet --save="$T/u.st" "$@"
+  start_node u1 1 "$CADDR" -- --steps="$steps" --quiet "$@"
   wait_nodes u0 u1
   same_weights "$T/u.st" "$T/r.st" 0
 }
@@ -260,7 +261,7 @@ live_chaos() {
   [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == "$kills" ]] ||
     fail "want $kills replacements (seed $seed): $(grep -E "died|ended" "$T/rl.log")"
   grep -q "(after $kills restarts); exit 0" "$T/rl.log" || fail "closing line: $(tail -1 "$T/rl.log")"
-  note "seed $seed: $kills kills, $kept of 4 first processes never killed ran to the end; $(grep -c "healed from rank" "$T/rl.log") heals"
+  note "seed $seed: $kills kills, $kept of 4 first processes never killed ran to the end; $(grep -cE "healed from rank|rebuilt the sharded state" "$T/rl.log") heals"
   "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --save="$T/u.st" "$@" 2>"$T/ul.log" || fail "uninterrupted run failed"
   same_weights "$T/u.st" "$T/r.st" 0
 }
@@ -269,13 +270,16 @@ live_chaos() {
 # moments (PSYNC_TEST_KILL, worker/runtime/test_kill.h): at iteration 150
 # a worker dies inside forward, then the heal source of that recovery dies
 # while it heals the replacement; at 400 a worker dies with backward's
-# first bucket reduction in flight, at 650 right after its optimizer step.
+# first bucket reduction in flight (LIVE_AT_400=step: right after its
+# optimizer step, for --zero, which has no such hook), at 650 right after
+# its optimizer step.
 # 4 ranks, no checkpoint directory: the job ends with 4 replacements and
 # nothing else restarted, at most one iteration computed again per kill,
 # and exactly the weights of an uninterrupted run.
 live_phases() {
   local steps=$1; shift
-  local kills=forward@150@$T/k1,heal@150@$T/k2,allreduce@400@$T/k3,step@650@$T/k4
+  local at400=${LIVE_AT_400:-allreduce}
+  local kills=forward@150@$T/k1,heal@150@$T/k2,$at400@400@$T/k3,step@650@$T/k4
   PSYNC_TEST_KILL=$kills "$LAUNCH" --nproc=4 --max-restarts=5 --recovery=live -- --steps="$steps" --quiet \
     --save="$T/r.st" --summary="$T/rs{rank}.json" "$@" >"$T/rl.log" 2>&1 &
   LP=$!; PIDS+=("$LP")
@@ -288,7 +292,7 @@ live_phases() {
   [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/rl.log")"
   local k r phase
   for k in 1 2 3 4; do [[ -s $T/k$k ]] || fail "kill $k (${kills//@$T\//@}) did not happen: $(grep -i "test hook" "$T/rl.log")"; done
-  for phase in forward heal allreduce step; do
+  for phase in forward heal "$at400" step; do
     grep -q "PSYNC_TEST_KILL: pid [0-9]* killed at $phase of iteration" "$T/rl.log" || fail "no kill at $phase"
   done
   for r in 0 1 2 3; do
@@ -297,7 +301,7 @@ live_phases() {
   [[ $(grep -c "starting a replacement, the other workers keep training" "$T/rl.log") == 4 ]] ||
     fail "want 4 replacements and no other restart: $(grep -E "died|ended" "$T/rl.log")"
   [[ -n $recomputed ]] && ((recomputed <= 4)) || fail "$recomputed iterations computed again for 4 kills"
-  note "4 kills (forward, heal, allreduce, step): 4 replacements, $recomputed iteration(s) computed again; $(grep -c "healed from rank" "$T/rl.log") heals"
+  note "4 kills (forward, heal, $at400, step): 4 replacements, $recomputed iteration(s) computed again; $(grep -cE "healed from rank|rebuilt the sharded state" "$T/rl.log") heals"
   "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --save="$T/u.st" "$@" 2>"$T/ul.log" || fail "uninterrupted run failed"
   same_weights "$T/u.st" "$T/r.st" 0
 }
@@ -803,6 +807,8 @@ EOF
     live_chaos 2000 5 --backend=shm --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 \
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
 
+  launch_live_chaos_zero)  # --zero=1 over shared memory, five kills (the optimizer shards rebuilt from replicas)
+    live_chaos 2000 5 --backend=shm --zero=1 --optimizer=adamw --lr=0.003 ;;
   launch_live_phases)  # the GPT over gloo, kills at chosen moments
     python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
       >"$T/tokens.bin"
@@ -810,6 +816,8 @@ EOF
       --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
   launch_live_phases_mlp)  # the MLP over shared memory
     live_phases 900 --backend=shm ;;
+  launch_live_phases_zero)  # --zero=2: the lost rank's optimizer shard rebuilt from its replica
+    LIVE_AT_400=step live_phases 900 --backend=gloo --zero=2 --optimizer=adamw --lr=0.003 ;;
   launch_live_mtbf)
     # Failures at a mean time between them of 3 s (exponential gaps) for 60 s
     # (MTBF_S, CHAOS_S): a random worker of 4 is killed each time, a
@@ -870,7 +878,7 @@ while True:
     # failed to form (another kill meanwhile) may exit 3 and be replaced too.
     replaced=$(grep -c "starting a replacement, the other workers keep training" "$T/rl.log")
     ((replaced >= kills)) || fail "$replaced replacements for $kills kills (seed $seed)"
-    note "seed $seed: $kills kills in ${chaos} s (MTBF ${mtbf} s), $replaced replacements, $steps steps; $(grep -c "healed from rank" "$T/rl.log") heals"
+    note "seed $seed: $kills kills in ${chaos} s (MTBF ${mtbf} s), $replaced replacements, $steps steps; $(grep -cE "healed from rank|rebuilt the sharded state" "$T/rl.log") heals"
     "$LAUNCH" --nproc=4 -- --steps="$steps" --quiet --backend=gloo --save="$T/u.st" 2>"$T/ul.log" ||
       fail "uninterrupted run failed"
     same_weights "$T/u.st" "$T/r.st" 0 ;;
@@ -1031,6 +1039,31 @@ while True:
     grep -q "healed from rank [0-2] at step" "$T/n1.log" || fail "rank 3 was not healed: $(grep -i heal "$T/n1.log")"
     note "$(grep -o "rank=3.*healed from rank [0-9] at step [0-9]*" "$T/n1.log" | head -1)"
     same_as_uninterrupted_nodes 3000 ;;
+  launch_nodes_live_zero)
+    # The same with --zero=2 and a whole node's workers lost (kill -9 of
+    # ranks 2 and 3, node 1): their optimizer shards live on only in the
+    # copies node 0 keeps (the replica distance crosses hosts); node 1
+    # starts two replacements, ranks 0 and 1 keep their processes, every
+    # rank rebuilds the state from node 0's shards and copies.
+    export PSYNC_TOKEN=launch-nodes-token
+    start_coord 4 --max-restarts=2 --recovery=live
+    zflags=(--zero=2 --optimizer=adamw --lr=0.003)
+    flags=(--steps=800 --quiet --save="$T/r.st" "${zflags[@]}")
+    start_node n0 0 "$CADDR" --max-restarts=2 --recovery=live -- "${flags[@]}"
+    start_node n1 1 "$CADDR" --max-restarts=2 --recovery=live -- "${flags[@]}"
+    wait_iteration "$CADDR" 200 "$PSYNC_TOKEN"
+    declare -A before
+    for r in 0 1 2 3; do before[$r]=$(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r"); done
+    kill -9 "${before[2]}" "${before[3]}"
+    wait_nodes n0 n1
+    for r in 0 1; do
+      grep -q "rank=$r.*rebuilt the sharded state" "$T/n0.log" || fail "rank $r did not rebuild: $(grep -i rebuilt "$T/n0.log")"
+    done
+    grep -q "(after [12] restarts\?); exit 0" "$T/n0.log" || fail "node 0 closing line: $(tail -1 "$T/n0.log")"
+    grep -q "exit 0$" "$T/n1.log" || fail "node 1 closing line: $(tail -1 "$T/n1.log")"
+    if grep -q "starting it again" "$T/n0.log"; then fail "node 0 restarted a worker: $(grep psync-launch "$T/n0.log")"; fi
+    note "$(grep -o "rank=0.*rebuilt the sharded state.*" "$T/n0.log" | head -1)"
+    same_as_uninterrupted_nodes 800 "${zflags[@]}" ;;
 
   launch_elastic|launch_elastic_live)
     # launch_elastic_live: the same with --recovery=live: node 0's ranks keep

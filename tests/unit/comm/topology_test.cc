@@ -191,5 +191,17 @@ TEST(SegmentName, StaleCleanupRemovesOnlyDeadCreatorsOfOurNamespace) {
   EXPECT_TRUE(std::ifstream(dir.File("not-ours")).good());
 }
 
+// ZeRO's replica distance: the shortest ring step that leaves every rank's
+// copy on another host; 1 where none does or everything is on one host.
+TEST(CrossHostDistance, ShortestRingStepToAnotherHost) {
+  EXPECT_EQ(CrossHostDistance(Topology()), 1);
+  EXPECT_EQ(CrossHostDistance(Topology::SingleHost(4)), 1);
+  EXPECT_EQ(CrossHostDistance(Topology::Blocks(4, 2)), 2);
+  EXPECT_EQ(CrossHostDistance(Topology::Blocks(6, 2)), 2);
+  EXPECT_EQ(CrossHostDistance(Topology::Blocks(8, 4)), 4);
+  EXPECT_EQ(CrossHostDistance(*Topology::FromHostIds({"a", "b", "a", "b"})), 1);
+  EXPECT_EQ(CrossHostDistance(*Topology::FromHostIds({"x", "y", "x", "x"})), 1);  // none: rank 2 -> 3 stays on x
+}
+
 }  // namespace
 }  // namespace psync::comm
