@@ -156,7 +156,8 @@ std::shared_ptr<const SharedJoinResponse> Generation::Start(Clock::time_point no
   resp.set_plan_lookahead(cfg_.plan_lookahead);
   resp.set_start_iteration(rendezvous_.start_iteration());
   if (rendezvous_.heal_source() >= 0) resp.set_heal_source(rendezvous_.heal_source());
-  resp.set_live_recovery(cfg_.recovery == JobConfig::Recovery::kLive);
+  // Only where a lost rank can be recovered at all (--max-restarts > 0).
+  resp.set_live_recovery(cfg_.recovery == JobConfig::Recovery::kLive && cfg_.max_restarts > 0);
   rendezvous_.FillHosts(&resp);
   shared->bytes = resp.SerializeAsString();
   return shared;

@@ -46,6 +46,19 @@ void ShardRecords::Reset(const ShardPlan& plan, size_t buffers, const std::vecto
   }
 }
 
+int64_t ShardRecords::bytes() const {
+  int64_t n = 0;
+  auto add = [&](const Slot& slot) {
+    for (const Tensor& t : slot.buckets) n += static_cast<int64_t>(t.nbytes());
+  };
+  add(previous_);
+  for (const Copy& k : copies_) {
+    add(k.slots[0]);
+    add(k.slots[1]);
+  }
+  return n;
+}
+
 void ShardRecords::KeepPrevious(size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers, int64_t step) {
   const int64_t s = plan_.shard(b);
   Tensor& record = previous_.buckets[b];

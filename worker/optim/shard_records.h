@@ -53,6 +53,8 @@ class ShardRecords {
   // or another copy's). Throws (allocation) as the tensor library does.
   void Reset(const ShardPlan& plan, size_t buffers, const std::vector<DType>& dtypes, int distance, int copies);
   bool enabled() const { return !copies_.empty(); }
+  // Bytes of every record held.
+  int64_t bytes() const;
   int copies() const { return static_cast<int>(copies_.size()); }
   // The rank whose shard copy c holds (in plan's numbering).
   int replica_of(int c) const { return copies_[static_cast<size_t>(c)].of; }

@@ -352,7 +352,8 @@ absl::Status ShardedOptimizer::Reshard() {
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
-  int64_t bytes = static_cast<int64_t>(params_.size() * sizeof(int64_t));
+  // The live-recovery copies count: they are optimizer state this rank holds.
+  int64_t bytes = static_cast<int64_t>(params_.size() * sizeof(int64_t)) + records_.bytes();
   for (const auto& per_bucket : state_) {
     for (const Tensor& t : per_bucket) bytes += static_cast<int64_t>(t.nbytes());
   }

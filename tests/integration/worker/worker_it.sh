@@ -884,11 +884,12 @@ while True:
     same_weights "$T/u.st" "$T/r.st" 0 ;;
 
   launch_restart_zero)
-    # --max-restarts with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker restarts from the
-    # newest checkpoint (the sharded state gathered into it, re-sliced on resume), the job ends with the
-    # weights of an uninterrupted --zero=2 run, bit for bit
+    # --max-restarts --recovery=restart with --zero=2 over shm: kill -9 of rank 1 mid-run, every worker
+    # restarts from the newest checkpoint (the sharded state gathered into it, re-sliced on resume), the
+    # job ends with the weights of an uninterrupted --zero=2 run, bit for bit (live recovery with --zero:
+    # launch_live_phases_zero)
     ZF=(--zero=2 --optimizer=adamw --lr=0.01 --weight-decay=0.1 --bucket-cap-mb=0.004 --first-bucket-mb=0.001)
-    "$LAUNCH" --nproc=2 --max-restarts=1 -- --steps=2000 --quiet --save="$T/r.st" "${ZF[@]}" \
+    "$LAUNCH" --nproc=2 --max-restarts=1 --recovery=restart -- --steps=2000 --quiet --save="$T/r.st" "${ZF[@]}" \
       --checkpoint-dir="$T/ck" --checkpoint-every=100 >"$T/rl.log" 2>&1 &
     LP=$!; PIDS+=("$LP")
     launcher_coordinator "$T/rl.log"

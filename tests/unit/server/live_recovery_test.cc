@@ -141,6 +141,7 @@ TEST(LiveRecovery, SurvivorsAreAskedToRejoinAndTheNextGenerationHealsTheReplacem
     EXPECT_EQ(j->r->start_iteration(), 1);
     ASSERT_TRUE(j->r->has_heal_source());
     EXPECT_EQ(j->r->heal_source(), 0);
+    EXPECT_TRUE(j->r->live_recovery()) << "--zero workers keep copies of their shards";
   }
   const std::string complete = LastEvent(job, v1::EVENT_WORLD_COMPLETE);
   EXPECT_EQ(complete.rfind("world complete: 3 ranks (generation 2, from iteration 1): live recovery: 2 rank(s) kept "
@@ -167,6 +168,22 @@ TEST(LiveRecovery, SurvivorsAreAskedToRejoinAndTheNextGenerationHealsTheReplacem
 // every generation formed after a loss starts with it (not the initial
 // reverse order), because the layout decides the order each gradient
 // element is summed in (PlanAggregator::CarryBucketPlan).
+// JoinResponse.live_recovery tells --zero workers to keep copies of their
+// optimizer shards: only where a lost rank can be recovered in place.
+TEST(LiveRecovery, JoinSaysWhetherSurvivorsStay) {
+  for (const auto& [recovery, restarts, want] : {std::tuple{JobConfig::Recovery::kLive, 2, true},
+                                                 std::tuple{JobConfig::Recovery::kLive, 0, false},
+                                                 std::tuple{JobConfig::Recovery::kRestart, 2, false}}) {
+    ManualScheduler sched;
+    JobConfig cfg = LiveCfg(1, restarts);
+    cfg.recovery = recovery;
+    JobState job(cfg, &sched);
+    auto j = StartJoin(job, Fresh(0));
+    ASSERT_TRUE(j->r.ok()) << j->r.status();
+    EXPECT_EQ(j->r->live_recovery(), want) << RecoveryName(recovery) << ", --max-restarts=" << restarts;
+  }
+}
+
 TEST(LiveRecovery, EveryLaterGenerationKeepsTheJobsBucketLayout) {
   ManualScheduler sched;
   JobState job(LiveCfg(2, 3), &sched);
