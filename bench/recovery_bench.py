@@ -22,7 +22,11 @@ and for live the heal time the workers log ("healed from rank R at step S
 weights file). Prints a table and RESULT lines.
 
   /usr/bin/python3 bench/recovery_bench.py [--build=build] [--world=2]
-      [--kills=3] [--spacing=150] [--every=100] [--steps=0]
+      [--kills=3] [--spacing=150] [--every=100] [--steps=0] [--zero=0]
+
+With --zero=1|2 the optimizer state is sharded: live recovery rebuilds it on
+every rank from the survivors' shards and copies ("rebuilt the sharded state
+... (T s)", reported as the heal).
 """
 import argparse
 import glob
@@ -67,6 +71,8 @@ def run(mode, a, work):
              f"--save={d}/final.st"]
     if mode == "restart":
         flags += [f"--checkpoint-dir={d}/ck", f"--checkpoint-every={a.every}"]
+    if a.zero:
+        flags += [f"--zero={a.zero}"]
     launch = os.path.join(a.build, "client/launch/psync-launch")
     log = open(os.path.join(d, "log"), "w")
     p = subprocess.Popen([launch, f"--nproc={a.world}", f"--max-restarts={a.kills}", f"--recovery={mode}", "--"] +
@@ -119,7 +125,8 @@ def run(mode, a, work):
         starts = [int(x) for x in re.findall(r"rank=0\] generation \d+ ended .*? with the state of step (\d+)", text)]
     else:
         starts = [int(x) for x in re.findall(r"rank=0\] resumed from \S+ \(step (\d+)", text)]
-    heals = [float(t) for t in re.findall(r"healed from rank \d+ at step \d+ \(([0-9.]+) s", text)]
+    heals = [float(t) for t in re.findall(r"(?:healed from rank \d+|rebuilt the sharded state from the survivors' shards)"
+                                          r" at step \d+ \(([0-9.]+) s", text)]
     for i, r in enumerate(rows):
         # Completed steps whose work was thrown away (the interrupted
         # iteration, never completed, is not one).
@@ -136,12 +143,13 @@ def main():
     ap.add_argument("--spacing", type=int, default=150, help="steps between kills")
     ap.add_argument("--every", type=int, default=100, help="restart mode's --checkpoint-every")
     ap.add_argument("--steps", type=int, default=0, help="the job's --steps (0: enough for the kills)")
+    ap.add_argument("--zero", type=int, default=0, help="the workers' --zero")
     a = ap.parse_args()
     if a.steps == 0:
         a.steps = a.spacing * (a.kills + 2)
     work = tempfile.mkdtemp(prefix="psync-recovery-bench-")
     corpus(os.path.join(work, "corpus.txt"))
-    print(f"recovery bench: GPT L=4 C=128 T=64, global batch 32, world {a.world}, {a.kills} kill(s) "
+    print(f"recovery bench: GPT L=4 C=128 T=64, global batch 32, world {a.world}, --zero={a.zero}, {a.kills} kill(s) "
           f"every {a.spacing} steps; restart checkpoints every {a.every}; load {os.getloadavg()[0]:.1f}")
     print(f"{'mode':8} {'kill':>4} {'first step s':>13} {'caught up s':>12} {'lost steps':>10}")
     summary = {}
@@ -156,7 +164,7 @@ def main():
         if heals:
             h = statistics.median(heals)
             extra = f" heal_s={h:.3f} state_mb={state_mb:.1f} heal_mb_per_s={state_mb / h if h > 0 else 0:.0f}"
-        print(f"RESULT impl=psync-recovery mode={mode} world={a.world} first_step_s={first:.3f} "
+        print(f"RESULT impl=psync-recovery mode={mode} world={a.world} zero={a.zero} first_step_s={first:.3f} "
               f"caught_up_s={caught:.3f} lost_steps_median={statistics.median(r['lost'] for r in rows)}"
               + extra)
     print(f"live/restart: first step {summary['live'][0] / summary['restart'][0]:.2f}x, "
