@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "psync/tensor/ops.h"
+#include "worker/comm/joined_work.h"
 
 namespace psync::optim {
 
@@ -94,11 +95,7 @@ void ShardRecords::Shift(comm::ProcessGroup& group, size_t b, const Tensor& para
 
 absl::Status ShardRecords::WaitShifts(std::chrono::milliseconds timeout) {
   if (shifts_.empty()) return absl::OkStatus();
-  absl::Status first;
-  for (const auto& w : shifts_) {
-    absl::Status st = w->Wait(timeout);
-    if (!st.ok() && first.ok()) first = st;
-  }
+  const absl::Status first = comm::JoinedWork(std::move(shifts_), "optimizer replica shifts").Wait(timeout);
   shifts_.clear();
   for (Copy& k : copies_) {
     if (first.ok() && k.receiving >= 0) k.slots[k.receiving].step = receiving_step_;

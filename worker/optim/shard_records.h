@@ -28,6 +28,9 @@
 // elements, 15P/W for AdamW with two copies (P parameters, W ranks), and
 // `copies` shifts of 3P/W a step.
 //
+// Records are CPU tensors: live recovery runs on CPU groups (CUDA jobs
+// resume from a checkpoint, JobSession::RejoinGeneration).
+//
 // Threads: the training thread (the shifts' buffers are the group's
 // between the shift and its completion).
 #pragma once

@@ -225,7 +225,8 @@ absl::Status WorkerRun::SetUpTraining() {
   // --zero: the optimizer updates the shards DDP's buckets hand it (and,
   // with live recovery, keeps each step's shard on another rank too).
   if (sharded != nullptr) {
-    if (session_->live_recovery()) sharded->EnableReplicas(session_->replica_distance());
+    // Not on CUDA, which cannot rejoin in place yet (JobSession::RejoinGeneration).
+    if (session_->live_recovery() && !device_.is_cuda()) sharded->EnableReplicas(session_->replica_distance());
     sharded->set_step(first_step_);
   }
   if (absl::Status st = ddp::AttachOptimizer(*optimizer_, *ddp_, precision_); !st.ok()) {
