@@ -61,12 +61,13 @@ int64_t ShardRecords::bytes() const {
 }
 
 void ShardRecords::KeepPrevious(size_t b, const Tensor& param_shard, const std::vector<Tensor>& buffers, int64_t step) {
-  const int64_t s = plan_.shard(b);
-  Tensor& record = previous_.buckets[b];
-  ops::Copy(Part(record, s, 0), param_shard);
-  // A bucket without parameters has no state buffers: its record stays zero.
-  for (size_t k = 0; k < buffers.size(); ++k) ops::Copy(Part(record, s, k + 1), buffers[k]);
+  Pack(previous_.buckets[b], plan_.shard(b), param_shard, buffers);
   previous_.step = step;
+}
+
+void ShardRecords::Pack(Tensor& record, int64_t shard, const Tensor& param_shard, const std::vector<Tensor>& buffers) {
+  ops::Copy(Part(record, shard, 0), param_shard);
+  for (size_t k = 0; k < buffers.size(); ++k) ops::Copy(Part(record, shard, k + 1), buffers[k]);
 }
 
 void ShardRecords::Shift(comm::ProcessGroup& group, size_t b, const Tensor& param_shard,

@@ -85,6 +85,9 @@ class ShardRecords {
   // record to write), the other slots and the previous record are forgotten.
   void Refill(int64_t step, const std::function<void(size_t b, int owner, Tensor& record)>& fill);
 
+  // Writes a live shard (`param_shard`, `buffers`, s elements each) into
+  // `record`; a bucket without parameters has no buffers: those parts stay.
+  static void Pack(Tensor& record, int64_t shard, const Tensor& param_shard, const std::vector<Tensor>& buffers);
   // A record's parts: the parameter values and buffer k (s elements each).
   static Tensor Part(const Tensor& record, int64_t shard, size_t k) { return record.View(static_cast<int64_t>(k) * shard, {shard}); }
 

@@ -176,8 +176,7 @@ Tensor ShardedOptimizer::RecordAt(size_t b, int owner, int64_t step) const {
   if (owner == plan_.rank && step_ == step) {
     const int64_t s = plan_.shard(b);
     Tensor rec = Tensor::Zeros({static_cast<int64_t>(1 + buffer_names_.size()) * s}, OwnParams(b).dtype());
-    ops::Copy(ShardRecords::Part(rec, s, 0), OwnParams(b));
-    for (size_t k = 0; k < state_[b].size(); ++k) ops::Copy(ShardRecords::Part(rec, s, k + 1), state_[b][k]);
+    ShardRecords::Pack(rec, s, OwnParams(b), state_[b]);
     return rec;
   }
   const std::vector<Tensor>* records = owner == plan_.rank ? records_.Previous(step) : nullptr;
