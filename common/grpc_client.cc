@@ -36,6 +36,12 @@ grpc::ChannelArguments KeepaliveChannelArgs() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Why short: a coordinator that restarts (failover) is back within a
+  // second or two; gRPC's own backoff (1 s growing to 120 s) would keep the
+  // workers away from it long after.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return args;
 }
 

@@ -20,7 +20,8 @@
 #                       worker-0 exits 4 naming rank 1, the coordinator reports
 #                       ABORTED with rank 1 LOST, no weights are saved
 #   coordinator-killed  `docker kill` of the coordinator mid-run: both workers exit 5
-#                       (with PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
+#                       once their 3 s of --coordinator-grace passed (with
+#                       PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
 #   nodes-worker-killed docker-compose.nodes.yml (two node containers, psync-launch
 #                       --nnodes=2 --nproc=2 each, world 4): psync-worker in node-1
 #                       killed; node-1's launcher replaces it alone, the three other
@@ -803,11 +804,12 @@ scenario_worker_killed_no_restart() {
 }
 
 scenario_coordinator_killed() {
-  # What is checked is a worker's own reaction to losing the coordinator
-  # (exit 5 within a second). With the default restart policy Docker would
-  # start the workers again, only to fail to reach the killed coordinator
-  # (exit 3) until their restarts are used up: nothing more to learn here.
-  local -x PSYNC_WORKER_RESTART=no
+  # What is checked is a worker's own reaction to losing the coordinator for
+  # good: it rides through for its --coordinator-grace (3 s here), then exits
+  # 5. With the default restart policy Docker would start the workers again,
+  # only to fail to reach the killed coordinator (exit 3) until their
+  # restarts are used up: nothing more to learn here.
+  local -x PSYNC_WORKER_RESTART=no PSYNC_COORDINATOR_GRACE=3s
   up_job || return 1
   wait_running 20 || return 1
   local rc0 rc1 died

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "psync/common/status_macros.h"
+#include "server/limits.h"
 #include "server/liveness_policy.h"  // DurationText
 
 namespace psync::server {
@@ -35,7 +37,9 @@ Generation::Generation(const JobConfig& cfg, int64_t number, std::string previou
       store_prefix_(StorePrefix(cfg.job_id, number)),
       rendezvous_(world_size > 0 ? world_size : cfg.world_size),
       plans_(world_size > 0 ? world_size : cfg.world_size, cfg.plan_lookahead),
-      ranks_(static_cast<size_t>(world_size > 0 ? world_size : cfg.world_size)) {}
+      ranks_(static_cast<size_t>(world_size > 0 ? world_size : cfg.world_size)) {
+  plans_.set_epoch(cfg.epoch);
+}
 
 std::unique_ptr<Generation> Generation::OfJoined(std::vector<int>* old_ranks) const {
   auto g = std::make_unique<Generation>(cfg_, number_, previous_end_, rendezvous_.joined());
@@ -113,6 +117,13 @@ absl::Status Generation::EndedGeneration(int r, int64_t generation) const {
       ": this worker must exit, and a new one Join generation ", number_));
 }
 
+absl::Status Generation::CheckStreamGeneration(int r, int64_t asked) const {
+  if (asked == number_) return absl::OkStatus();
+  if (asked > 0 && asked < number_) return EndedGeneration(r, asked);
+  return absl::FailedPreconditionError(
+      absl::StrCat("hello.generation ", asked, " is not the job's generation ", number_, ": Join again"));
+}
+
 absl::StatusOr<int> Generation::AddMember(const v1::JoinRequest& req) {
   absl::StatusOr<int> r = rendezvous_.PickRank(req);
   if (!r.ok()) return r;
@@ -124,6 +135,96 @@ absl::StatusOr<int> Generation::AddMember(const v1::JoinRequest& req) {
   rank(*r) = RankRuntime{};
   rank(*r).state = v1::WORKER_JOINED;
   return r;
+}
+
+absl::StatusOr<std::unique_ptr<Generation>> Generation::Resumed(const JobConfig& cfg, const v1::Hello& hello,
+                                                                Clock::time_point now) {
+  const v1::Resume& res = hello.resume();
+  const int n = res.world_size();
+  if (n < cfg.min_world_size || n > cfg.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", hello.rank(), " resumes generation ", hello.generation(), " with ", n, " ranks, but job '",
+        cfg.job_id, "' has world size ", cfg.world_size,
+        cfg.Elastic() ? absl::StrCat(" (at least ", cfg.min_world_size, ")") : std::string(),
+        ": start the coordinator with the flags it ran with"));
+  }
+  if (res.plan_lookahead() != cfg.plan_lookahead) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", hello.rank(), " runs with plan lookahead ", res.plan_lookahead(), " but this coordinator's is ",
+        cfg.plan_lookahead, ": start it with --plan-lookahead=", res.plan_lookahead()));
+  }
+  auto g = std::make_unique<Generation>(cfg, hello.generation(), "", n);
+  g->resumed_ = true;
+  g->first_resume_ = res;
+  g->world_complete_time_ = now;
+  // Why K back: no rank holds a plan more than K ahead of another's (its
+  // report of p+K needed Plan{p}), and each keeps its reports back to
+  // next_plan - 2K, so every rank can report every iteration from here.
+  g->resumed_at_ = std::max(res.start_iteration(), res.next_plan() - cfg.plan_lookahead);
+  PSYNC_RETURN_IF_ERROR(g->AddResumed(hello));
+  g->plans_.Resume(g->resumed_at_, res.bucket_plan(), res.bucket_plan_announced_in(), res.stop_after(),
+                   res.stop_reason(), res.regroup());
+  return g;
+}
+
+namespace {
+
+// What a Resume may say at all (coordinator.proto limits), before it is
+// compared with anything: iterations in order and in range, a short reason.
+absl::Status CheckResumeFields(const v1::Resume& res, int rank) {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("resume of rank ", rank, ": ", what));
+  };
+  if (res.start_iteration() < 0 || res.start_iteration() > kMaxIteration) {
+    return bad(absl::StrCat("start_iteration ", res.start_iteration(), " is out of range 0..2^62"));
+  }
+  if (res.next_plan() < res.start_iteration() || res.next_plan() > kMaxIteration) {
+    return bad(absl::StrCat("next_plan ", res.next_plan(), " is before start_iteration ", res.start_iteration(),
+                            " or beyond 2^62"));
+  }
+  if (res.bucket_plan_announced_in() < -1 || res.bucket_plan_announced_in() >= res.next_plan()) {
+    return bad(absl::StrCat("bucket_plan_announced_in ", res.bucket_plan_announced_in(),
+                            " is not -1 or an iteration before next_plan ", res.next_plan()));
+  }
+  if (res.stop_after() < -1 || res.stop_after() > kMaxIteration) {
+    return bad(absl::StrCat("stop_after ", res.stop_after(), " is out of range -1..2^62"));
+  }
+  if (res.stop_reason().size() > kMaxStringBytes) {
+    return bad(absl::StrCat("stop_reason is ", res.stop_reason().size(), " bytes, more than ", kMaxStringBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Generation::AddResumed(const v1::Hello& hello) {
+  const v1::Resume& res = hello.resume();
+  const int r = hello.rank();
+  PSYNC_RETURN_IF_ERROR(CheckResumeFields(res, r));
+  auto differs = [&](const char* what, int64_t theirs, int64_t ours) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", r, " resumes generation ", number_, " with ", what, " ",
+                                                      theirs, " but the first rank to resume had ", ours));
+  };
+  if (res.world_size() != world_size()) return differs("world size", res.world_size(), world_size());
+  if (res.start_iteration() != first_resume_.start_iteration()) {
+    return differs("start iteration", res.start_iteration(), first_resume_.start_iteration());
+  }
+  if (res.plan_lookahead() != first_resume_.plan_lookahead()) {
+    return differs("plan lookahead", res.plan_lookahead(), first_resume_.plan_lookahead());
+  }
+  if (rendezvous_.has_reference() && res.next_plan() < resumed_at_) {
+    return differs("its next plan at iteration", res.next_plan(), resumed_at_);
+  }
+  v1::JoinRequest req = res.join();
+  req.set_requested_rank(r);
+  PSYNC_RETURN_IF_ERROR(CheckJoinRequest(req, cfg_));
+  PSYNC_RETURN_IF_ERROR(AddMember(req).status());
+  // Why: it may hold a stop plan the first rank had not received; no plan
+  // went out since (none can before every rank re-attached).
+  plans_.KeepStop(res.stop_after(), res.stop_reason(), res.regroup());
+  // It may have started every step up to K past the plans it holds.
+  plans_.NoStopBefore(res.next_plan() + res.plan_lookahead() - 1);
+  return absl::OkStatus();
 }
 
 int64_t Generation::FurthestReported() const {
@@ -167,7 +268,7 @@ absl::Status Generation::CheckAttachable(const std::vector<int>& ranks, bool hos
   const int first = ranks.front();
   for (int r : ranks) {
     const RankRuntime& m = rank(r);
-    if (!rendezvous_.complete() || !rendezvous_.member(r).joined) {
+    if ((!rendezvous_.complete() && !resumed_) || !rendezvous_.member(r).joined) {
       return absl::FailedPreconditionError(absl::StrCat("rank ", r, host ? " (in hello.ranks)" : "",
                                                         " has not completed Join: open the Train stream after "
                                                         "Join returns"));
@@ -235,6 +336,9 @@ absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_poi
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", r, " is not training (", v1::WorkerState_Name(m.state), ")"));
   }
+  if (resumed_ && plans_.last_reported(r) < 0 && report.iteration() < resumed_at_) {
+    return absl::OkStatus();  // sent again after a Resume, older than the plans resumed at
+  }
   if (absl::Status st = plans_.Validate(r, report); !st.ok()) return st;
   plans_.Add(r, report, now);
   if (plans_.started() && last_plan_time_ == Clock::time_point{}) last_plan_time_ = now;
@@ -294,6 +398,16 @@ void Generation::Heard(int r, int64_t iteration, Clock::time_point now) {
 }
 
 std::optional<LostVerdict> Generation::LostRank(Clock::time_point now) const {
+  if (resumed_ && !rendezvous_.complete() && now - world_complete_time_ > cfg_.heartbeat_timeout) {
+    // Why the heartbeat timeout: a live worker retries its stream at least
+    // once a second, so one not back by then is gone.
+    for (int r = 0; r < world_size(); ++r) {
+      if (!rendezvous_.member(r).joined) {
+        return LostVerdict{r, absl::StrCat("did not re-attach within ", DurationText(cfg_.heartbeat_timeout),
+                                           " of the coordinator's restart")};
+      }
+    }
+  }
   std::vector<RankActivity> activity(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const RankRuntime& m = ranks_[r];

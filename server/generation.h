@@ -63,6 +63,23 @@ class Generation {
   // `old_ranks[i]` is the rank new rank i had here.
   std::unique_ptr<Generation> OfJoined(std::vector<int>* old_ranks) const;
 
+  // Coordinator failover (coordinator.proto, "Resume"): the running
+  // generation rebuilt from the first rank's Resume in `hello` (its number,
+  // world size and start) by a coordinator that just started; plans resume
+  // at max(start, next_plan - K). The other ranks re-attach one by one
+  // (AddResumed); one that does not within the heartbeat timeout of `now`
+  // is lost (LostRank). FailedPrecondition when the Resume does not fit this
+  // coordinator's job (world size, lookahead), naming the value.
+  static absl::StatusOr<std::unique_ptr<Generation>> Resumed(const JobConfig& cfg, const v1::Hello& hello,
+                                                             Clock::time_point now);
+  bool resumed() const { return resumed_; }
+  // Records rank hello.rank's Resume: its Join as a member (checked as a
+  // Join is) and the stop it holds; FailedPrecondition naming the rank and
+  // the value when it does not fit the first Resume.
+  absl::Status AddResumed(const v1::Hello& hello);
+  // Resumed: how many ranks re-attached so far.
+  int resumed_ranks() const { return rendezvous_.joined(); }
+
   int64_t number() const { return number_; }
   const std::string& previous_end() const { return previous_end_; }
   const std::string& store_prefix() const { return store_prefix_; }
@@ -95,6 +112,10 @@ class Generation {
   // Why a Join for generation `asked` is refused; `joinable` is the one it
   // could join, `restarts` the restarts used so far.
   std::string JoinRefusal(int64_t asked, int64_t joinable, int restarts) const;
+  // Whether a Train stream's hello of generation `asked` (for `rank`) may
+  // attach: this generation's; an ended one is refused (EndedGeneration),
+  // any other too (Join again).
+  absl::Status CheckStreamGeneration(int rank, int64_t asked) const;
   // Refuses a call on a stream of generation `generation` (an ended one), naming `rank`.
   absl::Status EndedGeneration(int rank, int64_t generation) const;
 
@@ -168,6 +189,12 @@ class Generation {
   std::string start_note_;
   Clock::time_point last_plan_time_{};
   bool rejoin_passed_ = false;
+  // Resumed (coordinator failover): the first Resume, which the others must
+  // fit, and the iteration the plans resumed at (older reports sent again
+  // are dropped).
+  bool resumed_ = false;
+  v1::Resume first_resume_;
+  int64_t resumed_at_ = 0;
   // DONE ranks: the lowest last reported iteration among them (a report
   // beyond it means ranks ran different numbers of steps).
   int64_t min_done_iteration_ = std::numeric_limits<int64_t>::max();

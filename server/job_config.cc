@@ -39,6 +39,14 @@ JobConfig ResolveJobConfig(JobConfig c) {
   c.plan_lookahead = std::clamp(c.plan_lookahead, 1, kMaxPlanLookahead);
   c.max_restarts = std::clamp(c.max_restarts, 0, kMaxRestarts);
   c.min_world_size = c.min_world_size <= 0 ? c.world_size : std::clamp(c.min_world_size, 1, c.world_size);
+  if (c.epoch <= 0) {
+    // Why the clock: a coordinator that starts again knows nothing of its
+    // predecessor, yet must outrank it; its start time does, on any clock
+    // that does not run backwards between the two starts.
+    c.epoch = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  }
   return c;
 }
 

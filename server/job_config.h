@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,10 @@ struct JobConfig {
   // rejoin_timeout has passed since it opened. 0 = world_size (not elastic).
   int min_world_size = 0;
   std::chrono::milliseconds rejoin_timeout{30000};
+  // Coordinator failover (coordinator.proto): this coordinator's epoch,
+  // carried by every plan; each start must take a higher one than any the
+  // workers obeyed. 0 = the start time in ms since 1970 (ResolveJobConfig).
+  int64_t epoch = 0;
 
   bool Elastic() const { return min_world_size > 0 && min_world_size < world_size; }
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "psync/common/status_macros.h"
+#include "server/job_resume.h"
 #include "server/limits.h"
 #include "server/liveness_policy.h"
 
@@ -24,6 +25,11 @@ JobState::JobState(JobConfig config, Scheduler* scheduler, FlushRunner* flushes)
 void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> l(mu_);
   generation_end_hook_ = std::move(hook);
+}
+
+void JobState::SetFencedHook(std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> l(mu_);
+  fenced_hook_ = std::move(hook);
 }
 
 namespace {
@@ -53,14 +59,23 @@ void RefuseWaitingJoins(PendingJoins& joins, Generation& gen, const v1::JoinRequ
 // The ABORT plan at `iteration` for `reason` (for `ranks` only, when given:
 // Plan.ranks). `rejoin` > 0: Plan.rejoin_generation (live recovery: stay
 // and Join it).
-PlanPtr AbortPlan(int64_t iteration, const std::string& reason, std::vector<int> ranks = {}, int64_t rejoin = 0) {
+PlanPtr AbortPlan(int64_t epoch, int64_t iteration, const std::string& reason, std::vector<int> ranks = {},
+                  int64_t rejoin = 0) {
   auto plan = std::make_shared<v1::Plan>();
+  plan->set_epoch(epoch);
   plan->set_iteration(iteration);
   plan->set_action(v1::ABORT);
   plan->set_reason(reason);
   plan->set_rejoin_generation(rejoin);
   for (int r : ranks) plan->add_ranks(r);
   return plan;
+}
+
+// A Train stream's hello must name this coordinator's job.
+absl::Status CheckHelloJob(const v1::Hello& hello, const JobConfig& cfg) {
+  if (hello.job_id() == cfg.job_id) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("job id '", hello.job_id().substr(0, 128),
+                                                    "' does not match this coordinator's job '", cfg.job_id, "'"));
 }
 
 }  // namespace
@@ -195,20 +210,13 @@ void JobState::CancelJoin(uint64_t ticket) {
 // ---------------------------------------------------------------- train streams
 
 absl::StatusOr<StreamRef> JobState::Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> sink) {
+  Outbox out;
   std::lock_guard<std::mutex> l(mu_);
-  if (hello.job_id() != cfg_.job_id) {
-    return absl::FailedPreconditionError(absl::StrCat("job id '", hello.job_id().substr(0, 128),
-                                                      "' does not match this coordinator's job '", cfg_.job_id, "'"));
-  }
+  PSYNC_RETURN_IF_ERROR(CheckHelloJob(hello, cfg_));
+  if (hello.has_resume()) PSYNC_RETURN_IF_ERROR(JobResume::Resume(*this, hello, &out));
   PSYNC_ASSIGN_OR_RETURN(const std::vector<int> ranks, HelloRanks(hello, gen_->world_size()));
   const int64_t g = gen_->number();
-  if (hello.generation() != g) {
-    if (hello.generation() > 0 && hello.generation() < g) {
-      return gen_->EndedGeneration(ranks.front(), hello.generation());
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("hello.generation ", hello.generation(), " is not the job's generation ", g, ": Join again"));
-  }
+  PSYNC_RETURN_IF_ERROR(gen_->CheckStreamGeneration(ranks.front(), hello.generation()));
   if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
   if (state_ == v1::JOB_FINISHED) return absl::FailedPreconditionError("job has finished");
   const bool host = hello.ranks_size() > 0;
@@ -392,7 +400,7 @@ void JobState::AbortLocked(const std::string& reason, Outbox* out) {
   reason_ = reason;
   joins_.FailQueued(absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' was aborted (", reason, ")")),
                     out);
-  delivery_.BroadcastNow(AbortPlan(gen_->plans().next_plan(), reason), out);  // never held back
+  delivery_.BroadcastNow(AbortPlan(cfg_.epoch, gen_->plans().next_plan(), reason), out);  // never held back
   delivery_.ReleaseAll();
   joins_.FailWaiting(
       absl::FailedPreconditionError(absl::StrCat("job '", cfg_.job_id, "' ended during rendezvous: ", reason)), out);
@@ -419,7 +427,7 @@ void JobState::MarkRanksLostLocked(const std::vector<int>& candidates, const std
       // blamed for a missing report): it stops instead of waiting. Plan.ranks
       // names it, so a host stream passes this one to it alone.
       delivery_.SendTo(
-          rank, AbortPlan(gen_->plans().next_plan(), absl::StrCat("this rank was declared lost: ", msg), {rank}), out);
+          rank, AbortPlan(cfg_.epoch, gen_->plans().next_plan(), absl::StrCat("this rank was declared lost: ", msg), {rank}), out);
       delivery_.Release(rank);
     }
     events_.Append(v1::EVENT_LOST, rank, gen_->plans().next_plan(),
@@ -448,7 +456,7 @@ void JobState::RestartLocked(int lost_rank, const std::string& why, Outbox* out)
   const bool live = cfg_.recovery == JobConfig::Recovery::kLive;
   const std::string ask = RestartAsk(cfg_, restarts_, ended + 1);
   delivery_.BroadcastNow(
-      AbortPlan(gen_->plans().next_plan(), absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask), {},
+      AbortPlan(cfg_.epoch, gen_->plans().next_plan(), absl::StrCat("generation ", ended, " aborted: ", why, "; ", ask), {},
                 live ? ended + 1 : 0),
       out);  // never held back
   delivery_.ReleaseAll();

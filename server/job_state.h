@@ -113,7 +113,8 @@ namespace psync::server {
 struct JobMetrics;  // job_metrics.h
 
 class JobState {
-  friend struct JobViews;  // job_views.cc: the views' job-wide part
+  friend struct JobViews;   // job_views.cc: the views' job-wide part
+  friend struct JobResume;  // job_resume.h: coordinator failover's part of Attach
 
  public:
   using Clock = std::chrono::steady_clock;
@@ -134,6 +135,11 @@ class JobState {
   // with that generation's store prefix, so its bootstrap keys can be
   // dropped. Set before serving.
   void SetGenerationEndHook(std::function<void(const std::string& store_prefix)> hook);
+
+  // Coordinator failover: runs (never with the lock held) when a worker
+  // resumes with a newer epoch than this coordinator's: a newer coordinator
+  // drives the job, so this one must go (`why` names both epochs).
+  void SetFencedHook(std::function<void(const std::string& why)> hook);
 
   // Rendezvous. `done` runs exactly once, never with the lock held: from
   // this call (refused, or this Join completed the world), or later (the
@@ -157,6 +163,13 @@ class JobState {
   // Heartbeat.rank must be its rank). Calls of an ended generation get
   // FailedPrecondition naming both generations. An error is a protocol
   // violation: the caller ends the stream with it (and calls StreamClosed).
+  //
+  // A hello with `resume` (coordinator.proto, "Coordinator failover")
+  // re-registers a rank with this coordinator: the first one rebuilds the
+  // running generation when this coordinator has met no job yet, the others
+  // re-attach to it; the plans go on once all have. Refused when this
+  // coordinator formed a generation of its own meanwhile, or (fenced) when
+  // the rank obeyed a newer coordinator.
   absl::StatusOr<StreamRef> Attach(const v1::Hello& hello, std::shared_ptr<PlanSink> sink);
   absl::Status Report(const StreamRef& stream, const v1::Report& report);
   // Host streams only: the reports in order, checked whole before any
@@ -256,6 +269,7 @@ class JobState {
   std::string reason_;
   int restarts_ = 0;
   std::function<void(const std::string&)> generation_end_hook_;
+  std::function<void(const std::string&)> fenced_hook_;
   PendingJoins joins_;
   PlanDelivery delivery_;
   JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations

@@ -208,7 +208,17 @@ int main(int argc, char** argv) {
     std::cout << "psync-coordinator metrics on http://" << opt.metrics_host << ":" << (*server)->metrics_port()
               << "/metrics" << std::endl;
   }
-  std::cout << "psync-coordinator listening on " << opt.host << ":" << port << std::endl;
+  // Coordinator failover: a worker that obeyed a newer coordinator found
+  // this one (it was paused or cut off while another took over). Why exit
+  // at once, without the usual shutdown: that would send ABORT plans to
+  // whoever still listens, and the job is the newer coordinator's now.
+  (*server)->job().SetFencedHook([](const std::string& why) {
+    std::fprintf(stderr, "psync-coordinator: fenced: %s\n", why.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+  std::cout << "psync-coordinator listening on " << opt.host << ":" << port << " (epoch "
+            << (*server)->job().config().epoch << ")" << std::endl;
   LogJob(opt);
   WaitForTheEnd(sigs, **server, absl::GetFlag(FLAGS_exit_when_done));
   (*server)->Shutdown();

@@ -13,7 +13,8 @@ namespace psync::server {
 PlanAggregator::PlanAggregator(int world_size, int lookahead)
     : world_(world_size),
       k_(std::max(1, lookahead)),
-      slots_(static_cast<size_t>(k_)),
+      window_(k_),
+      slots_(static_cast<size_t>(window_)),
       last_reported_(static_cast<size_t>(world_size), -1) {}
 
 void PlanAggregator::SetModel(const std::vector<int64_t>& param_bytes, int64_t first_cap, int64_t cap) {
@@ -37,8 +38,42 @@ void PlanAggregator::Start(int64_t first_iteration) {
     current_bucket_plan_ = carried_bucket_plan_;
   }
   next_plan_ = first_iteration;
-  for (int64_t j = first_iteration; j < first_iteration + k_; ++j) ResetSlot(j);
+  for (int64_t j = first_iteration; j < first_iteration + window_; ++j) ResetSlot(j);
   if (stop_after_ == kStopAtFirst) stop_after_ = next_plan_ + k_ - 1;
+}
+
+void PlanAggregator::Resume(int64_t first, const v1::BucketPlan& held, int64_t announced_in, int64_t stop_after,
+                            const std::string& stop_reason, bool regroup) {
+  // Why 3K: the ranks hold plans up to K apart, each may have reported K
+  // past its own, and the first Resume's next plan minus K opens the window.
+  window_ = 3 * k_;
+  slots_.assign(static_cast<size_t>(window_), Slot{});
+  Start(first);
+  // Only a layout of every parameter once (a Resume is input like any).
+  std::vector<bool> seen(param_bytes_.size(), false);
+  bool whole = true;
+  for (const v1::Bucket& b : held.buckets()) {
+    for (int p : b.param_index()) {
+      whole = whole && p >= 0 && static_cast<size_t>(p) < seen.size() && !seen[static_cast<size_t>(p)];
+      if (whole) seen[static_cast<size_t>(p)] = true;
+    }
+  }
+  whole = whole && std::all_of(seen.begin(), seen.end(), [](bool b) { return b; });
+  if (announced_in < first && whole && (held.id() == 0 || held.id() == 1)) {
+    // Why: every rank holds Plan{first-1} and so this plan; a ready order
+    // sent again with an older report is dropped with it.
+    current_bucket_plan_ = held;
+    if (held.id() == 1) have_ready_order_ = true;
+  }
+  KeepStop(stop_after, stop_reason, regroup);
+}
+
+void PlanAggregator::KeepStop(int64_t stop_after, const std::string& reason, bool regroup) {
+  if (stop_after < 0 || stop_after_ >= 0) return;
+  // Why as it is: some rank already holds a plan announcing it.
+  stop_after_ = stop_after;
+  stop_reason_ = reason;
+  regroup_ = regroup;
 }
 
 void PlanAggregator::ResetSlot(int64_t iteration) {
@@ -81,7 +116,7 @@ absl::Status PlanAggregator::Validate(int rank, const v1::Report& r) const {
                        : " (a future one: every rank reports each iteration, in order)"));
     }
   }
-  if (started_ && i >= next_plan_ + k_) {
+  if (started_ && i >= next_plan_ + window_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "report from rank ", rank, " for iteration ", i, " is more than the plan lookahead (", k_,
         ") ahead of the last plan (iteration ", last_plan_, "): wait for the plan of iteration ", i - k_,
@@ -112,7 +147,7 @@ void PlanAggregator::Add(int rank, const v1::Report& r, std::chrono::steady_cloc
     // Why: the first report fixes the first iteration (ranks start together).
     started_ = true;
     next_plan_ = i;
-    for (int64_t j = i; j < i + k_; ++j) ResetSlot(j);
+    for (int64_t j = i; j < i + window_; ++j) ResetSlot(j);
     if (stop_after_ == kStopAtFirst) stop_after_ = next_plan_ + k_ - 1;
   }
   if (r.ready_order_size() > 0) {
@@ -142,6 +177,7 @@ v1::Plan PlanAggregator::Emit() {
   Slot& s = SlotFor(p);
   v1::Plan plan;
   plan.set_iteration(p);
+  plan.set_epoch(epoch_);
   std::string unused(s.used_or.size(), '\0');
   for (size_t b = 0; b < s.used_or.size(); ++b) unused[b] = static_cast<char>(~s.used_or[b]);
   const int64_t P = num_params();
@@ -167,7 +203,7 @@ v1::Plan PlanAggregator::Emit() {
   last_plan_ = p;
   last_unused_ = std::move(unused);
   ++next_plan_;
-  ResetSlot(p + k_);
+  ResetSlot(p + window_);
   return plan;
 }
 
@@ -182,7 +218,7 @@ int64_t PlanAggregator::ScheduleStop(const std::string& reason, bool regroup) {
     // Why: Plan{p} is the first unsent plan, so no rank has started p+K yet
     // (it needs Plan{p} for that); p+K-1 is the first iteration after which
     // every rank can still stop, and every rank learns it from Plan{p}.
-    stop_after_ = started_ ? next_plan_ + k_ - 1 : kStopAtFirst;
+    stop_after_ = started_ ? std::max(next_plan_ + k_ - 1, no_stop_before_) : kStopAtFirst;
     stop_reason_ = reason;
   }
   return stop_after_;

@@ -19,6 +19,7 @@
 // gets a new one (it is movable for that).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -58,6 +59,21 @@ class PlanAggregator {
   // Fixes the first iteration: the first report of every rank must be for
   // `first_iteration`. Call before any report.
   void Start(int64_t first_iteration);
+  // Coordinator failover (coordinator.proto, "Resume"): Start(first) for a
+  // generation rebuilt from its workers. `held` is the bucket plan they
+  // apply, announced in Plan{announced_in} (-1: in their Join): announced
+  // before `first`, every rank holds it, so it is the current plan; else the
+  // ready order rank 0 sends again builds it again in that very plan.
+  // `stop_after` >= 0: the stop they hold, kept as it is (never moved).
+  void Resume(int64_t first, const v1::BucketPlan& held, int64_t announced_in, int64_t stop_after,
+              const std::string& stop_reason, bool regroup);
+  // A rank may have started iteration `iteration` already (a resumed one
+  // holds plans up to K before it): a stop scheduled later is not before it.
+  void NoStopBefore(int64_t iteration) { no_stop_before_ = std::max(no_stop_before_, iteration); }
+  // A stop some rank holds (a plan announced it), kept as it is.
+  void KeepStop(int64_t stop_after, const std::string& reason, bool regroup);
+  // The epoch every emitted plan carries (JobConfig::epoch).
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
 
   // Everything wrong with `r` as rank `rank`'s next report (no state change).
   absl::Status Validate(int rank, const v1::Report& r) const;
@@ -113,12 +129,15 @@ class PlanAggregator {
     std::vector<std::chrono::steady_clock::time_point> arrived;  // by rank
     std::string used_or;         // OR of the used bitmaps
   };
-  Slot& SlotFor(int64_t iteration) { return slots_[static_cast<size_t>(iteration % k_)]; }
-  const Slot& SlotFor(int64_t iteration) const { return slots_[static_cast<size_t>(iteration % k_)]; }
+  Slot& SlotFor(int64_t iteration) { return slots_[static_cast<size_t>(iteration % window_)]; }
+  const Slot& SlotFor(int64_t iteration) const { return slots_[static_cast<size_t>(iteration % window_)]; }
   void ResetSlot(int64_t iteration);
 
   int world_;  // not const: JobState replaces the aggregator per generation
   int k_;
+  // Reports accepted for next_plan() .. next_plan() + window_ - 1: K, or 3K
+  // in a resumed generation (Resume); one slot each.
+  int window_;
   std::vector<size_t> param_bytes_;
   BucketCaps caps_;
   size_t bitmap_bytes_ = 0;
@@ -141,6 +160,8 @@ class PlanAggregator {
   int64_t stop_after_ = kNoStop;
   std::string stop_reason_;
   bool regroup_ = false;
+  int64_t epoch_ = 0;
+  int64_t no_stop_before_ = -1;  // NoStopBefore
 };
 
 }  // namespace psync::server

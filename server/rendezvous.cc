@@ -78,6 +78,7 @@ Rendezvous::Rendezvous(int world_size) : members_(static_cast<size_t>(world_size
 
 std::string Rendezvous::RankName(int rank) const {
   const MemberIdentity& m = member(rank);
+  if (!m.joined && m.hostname.empty()) return absl::StrCat("rank ", rank);
   return absl::StrCat("rank ", rank, " (", m.hostname, ":", m.pid, ")");
 }
 

@@ -53,16 +53,19 @@ absl::StatusOr<CoordinatorView> ParseStatusJson(absl::string_view text) {
 Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_failure,
                 const std::string& instance_seen) {
   if (!instance_seen.empty() && !v.instance_id.empty() && v.instance_id != instance_seen) {
-    // The workers' streams ended with the old coordinator: they fail on
-    // their own (exit 5), and that failure is what this answers. Why not
+    // The workers' streams ended with the old coordinator: they ride
+    // through and re-register with this one (coordinator failover), or fail
+    // on their own (exit 5), and that failure is what this answers. Why not
     // restart into the new one: its generations count from 1 again, so
     // nothing says whether it serves the same job or from which checkpoint.
-    if (!local_failure) return {Verdict::kGoOn, ""};
-    return {Verdict::kNoRestart,
-            absl::StrCat("a new coordinator answers (instance ", v.instance_id, ", not ", instance_seen,
-                         ", which this node's workers joined): the job they ran ended with the old one; its "
-                         "generation ", v.generation, " is ", v.state.substr(v.state.rfind('_') + 1),
-                         " (start the nodes again to join it)")};
+    // Without a failure here, its view counts as any (its job may finish).
+    if (local_failure) {
+      return {Verdict::kNoRestart,
+              absl::StrCat("a new coordinator answers (instance ", v.instance_id, ", not ", instance_seen,
+                           ", which this node's workers joined): the job they ran ended with the old one; its "
+                           "generation ", v.generation, " is ", v.state.substr(v.state.rfind('_') + 1),
+                           " (start the nodes again to join it)")};
+    }
   }
   if (v.generation > generation_seen) {
     // A restart (a loss) counts; an elastic regroup does not.

@@ -57,7 +57,8 @@ struct Judgement {
 // `local_failure`: one of this node's workers failed.
 //   another instance_id, local_failure -> kNoRestart (the coordinator was replaced: the new one's
 //                                         job and generations are not the ones these workers ran;
-//                                         without a local failure kGoOn: the workers will fail)
+//                                         without a local failure the rules below: its workers
+//                                         re-register with it or fail, coordinator failover)
 //   generation > generation_seen       -> kRestart (a loss anywhere, or an elastic regroup, opened
 //                                         the next generation)
 //   FINISHED / ABORTED                 -> kNoRestart

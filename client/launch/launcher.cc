@@ -466,6 +466,15 @@ bool Launcher::FollowJob(bool any_running) {
     }
     return false;
   }
+  if (!failure_handled_ && (*answer)->instance_id != coordinator_instance_ && !(*answer)->instance_id.empty() &&
+      (*answer)->generation == generation_ &&
+      ((*answer)->state == "JOB_RUNNING" || (*answer)->state == "JOB_STOPPING")) {
+    // Why follow it: the workers re-registered with a coordinator started
+    // again (failover), which runs their generation on; a later loss is its.
+    std::cerr << "psync-launch: a new coordinator (instance " << (*answer)->instance_id
+              << ") runs generation " << generation_ << " on (coordinator failover)\n";
+    coordinator_instance_ = (*answer)->instance_id;
+  }
   const Judgement j = Judge(**answer, generation_, failure_handled_, coordinator_instance_);
   if (j.verdict == Verdict::kGoOn) return false;
   if (j.verdict == Verdict::kRestart && !stopping_) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "psync/common/exit_code.h"
+#include "psync/common/logging.h"
 #include "common/grpc_client.h"
 #include "common/grpc_status.h"
 #include "common/used_bitmap.h"
@@ -94,6 +96,24 @@ struct CoordinatorClient::Impl {
   // exit code (include/psync/common/exit_code.h).
   absl::Status end_status;
 
+  // Coordinator failover (see the header). `grace` > 0: a lost stream is
+  // opened again with a Resume. The reader thread alone owns what the plans
+  // said (next_plan .. epoch); `kept` and `connected` are under write_mu.
+  std::chrono::milliseconds grace{0};
+  v1::JoinRequest join_sent;
+  int world_size = 0, lookahead = 1;
+  int64_t generation = 0, start_iteration = 0;
+  int64_t next_plan = 0;  // the first iteration whose plan was not delivered
+  v1::BucketPlan bucket_plan;
+  int64_t bucket_plan_announced_in = -1;
+  int64_t stop_after = -1;
+  std::string stop_reason;
+  bool regroup = false;
+  int64_t epoch = 0;  // the newest epoch obeyed
+  std::deque<v1::Report> kept;  // back to next_plan - 2K: what a new coordinator may need again
+  bool connected = false;       // `stream` carries writes
+  std::atomic<bool> closing{false};  // Close() was called: no reconnecting
+
   // Heartbeats (see the header). writes_closed (under write_mu): Done was
   // written, nothing may follow it.
   std::chrono::milliseconds heartbeat_interval{1000};
@@ -115,10 +135,108 @@ struct CoordinatorClient::Impl {
       bool ok;
       {
         std::lock_guard<std::mutex> wl(write_mu);
-        ok = !writes_closed && stream->Write(up);
+        // Between streams (failover) there is nobody to tell; go on.
+        ok = !writes_closed && (!connected || stream->Write(up) || grace.count() > 0);
       }
       l.lock();
       if (!ok) break;  // Done sent, or the stream broke (the reader reports why)
+    }
+  }
+
+  // Reader thread: what Plan `p` tells a coordinator that takes over. False
+  // for a plan this rank holds already (sent again after a Resume).
+  bool Note(const v1::Plan& p) {
+    epoch = std::max(epoch, p.epoch());
+    if (p.action() == v1::ABORT) return true;
+    if (p.iteration() < next_plan) return false;
+    next_plan = p.iteration() + 1;
+    if (p.has_bucket_plan()) {
+      bucket_plan = p.bucket_plan();
+      bucket_plan_announced_in = p.iteration();
+    }
+    if (p.action() == v1::STOP_AFTER && stop_after < 0) {
+      stop_after = p.stop_after_iteration();
+      stop_reason = p.reason();
+      regroup = p.regroup();
+    }
+    std::lock_guard<std::mutex> wl(write_mu);
+    while (!kept.empty() && kept.front().iteration() < next_plan - 2 * lookahead) kept.pop_front();
+    return true;
+  }
+
+  // Reader thread: the Hello that re-registers this rank (coordinator.proto, "Resume").
+  v1::TrainUp ResumeHello() const {
+    v1::TrainUp up;
+    v1::Hello* h = up.mutable_hello();
+    h->set_job_id(job_id);
+    h->set_rank(rank);
+    h->set_generation(generation);
+    v1::Resume* r = h->mutable_resume();
+    *r->mutable_join() = join_sent;
+    r->set_world_size(world_size);
+    r->set_start_iteration(start_iteration);
+    r->set_plan_lookahead(lookahead);
+    r->set_next_plan(next_plan);
+    *r->mutable_bucket_plan() = bucket_plan;
+    r->set_bucket_plan_announced_in(bucket_plan_announced_in);
+    r->set_stop_after(stop_after);
+    r->set_stop_reason(stop_reason);
+    r->set_regroup(regroup);
+    r->set_epoch(epoch);
+    return up;
+  }
+
+  // Why ride on: the coordinator died or the link to it broke (not a
+  // refusal, not the job's end, not this process closing).
+  bool ShouldRide(const grpc::Status& st, bool stale) const {
+    if (grace.count() <= 0 || closing.load()) return false;
+    const grpc::StatusCode c = st.error_code();
+    return stale || c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::UNKNOWN ||
+           c == grpc::StatusCode::INTERNAL;
+  }
+
+  // Reader thread: opens a new Train stream with a Resume and sends the kept
+  // reports on it, retrying with bounded backoff for `grace`. False when the
+  // grace passed (`last_error` says what failed last) or Close() was called.
+  bool Reconnect(std::string* last_error) {
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    std::chrono::milliseconds backoff(100);
+    for (int attempt = 1;; ++attempt) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        if (cv.wait_for(l, backoff, [&] { return closing.load(); })) return false;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      const auto until = std::min(deadline, now + std::chrono::seconds(1));
+      if (!channel->WaitForConnected(std::chrono::system_clock::now() + (until - now))) {
+        *last_error = absl::StrCat("no connection (attempt ", attempt, ")");
+        continue;
+      }
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      Prepare(ctx.get());
+      auto fresh = stub->Train(ctx.get());
+      const v1::TrainUp hello = ResumeHello();
+      std::lock_guard<std::mutex> wl(write_mu);
+      bool ok = !closing.load() && fresh->Write(hello);
+      v1::TrainUp up;
+      for (const v1::Report& r : kept) {
+        if (!ok) break;
+        *up.mutable_report() = r;
+        ok = fresh->Write(up);
+      }
+      if (!ok) {
+        ctx->TryCancel();
+        *last_error = absl::StrCat("stream write failed: ", FromGrpcStatus(fresh->Finish()).ToString());
+        if (closing.load()) return false;
+        continue;
+      }
+      // Why in this order: the old stream goes before its context.
+      stream = std::move(fresh);
+      train_ctx = std::move(ctx);
+      connected = true;
+      return true;
     }
   }
 
@@ -135,16 +253,61 @@ struct CoordinatorClient::Impl {
   }
 
   void ReadLoop() {
-    v1::Plan p;
-    while (stream->Read(&p)) plans->Deliver(FromProto(p, num_params));
     grpc::Status st;
+    std::string ride_error;  // why the failover failed, if it did
+    for (;;) {
+      grpc::ClientReaderWriter<v1::TrainUp, v1::Plan>* s;
+      {
+        std::lock_guard<std::mutex> wl(write_mu);
+        s = stream.get();
+      }
+      v1::Plan p;
+      bool stale = false;
+      while (s->Read(&p)) {
+        if (p.epoch() < epoch) {
+          // Why refuse: a newer coordinator drove this rank already; this
+          // one was replaced (fencing, coordinator.proto).
+          PSYNC_LOG(WARNING) << "plan of iteration " << p.iteration() << " from coordinator epoch " << p.epoch()
+                             << ", older than epoch " << epoch << " this rank obeyed: ignoring that coordinator";
+          stale = true;
+          std::lock_guard<std::mutex> wl(write_mu);
+          train_ctx->TryCancel();
+          break;
+        }
+        if (Note(p)) plans->Deliver(FromProto(p, num_params));
+      }
+      {
+        std::lock_guard<std::mutex> wl(write_mu);
+        connected = false;
+        st = s->Finish();
+      }
+      if (!ShouldRide(st, stale)) break;
+      PSYNC_LOG(WARNING) << "coordinator at " << stream_target << " lost ("
+                         << (stale ? std::string("a replaced coordinator") : st.error_message())
+                         << "); training on while the plans last, reconnecting for up to " << grace.count() / 1000
+                         << "s (--coordinator-grace)";
+      const auto lost_at = std::chrono::steady_clock::now();
+      if (!Reconnect(&ride_error)) {
+        if (ride_error.empty()) ride_error = "closed";
+        break;
+      }
+      PSYNC_LOG(INFO) << "re-registered with the coordinator at " << stream_target << " after "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                                lost_at)
+                             .count()
+                      << " ms (generation " << generation << ", holding plans through iteration " << next_plan - 1
+                      << ")";
+      ride_error.clear();
+    }
     {
       std::lock_guard<std::mutex> wl(write_mu);
       writes_closed = true;
-      st = stream->Finish();
     }
     absl::Status why;
-    if (st.error_code() == grpc::StatusCode::ABORTED) {
+    if (!ride_error.empty() && !closing.load()) {
+      why = Lost(absl::StrCat("no coordinator took over within ", grace.count() / 1000,
+                              "s (--coordinator-grace): ", ride_error));
+    } else if (st.error_code() == grpc::StatusCode::ABORTED) {
       // Why: the coordinator is alive and says the job was aborted (its
       // ABORT plan, which names the rank at fault, normally comes first).
       why = WithExitCode(absl::AbortedError(absl::StrCat("coordinator at ", stream_target,
@@ -248,7 +411,16 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(const JoinRequest& req, std::
   v1::JoinResponse resp;
   grpc::Status st = impl_->stub->Join(&ctx, r, &resp);
   if (!st.ok()) return FromGrpc(st, impl_->target, "Join");
+  impl_->join_sent = r;
+  impl_->world_size = resp.world_size();
+  impl_->start_iteration = resp.start_iteration();
+  impl_->next_plan = resp.start_iteration();
+  impl_->lookahead = std::max(1, resp.plan_lookahead());
+  impl_->bucket_plan = resp.initial_bucket_plan();
+  impl_->bucket_plan_announced_in = -1;
+  impl_->epoch = resp.epoch();
   JoinResult out;
+  out.epoch = resp.epoch();
   out.rank = resp.rank();
   out.world_size = resp.world_size();
   out.generation = resp.generation();
@@ -319,6 +491,11 @@ absl::Status CoordinatorClient::UseTrainRelay(const std::string& relay_target, s
   return absl::OkStatus();
 }
 
+void CoordinatorClient::RideThroughLoss(std::chrono::milliseconds grace) {
+  // Why not through a relay: the relay's host stream cannot resume yet.
+  impl_->grace = impl_->relay_stub ? std::chrono::milliseconds(0) : std::max(grace, std::chrono::milliseconds(0));
+}
+
 absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation, std::shared_ptr<PlanMailbox> plans) {
   if (impl_->stream) return absl::FailedPreconditionError("Train stream already open");
   if (!plans) return absl::InvalidArgumentError("OpenTrainStream needs a PlanMailbox to deliver plans into");
@@ -336,8 +513,10 @@ absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation, st
     std::lock_guard<std::mutex> l(impl_->write_mu);
     ok = impl_->stream->Write(up);
   }
-  impl_->reader = std::thread([this] { impl_->ReadLoop(); });
+  impl_->connected = ok;
+  impl_->generation = generation;
   impl_->rank = rank;
+  impl_->reader = std::thread([this] { impl_->ReadLoop(); });
   impl_->heartbeat = std::thread([this] { impl_->HeartbeatLoop(); });
   if (!ok) return impl_->WriteFailed("cannot send hello");
   return absl::OkStatus();
@@ -357,7 +536,14 @@ absl::Status CoordinatorClient::SendReport(const Report& report) {
   bool ok;
   {
     std::lock_guard<std::mutex> l(impl_->write_mu);
-    ok = impl_->stream->Write(up);
+    const bool ride = impl_->grace.count() > 0 && !impl_->writes_closed;
+    // Why keep it: a coordinator that takes over needs the reports of the
+    // plans it sends again (the reader drops the old ones).
+    if (ride) impl_->kept.push_back(*r);
+    ok = impl_->connected && !impl_->writes_closed && impl_->stream->Write(up);
+    // Riding through a loss, a report that could not go waits in `kept` for
+    // the next stream; the reader says when no coordinator came back.
+    if (ride) ok = true;
   }
   if (!ok) return impl_->WriteFailed("report write failed");
   return absl::OkStatus();
@@ -368,12 +554,29 @@ absl::Status CoordinatorClient::SendDone(const std::string& exit_reason, int exi
   v1::TrainUp up;
   up.mutable_done()->set_exit_reason(exit_reason);
   up.mutable_done()->set_exit_code(exit_code);
-  bool ok;
-  {
-    std::lock_guard<std::mutex> l(impl_->write_mu);
-    impl_->writes_closed = true;
-    ok = impl_->stream->Write(up);
-    if (ok) impl_->stream->WritesDone();
+  bool ok = false;
+  // Between streams (failover), a rank that finished cleanly waits up to the
+  // grace for the next one: a coordinator that took over must hear that it
+  // is done. A failing rank does not wait (its Done only informs).
+  const auto deadline =
+      std::chrono::steady_clock::now() + (exit_code == 0 ? impl_->grace : std::chrono::milliseconds(0));
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(impl_->write_mu);
+      if (impl_->connected || impl_->writes_closed || std::chrono::steady_clock::now() >= deadline) {
+        const bool was_closed = impl_->writes_closed;
+        impl_->writes_closed = true;
+        ok = !was_closed && impl_->connected && impl_->stream->Write(up);
+        if (ok) impl_->stream->WritesDone();
+        break;
+      }
+    }
+    std::unique_lock<std::mutex> l(impl_->mu);
+    if (impl_->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return impl_->ended; })) {
+      std::lock_guard<std::mutex> wl(impl_->write_mu);
+      impl_->writes_closed = true;
+      break;
+    }
   }
   impl_->StopHeartbeats();
   {
@@ -390,10 +593,15 @@ void CoordinatorClient::Close() {
     bool ended;
     {
       std::lock_guard<std::mutex> l(impl_->mu);
+      impl_->closing = true;  // a reconnect in progress gives up
       ended = impl_->ended;
     }
+    impl_->cv.notify_all();
     impl_->StopHeartbeats();
-    if (!ended) impl_->train_ctx->TryCancel();
+    if (!ended) {
+      std::lock_guard<std::mutex> wl(impl_->write_mu);
+      impl_->train_ctx->TryCancel();
+    }
     if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
     if (impl_->reader.joinable()) impl_->reader.join();
     impl_->stream.reset();

@@ -128,6 +128,8 @@ struct JoinResult {
   std::chrono::milliseconds heartbeat_interval{1000};  // from the coordinator
   int plan_lookahead = 1;      // K (coordinator.proto, "Plan lookahead")
   std::vector<std::string> host_ids;  // host_ids[r] = rank r's host id (JoinRequest.host_id)
+  // Coordinator failover: the coordinator's epoch (JoinResponse.epoch).
+  int64_t epoch = 0;
   // Live recovery: the rank whose training state every rank shares before
   // the first iteration (JoinResponse.heal_source); -1 = no healing.
   int heal_source = -1;
@@ -175,6 +177,21 @@ class CoordinatorClient {
   // before OpenTrainStream; Unavailable naming the relay when it is not
   // reachable within `timeout`. Without it the stream goes to the coordinator.
   absl::Status UseTrainRelay(const std::string& relay_target, std::chrono::milliseconds timeout);
+  // Coordinator failover (coordinator.proto): with `grace` > 0 (call before
+  // OpenTrainStream), a Train stream lost to the coordinator's death or a
+  // broken link is not the end. The reader reconnects with bounded backoff
+  // (100 ms doubling to 1 s) for up to `grace` and re-registers with a
+  // Resume; reports and heartbeats meanwhile are kept (reports back to two
+  // lookaheads before the next plan, so the next coordinator gets them
+  // again), plans already held are dropped when they come again, and a plan
+  // of an older coordinator epoch than one obeyed ends that stream (it was
+  // replaced). Only once `grace` passed does the mailbox close (Unavailable
+  // "coordinator at HOST:PORT lost: no coordinator took over ...", exit 5).
+  // SendDone with exit code 0 between streams waits up to `grace` for the
+  // next one. Not
+  // through a plan relay (UseTrainRelay): its host stream cannot resume, so
+  // there `grace` is 0.
+  void RideThroughLoss(std::chrono::milliseconds grace);
   // Opens the Train stream and sends Hello; starts the reader thread, which
   // delivers every plan into `plans` (decoded for the manifest Join sent:
   // globally_unused has one entry per parameter) and closes it with why

@@ -180,7 +180,8 @@ absl::StatusOr<bool> Job::BeginIteration(int64_t iteration) {
     s.last_step_ms = std::chrono::duration<double, std::milli>(now - s.begun).count();
   }
   PSYNC_RETURN_IF_ERROR(
-      s.window->TakeThrough(s.window->NeededBeforeStep(iteration), *s.session->mailbox(), s.options.session.timeout));
+      s.window->TakeThrough(s.window->NeededBeforeStep(iteration), *s.session->mailbox(),
+                            s.options.session.timeout + s.options.session.coordinator_grace));
   if (s.window->StopsBefore(iteration)) return false;
   if (std::optional<IterationPlan> bp = s.window->TakeBucketPlanFor(iteration)) {
     PSYNC_RETURN_IF_ERROR(s.ddp->reducer().ApplyBucketPlan(*bp->bucket_plan));
@@ -232,7 +233,8 @@ absl::Status Job::Finish(const absl::Status& outcome) {
     // Before Done: the plans of every iteration this rank reported, so the
     // coordinator closes them (and --zero's last parameter gathers).
     absl::Status st = s.ddp->reducer().WaitForParameters();
-    if (st.ok()) st = s.window->TakeThrough(s.last_reported, *s.session->mailbox(), s.options.session.timeout);
+    if (st.ok()) st = s.window->TakeThrough(s.last_reported, *s.session->mailbox(),
+                                         s.options.session.timeout + s.options.session.coordinator_grace);
     if (!st.ok()) {
       result = WithExitCode(st, ExitCodeOf(s.session->mailbox()->failure(), ExitCodeOf(st, kExitInternal)));
     }

@@ -1,6 +1,8 @@
 #include "worker/control/job_session.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "psync/common/exit_code.h"
@@ -103,6 +105,14 @@ absl::Status JobSession::State::Join(const SessionOptions& opt, Device device,
   }
   req.bucket_caps = opt.bucket_caps;
   absl::StatusOr<JoinResult> j = client->Join(req, std::chrono::hours(1));
+  // Why retry: the coordinator may be restarting (failover); a new one
+  // forms the world from the Joins that come again.
+  const auto deadline = std::chrono::steady_clock::now() + opt.coordinator_grace;
+  while (!j.ok() && absl::IsUnavailable(j.status()) && std::chrono::steady_clock::now() < deadline) {
+    PSYNC_LOG(WARNING) << "Join failed (" << j.status().message() << "); retrying while the coordinator may restart";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    j = client->Join(req, std::chrono::hours(1));
+  }
   if (!j.ok()) return Rendezvous("rendezvous failed", j.status());
   joined = std::move(*j);
   SetLogRank(joined.rank);
@@ -158,6 +168,7 @@ absl::Status JobSession::State::OpenTrainStream(const SessionOptions& opt) {
       return Rendezvous("reaching the plan relay", st);
     }
   }
+  client->RideThroughLoss(opt.coordinator_grace);
   if (absl::Status st = client->OpenTrainStream(joined.rank, joined.generation, mailbox); !st.ok()) {
     return Rendezvous("opening the train stream", st);
   }

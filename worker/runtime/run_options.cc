@@ -18,6 +18,7 @@ TrainOptions TrainOptionsFrom(const WorkerOptions& opt) {
   t.progress_every = opt.progress_every;
   t.quiet = opt.quiet;
   t.timeout = opt.timeout;
+  t.coordinator_grace = opt.coordinator_grace;
   return t;
 }
 
@@ -35,6 +36,7 @@ control::SessionOptions SessionOptionsFrom(const WorkerOptions& opt) {
   s.backend = opt.backend;
   s.bucket_caps = opt.bucket_caps;
   s.timeout = opt.timeout;
+  s.coordinator_grace = opt.coordinator_grace;
   s.global_batch = opt.global_batch;
   return s;
 }

@@ -38,6 +38,8 @@ struct TrainOptions {
   int64_t progress_every = 10;  // rank 0's progress line (0 = never)
   bool quiet = false;           // no progress or summary lines
   std::chrono::milliseconds timeout{30000};  // plan waits, evaluation's exchange
+  // A plan wait may also outlast a lost coordinator this long (--coordinator-grace).
+  std::chrono::milliseconds coordinator_grace{0};
 };
 
 }  // namespace psync::runtime

@@ -169,7 +169,9 @@ absl::Status TrainLoop::TakePlans(int64_t through, int64_t step) {
   if (window_.next() > through) return absl::OkStatus();
   TraceWriter::Scope span(ctx_.trace, "wait plan", "control", TraceWriter::kControl,
                           {{"iterations", absl::StrCat(window_.next(), "..", through)}, {"step", std::to_string(step)}});
-  return window_.TakeThrough(through, *ctx_.plans, opt_.timeout);  // an ABORT fails the wait
+  // An ABORT fails the wait, and so does a coordinator that did not come
+  // back within the grace (the mailbox closes then).
+  return window_.TakeThrough(through, *ctx_.plans, opt_.timeout + opt_.coordinator_grace);
 }
 
 absl::Status TrainLoop::ApplyBucketPlan(int64_t step) {

@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, gloo_host, "",
           "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
           "address of the connection to the coordinator)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "collective / plan wait timeout");
+ABSL_FLAG(absl::Duration, coordinator_grace, absl::Seconds(60),
+          "how long a worker rides through a lost coordinator: it trains on while its plans last and reconnects "
+          "for this long, re-registering with the coordinator that comes back, before it exits 5 (0 = exit at "
+          "once; not through --plan-relay)");
 // ---- model
 ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt | cnn, or one the program registered (listed below)");
 ABSL_FLAG(std::string, widths, "32,64,64,16", "mlp: layer widths, comma separated (input first)");
@@ -117,7 +121,7 @@ namespace {
 
 const std::set<std::string>& WorkerFlagNames() {
   static const std::set<std::string> names = {
-      "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout",
+      "coordinator", "rank", "world_size", "local_rank", "local_world_size", "job_id", "token", "tls_ca", "plan_relay", "gloo_host", "timeout", "coordinator_grace",
       "model", "widths", "vocab_size", "block_size", "skip_layer", "skip_block",
       "skip_pattern", "init", "init_format", "seed",
       "data", "data_format", "val_data", "val_fraction", "shuffle", "synthetic_rows", "eval_every", "eval_examples",
@@ -238,6 +242,9 @@ absl::Status ParseControlPlane(const FlagSource& src, WorkerOptions& o) {
   absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   if (timeout <= absl::ZeroDuration()) return Bad("timeout", "must be positive (e.g. 30s)");
   o.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  const absl::Duration grace = absl::GetFlag(FLAGS_coordinator_grace);
+  if (grace < absl::ZeroDuration()) return Bad("coordinator-grace", "must be >= 0 (e.g. 60s; 0 = exit at once)");
+  o.coordinator_grace = std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
   return absl::OkStatus();
 }
 

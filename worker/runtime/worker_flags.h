@@ -42,6 +42,7 @@ struct WorkerOptions {
   std::string plan_relay;                        // this host's psync-relay (HOST:PORT); empty = none
   std::string gloo_host;                         // empty = derived (control/gloo_host.h)
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds coordinator_grace{60000};  // riding through a lost coordinator (--coordinator-grace)
   // model (nn/models/registry.h)
   std::string model = "mlp";
   std::vector<int64_t> widths = {32, 64, 64, 16};  // mlp

@@ -30,6 +30,11 @@ struct SessionOptions {
   std::string backend = "auto";  // --backend, as requested: every rank must ask for the same
   BucketCaps bucket_caps;       // as the reducer will use them: every rank must send the same
   std::chrono::milliseconds timeout{30000};  // connecting, collectives of the group
+  // Coordinator failover: how long the session rides through a lost
+  // coordinator (trains on while its plans last, reconnects, re-registers
+  // with the one that comes back) before the job fails with exit code 5;
+  // 0 = at once. Join also retries an unreachable coordinator this long.
+  std::chrono::milliseconds coordinator_grace{60000};
   int64_t global_batch = 0;     // JoinRequest.global_batch (0 = not said)
   // JoinRequest.settings: the job's fingerprint (psync-worker's:
   // runtime/job_fingerprint.h); every rank must send the same.

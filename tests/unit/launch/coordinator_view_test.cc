@@ -75,7 +75,15 @@ TEST(CoordinatorView, AReplacedCoordinatorIsNamedAsANewOne) {
                    "workers joined): the job they ran ended with the old one; its generation 1 is WAITING (start "
                    "the nodes again to join it)");
   EXPECT_EQ(Judge(*v, 1, /*local_failure=*/false, "00000000000000a1").verdict, Verdict::kGoOn)
-      << "the workers' streams ended with the old one: wait for them to fail";
+      << "the workers' streams ended with the old one: wait for them to fail or re-register";
+  // Coordinator failover: the workers re-registered with the new one, which
+  // ran their job to its end.
+  absl::StatusOr<CoordinatorView> took_over = ParseStatusJson(
+      R"({"job_id":"psync","world_size":2,"generation":"1","state":"JOB_FINISHED","instance_id":"00000000000000b2"})");
+  ASSERT_TRUE(took_over.ok());
+  Judgement finished = Judge(*took_over, 1, /*local_failure=*/false, "00000000000000a1");
+  EXPECT_EQ(finished.verdict, Verdict::kNoRestart) << "the job is over: the node ends";
+  EXPECT_NE(finished.why.find("FINISHED"), std::string::npos) << finished.why;
   j = Judge(*v, 1, true, "00000000000000b2");
   EXPECT_EQ(j.verdict, Verdict::kNoRestart) << "the same instance: the old rule";
   EXPECT_NE(j.why.find("still waits for the world of generation 1"), std::string::npos) << j.why;
