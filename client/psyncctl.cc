@@ -8,6 +8,7 @@
 // Exit codes: 0 ok; 1 coordinator unreachable or RPC failed; 2 bad usage.
 // --json prints the response message as JSON (one object; for watch, one per line).
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -301,30 +302,58 @@ int Shutdown(v1::Control::Stub* stub, bool json, bool wait, const std::string& r
   }
 }
 
-int Watch(v1::Control::Stub* stub, bool json) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, /*deadline=*/false);
-  v1::WatchRequest req;
-  req.set_include_history(true);
-  auto reader = stub->Watch(&ctx, req);
-  v1::Event e;
-  while (reader->Read(&e)) {
-    if (json) {
-      std::printf("%s\n", ToJson(e).c_str());
-    } else {
-      const time_t secs = static_cast<time_t>(e.unix_ms() / 1000);
-      struct tm tm;
-      localtime_r(&secs, &tm);
-      std::string type = v1::EventType_Name(e.type());
-      if (type.rfind("EVENT_", 0) == 0) type = type.substr(6);
-      std::printf("%02d:%02d:%02d.%03d  %-15s %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  static_cast<int>(e.unix_ms() % 1000), type.c_str(), e.message().c_str());
-    }
-    std::fflush(stdout);
+// Prints one event (text: time, type, message; or JSON).
+void PrintEvent(const v1::Event& e, bool json) {
+  if (json) {
+    std::printf("%s\n", ToJson(e).c_str());
+  } else {
+    const time_t secs = static_cast<time_t>(e.unix_ms() / 1000);
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    std::string type = v1::EventType_Name(e.type());
+    if (type.rfind("EVENT_", 0) == 0) type = type.substr(6);
+    std::printf("%02d:%02d:%02d.%03d  %-15s %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(e.unix_ms() % 1000), type.c_str(), e.message().c_str());
   }
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) return RpcFail("watch", st);
-  return 0;
+  std::fflush(stdout);
+}
+
+// How long watch waits for a lost coordinator to come back (coordinator
+// failover), as a worker's --coordinator-grace does by default.
+constexpr std::chrono::seconds kWatchGrace(60);
+
+int Watch(v1::Control::Stub* stub, bool json) {
+  // Why by time: a coordinator started again replays its own history,
+  // which begins after the last event printed.
+  int64_t last_ms = -1;
+  std::chrono::steady_clock::time_point lost_since{};  // {} = not lost
+  while (true) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, /*deadline=*/false);
+    v1::WatchRequest req;
+    req.set_include_history(true);
+    auto reader = stub->Watch(&ctx, req);
+    v1::Event e;
+    while (reader->Read(&e)) {
+      lost_since = {};
+      if (e.unix_ms() <= last_ms) continue;
+      last_ms = e.unix_ms();
+      PrintEvent(e, json);
+    }
+    grpc::Status st = reader->Finish();
+    if (st.ok()) return 0;
+    const auto now = std::chrono::steady_clock::now();
+    const bool lost = lost_since != std::chrono::steady_clock::time_point{};
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || (lost && now - lost_since > kWatchGrace)) {
+      return RpcFail("watch", st);
+    }
+    if (!lost) {
+      lost_since = now;
+      std::fprintf(stderr, "psyncctl: watch: coordinator lost (%s); waiting up to %llds for it to come back\n",
+                   st.error_message().c_str(), static_cast<long long>(kWatchGrace.count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 }  // namespace

@@ -22,6 +22,10 @@
 #   coordinator-killed  `docker kill` of the coordinator mid-run: both workers exit 5
 #                       once their 3 s of --coordinator-grace passed (with
 #                       PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
+#   coordinator-restarted  psync-coordinator killed (SIGKILL) inside its container:
+#                       Docker starts it again, both workers re-register with it
+#                       (no worker restarted) and generation 1 runs on; the runner
+#                       then shuts the job down as in `shutdown`
 #   nodes-worker-killed docker-compose.nodes.yml (two node containers, psync-launch
 #                       --nnodes=2 --nproc=2 each, world 4): psync-worker in node-1
 #                       killed; node-1's launcher replaces it alone, the three other
@@ -40,8 +44,8 @@
 # is left out when less is left, and then the test says SKIP, never PASS.
 #
 # Usage (as root, or as a user of a running dockerd once the base images exist):
-#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb ...]
-#   (default: all five)
+#   scripts/compose-test.sh [shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|coordinator-restarted|nodes-worker-killed|deb ...]
+#   (default: all of them)
 # Exit: 0 passed, 1 failed, 77 skipped (Docker cannot run here, or the image was
 # not ready within the time budget: the reason is printed).
 #
@@ -124,12 +128,12 @@ log()  { printf 'compose-test: [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
 skip() { log "SKIP: $*"; exit "$SKIP"; }
 die()  { log "FAIL: $*"; exit 1; }
 
-all_scenarios=(shutdown worker-killed worker-killed-restart worker-killed-no-restart coordinator-killed nodes-worker-killed deb)
+all_scenarios=(shutdown worker-killed worker-killed-restart worker-killed-no-restart coordinator-killed coordinator-restarted nodes-worker-killed deb)
 scenarios=()
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|nodes-worker-killed|deb) scenarios+=("$a") ;;
+    shutdown|worker-killed|worker-killed-restart|worker-killed-no-restart|coordinator-killed|coordinator-restarted|nodes-worker-killed|deb) scenarios+=("$a") ;;
     *) echo "compose-test: unknown scenario '$a' (want: ${all_scenarios[*]})" >&2; exit 2 ;;
   esac
 done
@@ -693,15 +697,16 @@ runner_shutdown_checks() {
   log "$project: final checkpoint $out"
 }
 
-# Kills psync-worker inside container $1 (SIGKILL): the container exits 137
-# and, unlike after `docker kill` (a manual stop to Docker), its restart
-# policy applies. POSIX sh and coreutils in the image: no pgrep. The kill's own `docker
-# exec` dies with the container, so its exit status says nothing.
-kill_worker_process() {
+# Kills the process of executable $2 (default: psync-worker) inside container
+# $1 (SIGKILL): the container exits 137 and, unlike after `docker kill` (a
+# manual stop to Docker), its restart policy applies. POSIX sh and coreutils
+# in the image: no pgrep. The kill's own `docker exec` dies with the
+# container, so its exit status says nothing.
+kill_process() {
   local pid
   # By its executable: its comm is "exe" once it re-executed itself (/proc/self/exe).
   pid=$(timeout 20 docker exec "$1" sh -c 'for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/exe" 2>/dev/null)" = /usr/local/bin/psync-worker ] && echo "${p#/proc/}"; done' | head -n1)
+    [ "$(readlink "$p/exe" 2>/dev/null)" = "$0" ] && echo "${p#/proc/}"; done' "${2:-/usr/local/bin/psync-worker}" | head -n1)
   [[ -n "$pid" ]] || return 1
   timeout 20 docker exec "$1" sh -c "kill -9 $pid" >/dev/null 2>&1
   return 0
@@ -729,7 +734,7 @@ scenario_worker_killed() {
   wait_running 30 || return 1
   local s start restarts n0 n1 line
   log "$project: SIGKILL psync-worker in worker-1 (docker exec; Docker restarts the container)"
-  kill_worker_process "$c_w1" || { log "$project: found no psync-worker process in worker-1 to kill"; return 1; }
+  kill_process "$c_w1" || { log "$project: found no psync-worker process in worker-1 to kill"; return 1; }
   s=$(wait_generation 2 5) || return 1
   start=$(json 'int(d.get("start_iteration",0))' <<<"$s"); restarts=$(json 'd.get("restarts",0)' <<<"$s")
   log "$project: generation 2 RUNNING from iteration $start (restarts $restarts/$(json 'd.get("max_restarts",0)' <<<"$s"), recovery $(json 'd.get("recovery","")' <<<"$s")): $(json 'd.get("last_restart_reason","")' <<<"$s")"
@@ -828,6 +833,31 @@ scenario_coordinator_killed() {
   log "$project: both summaries record exit 5"
 }
 
+# The coordinator's process killed inside its container (SIGKILL): Docker
+# starts the container again (restart: on-failure), the workers ride through
+# (--coordinator-grace) and re-register with it, and it runs generation 1 on
+# with no worker restarted; the runner then shuts the job down as in
+# `shutdown`.
+scenario_coordinator_restarted() {
+  up_job || return 1
+  wait_running 20 || return 1
+  log "$project: SIGKILL psync-coordinator in its container (docker exec; Docker starts it again)"
+  kill_process "$c_coord" /usr/local/bin/psync-coordinator \
+    || { log "$project: found no psync-coordinator process to kill"; return 1; }
+  local deadline=$((SECONDS + 60)) n s
+  until [[ $(docker inspect -f '{{.RestartCount}}' "$c_coord") == 1 ]]; do
+    ((SECONDS < deadline)) || { log "$project: Docker did not start the coordinator again within 60 s"; return 1; }
+    sleep 0.5
+  done
+  s=$(wait_generation 1 5) || return 1
+  grep_log "$c_w0" 're-registered with the coordinator' || return 1
+  grep_log "$c_w1" 're-registered with the coordinator' || return 1
+  log "$project: coordinator restarted by Docker; generation 1 runs on at iteration $(json 'd.get("iteration","")' <<<"$s") ($line)"
+  n="$(docker inspect -f '{{.RestartCount}}' "$c_w0") $(docker inspect -f '{{.RestartCount}}' "$c_w1")"
+  [[ $n == "0 0" ]] || { log "$project: Docker restarted the workers ($n times), want 0 0"; return 1; }
+  runner_shutdown_checks
+}
+
 # The two-node shape (docker-compose.nodes.yml): psync-worker killed in
 # node-1; node-1's launcher restarts its ranks, node-0's restarts its own when
 # the coordinator opens generation 2, every rank resumes from the newest
@@ -838,7 +868,7 @@ scenario_nodes_worker_killed() {
   wait_running 30 || return 1
   local s start restarts
   log "$project: SIGKILL one psync-worker in node-1 (docker exec)"
-  kill_worker_process "$c_w1" || { log "$project: found no psync-worker process in node-1 to kill"; return 1; }
+  kill_process "$c_w1" || { log "$project: found no psync-worker process in node-1 to kill"; return 1; }
   s=$(wait_generation 2 5) || return 1
   start=$(json 'int(d.get("start_iteration",0))' <<<"$s"); restarts=$(json 'd.get("restarts",0)' <<<"$s")
   log "$project: generation 2 RUNNING from iteration $start (restarts $restarts): $(json 'd.get("last_restart_reason","")' <<<"$s")"

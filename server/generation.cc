@@ -274,7 +274,7 @@ absl::Status Generation::CheckAttachable(const std::vector<int>& ranks, bool hos
                                                         "Join returns"));
     }
     if (m.attached) return absl::AlreadyExistsError(absl::StrCat(RankName(r), " already has a Train stream"));
-    if (m.state != v1::WORKER_JOINED) {
+    if (m.state != v1::WORKER_JOINED && !m.reattaching) {
       return absl::FailedPreconditionError(absl::StrCat(RankName(r), " is ", v1::WorkerState_Name(m.state),
                                                         "; a rank gets one Train stream per job"));
     }
@@ -292,11 +292,58 @@ void Generation::Attach(const std::vector<int>& ranks, const PlanSink* stream, C
   for (int r : ranks) {
     RankRuntime& m = rank(r);
     m.attached = true;
+    m.reattaching = false;
     m.state = v1::WORKER_TRAINING;
     m.last_activity = now;
     m.last_heard = now;
     m.stream = stream;
   }
+}
+
+absl::Status Generation::Reattach(const v1::Hello& hello) {
+  const int r = hello.rank();
+  if (r < 0 || r >= world_size() || rank(r).state != v1::WORKER_TRAINING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", r, " resumes generation ", number_, ", in which it is not training (",
+        r >= 0 && r < world_size() ? v1::WorkerState_Name(rank(r).state) : "no such rank",
+        "): this worker must exit, and its replacement Join"));
+  }
+  const int64_t next = hello.resume().next_plan();
+  if (next <= plans_.last_plan() && (recent_plans_.empty() || recent_plans_.front()->iteration() > next)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RankName(r), " resumes without the plan of iteration ", next, ", older than the plans kept (",
+        recent_plans_.empty() ? std::string("none") : absl::StrCat("from ", recent_plans_.front()->iteration()),
+        "): this worker must exit, and its replacement Join"));
+  }
+  RankRuntime& m = rank(r);
+  // Why take over: its worker opens a new stream only once its old one
+  // broke, though this coordinator may not have noticed yet.
+  m.attached = false;
+  m.reattaching = true;
+  m.resent_through = plans_.last_reported(r);
+  return absl::OkStatus();
+}
+
+void Generation::Remember(PlanPtr plan) {
+  recent_plans_.push_back(std::move(plan));
+  while (recent_plans_.size() > static_cast<size_t>(3 * plans_.lookahead() + 1)) recent_plans_.pop_front();
+}
+
+std::vector<PlanPtr> Generation::RecentPlansFrom(int64_t iteration) const {
+  std::vector<PlanPtr> out;
+  for (const PlanPtr& p : recent_plans_) {
+    if (p->iteration() >= iteration) out.push_back(p);
+  }
+  return out;
+}
+
+void Generation::Forgive(Clock::time_point now) {
+  for (RankRuntime& m : ranks_) {
+    if (m.state != v1::WORKER_TRAINING) continue;
+    m.last_heard = now;
+    m.last_activity = now;
+  }
+  last_plan_time_ = now;
 }
 
 absl::StatusOr<int> Generation::Sender(const StreamRef& stream, int named, const char* what) const {
@@ -336,8 +383,11 @@ absl::Status Generation::Report(int r, const v1::Report& report, Clock::time_poi
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", r, " is not training (", v1::WorkerState_Name(m.state), ")"));
   }
-  if (resumed_ && plans_.last_reported(r) < 0 && report.iteration() < resumed_at_) {
-    return absl::OkStatus();  // sent again after a Resume, older than the plans resumed at
+  const bool sent_again = report.iteration() >= 0 &&
+                          ((resumed_ && plans_.last_reported(r) < 0 && report.iteration() < resumed_at_) ||
+                           report.iteration() <= m.resent_through);
+  if (sent_again) {
+    return absl::OkStatus();  // sent again after a Resume: older than the plans resumed at, or recorded already
   }
   if (absl::Status st = plans_.Validate(r, report); !st.ok()) return st;
   plans_.Add(r, report, now);

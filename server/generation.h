@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "server/job_config.h"
 #include "server/liveness_policy.h"
 #include "server/plan_aggregator.h"
+#include "server/plan_sink.h"
 #include "server/rendezvous.h"
 #include "server/stream_ref.h"
 
@@ -46,6 +48,11 @@ struct RankRuntime {
   std::chrono::steady_clock::time_point last_heard{};     // last message of any kind on the Train stream
   int64_t heartbeat_iteration = -1;
   int64_t last_report_unix_ms = 0;
+  // Coordinator failover on a coordinator that ran all along (Reattach):
+  // the rank may attach again, and its reports up to this iteration, sent
+  // again, are dropped.
+  bool reattaching = false;
+  int64_t resent_through = -1;
 };
 
 class Generation {
@@ -77,6 +84,19 @@ class Generation {
   // Join is) and the stop it holds; FailedPrecondition naming the rank and
   // the value when it does not fit the first Resume.
   absl::Status AddResumed(const v1::Hello& hello);
+  // A rank of this (running) generation re-registers after its stream
+  // broke (coordinator.proto "Resume"; e.g. this coordinator was paused):
+  // it may attach again, taking over from its old stream if that is still
+  // open. FailedPrecondition when it is not training, or when it lacks plans
+  // older than those remembered (RecentPlansFrom cannot fill the gap).
+  absl::Status Reattach(const v1::Hello& hello);
+  // The last 3K+1 plans emitted (Remember), from `iteration` on: what a
+  // rank that re-attached missed.
+  void Remember(PlanPtr plan);
+  std::vector<PlanPtr> RecentPlansFrom(int64_t iteration) const;
+  // This coordinator did not run for a while (a pause): nobody's silence
+  // in it counts, the clocks of every training rank start at `now`.
+  void Forgive(Clock::time_point now);
   // Resumed: how many ranks re-attached so far.
   int resumed_ranks() const { return rendezvous_.joined(); }
 
@@ -192,6 +212,7 @@ class Generation {
   // Resumed (coordinator failover): the first Resume, which the others must
   // fit, and the iteration the plans resumed at (older reports sent again
   // are dropped).
+  std::deque<PlanPtr> recent_plans_;  // Remember
   bool resumed_ = false;
   v1::Resume first_resume_;
   int64_t resumed_at_ = 0;

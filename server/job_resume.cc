@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "psync/common/status_macros.h"
 #include "server/generation.h"
+#include "server/liveness_policy.h"  // DurationText
 
 namespace psync::server {
 
@@ -22,21 +23,34 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
     const std::string why = absl::StrCat("rank ", hello.rank(), " of job '", j.cfg_.job_id, "' obeys coordinator epoch ",
                                          res.epoch(), ", newer than this coordinator's epoch ", j.cfg_.epoch,
                                          ": a newer coordinator drives the job; this one stops");
-    if (j.fenced_hook_) out->Call([hook = j.fenced_hook_, why] { hook(why); });
+    if (j.resume_.fenced_hook) out->Call([hook = j.resume_.fenced_hook, why] { hook(why); });
     return absl::FailedPreconditionError(why);
   }
   const int64_t g = j.gen_->number();
+  const int r = hello.rank();
+  const bool member = r >= 0 && r < j.gen_->world_size() && j.gen_->rendezvous().member(r).joined;
+  if (member && j.Running() && hello.generation() == g) {
+    // Its stream broke, this coordinator went on (or was paused): it
+    // attaches again and gets the plans it missed (Reattached).
+    PSYNC_RETURN_IF_ERROR(j.gen_->Reattach(hello));
+    j.events_.Append(v1::EVENT_JOINED, r, -1,
+                     absl::StrCat(j.gen_->RankName(r), " re-attached after its Train stream broke"));
+    return absl::OkStatus();
+  }
   if (j.gen_->resumed() && j.Running() && hello.generation() == g) {
     PSYNC_RETURN_IF_ERROR(j.gen_->AddResumed(hello));
     if (j.gen_->plans().stop_scheduled() && !j.gen_->plans().regroup()) {
       j.state_ = v1::JOB_STOPPING;  // it held a stop plan the first rank had not received
       j.reason_ = j.gen_->plans().stop_reason();
     }
-  } else if (j.state_ == v1::JOB_WAITING && g == 1 && j.gen_->rendezvous().joined() == 0 && j.restarts_ == 0 &&
-             !j.joins_.has_queued()) {
-    // Why adopt: this coordinator has met no job, and the workers hold the
-    // one that runs; it goes on where they are, as that generation.
-    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Generation> resumed, Generation::Resumed(j.cfg_, hello, JobState::Clock::now()));
+  } else if (j.state_ == v1::JOB_WAITING && g == 1 && j.restarts_ == 0 && !j.joins_.has_queued()) {
+    // Why adopt: this coordinator has met no job but fresh Joins, and the
+    // workers hold the one that runs; it goes on where they are, as that
+    // generation. The Joins (a replacement for a rank lost meanwhile) wait
+    // for the next one, which the lost rank's loss opens.
+    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Generation> resumed,
+                           Generation::Resumed(j.cfg_, hello, JobState::Clock::now()));
+    j.joins_.QueueWaiting();
     j.gen_ = std::move(resumed);
     j.events_.SetGeneration(j.gen_->number());
     j.elastic_.Started(*j.gen_);
@@ -46,10 +60,6 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
                    absl::StrCat("coordinator restarted (epoch ", j.cfg_.epoch, "): generation ", j.gen_->number(), " of ",
                                 j.gen_->world_size(), " ranks resumes at iteration ", j.gen_->plans().next_plan(),
                                 " from its workers"));
-  } else if (hello.generation() == g && j.Running()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", hello.rank(), " resumes generation ", g, ", which this coordinator runs and in which it lost rank ",
-        hello.rank(), "'s stream: this worker must exit, and its replacement Join"));
   } else if (hello.generation() >= g) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", hello.rank(), " resumes generation ", hello.generation(), " of job '", j.cfg_.job_id,
@@ -63,6 +73,58 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
                                 j.gen_->world_size(), ")"));
   }
   return absl::OkStatus();
+}
+
+void JobResume::SetFencedHook(JobState& j, std::function<void(const std::string& why)> hook) {
+  std::lock_guard<std::mutex> l(j.mu_);
+  j.resume_.fenced_hook = std::move(hook);
+}
+
+void JobResume::Reattached(JobState& j, const v1::Hello& hello, Outbox* out) {
+  for (const PlanPtr& p : j.gen_->RecentPlansFrom(hello.resume().next_plan())) j.delivery_.SendTo(hello.rank(), p, out);
+}
+
+void JobResume::Ticked(JobState& j, JobState::Clock::time_point now, Outbox* out) {
+  const JobState::Clock::time_point last = j.resume_.last_tick;
+  j.resume_.last_tick = now;
+  if (!j.resume_.held.empty() && now >= j.resume_.forgive_until && j.resume_.forgive_until != JobState::Clock::time_point{}) {
+    // The ranks held for a re-attach that did not come: lost together.
+    std::vector<int> gone;
+    for (int r : j.resume_.held) {
+      if (j.gen_->rank(r).state == v1::WORKER_TRAINING && !j.gen_->rank(r).attached) gone.push_back(r);
+    }
+    j.resume_.held.clear();
+    const std::string why = absl::StrCat("Train stream broke while the coordinator was paused, and no re-attach within ",
+                                         DurationText(j.cfg_.heartbeat_timeout));
+    if (!gone.empty() && j.Running()) j.MarkRanksLostLocked(gone, why, out);
+    if (!gone.empty() && !j.Running()) j.gen_->Ended(gone, false, why);
+  }
+  if (last == JobState::Clock::time_point{} || now - last <= j.cfg_.heartbeat_timeout || !j.Running()) return;
+  // Why forgive: this coordinator did not run (SIGSTOP, a stalled host), so
+  // the silence it saw is its own; and the workers' streams may have broken
+  // meanwhile (their keepalive gave up), so they get to re-attach.
+  j.resume_.forgive_until = now + j.cfg_.heartbeat_timeout;
+  j.gen_->Forgive(now);
+  j.events_.Append(v1::EVENT_COORDINATOR_PAUSED, -1, j.gen_->plans().next_plan(),
+                   absl::StrCat("this coordinator did not run for ",
+                                DurationText(std::chrono::duration_cast<std::chrono::milliseconds>(now - last)),
+                                ": no rank's silence in it counts, and a rank whose stream broke may re-attach "
+                                "within ", DurationText(j.cfg_.heartbeat_timeout)));
+}
+
+bool JobResume::HoldForReattach(JobState& j, const std::vector<int>& training) {
+  const JobState::Clock::time_point now = JobState::Clock::now();
+  const bool paused = now < j.resume_.forgive_until || (j.resume_.last_tick != JobState::Clock::time_point{} &&
+                                                 now - j.resume_.last_tick > j.cfg_.heartbeat_timeout);
+  if (!paused) return false;
+  j.resume_.held.insert(j.resume_.held.end(), training.begin(), training.end());
+  // Why hold: the stream broke because this coordinator did not run; the
+  // worker rides through and re-attaches. Silence still loses it (the
+  // heartbeat timeout, counted from the pause's end: Ticked).
+  j.events_.Append(v1::EVENT_JOINED, training.front(), -1,
+                   absl::StrCat(j.gen_->RankNames(training),
+                                ": Train stream broke while this coordinator was paused; waiting for it to re-attach"));
+  return true;
 }
 
 }  // namespace psync::server

@@ -27,11 +27,6 @@ void JobState::SetGenerationEndHook(std::function<void(const std::string&)> hook
   generation_end_hook_ = std::move(hook);
 }
 
-void JobState::SetFencedHook(std::function<void(const std::string&)> hook) {
-  std::lock_guard<std::mutex> l(mu_);
-  fenced_hook_ = std::move(hook);
-}
-
 namespace {
 
 // A Join once the job has ended (`state` FINISHED or ABORTED, for `reason`).
@@ -139,7 +134,7 @@ uint64_t JobState::JoinWaitingLocked(const v1::JoinRequest& req, JoinDone done, 
                               cfg_.world_size, g > 1 ? absl::StrCat(", generation ", g) : std::string(), ")"));
   // Why: the Join is answered when the world completes; until then it only
   // holds a ticket (and a deadline on the scheduler), never a thread.
-  joins_.Wait(ticket, *rank, std::move(done), deadline);
+  joins_.Wait(ticket, *rank, req, std::move(done), deadline);
   if (gen_->rendezvous().complete()) {
     CompleteWorldLocked(out);
     return 0;
@@ -215,7 +210,6 @@ absl::StatusOr<StreamRef> JobState::Attach(const v1::Hello& hello, std::shared_p
   PSYNC_RETURN_IF_ERROR(CheckHelloJob(hello, cfg_));
   if (hello.has_resume()) PSYNC_RETURN_IF_ERROR(JobResume::Resume(*this, hello, &out));
   PSYNC_ASSIGN_OR_RETURN(const std::vector<int> ranks, HelloRanks(hello, gen_->world_size()));
-  const int64_t g = gen_->number();
   PSYNC_RETURN_IF_ERROR(gen_->CheckStreamGeneration(ranks.front(), hello.generation()));
   if (state_ == v1::JOB_ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", reason_));
   if (state_ == v1::JOB_FINISHED) return absl::FailedPreconditionError("job has finished");
@@ -224,8 +218,9 @@ absl::StatusOr<StreamRef> JobState::Attach(const v1::Hello& hello, std::shared_p
   // Why: from now on these ranks' plans go to this stream (each plan once),
   // and each rank must be heard on it.
   gen_->Attach(ranks, sink.get(), Clock::now());
-  const StreamRef ref{sink.get(), g, host ? -1 : ranks.front()};
+  const StreamRef ref{sink.get(), gen_->number(), host ? -1 : ranks.front()};
   delivery_.Bind(ranks, std::move(sink));
+  if (hello.has_resume()) JobResume::Reattached(*this, hello, &out);
   return ref;
 }
 
@@ -362,6 +357,7 @@ void JobState::DisconnectLocked(const std::vector<int>& ranks, const std::string
     MaybeFinishLocked(out);
     return;
   }
+  if (JobResume::HoldForReattach(*this, training)) return;
   MarkRanksLostLocked(training, cause, out);
 }
 
@@ -374,6 +370,7 @@ void JobState::EmitReadyPlansLocked(Outbox* out) {
     counters_.PlanEmitted(plans.PendingArrivals(), now);
     auto plan = std::make_shared<const v1::Plan>(plans.Emit());
     gen_->PlanEmitted(now);
+    gen_->Remember(plan);
     if (plan->has_bucket_plan()) {
       const v1::BucketPlan& bp = plan->bucket_plan();
       events_.Append(v1::EVENT_PLAN_APPLIED, -1, bp.applies_from_iteration(),
@@ -540,9 +537,10 @@ void JobState::MaybeFinishLocked(Outbox* out) {
   events_.Append(v1::EVENT_FINISHED, -1, last, absl::StrCat("job finished after iteration ", last));
 }
 
-void JobState::CheckLiveness(Clock::time_point now) {
+void JobState::CheckLiveness(Clock::time_point now, bool ticker) {
   Outbox out;
   std::lock_guard<std::mutex> l(mu_);
+  if (ticker) JobResume::Ticked(*this, now, &out);
   if (!Running()) return;
   if (gen_->plans().StopPlanSent()) return;  // ranks are finishing; nothing more is expected
   if (std::optional<LostVerdict> lost = gen_->LostRank(now)) MarkRanksLostLocked({lost->rank}, lost->why, &out);

@@ -112,6 +112,13 @@ namespace psync::server {
 
 struct JobMetrics;  // job_metrics.h
 
+// What coordinator failover keeps in JobState (JobResume's, under its lock).
+struct ResumeState {
+  std::function<void(const std::string& why)> fenced_hook;  // JobResume::SetFencedHook
+  std::chrono::steady_clock::time_point last_tick{}, forgive_until{};  // JobResume::Ticked
+  std::vector<int> held;  // JobResume::HoldForReattach
+};
+
 class JobState {
   friend struct JobViews;   // job_views.cc: the views' job-wide part
   friend struct JobResume;  // job_resume.h: coordinator failover's part of Attach
@@ -135,11 +142,6 @@ class JobState {
   // with that generation's store prefix, so its bootstrap keys can be
   // dropped. Set before serving.
   void SetGenerationEndHook(std::function<void(const std::string& store_prefix)> hook);
-
-  // Coordinator failover: runs (never with the lock held) when a worker
-  // resumes with a newer epoch than this coordinator's: a newer coordinator
-  // drives the job, so this one must go (`why` names both epochs).
-  void SetFencedHook(std::function<void(const std::string& why)> hook);
 
   // Rendezvous. `done` runs exactly once, never with the lock held: from
   // this call (refused, or this Join completed the world), or later (the
@@ -191,7 +193,9 @@ class JobState {
   void StreamClosed(const StreamRef& stream, const std::string& cause);
 
   // Declares at most one rank lost (liveness_policy.h). Called periodically.
-  void CheckLiveness(Clock::time_point now);
+  // `ticker`: `now` is the liveness ticker's real time (JobResume::Ticked: a
+  // coordinator that did not run does not judge silence).
+  void CheckLiveness(Clock::time_point now, bool ticker = false);
 
   // Schedules STOP_AFTER (plan_aggregator.h: p + K - 1).
   v1::ShutdownResponse Shutdown(const std::string& reason);
@@ -269,7 +273,7 @@ class JobState {
   std::string reason_;
   int restarts_ = 0;
   std::function<void(const std::string&)> generation_end_hook_;
-  std::function<void(const std::string&)> fenced_hook_;
+  ResumeState resume_;  // coordinator failover's (job_resume.h)
   PendingJoins joins_;
   PlanDelivery delivery_;
   JobCounters counters_;  // /metrics: reports, losses, plans and plan latency over all generations

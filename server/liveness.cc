@@ -19,7 +19,7 @@ void LivenessTicker::Stop() {
 void LivenessTicker::Tick() {
   std::lock_guard<std::mutex> l(mu_);
   if (stopped_) return;
-  job_->CheckLiveness(JobState::Clock::now());
+  job_->CheckLiveness(JobState::Clock::now(), /*ticker=*/true);
   timer_ = scheduler_->RunAt(scheduler_->Now() + period_, [this] { Tick(); });
 }
 

@@ -18,6 +18,7 @@
 #include "common/atomic_file.h"
 #include "server/coordinator_server.h"
 #include "server/job_config.h"
+#include "server/job_resume.h"
 #include "server/limits.h"
 #include "server/listen_policy.h"
 
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
   // this one (it was paused or cut off while another took over). Why exit
   // at once, without the usual shutdown: that would send ABORT plans to
   // whoever still listens, and the job is the newer coordinator's now.
-  (*server)->job().SetFencedHook([](const std::string& why) {
+  psync::server::JobResume::SetFencedHook((*server)->job(), [](const std::string& why) {
     std::fprintf(stderr, "psync-coordinator: fenced: %s\n", why.c_str());
     std::fflush(stderr);
     std::_Exit(1);

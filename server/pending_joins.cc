@@ -31,9 +31,12 @@ void FailAll(std::map<uint64_t, Join>& joins, const absl::Status& st, Scheduler*
 PendingJoins::PendingJoins(Scheduler* scheduler, std::function<void(uint64_t)> expire)
     : scheduler_(scheduler), expire_(std::move(expire)) {}
 
-void PendingJoins::Wait(uint64_t ticket, int rank, JoinDone done, Clock::time_point deadline) {
+void PendingJoins::Wait(uint64_t ticket, int rank, const v1::JoinRequest& req, JoinDone done,
+                        Clock::time_point deadline) {
   Waiting w;
   w.rank = rank;
+  w.req = req;
+  w.deadline = deadline;
   w.done = std::move(done);
   w.timer = scheduler_->RunAt(deadline, [expire = expire_, ticket] { expire(ticket); });
   waiting_.emplace(ticket, std::move(w));
@@ -60,6 +63,15 @@ std::optional<PendingJoins::Queued> PendingJoins::TakeQueued(uint64_t ticket) {
 std::optional<PendingJoins::Queued> PendingJoins::TakeOldestQueued() {
   if (queued_.empty()) return std::nullopt;
   return TakeQueued(queued_.begin()->first);
+}
+
+void PendingJoins::QueueWaiting() {
+  std::vector<uint64_t> tickets;
+  for (const auto& [ticket, w] : waiting_) tickets.push_back(ticket);
+  for (uint64_t ticket : tickets) {
+    std::optional<Waiting> w = TakeWaiting(ticket);
+    Queue(ticket, w->req, std::move(w->done), w->deadline);
+  }
 }
 
 void PendingJoins::RenumberWaiting(const std::vector<int>& old_ranks) {

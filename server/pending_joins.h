@@ -32,6 +32,8 @@ class PendingJoins {
     int rank = -1;
     JoinDone done;
     uint64_t timer = 0;
+    v1::JoinRequest req;         // for QueueWaiting
+    Clock::time_point deadline;  // on the scheduler's clock
   };
   struct Queued {
     uint64_t ticket = 0;  // the caller's CancelJoin ticket, kept when it is replayed
@@ -50,7 +52,7 @@ class PendingJoins {
 
   // Unique across generations.
   uint64_t NewTicket() { return next_ticket_++; }
-  void Wait(uint64_t ticket, int rank, JoinDone done, Clock::time_point deadline);
+  void Wait(uint64_t ticket, int rank, const v1::JoinRequest& req, JoinDone done, Clock::time_point deadline);
   void Queue(uint64_t ticket, const v1::JoinRequest& req, JoinDone done, Clock::time_point deadline);
 
   // Take a Join out, its deadline cancelled; nullopt if it is not here.
@@ -58,6 +60,10 @@ class PendingJoins {
   std::optional<Queued> TakeQueued(uint64_t ticket);
   std::optional<Queued> TakeOldestQueued();
   bool has_queued() const { return !queued_.empty(); }
+  // Coordinator failover: the generation they waited for was replaced by
+  // the running one the workers brought (JobResume), so every waiting Join
+  // waits for the next generation instead, with its ticket and deadline.
+  void QueueWaiting();
   // Elastic worlds: the waiting Join of rank old_ranks[i] now holds rank i.
   void RenumberWaiting(const std::vector<int>& old_ranks);
 

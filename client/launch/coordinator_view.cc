@@ -58,7 +58,10 @@ Judgement Judge(const CoordinatorView& v, int64_t generation_seen, bool local_fa
     // on their own (exit 5), and that failure is what this answers. Why not
     // restart into the new one: its generations count from 1 again, so
     // nothing says whether it serves the same job or from which checkpoint.
-    // Without a failure here, its view counts as any (its job may finish).
+    // Without a failure here, its view counts as any (its job may finish);
+    // one that met no job yet may still rebuild it from the workers that
+    // ride through (the grace bounds the wait).
+    if (local_failure && v.state == "JOB_WAITING" && v.generation == 1) return {Verdict::kGoOn, ""};
     if (local_failure) {
       return {Verdict::kNoRestart,
               absl::StrCat("a new coordinator answers (instance ", v.instance_id, ", not ", instance_seen,

@@ -57,6 +57,8 @@ struct Judgement {
 // `local_failure`: one of this node's workers failed.
 //   another instance_id, local_failure -> kNoRestart (the coordinator was replaced: the new one's
 //                                         job and generations are not the ones these workers ran;
+//                                         kGoOn while it is WAITING for generation 1: it may still
+//                                         rebuild the job from the workers that ride through;
 //                                         without a local failure the rules below: its workers
 //                                         re-register with it or fail, coordinator failover)
 //   generation > generation_seen       -> kRestart (a loss anywhere, or an elastic regroup, opened

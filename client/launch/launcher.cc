@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -121,23 +122,32 @@ absl::Status Launcher::Prepare() {
   return absl::OkStatus();
 }
 
-absl::Status Launcher::StartCoordinator() {
-  const Command c = CoordinatorCommand(opt_, dir_.port_file());
+absl::StatusOr<int> Launcher::SpawnCoordinator(int port) {
+  LaunchOptions o = opt_;
+  o.port = port;
+  std::remove(dir_.port_file().c_str());  // a restart waits for its own
+  const Command c = CoordinatorCommand(o, dir_.port_file());
+  coordinator_ = Child{"coordinator", -1, false};
   coordinator_.pid = Spawn(c.argv, c.env, devnull_);
   if (coordinator_.pid < 0) return ForkError();
   coordinator_.running = true;
-  int port = 0;
-  switch (WaitForPortFile(dir_.port_file(), coordinator_, &port)) {
+  int listening = 0;
+  switch (WaitForPortFile(dir_.port_file(), coordinator_, &listening)) {
     case PortWait::kListening:
-      break;
+      return listening;
     case PortWait::kExited:
       return absl::UnavailableError(
           absl::StrCat("psync-coordinator exited before listening (", DescribeStatus(coordinator_.status), ")"));
     case PortWait::kInterrupted:
       return absl::CancelledError("interrupted while starting the coordinator");
     case PortWait::kTimedOut:
-      return absl::UnavailableError("psync-coordinator did not write its port file within 30s");
+      break;
   }
+  return absl::UnavailableError("psync-coordinator did not write its port file within 30s");
+}
+
+absl::Status Launcher::StartCoordinator() {
+  PSYNC_ASSIGN_OR_RETURN(const int port, SpawnCoordinator(opt_.port));
   address_.port = port;
   address_.coordinator =
       opt_.NodeMode() ? opt_.coordinator : absl::StrCat(opt_.host == "0.0.0.0" ? "127.0.0.1" : opt_.host, ":", port);
@@ -384,8 +394,27 @@ Launcher::GenerationEnd Launcher::Supervise() {
   }
 }
 
+bool Launcher::RestartCoordinator() {
+  // Why: the workers ride through its loss (--coordinator-grace) and
+  // re-register with the one started again at the same address, which
+  // rebuilds the job from them (coordinator failover).
+  if (stopping_ || interrupts_ > 0 || coordinator_restarts_ >= kCoordinatorRestarts) return false;
+  ++coordinator_restarts_;
+  std::cerr << "psync-launch: psync-coordinator exited (" << DescribeStatus(coordinator_.status)
+            << "); starting it again on port " << address_.port << " (coordinator failover, " << coordinator_restarts_
+            << " of " << kCoordinatorRestarts << ")\n";
+  absl::StatusOr<int> port = SpawnCoordinator(address_.port);
+  if (!port.ok()) {
+    std::cerr << "psync-launch: " << port.status().message() << "\n";
+    return false;
+  }
+  std::cerr << "psync-launch: coordinator " << address_.coordinator << " (pid " << coordinator_.pid << ") again\n";
+  return true;
+}
+
 void Launcher::WatchService(Child& service, const char* name, bool* reported, bool workers_running) {
   if (service.running || *reported) return;
+  if (&service == &coordinator_ && workers_running && RestartCoordinator()) return;
   *reported = true;
   stopping_ = true;
   std::cerr << "psync-launch: " << name << " exited (" << DescribeStatus(service.status) << "); workers will stop\n";
@@ -458,15 +487,12 @@ bool Launcher::FollowJob(bool any_running) {
   std::optional<absl::StatusOr<CoordinatorView>> answer = poller_->Tick(awaiting ? kVerdictEvery : kWatchEvery);
   if (!answer || verdict_reached_) return false;
   if (!answer->ok()) {
-    // Why give up: the workers cannot reach it either; no restart can come.
-    if (awaiting) {
-      verdict_reached_ = true;
-      std::cerr << "psync-launch: no verdict from the coordinator (" << answer->status().message()
-                << "); not restarting\n";
-    }
+    // Why wait (up to the grace): the coordinator may be starting again
+    // (coordinator failover) while the workers ride through its loss.
+    if (awaiting && !kill_at_) kill_at_ = Clock::now() + opt_.grace;
     return false;
   }
-  if (!failure_handled_ && (*answer)->instance_id != coordinator_instance_ && !(*answer)->instance_id.empty() &&
+  if ((*answer)->instance_id != coordinator_instance_ && !(*answer)->instance_id.empty() &&
       (*answer)->generation == generation_ &&
       ((*answer)->state == "JOB_RUNNING" || (*answer)->state == "JOB_STOPPING")) {
     // Why follow it: the workers re-registered with a coordinator started

@@ -6,7 +6,8 @@
 //                     (RegroupIn), so its ranks join the next generation
 //   StartRelay        psync-relay for the host's ranks (LaunchOptions::UseRelay)
 //   SpawnRanks        one generation of this node's workers (restarts_done_ so far)
-//   Supervise         reap, watch the coordinator and the relay, signals,
+//   Supervise         reap, watch the coordinator (started again when it
+//                     dies: RestartCoordinator) and the relay, signals,
 //                     the grace period, until the generation ends or is
 //                     restarted: on one host alone the launcher decides
 //                     (HandleFailure: restart_policy.h); in node mode the
@@ -88,7 +89,16 @@ class Launcher {
   int Finish() const;
 
   // Supervise's parts, once per round.
+  // A service gone: the coordinator is started again while workers run
+  // (RestartCoordinator), else the workers get `grace` to stop.
   void WatchService(Child& service, const char* name, bool* reported, bool workers_running);
+  // psync-coordinator on `port` (0: any), up to its port file: the port.
+  absl::StatusOr<int> SpawnCoordinator(int port);
+  // Coordinator failover: this launcher's coordinator died while its
+  // workers run; starts it again on the same port, at most
+  // kCoordinatorRestarts times (false: not, or it did not start).
+  static constexpr int kCoordinatorRestarts = 10;
+  bool RestartCoordinator();
   // One host alone: the generation's first failure restarts it (true: the
   // workers are stopped, start the next generation) or gives the rest `grace`.
   bool HandleFailure();
@@ -119,9 +129,10 @@ class Launcher {
 
   // Across generations.
   int interrupts_ = 0;
-  int restarts_done_ = 0;
-  bool replacing_ = false;
-  bool followed_live_ = false;  // node mode: the newest generation followed was a live recovery  // live recovery: the last loss was replaced, so its consequences are started again free  // node mode: the coordinator's count (the job's), else this launcher's
+  int restarts_done_ = 0;   // node mode: the coordinator's count (the job's), else this launcher's
+  bool replacing_ = false;  // live recovery: the last loss was replaced, so its consequences are started again free
+  bool followed_live_ = false;  // node mode: the newest generation followed was a live recovery
+  int coordinator_restarts_ = 0;  // RestartCoordinator's
   int64_t generation_ = 0;  // node mode: the coordinator's generation when this node's workers started
   std::string coordinator_instance_;  // node mode: its instance_id then (a new one: it was replaced)
   bool stopping_ = false;  // a stop was asked for (or a service is gone): no more restarts

@@ -236,6 +236,9 @@ struct CoordinatorClient::Impl {
       stream = std::move(fresh);
       train_ctx = std::move(ctx);
       connected = true;
+      // Why straight to the coordinator: a relay's host stream cannot
+      // resume, so a rank behind one goes on with a stream of its own.
+      stream_target = target;
       return true;
     }
   }
@@ -287,7 +290,10 @@ struct CoordinatorClient::Impl {
                          << "); training on while the plans last, reconnecting for up to " << grace.count() / 1000
                          << "s (--coordinator-grace)";
       const auto lost_at = std::chrono::steady_clock::now();
-      if (!Reconnect(&ride_error)) {
+      plans->SetReconnecting(true);
+      const bool back = Reconnect(&ride_error);
+      plans->SetReconnecting(false);
+      if (!back) {
         if (ride_error.empty()) ride_error = "closed";
         break;
       }
@@ -492,8 +498,7 @@ absl::Status CoordinatorClient::UseTrainRelay(const std::string& relay_target, s
 }
 
 void CoordinatorClient::RideThroughLoss(std::chrono::milliseconds grace) {
-  // Why not through a relay: the relay's host stream cannot resume yet.
-  impl_->grace = impl_->relay_stub ? std::chrono::milliseconds(0) : std::max(grace, std::chrono::milliseconds(0));
+  impl_->grace = std::max(grace, std::chrono::milliseconds(0));
 }
 
 absl::Status CoordinatorClient::OpenTrainStream(int rank, int64_t generation, std::shared_ptr<PlanMailbox> plans) {

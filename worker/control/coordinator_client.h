@@ -188,9 +188,8 @@ class CoordinatorClient {
   // replaced). Only once `grace` passed does the mailbox close (Unavailable
   // "coordinator at HOST:PORT lost: no coordinator took over ...", exit 5).
   // SendDone with exit code 0 between streams waits up to `grace` for the
-  // next one. Not
-  // through a plan relay (UseTrainRelay): its host stream cannot resume, so
-  // there `grace` is 0.
+  // next one. Behind a plan relay (UseTrainRelay) the new stream goes
+  // straight to the coordinator (a relay's host stream cannot resume).
   void RideThroughLoss(std::chrono::milliseconds grace);
   // Opens the Train stream and sends Hello; starts the reader thread, which
   // delivers every plan into `plans` (decoded for the manifest Join sent:

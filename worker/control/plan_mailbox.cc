@@ -72,10 +72,19 @@ absl::Status PlanMailbox::WaitForFailure(std::chrono::milliseconds timeout,
   auto done = [&] { return !FailureLocked().ok() || (cancelled && cancelled()); };
   if (timeout == std::chrono::milliseconds::max()) {
     cv_.wait(lock, done);
-  } else {
-    cv_.wait_for(lock, timeout, done);
+    return FailureLocked();
+  }
+  while (!cv_.wait_for(lock, timeout, done) && reconnecting_) {
+    // Why wait on: whoever takes over may still name the failure (an ABORT).
+    cv_.wait(lock, [&] { return done() || !reconnecting_; });
   }
   return FailureLocked();
+}
+
+void PlanMailbox::SetReconnecting(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reconnecting_ = on;
+  cv_.notify_all();
 }
 
 void PlanMailbox::Wake() const {

@@ -66,6 +66,13 @@ class PlanMailbox {
   // coordinator lost); `why` is the failure (OK: "coordinator stream ended").
   void Close(absl::Status why);
 
+  // From the reader thread (coordinator failover): the stream broke and is
+  // being opened again. Meanwhile a finite WaitForFailure does not time out
+  // (the coordinator that takes over decides what a failed step was: a
+  // peer lost while it was down is its ABORT to give); once reconnected it
+  // waits its timeout again.
+  void SetReconnecting(bool on);
+
   // Waits for the plan of `iteration`. Errors: an ABORT (Aborted with the
   // coordinator's reason), the stream closed (its status), timeout
   // (DeadlineExceeded), a released iteration (FailedPrecondition).
@@ -77,7 +84,8 @@ class PlanMailbox {
   // Why no more plans will come (OK while all is well): the ABORT plan's
   // reason (Aborted, exit code 4) or the status Close was given.
   absl::Status failure() const;
-  // Blocks until failure() is set (returns it), `timeout` passed or, after a
+  // Blocks until failure() is set (returns it), `timeout` passed (not
+  // counting time spent reconnecting: SetReconnecting) or, after a
   // Wake(), `cancelled` returns true (both return OK). timeout = max(): no
   // deadline.
   absl::Status WaitForFailure(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled = {}) const;
@@ -104,6 +112,7 @@ class PlanMailbox {
   bool is_closed_ = false;
   int64_t released_through_ = -1;
   int64_t latest_ = -1;
+  bool reconnecting_ = false;
 };
 
 }  // namespace psync::control

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/manual_scheduler.h"
+#include "server/job_resume.h"
 #include "server/job_state.h"
 #include "tests/unit/server/job_state_test_util.h"
 
@@ -146,7 +147,7 @@ TEST(CoordinatorFailover, ARankThatObeyedANewerCoordinatorFencesThisOne) {
   ManualScheduler sched;
   JobState stale(EpochCfg(2, 100), &sched);
   std::string fenced;
-  stale.SetFencedHook([&](const std::string& why) { fenced = why; });
+  JobResume::SetFencedHook(stale, [&](const std::string& why) { fenced = why; });
   absl::StatusOr<StreamRef> ref = stale.Attach(ResumeOf(0, 1, 5, 2, 300), std::make_shared<PlanQueue>());
   ASSERT_FALSE(ref.ok());
   EXPECT_EQ(ref.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -173,18 +174,92 @@ TEST(CoordinatorFailover, AResumeThatDoesNotFitIsRefusedNamingTheValue) {
                                    "had 0"),
             std::string::npos)
       << r1.status();
-  // A rank already re-attached cannot resume twice.
-  EXPECT_FALSE(fresh.Attach(ResumeOf(0, 1, 5, 2, 100), std::make_shared<PlanQueue>()).ok());
+  // A rank that resumes again (its new stream broke too) takes over from its own stream.
+  EXPECT_TRUE(fresh.Attach(ResumeOf(0, 1, 5, 2, 100), std::make_shared<PlanQueue>()).ok());
 }
 
 TEST(CoordinatorFailover, NoResumeOnceThisCoordinatorFormedItsOwnGeneration) {
   ManualScheduler sched;
   JobState fresh(EpochCfg(2, 200), &sched);
-  std::shared_ptr<Joined> waiting = StartJoin(fresh, Req(0));
-  absl::StatusOr<StreamRef> ref = fresh.Attach(ResumeOf(1, 1, 5, 2, 100), std::make_shared<PlanQueue>());
+  std::vector<TestStream> own = JoinAll(fresh, {0, 1});
+  absl::StatusOr<StreamRef> ref = fresh.Attach(ResumeOf(1, 5, 5, 2, 100), std::make_shared<PlanQueue>());
   ASSERT_FALSE(ref.ok());
   EXPECT_NE(Msg(ref.status()).find("formed generation 1 of its own"), std::string::npos) << ref.status();
-  EXPECT_FALSE(waiting->done) << "the Join waits on";
+}
+
+// A replacement for a rank lost while the coordinator was down may Join the
+// new coordinator before the survivors re-register: its Join waits for the
+// next generation, which the lost rank's loss opens, and forms it with the
+// survivor that rejoins.
+TEST(CoordinatorFailover, AFreshJoinWaitsForTheGenerationAfterTheResumedOne) {
+  ManualScheduler sched;
+  JobState fresh(EpochCfg(2, 200, /*max_restarts=*/1), &sched);
+  std::shared_ptr<Joined> replacement = StartJoin(fresh, Req(1));
+  TestStream r0 = AttachOk(fresh, ResumeOf(0, 1, 5, 2, 100));
+  EXPECT_EQ(fresh.generation(), 1);
+  fresh.CheckLiveness(std::chrono::steady_clock::now() + fresh.config().heartbeat_timeout + 1s);
+  EXPECT_EQ(fresh.generation(), 2) << "rank 1 did not re-attach: lost";
+  EXPECT_FALSE(replacement->done) << "it joined generation 2 and waits for rank 0";
+  v1::JoinRequest live = Req(0);
+  live.set_live_step(5);
+  live.set_generation(2);
+  std::shared_ptr<Joined> survivor = StartJoin(fresh, live);
+  ASSERT_TRUE(survivor->done && replacement->done);
+  ASSERT_TRUE(replacement->r.ok()) << replacement->r.status();
+  EXPECT_EQ(replacement->r->rank(), 1);
+  EXPECT_EQ(replacement->r->generation(), 2);
+  EXPECT_EQ(replacement->r->start_iteration(), 5) << "the survivor's live step";
+}
+
+// The coordinator ran on (or was paused) while a rank's stream broke: the
+// rank attaches again on a new stream, taking over from the old one, gets
+// the plans it missed, and its reports sent again are dropped.
+TEST(CoordinatorFailover, ARankWhoseStreamBrokeReattachesAndGetsThePlansItMissed) {
+  ManualScheduler sched;
+  JobState job(EpochCfg(2, 100), &sched);
+  std::vector<TestStream> s = JoinAll(job, {0, 1});
+  for (int64_t i = 0; i < 4; ++i) ReportAll(job, s, i);
+  ASSERT_EQ(Drain(s[1]).size(), 4u);
+  // Rank 1 holds the plans before 2 only (2 and 3 were in flight).
+  TestStream again = AttachOk(job, ResumeOf(1, 1, 2, 2, 100));
+  const std::vector<v1::Plan> missed = Drain(again);
+  ASSERT_EQ(missed.size(), 2u);
+  EXPECT_EQ(missed[0].iteration(), 2);
+  EXPECT_EQ(missed[1].iteration(), 3);
+  for (int64_t i = 0; i < 4; ++i) ASSERT_TRUE(job.Report(again.ref, Rep(i, kFull)).ok()) << "sent again: dropped";
+  job.StreamClosed(s[1].ref, "stream closed");  // the old stream's end comes late: it speaks for nobody now
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  ASSERT_TRUE(job.Report(s[0].ref, Rep(4, kFull)).ok());
+  ASSERT_TRUE(job.Report(again.ref, Rep(4, kFull)).ok());
+  EXPECT_EQ(Next(*again).iteration(), 4);
+}
+
+// A coordinator that did not run (SIGSTOP) for longer than the heartbeat
+// timeout blames nobody for the silence, holds the streams that broke
+// meanwhile for a re-attach, and loses the ranks that do not come back.
+TEST(CoordinatorFailover, APausedCoordinatorHoldsBrokenStreamsForAReattach) {
+  ManualScheduler sched;
+  JobState job(EpochCfg(2, 100), &sched);
+  std::vector<TestStream> s = JoinAll(job, {0, 1});
+  ReportAll(job, s, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  job.CheckLiveness(t0, /*ticker=*/true);
+  const auto resumed = t0 + 10s;  // the pause's end
+  job.CheckLiveness(resumed, /*ticker=*/true);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING) << "its own pause is no rank's silence";
+  job.StreamClosed(s[0].ref, "stream closed");
+  job.StreamClosed(s[1].ref, "stream closed");
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING) << "both held for a re-attach";
+  TestStream r0 = AttachOk(job, ResumeOf(0, 1, 1, 2, 100));
+  job.CheckLiveness(resumed + job.config().heartbeat_timeout + 1s, /*ticker=*/true);
+  EXPECT_EQ(job.state(), v1::JOB_ABORTED) << "rank 1 never came back";
+  v1::Plan abort;
+  bool got = false;
+  while (r0->TryPop(&abort)) got = abort.action() == v1::ABORT;
+  ASSERT_TRUE(got);
+  EXPECT_NE(abort.reason().find("rank 1 (h:101) lost: Train stream broke while the coordinator was paused"),
+            std::string::npos)
+      << abort.reason();
 }
 
 }  // namespace
