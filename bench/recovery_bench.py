@@ -39,22 +39,8 @@ import sys
 import tempfile
 import time
 
-
-def corpus(path):
-    # Seeded text-like bytes: the same data every run, no download.
-    import random
-    rnd = random.Random(7)
-    words = [bytes(rnd.randrange(97, 123) for _ in range(rnd.randrange(2, 9))) for _ in range(2000)]
-    with open(path, "wb") as f:
-        f.write(b" ".join(rnd.choice(words) for _ in range(400000)))
-
-
-def metrics_steps(path):
-    try:
-        with open(path) as f:
-            return [int(m.group(1)) for m in re.finditer(r'"step": (\d+)', f.read())]
-    except FileNotFoundError:
-        return []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from job_inputs import corpus, metrics_steps  # noqa: E402
 
 
 def worker_pids(launcher):

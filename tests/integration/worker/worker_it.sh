@@ -216,6 +216,43 @@ same_as_uninterrupted_nodes() {
   same_weights "$T/u.st" "$T/r.st" 0
 }
 
+# same_as_uninterrupted_node STEPS: after a one-node job of 4 ranks against
+# $CPID that saved $T/r.st, runs it again uninterrupted (a fresh coordinator)
+# and compares the weights bit for bit.
+same_as_uninterrupted_node() {
+  kill "$CPID"; wait "$CPID" 2>/dev/null
+  start_coord 4
+  "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --coordinator="$CADDR" -- --steps="$1" --quiet --save="$T/u.st" \
+    >"$T/u0.log" 2>&1 &
+  NPID[u0]=$!; PIDS+=("${NPID[u0]}")
+  wait_nodes u0
+  same_weights "$T/u.st" "$T/r.st" 0
+}
+
+# coordinator_kills ADDR TOKEN KILL: three kill -9s of the 4-rank job's
+# coordinator at random iterations (PSYNC_CHAOS_SEED), each by the function
+# KILL K, which kills it and sees a coordinator back at ADDR; after each the
+# job goes on (a new plan) and every worker keeps its pid.
+coordinator_kills() {
+  local addr=$1 token=$2 kill_fn=$3 seed=${PSYNC_CHAOS_SEED:-$RANDOM} at=50 k r t0
+  RANDOM=$seed
+  note "seed $seed (PSYNC_CHAOS_SEED)"
+  wait_iteration "$addr" 50 "$token"
+  local -A before
+  for r in 0 1 2 3; do before[$r]=$(rank_pid "$addr" "$token" "$r"); done
+  for k in 1 2 3; do
+    at=$((at + 200 + RANDOM % 400))
+    wait_iteration "$addr" "$at" "$token"
+    t0=$(date +%s%N)
+    "$kill_fn" "$k"
+    wait_iteration "$addr" $((at + 1)) "$token"
+    note "kill $k at iteration $at: the next plan $((($(date +%s%N) - t0) / 1000000)) ms after the kill"
+    for r in 0 1 2 3; do
+      [[ $(rank_pid "$addr" "$token" "$r") == "${before[$r]}" ]] || fail "rank $r has another pid after kill $k"
+    done
+  done
+}
+
 # live_chaos STEPS KILLS [worker flags]: psync-launch --nproc=4
 # --max-restarts=KILLS+1 --recovery=live, no checkpoint directory; KILLS
 # kill -9s of a random worker (a replacement too), each at a random
@@ -1414,54 +1451,28 @@ PY
   coordinator_failover)
     # The coordinator may die (coordinator.proto, "Coordinator failover"): a
     # coordinator started by hand at a fixed port, a 4-rank job launched
-    # against it (node mode; --relay=false: a relay's host stream cannot
-    # resume yet). It is killed with kill -9 three times at random
-    # iterations and started again each time with the same command. Then:
-    # exit 0, no worker restarted (the same pids), each new coordinator says
-    # it rebuilt generation 1 from the workers, and the weights equal an
-    # uninterrupted run's bit for bit.
+    # against it (node mode; --relay=false: every rank on its own stream).
+    # It is killed with kill -9 three times at random iterations and started
+    # again each time with the same command. Then: exit 0, no worker
+    # restarted (the same pids), the new coordinator runs generation 1 on,
+    # and the weights equal an uninterrupted run's bit for bit.
     export PSYNC_TOKEN=failover-token
     port=$(free_port)
-    seed=${PSYNC_CHAOS_SEED:-$RANDOM}
-    RANDOM=$seed
-    note "seed $seed (PSYNC_CHAOS_SEED)"
     start_coord 4 --port="$port"
     "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --relay=false --coordinator="$CADDR" -- --steps=3000 --quiet \
       --save="$T/r.st" >"$T/n0.log" 2>&1 &
     NPID[n0]=$!; PIDS+=("${NPID[n0]}")
-    wait_iteration "$CADDR" 50 "$PSYNC_TOKEN"
-    declare -A before
-    for r in 0 1 2 3; do before[$r]=$(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r"); done
-    at=50
-    for k in 1 2 3; do
-      at=$((at + 200 + RANDOM % 400))
-      wait_iteration "$CADDR" "$at" "$PSYNC_TOKEN"
-      kill -9 "$CPID"; wait "$CPID" 2>/dev/null
-      t0=$(date +%s%N)
-      start_coord 4 --port="$port"
-      wait_iteration "$CADDR" $((at + 1)) "$PSYNC_TOKEN"
-      note "kill $k at iteration $at: the next plan $(( ($(date +%s%N) - t0) / 1000000 )) ms after the restart"
-      [[ $(status_field "$CADDR" "$PSYNC_TOKEN" generation) == 1 ]] || fail "the new coordinator is not at generation 1"
-      for r in 0 1 2 3; do
-        [[ $(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r") == "${before[$r]}" ]] || fail "rank $r has another pid after kill $k"
-      done
-    done
+    again_by_hand() { kill -9 "$CPID"; wait "$CPID" 2>/dev/null; start_coord 4 --port="$port"; }
+    coordinator_kills "$CADDR" "$PSYNC_TOKEN" again_by_hand
+    [[ $(status_field "$CADDR" "$PSYNC_TOKEN" generation) == 1 ]] || fail "the new coordinator is not at generation 1"
     wait_exit "${NPID[n0]}" 180
     [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/n0.log")"
     if grep -q "starting\|restart" <(grep "psync-launch" "$T/n0.log" | grep -v "^psync-launch: node"); then
       fail "the launcher restarted a worker: $(grep psync-launch "$T/n0.log")"
     fi
-    for r in 0 1 2 3; do
-      grep -q "rank=$r.*re-registered with the coordinator" "$T/n0.log" || [[ $r != 0 ]] ||
-        fail "rank 0 did not re-register: $(grep -i coordinator "$T/n0.log" | tail -3)"
-    done
-    kill "$CPID"; wait "$CPID" 2>/dev/null
-    start_coord 4
-    "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --relay=false --coordinator="$CADDR" -- --steps=3000 --quiet \
-      --save="$T/u.st" >"$T/u0.log" 2>&1 &
-    NPID[u0]=$!; PIDS+=("${NPID[u0]}")
-    wait_nodes u0
-    same_weights "$T/u.st" "$T/r.st" 0 ;;
+    grep -q "rank=0.*re-registered with the coordinator" "$T/n0.log" ||
+      fail "rank 0 did not re-register: $(grep -i coordinator "$T/n0.log" | tail -3)"
+    same_as_uninterrupted_node 3000 ;;
 
   launch_coordinator_failover)
     # psync-launch starts its own coordinator again (coordinator failover):
@@ -1470,29 +1481,15 @@ PY
     # same port each time and the workers re-register with it (behind the
     # relay: straight to the coordinator). Then: exit 0, the same worker pids,
     # the weights equal an uninterrupted run's bit for bit.
-    seed=${PSYNC_CHAOS_SEED:-$RANDOM}
-    RANDOM=$seed
-    note "seed $seed (PSYNC_CHAOS_SEED)"
     "$LAUNCH" --nproc=4 -- --steps=3000 --quiet --save="$T/r.st" >"$T/l.log" 2>&1 &
     LPID=$!; PIDS+=("$LPID")
     launcher_coordinator "$T/l.log"
-    wait_iteration "$LADDR" 50 "$LTOK"
-    declare -A before
-    for r in 0 1 2 3; do before[$r]=$(rank_pid "$LADDR" "$LTOK" "$r"); done
-    at=50
-    for k in 1 2 3; do
-      at=$((at + 200 + RANDOM % 400))
-      wait_iteration "$LADDR" "$at" "$LTOK"
-      cpid=$(grep -o "coordinator [0-9.:]* (pid [0-9]*" "$T/l.log" | tail -1 | sed 's/.*pid //')
-      kill -9 "$cpid"
-      for _ in $(seq 300); do (($(grep -c "starting it again on port" "$T/l.log") >= k)) && break; sleep 0.1; done
-      (($(grep -c "starting it again on port" "$T/l.log") >= k)) || fail "the launcher did not start its coordinator again: $(grep psync-launch "$T/l.log")"
-      wait_iteration "$LADDR" $((at + 1)) "$LTOK"
-      for r in 0 1 2 3; do
-        [[ $(rank_pid "$LADDR" "$LTOK" "$r") == "${before[$r]}" ]] || fail "rank $r has another pid after kill $k"
-      done
-      note "kill $k at iteration $at: $(grep "starting it again" "$T/l.log" | tail -1)"
-    done
+    again_by_launcher() {
+      kill -9 "$(grep -o "coordinator [0-9.:]* (pid [0-9]*" "$T/l.log" | tail -1 | sed 's/.*pid //')"
+      for _ in $(seq 300); do (($(grep -c "starting it again on port" "$T/l.log") >= $1)) && return; sleep 0.1; done
+      fail "the launcher did not start its coordinator again: $(grep psync-launch "$T/l.log")"
+    }
+    coordinator_kills "$LADDR" "$LTOK" again_by_launcher
     wait_exit "$LPID" 180
     [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/l.log")"
     if grep -q "restarting\|starting a replacement" "$T/l.log"; then fail "a worker restarted: $(grep psync-launch "$T/l.log")"; fi
@@ -1524,13 +1521,7 @@ PY
     done
     [[ $(status_field "$CADDR" "$PSYNC_TOKEN" state) == JOB_FINISHED ]] || fail "the job is $(status_field "$CADDR" "$PSYNC_TOKEN" state)"
     note "$(grep "re-registered" "$T/n0.log" | head -1)"
-    kill "$CPID"; wait "$CPID" 2>/dev/null
-    start_coord 4
-    "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --coordinator="$CADDR" -- --steps=2000 --quiet --save="$T/u.st" \
-      >"$T/u0.log" 2>&1 &
-    NPID[u0]=$!; PIDS+=("${NPID[u0]}")
-    wait_nodes u0
-    same_weights "$T/u.st" "$T/r.st" 0 ;;
+    same_as_uninterrupted_node 2000 ;;
 
   coordinator_failover_worker_lost)
     # A worker lost while the coordinator is down (coordinator failover with
@@ -1560,13 +1551,7 @@ PY
     done
     grep -q "rank=2.*healed from rank [013] at step" "$T/n0.log" || fail "rank 2 was not healed: $(grep -i "heal\|psync-launch" "$T/n0.log")"
     note "$(grep -o "healed from rank [0-9] at step [0-9]*.*" "$T/n0.log" | head -1)"
-    kill "$CPID"; wait "$CPID" 2>/dev/null
-    start_coord 4
-    "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --coordinator="$CADDR" -- --steps=2000 --quiet --save="$T/u.st" \
-      >"$T/u0.log" 2>&1 &
-    NPID[u0]=$!; PIDS+=("${NPID[u0]}")
-    wait_nodes u0
-    same_weights "$T/u.st" "$T/r.st" 0 ;;
+    same_as_uninterrupted_node 2000 ;;
 
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
