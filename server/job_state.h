@@ -62,6 +62,13 @@
 // of an ended generation are refused (or ignored: StreamClosed), so an old
 // worker can never touch the new generation's ranks.
 //
+// Coordinator failover (coordinator.proto; JobResume, job_resume.h): a
+// coordinator that met no job becomes RUNNING(g) from its workers' Resume
+// (WAITING(1) --(hello.resume of generation g)--> RUNNING(g), or STOPPING
+// when they hold a stop plan); a rank whose stream broke re-attaches to
+// the generation it runs; streams that broke while this coordinator did not
+// run (a pause) are held for that instead of lost.
+//
 // Train streams (coordinator.proto "Train stream", "Host streams"): one API
 // for both kinds. A rank's own stream (hello.rank) is a host stream of one
 // rank whose messages need not name their rank; a host stream (hello.ranks)
