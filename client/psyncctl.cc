@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -323,9 +324,13 @@ void PrintEvent(const v1::Event& e, bool json) {
 constexpr std::chrono::seconds kWatchGrace(60);
 
 int Watch(v1::Control::Stub* stub, bool json) {
-  // Why by time: a coordinator started again replays its own history,
-  // which begins after the last event printed.
+  // Why by time: a coordinator that answers again (failover) replays its
+  // history, which may hold what was printed already; after a reconnect the
+  // events up to the last printed one (by time, and by message within its
+  // millisecond) are skipped. The first stream prints everything.
   int64_t last_ms = -1;
+  std::set<std::string> at_last_ms;  // the messages printed in millisecond last_ms
+  bool replaying = false;
   std::chrono::steady_clock::time_point lost_since{};  // {} = not lost
   while (true) {
     grpc::ClientContext ctx;
@@ -336,8 +341,11 @@ int Watch(v1::Control::Stub* stub, bool json) {
     v1::Event e;
     while (reader->Read(&e)) {
       lost_since = {};
-      if (e.unix_ms() <= last_ms) continue;
+      if (replaying && (e.unix_ms() < last_ms || (e.unix_ms() == last_ms && at_last_ms.count(e.message())))) continue;
+      replaying = false;
+      if (e.unix_ms() != last_ms) at_last_ms.clear();
       last_ms = e.unix_ms();
+      at_last_ms.insert(e.message());
       PrintEvent(e, json);
     }
     grpc::Status st = reader->Finish();
@@ -352,6 +360,7 @@ int Watch(v1::Control::Stub* stub, bool json) {
       std::fprintf(stderr, "psyncctl: watch: coordinator lost (%s); waiting up to %llds for it to come back\n",
                    st.error_message().c_str(), static_cast<long long>(kWatchGrace.count()));
     }
+    replaying = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
