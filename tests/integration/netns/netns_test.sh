@@ -22,7 +22,8 @@
 #          the coordinator blames rank 1 (--heartbeat-timeout=1500ms, before the
 #          3 s report timeout) and W0 aborts with a named error (exit 4) within
 #          10 s; the coordinator reports rank 1 lost (psyncctl workers / status),
-#          W1 exits by itself (keepalive: coordinator lost), nothing hangs.
+#          W1 exits by itself (keepalive: coordinator lost, and no coordinator
+#          back within its 10 s of --coordinator-grace), nothing hangs.
 #
 # usage: netns_test.sh [BIN_OR_DIR...]  each a binary or a directory holding
 #        psync-coordinator / psync-worker / psyncctl (else they come from $PATH);
@@ -285,7 +286,9 @@ phase_runner() {
 phase_partition() {
   log "phase 3: partition W1 mid-run"
   start_coordinator netns-partition coord3 --report-timeout=3s --heartbeat-timeout=1500ms
-  start_workers netns-partition w3_ --steps=1000000 --timeout=4s --progress-every=0
+  # --coordinator-grace=10s: the cut-off rank cannot tell its partition from
+  # a dead coordinator, so it rides through that long before it ends.
+  start_workers netns-partition w3_ --steps=1000000 --timeout=4s --progress-every=0 --coordinator-grace=10s
   # Wait for real progress before cutting the link.
   local i it=-1 st
   for i in $(seq 1 300); do
