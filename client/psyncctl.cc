@@ -407,9 +407,9 @@ int main(int argc, char** argv) {
                  cmd.c_str());
     return 2;
   }
-  grpc::ChannelArguments chargs;
-  chargs.SetInt("grpc.enable_http_proxy", 0);
-  auto channel = grpc::CreateCustomChannel(g_target, *creds, chargs);
+  // The long-lived client's arguments: watch outlives a coordinator that
+  // restarts (reconnection tries 100 ms .. 1 s apart), no HTTP proxy.
+  auto channel = grpc::CreateCustomChannel(g_target, *creds, psync::KeepaliveChannelArgs());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(timeout))) {
     return Fail(absl::StrCat(
         "cannot reach coordinator at ", g_target, ": no connection within ", timeout, "s",
