@@ -1553,6 +1553,27 @@ PY
     note "$(grep -o "healed from rank [0-9] at step [0-9]*.*" "$T/n0.log" | head -1)"
     same_as_uninterrupted_node 2000 ;;
 
+  watch_failover)
+    # psyncctl watch outlives its coordinator: killed with kill -9 and
+    # started again at the same port, the new one's events (its FINISHED
+    # after a shutdown) still come, and watch exits 0 on it.
+    port=$(free_port)
+    start_coord 2 --port="$port"
+    "$CTL" --coordinator="$CADDR" watch >"$T/watch.out" 2>"$T/watch.err" &
+    wpid=$!; PIDS+=("$wpid")
+    # Connected (a fresh coordinator has no event to print yet): its TCP connection is up.
+    for _ in $(seq 100); do ss -tnpH state established "( dport = :$port )" | grep -q "pid=$wpid," && break; sleep 0.1; done
+    ss -tnpH state established "( dport = :$port )" | grep -q "pid=$wpid," || fail "psyncctl watch did not connect"
+    kill -9 "$CPID"; wait "$CPID" 2>/dev/null
+    for _ in $(seq 100); do grep -q "waiting up to 60s" "$T/watch.err" && break; sleep 0.1; done
+    grep -q "coordinator lost" "$T/watch.err" || fail "watch did not notice the loss: $(cat "$T/watch.err")"
+    start_coord 2 --port="$port"
+    "$CTL" --coordinator="$CADDR" shutdown >/dev/null || fail "psyncctl shutdown"
+    wait_exit "$wpid" 30
+    [[ $rc == 0 ]] || fail "watch: exit $rc: $(cat "$T/watch.err")"
+    grep -q "FINISHED" "$T/watch.out" || fail "watch printed no FINISHED: $(cat "$T/watch.out")"
+    note "$(tail -1 "$T/watch.out")" ;;
+
   *) echo "unknown case $CASE"; exit 2 ;;
 esac
 echo "PASS [$CASE${BACKEND:+ backend=$BACKEND}]"
