@@ -50,15 +50,10 @@ void PlanAggregator::Resume(int64_t first, const v1::BucketPlan& held, int64_t a
   slots_.assign(static_cast<size_t>(window_), Slot{});
   Start(first);
   // Only a layout of every parameter once (a Resume is input like any).
-  std::vector<bool> seen(param_bytes_.size(), false);
-  bool whole = true;
-  for (const v1::Bucket& b : held.buckets()) {
-    for (int p : b.param_index()) {
-      whole = whole && p >= 0 && static_cast<size_t>(p) < seen.size() && !seen[static_cast<size_t>(p)];
-      if (whole) seen[static_cast<size_t>(p)] = true;
-    }
-  }
-  whole = whole && std::all_of(seen.begin(), seen.end(), [](bool b) { return b; });
+  std::vector<int64_t> layout;
+  for (const v1::Bucket& b : held.buckets()) layout.insert(layout.end(), b.param_index().begin(), b.param_index().end());
+  const bool whole =
+      ValidateParamOrder(layout, param_bytes_.size(), OrderRule::kPermutation, "resume.bucket_plan").ok();
   if (announced_in < first && whole && (held.id() == 0 || held.id() == 1)) {
     // Why: every rank holds Plan{first-1} and so this plan; a ready order
     // sent again with an older report is dropped with it.

@@ -107,6 +107,37 @@ TEST(CoordinatorFailover, ANewCoordinatorResumesWhereTheWorkersAreWithTheSamePla
   EXPECT_TRUE(restarted);
 }
 
+// The bucket plan every rank holds (announced before the plans resume) is
+// the new coordinator's plan in force; one that is not a layout of every
+// parameter once is not taken.
+TEST(CoordinatorFailover, TheHeldBucketPlanIsKeptOnlyWhenItIsWhole) {
+  auto held = [](std::vector<std::vector<int>> buckets) {
+    v1::Hello h = ResumeOf(0, 1, 5, 2, 100);
+    v1::BucketPlan* bp = h.mutable_resume()->mutable_bucket_plan();
+    bp->set_id(1);
+    bp->set_applies_from_iteration(3);
+    for (const auto& b : buckets) {
+      v1::Bucket* out = bp->add_buckets();
+      for (int p : b) out->add_param_index(p);
+    }
+    h.mutable_resume()->set_bucket_plan_announced_in(1);
+    return h;
+  };
+  ManualScheduler sched;
+  JobState whole(EpochCfg(2, 200), &sched);
+  AttachOk(whole, held({{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}}));
+  v1::BucketsResponse b;
+  whole.FillBuckets(&b);
+  EXPECT_EQ(b.plan().id(), 1);
+  ASSERT_EQ(b.plan().buckets_size(), 2);
+  EXPECT_EQ(b.plan().buckets(0).param_index(0), 0);
+
+  JobState repeated(EpochCfg(2, 200), &sched);
+  AttachOk(repeated, held({{0, 1, 2, 3, 4}, {5, 6, 7, 8, 8}}));
+  repeated.FillBuckets(&b);
+  EXPECT_EQ(b.plan().id(), 0) << "parameter 8 twice, 9 never: the initial plan stays";
+}
+
 TEST(CoordinatorFailover, AStopSomeRankHoldsIsKeptAsItWas) {
   ManualScheduler sched;
   JobState fresh(EpochCfg(2, 200), &sched);
