@@ -33,7 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job_inputs import corpus, metrics_steps  # noqa: E402
+from job_inputs import corpus, launched, metrics_steps  # noqa: E402
 
 
 def coordinator_start_s(build, work):
@@ -67,20 +67,18 @@ def run(a, work):
              "--n-head=4", "--n-embd=128", "--global-batch=32", "--optimizer=adamw", "--lr=3e-3",
              "--weight-decay=0.1", f"--steps={steps}", "--quiet", f"--metrics={d}/m{{rank}}.jsonl"]
     log_path = os.path.join(d, "log")
-    log = open(log_path, "w")
-    p = subprocess.Popen([os.path.join(a.build, "client/launch/psync-launch"), f"--nproc={a.world}", "--"] + flags,
-                         stdout=log, stderr=subprocess.STDOUT)
     seen = {}  # step -> monotonic time rank 0's metrics line appeared
     rows = []
+    with launched([os.path.join(a.build, "client/launch/psync-launch"), f"--nproc={a.world}", "--"] + flags,
+                  log_path) as p:
 
-    def poll():
-        now = time.monotonic()
-        for s in metrics_steps(m0):
-            seen.setdefault(s, now)
-        if p.poll() is not None and p.returncode != 0:
-            raise RuntimeError(f"psync-launch exited {p.returncode}; see {log_path}")
+        def poll():
+            now = time.monotonic()
+            for s in metrics_steps(m0):
+                seen.setdefault(s, now)
+            if p.poll() is not None and p.returncode != 0:
+                raise RuntimeError(f"psync-launch exited {p.returncode}; see {log_path}")
 
-    try:
         target = a.spacing
         for _ in range(a.kills):
             while not seen or max(seen) < target:
@@ -102,10 +100,6 @@ def run(a, work):
             rows.append({"stall": stall, "step_s": step_s, "at": furthest, "kill_t": t0})
             target = furthest + a.spacing
         rc = p.wait(timeout=900)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        log.close()
     if rc != 0:
         raise RuntimeError(f"psync-launch exited {rc}; see {log_path}")
     text = open(log_path).read()

@@ -1,7 +1,10 @@
 """What the job benchmarks (recovery_bench.py, failover_bench.py) share: the
-main job's corpus and rank 0's completed steps from its --metrics file."""
+main job's corpus, rank 0's completed steps from its --metrics file, and
+psync-launch run with its output in a log and never left behind."""
+import contextlib
 import random
 import re
+import subprocess
 
 
 def corpus(path):
@@ -19,3 +22,17 @@ def metrics_steps(path):
             return [int(m.group(1)) for m in re.finditer(r'"step": (\d+)', f.read())]
     except FileNotFoundError:
         return []
+
+
+@contextlib.contextmanager
+def launched(argv, log_path):
+    """Runs `argv` (psync-launch ...) with stdout and stderr in `log_path`;
+    kills it on the way out if it still runs (a benchmark that failed)."""
+    log = open(log_path, "w")
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        log.close()

@@ -29,7 +29,6 @@ every rank from the survivors' shards and copies ("rebuilt the sharded state
 ... (T s)", reported as the heal).
 """
 import argparse
-import glob
 import os
 import re
 import signal
@@ -40,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job_inputs import corpus, metrics_steps  # noqa: E402
+from job_inputs import corpus, launched, metrics_steps  # noqa: E402
 
 
 def worker_pids(launcher):
@@ -60,11 +59,9 @@ def run(mode, a, work):
     if a.zero:
         flags += [f"--zero={a.zero}"]
     launch = os.path.join(a.build, "client/launch/psync-launch")
-    log = open(os.path.join(d, "log"), "w")
-    p = subprocess.Popen([launch, f"--nproc={a.world}", f"--max-restarts={a.kills}", f"--recovery={mode}", "--"] +
-                         flags, stdout=log, stderr=subprocess.STDOUT)
     rows = []
-    try:
+    with launched([launch, f"--nproc={a.world}", f"--max-restarts={a.kills}", f"--recovery={mode}", "--"] + flags,
+                  os.path.join(d, "log")) as p:
         target = a.spacing
         for _ in range(a.kills):
             while not metrics_steps(m0) or max(metrics_steps(m0)) < target:
@@ -72,7 +69,7 @@ def run(mode, a, work):
                     raise RuntimeError(f"{mode}: psync-launch ended early ({p.returncode}); see {d}/log")
                 time.sleep(0.002)
             before = metrics_steps(m0)
-            furthest, count = max(before), len(before)
+            furthest = max(before)
             victim = worker_pids(p.pid)[-1]
             t0 = time.monotonic()
             os.kill(victim, signal.SIGKILL)
@@ -99,10 +96,6 @@ def run(mode, a, work):
             rows.append({"first": first, "caught": caught, "furthest": furthest})
             target = furthest + a.spacing
         rc = p.wait(timeout=600)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        log.close()
     text = open(os.path.join(d, "log")).read()
     if rc != 0:
         raise RuntimeError(f"{mode}: psync-launch exited {rc}; see {d}/log")
