@@ -33,7 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job_inputs import corpus, launched, metrics_steps  # noqa: E402
+from job_inputs import add_kill_flags, corpus, launched, metrics_steps  # noqa: E402
 
 
 def coordinator_start_s(build, work):
@@ -113,10 +113,7 @@ def run(a, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--kills", type=int, default=3)
-    ap.add_argument("--spacing", type=int, default=150, help="steps between kills")
+    add_kill_flags(ap)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="psync-failover-bench-")
     corpus(os.path.join(work, "corpus.txt"))

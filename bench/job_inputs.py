@@ -36,3 +36,11 @@ def launched(argv, log_path):
         if p.poll() is None:
             p.kill()
         log.close()
+
+
+def add_kill_flags(ap):
+    """The flags both benchmarks take: the build, the world and the kills (every --spacing steps)."""
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--spacing", type=int, default=150, help="steps between kills")

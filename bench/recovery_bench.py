@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job_inputs import corpus, launched, metrics_steps  # noqa: E402
+from job_inputs import add_kill_flags, corpus, launched, metrics_steps  # noqa: E402
 
 
 def worker_pids(launcher):
@@ -116,10 +116,7 @@ def run(mode, a, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--kills", type=int, default=3)
-    ap.add_argument("--spacing", type=int, default=150, help="steps between kills")
+    add_kill_flags(ap)
     ap.add_argument("--every", type=int, default=100, help="restart mode's --checkpoint-every")
     ap.add_argument("--steps", type=int, default=0, help="the job's --steps (0: enough for the kills)")
     ap.add_argument("--zero", type=int, default=0, help="the workers' --zero")
