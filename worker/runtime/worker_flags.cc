@@ -40,10 +40,10 @@ ABSL_FLAG(std::string, gloo_host, "",
           "address Gloo binds to (default: 127.0.0.1 when the coordinator is on loopback, else the local "
           "address of the connection to the coordinator)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "collective / plan wait timeout");
-ABSL_FLAG(absl::Duration, coordinator_grace, absl::Seconds(60),
+ABSL_FLAG(absl::Duration, coordinator_grace, absl::FromChrono(psync::control::SessionOptions{}.coordinator_grace),
           "how long a worker rides through a lost coordinator: it trains on while its plans last and reconnects "
           "for this long, re-registering with the coordinator that comes back, before it exits 5 (0 = exit at "
-          "once; not through --plan-relay)");
+          "once; behind --plan-relay the new stream goes straight to --coordinator)");
 // ---- model
 ABSL_FLAG(std::string, model, "mlp", "model: mlp | gpt | cnn, or one the program registered (listed below)");
 ABSL_FLAG(std::string, widths, "32,64,64,16", "mlp: layer widths, comma separated (input first)");

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "psync/common/bucket_packer.h"
+#include "psync/control/session_options.h"
 #include "worker/checkpoint/weights.h"
 #include "psync/nn/models/model_flags.h"
 #include "worker/data/data_options.h"
@@ -42,7 +43,8 @@ struct WorkerOptions {
   std::string plan_relay;                        // this host's psync-relay (HOST:PORT); empty = none
   std::string gloo_host;                         // empty = derived (control/gloo_host.h)
   std::chrono::milliseconds timeout{30000};
-  std::chrono::milliseconds coordinator_grace{60000};  // riding through a lost coordinator (--coordinator-grace)
+  // Riding through a lost coordinator (--coordinator-grace); its one default is the session's.
+  std::chrono::milliseconds coordinator_grace = control::SessionOptions{}.coordinator_grace;
   // model (nn/models/registry.h)
   std::string model = "mlp";
   std::vector<int64_t> widths = {32, 64, 64, 16};  // mlp
