@@ -147,6 +147,14 @@ int Status(v1::Control::Stub* stub, bool json) {
                 r.recovery().c_str(), r.live_recoveries(), r.last_recovery_s(),
                 static_cast<long long>(r.recomputed_iterations()));
   }
+  if (r.coordinator_restarts() != 0) {
+    // Coordinator failover: a coordinator started again (or one that took
+    // over the job from its workers, which cannot count those before it).
+    std::printf("coordinator epoch %lld: %s\n", static_cast<long long>(r.coordinator_epoch()),
+                r.coordinator_restarts() < 0
+                    ? "took over a running job from its workers; earlier coordinators unknown (no --state-dir)"
+                    : absl::StrCat("restarted ", r.coordinator_restarts(), " time(s) (--state-dir)").c_str());
+  }
   if (r.min_world_size() > 0 && r.min_world_size() < r.max_world_size()) {
     std::printf("elastic: world %d of %d ranks (at least %d)%s%s\n", r.world_size(), r.max_world_size(),
                 r.min_world_size(), r.world_change_reason().empty() ? "" : ": ", r.world_change_reason().c_str());

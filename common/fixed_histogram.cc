@@ -16,6 +16,15 @@ FixedHistogram::FixedHistogram(std::vector<double> bounds)
   }
 }
 
+bool FixedHistogram::Restore(const std::vector<uint64_t>& counts, double sum) {
+  if (counts.size() != counts_.size()) return false;
+  counts_ = counts;
+  sum_ = sum;
+  count_ = 0;
+  for (uint64_t c : counts_) count_ += c;
+  return true;
+}
+
 void FixedHistogram::Observe(double v) {
   // Why lower_bound: Prometheus buckets are "less than or equal" (le).
   const size_t b = std::isnan(v) ? bounds_.size()

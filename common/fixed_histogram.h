@@ -19,6 +19,9 @@ class FixedHistogram {
 
   // NaN counts in the +Inf bucket and adds nothing to the sum.
   void Observe(double v);
+  // Takes `counts` (as counts() returns them) and `sum`, e.g. kept by an
+  // earlier process; false (nothing changed) when `counts` has another size.
+  bool Restore(const std::vector<uint64_t>& counts, double sum);
 
   const std::vector<double>& bounds() const { return bounds_; }
   // counts()[i]: values in (bounds[i-1], bounds[i]]; counts().back(): above

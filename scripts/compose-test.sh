@@ -24,7 +24,8 @@
 #                       PSYNC_WORKER_RESTART=no: see scenario_coordinator_killed)
 #   coordinator-restarted  psync-coordinator killed (SIGKILL) inside its container:
 #                       Docker starts it again, both workers re-register with it
-#                       (no worker restarted) and generation 1 runs on; the runner
+#                       (no worker restarted), generation 1 runs on and status counts
+#                       1 coordinator restart (its --state-dir journal); the runner
 #                       then shuts the job down as in `shutdown`
 #   nodes-worker-killed docker-compose.nodes.yml (two node containers, psync-launch
 #                       --nnodes=2 --nproc=2 each, world 4): psync-worker in node-1
@@ -853,6 +854,9 @@ scenario_coordinator_restarted() {
   grep_log "$c_w0" 're-registered with the coordinator' || return 1
   grep_log "$c_w1" 're-registered with the coordinator' || return 1
   log "$project: coordinator restarted by Docker; generation 1 runs on at iteration $(json 'd.get("iteration","")' <<<"$s") ($line)"
+  # Its journal (--state-dir on the volume) counts it.
+  [[ $(json 'd.get("coordinator_restarts",0)' <<<"$s") == 1 ]] \
+    || { log "$project: status counts $(json 'd.get("coordinator_restarts",0)' <<<"$s") coordinator restarts, want 1"; return 1; }
   n="$(docker inspect -f '{{.RestartCount}}' "$c_w0") $(docker inspect -f '{{.RestartCount}}' "$c_w1")"
   [[ $n == "0 0" ]] || { log "$project: Docker restarted the workers ($n times), want 0 0"; return 1; }
   runner_shutdown_checks

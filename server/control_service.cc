@@ -147,6 +147,7 @@ grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* 
     }
   } else if (st.ok()) {
     const v1::ShutdownResponse r = job_->Shutdown(req.reason().substr(0, kMaxStringBytes));
+    if (after_shutdown_) after_shutdown_();
     PSYNC_LOG(INFO) << "shutdown requested: stop after iteration " << r.stop_after_iteration();
     EncodeResponse(r, resp);
   }

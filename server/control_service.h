@@ -7,6 +7,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
+#include <utility>
+
 #include "psync/v1/control.grpc.pb.h"
 #include "server/job_state.h"
 
@@ -22,7 +25,10 @@ using ControlServiceBase = v1::Control::WithRawCallbackMethod_Status<v1::Control
 
 class ControlService final : public ControlServiceBase {
  public:
-  explicit ControlService(JobState* job) : job_(job) {}
+  // `after_shutdown` (optional) runs after a Shutdown was scheduled and
+  // before it is answered (the journal's write: coordinator_server.cc).
+  explicit ControlService(JobState* job, std::function<void()> after_shutdown = {})
+      : job_(job), after_shutdown_(std::move(after_shutdown)) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                    grpc::ByteBuffer* resp) override;
@@ -38,6 +44,7 @@ class ControlService final : public ControlServiceBase {
 
  private:
   JobState* job_;
+  const std::function<void()> after_shutdown_;
 };
 
 }  // namespace psync::server

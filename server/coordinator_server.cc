@@ -7,6 +7,7 @@
 #include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "psync/common/status_macros.h"
@@ -21,6 +22,10 @@
 #include "server/plan_fanout.h"
 #include "common/metrics_http_server.h"
 #include "common/timer_queue.h"
+#include "psync/common/logging.h"
+#include "server/job_journal.h"
+#include "server/journal.h"
+#include "server/journal_writer.h"
 
 namespace psync::server {
 namespace {
@@ -32,6 +37,10 @@ namespace {
 // fan-out is short and stays on one thread.
 constexpr int kPlanFanOutHelpers = 1;
 constexpr size_t kPlanFanOutMinSinks = 32;
+
+// The journal (--state-dir) is written soon after every event, and at
+// least this often while only the /metrics counters move.
+constexpr std::chrono::milliseconds kJournalPeriod{1000};
 
 // Linking grpc++_reflection registers its plugin for every server (a static
 // initializer); this option takes it out again unless reflection was asked for.
@@ -105,17 +114,30 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   if (absl::Status st = CheckListenPolicy(options.host, options.token, options.allow_unauthenticated); !st.ok()) {
     return st;
   }
+  std::unique_ptr<Journal> journal;
+  if (!options.state_dir.empty()) {
+    const int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    PSYNC_ASSIGN_OR_RETURN(journal, Journal::Open(options.state_dir, options.job, now_ms));
+    options.job.epoch = journal->epoch();
+  }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->options_ = options;
   s->timers_ = std::make_unique<TimerQueue>();
   s->fanout_ = std::make_unique<PlanFanOut>(kPlanFanOutHelpers, kPlanFanOutMinSinks);
   s->job_ = std::make_unique<JobState>(options.job, s->timers_.get(), s->fanout_.get());
+  if (journal) PSYNC_RETURN_IF_ERROR(s->StartJournal(std::move(journal)));
   s->kv_ = std::make_unique<KvStore>(s->timers_.get());
   // Why: a generation's bootstrap keys are useless once it ended; dropping
   // them keeps restarts from filling the store (kMaxKeysPerJob).
   s->job_->SetGenerationEndHook([kv = s->kv_.get()](const std::string& prefix) { kv->ErasePrefix(prefix); });
   s->coordinator_ = std::make_unique<CoordinatorService>(s->job_.get(), s->kv_.get());
-  s->control_ = std::make_unique<ControlService>(s->job_.get());
+  // Why flush before answering a Shutdown: a coordinator killed right
+  // after psyncctl heard "stopping" must not forget it (job_journal.h).
+  s->control_ = std::make_unique<ControlService>(s->job_.get(), [w = s->journal_.get()] {
+    if (w != nullptr) (void)w->Flush();
+  });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // registered; used only with options.reflection
@@ -130,10 +152,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   if (options.metrics_port >= 0) {
     PSYNC_ASSIGN_OR_RETURN(s->metrics_, StartMetrics(options, s->job_.get(), s->refusals_.get()));
   }
+  if (absl::Status st = s->Listen(creds); !st.ok()) {
+    s->journal_.reset();  // before Shutdown's abort: a start that failed ends no job
+    s->timers_->Stop();
+    return st;
+  }
+  if (auto* health = s->server_->GetHealthCheckService()) {
+    health->SetServingStatus("", true);
+    health->SetServingStatus("psync.v1.Coordinator", true);
+    health->SetServingStatus("psync.v1.Control", true);
+  }
+  // Check often enough that a silent rank is found within ~1.25 x heartbeat_timeout.
+  const auto period = std::clamp(std::min(options.liveness_period, s->job_->config().heartbeat_timeout / 4),
+                                 std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  s->liveness_ = std::make_unique<LivenessTicker>(s->job_.get(), s->timers_.get(), period);
+  return s;
+}
+
+absl::Status CoordinatorServer::BuildAndStart(const std::shared_ptr<grpc::ServerCredentials>& creds) {
   grpc::ServerBuilder builder;
-  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
-  const std::string addr = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(addr, creds, &s->port_);
+  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  const std::string addr = absl::StrCat(options_.host, ":", options_.port);
+  builder.AddListeningPort(addr, creds, &port_);
   // Why no SO_REUSEPORT (gRPC's default on Linux): a second coordinator on a
   // port in use would start without an error and take half the workers.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -148,24 +188,45 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Serv
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.RegisterService(s->coordinator_.get());
-  builder.RegisterService(s->control_.get());
-  s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0) {
-    s->timers_->Stop();
+  builder.RegisterService(coordinator_.get());
+  builder.RegisterService(control_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", addr,
                                                " (port in use, or bad address / TLS key)"));
   }
-  if (auto* health = s->server_->GetHealthCheckService()) {
-    health->SetServingStatus("", true);
-    health->SetServingStatus("psync.v1.Coordinator", true);
-    health->SetServingStatus("psync.v1.Control", true);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::Listen(const std::shared_ptr<grpc::ServerCredentials>& creds) {
+  // Why wait: with a state dir, the coordinator that holds the port may be
+  // the one this start replaces (paused, or cut off); it lets go of it as
+  // soon as it runs and sees the newer journal (JobResume::Fenced). Why
+  // probe instead of building again: a gRPC service registers with one
+  // server only, even one that failed to start.
+  const auto deadline = std::chrono::steady_clock::now() + options_.bind_wait;
+  if (options_.bind_wait.count() > 0 && PortInUse(options_.host, options_.port)) {
+    PSYNC_LOG(WARNING) << "port " << options_.port << " is in use; trying again for up to "
+                       << options_.bind_wait.count() / 1000
+                       << " s (the coordinator this one replaces may still hold it)";
+    while (PortInUse(options_.host, options_.port) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
-  // Check often enough that a silent rank is found within ~1.25 x heartbeat_timeout.
-  const auto period = std::clamp(std::min(options.liveness_period, s->job_->config().heartbeat_timeout / 4),
-                                 std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
-  s->liveness_ = std::make_unique<LivenessTicker>(s->job_.get(), s->timers_.get(), period);
-  return s;
+  return BuildAndStart(creds);
+}
+
+absl::Status CoordinatorServer::StartJournal(std::unique_ptr<Journal> journal) {
+  if (const std::optional<v1::JournalState>& prev = journal->previous()) {
+    JobJournal::Restore(*job_, *prev, journal->dir());
+  }
+  Journal* j = journal.get();
+  JobJournal::SetLeaseCheck(*job_, [j] { return j->NewerEpoch(); });
+  // Why write before serving: this file is the lease (journal.h); the
+  // coordinator this one replaces stops once it sees it.
+  PSYNC_RETURN_IF_ERROR(j->Write(JobJournal::Snapshot(*job_)));
+  journal_ = std::make_unique<JournalWriter>(job_.get(), std::move(journal), kJournalPeriod);
+  return absl::OkStatus();
 }
 
 int CoordinatorServer::metrics_port() const { return metrics_ ? metrics_->port() : -1; }
@@ -184,6 +245,7 @@ void CoordinatorServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
   }
+  if (journal_) journal_->Stop();  // the job's end on disk, after the last RPC changed it
   timers_->Stop();  // after the last RPC: nothing can schedule any more
   fanout_->Stop();  // likewise, nothing can broadcast any more
 }

@@ -23,6 +23,7 @@
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }
 
 namespace psync {
@@ -39,6 +40,8 @@ class CoordinatorService;
 class ControlService;
 class LivenessTicker;
 class PlanFanOut;
+class Journal;
+class JournalWriter;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -56,6 +59,14 @@ struct ServerOptions {
   // loopback unless metrics_host says otherwise.
   std::string metrics_host = "127.0.0.1";
   int metrics_port = -1;
+  // The durable journal (journal.h; "" = none): opened before serving,
+  // what it kept restored (job_journal.h), the epoch taken above every one
+  // there, and kept current while the job runs.
+  std::string state_dir;
+  // How long a port in use is tried again before Start gives up (0 = not
+  // at all): with a state dir, the coordinator that held it may be one this
+  // start replaces, which lets go of it once it sees the newer journal.
+  std::chrono::milliseconds bind_wait{0};
 };
 
 class CoordinatorServer {
@@ -69,6 +80,8 @@ class CoordinatorServer {
   // The port /metrics is served on; -1 when off.
   int metrics_port() const;
   JobState& job() { return *job_; }
+  // The journal's writer; null without ServerOptions::state_dir.
+  JournalWriter* journal() { return journal_.get(); }
   KvStore& kv() { return *kv_; }
   // Calls refused for want of the token, by method (null without a token):
   // what /metrics will export.
@@ -80,6 +93,12 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
+  // Builds the gRPC server on options_' address (once: a service registers
+  // with one server only), after waiting up to bind_wait for a port in use.
+  absl::Status Listen(const std::shared_ptr<grpc::ServerCredentials>& creds);
+  absl::Status BuildAndStart(const std::shared_ptr<grpc::ServerCredentials>& creds);
+  // Restores what `journal` kept, claims it (the first write), and keeps it current.
+  absl::Status StartJournal(std::unique_ptr<Journal> journal);
   ServerOptions options_;
   int port_ = 0;
   std::unique_ptr<TimerQueue> timers_;
@@ -92,6 +111,7 @@ class CoordinatorServer {
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<LivenessTicker> liveness_;
+  std::unique_ptr<JournalWriter> journal_;  // after job_: it reads JobState; null without a state dir
   std::unique_ptr<MetricsHttpServer> metrics_;  // after job_: its thread reads JobState
   bool shut_down_ = false;
 };

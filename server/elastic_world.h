@@ -66,6 +66,9 @@ class ElasticWorld {
   static std::string RegroupEnded(const Generation& gen);
   // Why status shows the current world's size ("" = nothing to say).
   const std::string& note() const { return note_; }
+  int last_world_size() const { return last_world_size_; }
+  // Continues from what an earlier coordinator of the job knew (server/job_journal.h).
+  void Restore(std::string note, int last_world_size) { note_ = std::move(note), last_world_size_ = last_world_size; }
 
   // Schedules a regroup stop in `gen`'s plans (PlanAggregator::ScheduleStop
   // with regroup; OK and nothing new when a stop is scheduled already) and

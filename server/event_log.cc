@@ -1,5 +1,6 @@
 #include "server/event_log.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace psync::server {
@@ -21,6 +22,17 @@ void EventLog::Append(v1::EventType type, int rank, int64_t iteration, std::stri
     while (events_.size() > kKeep) events_.pop_front();
   }
   Notify();
+}
+
+void EventLog::Restore(const std::vector<v1::Event>& kept) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const v1::Event& e : kept) {
+    if (e.seq() < next_seq_) continue;  // out of order: not from one log
+    events_.push_back(e);
+    next_seq_ = e.seq() + 1;
+    generation_ = std::max(generation_, e.generation());
+  }
+  while (events_.size() > kKeep) events_.pop_front();
 }
 
 void EventLog::SetGeneration(int64_t generation) {

@@ -27,6 +27,10 @@ class EventLog {
   void Append(v1::EventType type, int rank, int64_t iteration, std::string message);
   // The job generation of the events appended from now on (JobState, on a restart).
   void SetGeneration(int64_t generation);
+  // Before any Append: continues an earlier coordinator's log (the events it
+  // kept, oldest first, with their seq: a watcher that reconnects goes on
+  // from the seq it saw; server/job_journal.h).
+  void Restore(const std::vector<v1::Event>& kept);
   // Events with seq > after_seq that are still kept, oldest first.
   std::vector<v1::Event> After(int64_t after_seq) const;
   int64_t last_seq() const;

@@ -21,4 +21,12 @@ void JobCounters::PlanEmitted(const std::vector<Clock::time_point>& arrivals, Cl
   }
 }
 
+void JobCounters::Restore(const std::vector<uint64_t>& reports, const std::vector<uint64_t>& lost, uint64_t plans,
+                          const std::vector<uint64_t>& plan_latency_counts, double plan_latency_sum) {
+  for (size_t r = 0; r < reports_.size() && r < reports.size(); ++r) reports_[r] = reports[r];
+  for (size_t r = 0; r < lost_.size() && r < lost.size(); ++r) lost_[r] = lost[r];
+  plans_ = plans;
+  plan_latency_.Restore(plan_latency_counts, plan_latency_sum);
+}
+
 }  // namespace psync::server

@@ -33,6 +33,11 @@ class JobCounters {
   // iteration arrived (PlanAggregator::PendingArrivals).
   void PlanEmitted(const std::vector<Clock::time_point>& arrivals, Clock::time_point now);
 
+  // Continues from the counts an earlier coordinator of the job kept
+  // (server/job_journal.h); a count by rank beyond the world is dropped.
+  void Restore(const std::vector<uint64_t>& reports, const std::vector<uint64_t>& lost, uint64_t plans,
+               const std::vector<uint64_t>& plan_latency_counts, double plan_latency_sum);
+
   const std::vector<uint64_t>& reports() const { return reports_; }  // by rank
   const std::vector<uint64_t>& lost() const { return lost_; }        // by rank
   uint64_t plans() const { return plans_; }

@@ -41,6 +41,17 @@ void RenderJob(const JobMetrics& m, PrometheusText* t) {
   t->Sample(m.restarts);
   t->Family("psync_max_restarts", Type::kGauge, "Restarts allowed (--max-restarts).");
   t->Sample(m.max_restarts);
+  t->Family("psync_coordinator_epoch", Type::kGauge,
+            "This coordinator's epoch (its start, ms since 1970, above every earlier one on its --state-dir).");
+  t->Sample(static_cast<double>(m.coordinator_epoch));
+  // Why left out when unknown: a coordinator that adopted a running job
+  // without a --state-dir cannot count the ones before it, and a missing
+  // series says "unknown" where a number would be a guess.
+  if (m.coordinator_restarts >= 0) {
+    t->Family("psync_coordinator_restarts_total", Type::kCounter,
+              "Coordinators of this job started before this one on its --state-dir.");
+    t->Sample(m.coordinator_restarts);
+  }
   t->Family("psync_recoveries_total", Type::kCounter,
             "Losses the job recovered from, by how: live (the survivors stayed, --recovery=live) or restart.");
   t->Sample({{"mode", "live"}}, static_cast<double>(m.live_recoveries));

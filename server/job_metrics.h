@@ -38,6 +38,10 @@ struct JobMetrics {
   // RecoveryLog: recoveries by kind, their time and the iterations computed again.
   uint64_t live_recoveries = 0, restart_recoveries = 0, recomputed_iterations = 0;
   double recovery_seconds = 0, last_recovery_seconds = 0;
+  // Coordinator failover: this coordinator's epoch, and the coordinators of
+  // the job before it on its --state-dir (-1 = unknown: StatusResponse).
+  int64_t coordinator_epoch = 0;
+  int coordinator_restarts = 0;
   int joined = 0;
   int64_t iteration = -1;          // last plan sent, -1 = none
   std::vector<RankMetrics> ranks;  // joined ranks of the current generation, by rank

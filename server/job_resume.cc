@@ -10,9 +10,25 @@
 #include "server/liveness_policy.h"  // DurationText
 
 namespace psync::server {
+bool JobResume::Fenced(JobState& j, Outbox* out) {
+  const int64_t newer = j.resume_.newer_epoch ? j.resume_.newer_epoch() : 0;
+  if (newer <= 0) return false;
+  if (!j.resume_.fenced) {
+    j.resume_.fenced = true;
+    const std::string why = absl::StrCat("coordinator epoch ", newer, " took over the --state-dir of job '",
+                                         j.cfg_.job_id, "' from this coordinator (epoch ", j.cfg_.epoch,
+                                         "): a newer coordinator drives the job; this one stops");
+    if (j.resume_.fenced_hook) out->Call([hook = j.resume_.fenced_hook, why] { hook(why); });
+  }
+  return true;
+}
 
 absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out) {
   const v1::Resume& res = hello.resume();
+  if (Fenced(j, out)) {
+    return absl::FailedPreconditionError(absl::StrCat("this coordinator (epoch ", j.cfg_.epoch,
+                                                      ") was replaced by a newer one; it drives no rank"));
+  }
   if (hello.ranks_size() > 0) {
     return absl::InvalidArgumentError("hello.resume is for a rank's own Train stream, not a host stream (hello.ranks)");
   }
@@ -43,7 +59,8 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
       j.state_ = v1::JOB_STOPPING;  // it held a stop plan the first rank had not received
       j.reason_ = j.gen_->plans().stop_reason();
     }
-  } else if (j.state_ == v1::JOB_WAITING && g == 1 && j.restarts_ == 0 && !j.joins_.has_queued()) {
+  } else if (j.state_ == v1::JOB_WAITING && g == 1 && j.restarts_ == j.resume_.restored_restarts &&
+             !j.joins_.has_queued()) {
     // Why adopt: this coordinator has met no job but fresh Joins, and the
     // workers hold the one that runs; it goes on where they are, as that
     // generation. The Joins (a replacement for a rank lost meanwhile) wait
@@ -60,6 +77,10 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
                    absl::StrCat("coordinator restarted (epoch ", j.cfg_.epoch, "): generation ", j.gen_->number(), " of ",
                                 j.gen_->world_size(), " ranks resumes at iteration ", j.gen_->plans().next_plan(),
                                 " from its workers"));
+    // Why unknown: without a journal this coordinator cannot tell how many
+    // came before it, and a made-up 1 would be a lie (issue: say unknown).
+    if (!j.resume_.journaled) j.resume_.coordinator_restarts = -1;
+    AskPendingStop(j);
   } else if (hello.generation() >= g) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", hello.rank(), " resumes generation ", hello.generation(), " of job '", j.cfg_.job_id,
@@ -85,6 +106,7 @@ void JobResume::Reattached(JobState& j, const v1::Hello& hello, Outbox* out) {
 }
 
 void JobResume::Ticked(JobState& j, JobState::Clock::time_point now, Outbox* out) {
+  if (Fenced(j, out)) return;
   const JobState::Clock::time_point last = j.resume_.last_tick;
   j.resume_.last_tick = now;
   if (!j.resume_.held.empty() && now >= j.resume_.forgive_until && j.resume_.forgive_until != JobState::Clock::time_point{}) {
@@ -125,6 +147,21 @@ bool JobResume::HoldForReattach(JobState& j, const std::vector<int>& training) {
                    absl::StrCat(j.gen_->RankNames(training),
                                 ": Train stream broke while this coordinator was paused; waiting for it to re-attach"));
   return true;
+}
+
+void JobResume::AskPendingStop(JobState& j) {
+  if (j.resume_.pending_stop.empty()) return;
+  const std::string why = std::exchange(j.resume_.pending_stop, std::string());
+  PlanAggregator& plans = j.gen_->plans();
+  // They hold a stop of their own (a plan carried it before the old
+  // coordinator died); a regroup stop becomes the job's end.
+  if (plans.stop_scheduled() && !plans.regroup()) return;
+  j.state_ = v1::JOB_STOPPING;
+  j.reason_ = why;
+  plans.ScheduleStop(why);
+  j.events_.Append(v1::EVENT_STOPPING, -1, plans.stop_after(),
+                   absl::StrCat(why, " (asked of the coordinator before it restarted; kept in its --state-dir): "
+                                "every rank stops after iteration ", plans.stop_after()));
 }
 
 }  // namespace psync::server

@@ -37,6 +37,13 @@ struct JobResume {
   // that break until one heartbeat timeout later are held (HoldForReattach).
   // Ranks held that did not re-attach by then are lost together.
   static void Ticked(JobState& j, JobState::Clock::time_point now, Outbox* out);
+  // True when a newer coordinator took this one's --state-dir (the lease,
+  // JobJournal::SetLeaseCheck): no plan may go out, and the fenced hook
+  // runs (once, through `out`).
+  static bool Fenced(JobState& j, Outbox* out);
+  // The journal kept a shutdown (JobJournal::Restore) that the resumed
+  // workers do not hold: it is asked again, from their next plan on.
+  static void AskPendingStop(JobState& j);
   // DisconnectLocked: true = `training`'s streams broke while this
   // coordinator was paused; they stay training, unattached, until they
   // re-attach or their silence loses them.

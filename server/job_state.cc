@@ -365,6 +365,7 @@ void JobState::DisconnectLocked(const std::vector<int>& ranks, const std::string
 
 void JobState::EmitReadyPlansLocked(Outbox* out) {
   PlanAggregator& plans = gen_->plans();
+  if (plans.Ready() && JobResume::Fenced(*this, out)) return;  // a newer coordinator drives the job
   while (plans.Ready()) {
     const Clock::time_point now = Clock::now();
     counters_.PlanEmitted(plans.PendingArrivals(), now);

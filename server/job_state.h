@@ -119,16 +119,26 @@ namespace psync::server {
 
 struct JobMetrics;  // job_metrics.h
 
-// What coordinator failover keeps in JobState (JobResume's, under its lock).
+// What coordinator failover keeps in JobState (JobResume's and
+// JobJournal's, under its lock).
 struct ResumeState {
   std::function<void(const std::string& why)> fenced_hook;  // JobResume::SetFencedHook
   std::chrono::steady_clock::time_point last_tick{}, forgive_until{};  // JobResume::Ticked
   std::vector<int> held;  // JobResume::HoldForReattach
+  // The journal (job_journal.h): whether there is one, the lease check,
+  // what it restored, a stop to ask again, and whether this coordinator
+  // was fenced already (its hook runs once).
+  bool journaled = false, fenced = false;
+  std::function<int64_t()> newer_epoch;
+  int restored_restarts = 0;
+  int coordinator_restarts = 0;  // -1 = unknown (adopted a job without a journal)
+  std::string pending_stop;
 };
 
 class JobState {
   friend struct JobViews;   // job_views.cc: the views' job-wide part
   friend struct JobResume;  // job_resume.h: coordinator failover's part of Attach
+  friend struct JobJournal;  // job_journal.h: what --state-dir keeps
 
  public:
   using Clock = std::chrono::steady_clock;

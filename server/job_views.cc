@@ -149,6 +149,8 @@ struct JobViews {
     out->set_last_recovery_s(j.recoveries_.last_seconds());
     out->set_recomputed_iterations(static_cast<int64_t>(j.recoveries_.recomputed()));
     out->set_instance_id(InstanceId());
+    out->set_coordinator_epoch(j.cfg_.epoch);
+    out->set_coordinator_restarts(j.resume_.coordinator_restarts);
     out->set_uptime_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(JobState::Clock::now() - j.start_time_).count());
     j.gen_->FillStatus(out);
@@ -164,6 +166,8 @@ struct JobViews {
     out->recovery_seconds = j.recoveries_.total_seconds();
     out->last_recovery_seconds = j.recoveries_.last_seconds();
     out->recomputed_iterations = j.recoveries_.recomputed();
+    out->coordinator_epoch = j.cfg_.epoch;
+    out->coordinator_restarts = j.resume_.coordinator_restarts;
     out->reports = j.counters_.reports();
     out->lost = j.counters_.lost();
     out->plans = j.counters_.plans();

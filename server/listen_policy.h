@@ -19,4 +19,9 @@ bool IsLoopbackHost(const std::string& host);
 // empty and `allow_unauthenticated` is false.
 absl::Status CheckListenPolicy(const std::string& host, const std::string& token, bool allow_unauthenticated);
 
+// True when another socket listens on `host`:`port` now (a bind with
+// SO_REUSEADDR, as gRPC's, fails with EADDRINUSE); false for port 0 and
+// for an address that does not resolve (the real bind reports those).
+bool PortInUse(const std::string& host, int port);
+
 }  // namespace psync::server

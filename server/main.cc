@@ -65,6 +65,12 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "address /metrics listens on; loopback by default, e.g. 0.0.0.0 for a scraper on another host "
           "(/metrics asks for no token: it only reads numbers)");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep a durable journal of the job in this directory (created if missing; on Kubernetes a volume): a "
+          "coordinator started again with it keeps the restart count, a shutdown asked for, the event log and the "
+          "counters, takes an epoch above every earlier one there, and waits up to 60s for its port while the "
+          "coordinator it replaces still holds it; empty = none (a coordinator started again learns the running "
+          "job from its workers alone)");
 ABSL_FLAG(absl::Duration, test_only_plan_delay, absl::ZeroDuration(),
           "TEST ONLY: hold every plan back this long before sending it (simulates a slow coordinator)");
 
@@ -79,7 +85,10 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-int BadFlag(const std::string& msg) { psync::ExitBadFlag("psync-coordinator", msg); }
+// With --state-dir, how long a start waits for a port in use (the flag's help).
+constexpr std::chrono::milliseconds kStateDirBindWait{60000};
+
+[[noreturn]] void BadFlag(const std::string& msg) { psync::ExitBadFlag("psync-coordinator", msg); }
 
 void LogJob(const psync::server::ServerOptions& opt) {
   PSYNC_LOG(INFO) << "job '" << opt.job.job_id << "' world size " << opt.job.world_size
@@ -135,6 +144,51 @@ std::string BadJobFlag(const psync::server::ServerOptions& opt) {
   return "";
 }
 
+// The flags as ServerOptions; a bad one exits 2 (BadFlag) naming it.
+psync::server::ServerOptions ReadOptions(const psync::ParsedArgs& args) {
+  psync::server::ServerOptions options;
+  psync::server::ServerOptions* opt = &options;
+  opt->host = absl::GetFlag(FLAGS_host);
+  opt->port = absl::GetFlag(FLAGS_port);
+  opt->job.world_size = absl::GetFlag(FLAGS_world_size);
+  opt->job.job_id = absl::GetFlag(FLAGS_job_id);
+  opt->job.join_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_join_timeout));
+  opt->job.report_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_report_timeout));
+  opt->token = absl::GetFlag(FLAGS_token);
+  opt->allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
+  opt->reflection = absl::GetFlag(FLAGS_reflection);
+  opt->job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
+  opt->job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  opt->job.min_world_size = absl::GetFlag(FLAGS_min_world_size);
+  if (std::optional<psync::server::JobConfig::Recovery> r = psync::server::ParseRecovery(absl::GetFlag(FLAGS_recovery))) {
+    opt->job.recovery = *r;
+  } else {
+    BadFlag("--recovery must be live or restart, not '" + absl::GetFlag(FLAGS_recovery) + "'");
+  }
+  opt->job.rejoin_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_rejoin_timeout));
+  opt->job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
+  opt->metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  opt->metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  opt->state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!opt->state_dir.empty()) opt->bind_wait = kStateDirBindWait;
+  if (opt->token.empty()) {
+    if (const char* t = std::getenv("PSYNC_TOKEN")) opt->token = t;
+  }
+  if (std::string bad = BadJobFlag(*opt); !bad.empty()) BadFlag(bad);
+  if (args.given("heartbeat_timeout")) {
+    opt->job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));
+    if (opt->job.heartbeat_timeout.count() <= 0) BadFlag("--heartbeat-timeout must be > 0");
+  }  // else 0: JobState uses min(5s, report-timeout / 2)
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) BadFlag("--tls-cert and --tls-key go together");
+  if (!cert.empty()) {
+    if (!ReadFile(cert, &opt->tls_cert_pem)) BadFlag("--tls-cert: cannot read " + cert);
+    if (!ReadFile(key, &opt->tls_key_pem)) BadFlag("--tls-key: cannot read " + key);
+  }
+
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,47 +196,11 @@ int main(int argc, char** argv) {
       "psync-coordinator", "psync-coordinator --world-size=N [--port=29500] [--job-id=psync] [flags]", argc, argv,
       psync::FlagsDefinedIn(__FILE__));
   if (!args.positional.empty()) {
-    return BadFlag("unexpected argument '" + args.positional.front() + "' (flags look like --name=value)");
+    BadFlag("unexpected argument '" + args.positional.front() + "' (flags look like --name=value)");
   }
-  psync::server::ServerOptions opt;
-  opt.host = absl::GetFlag(FLAGS_host);
-  opt.port = absl::GetFlag(FLAGS_port);
-  opt.job.world_size = absl::GetFlag(FLAGS_world_size);
-  opt.job.job_id = absl::GetFlag(FLAGS_job_id);
-  opt.job.join_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_join_timeout));
-  opt.job.report_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_report_timeout));
-  opt.token = absl::GetFlag(FLAGS_token);
-  opt.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
-  opt.reflection = absl::GetFlag(FLAGS_reflection);
-  opt.job.plan_lookahead = absl::GetFlag(FLAGS_plan_lookahead);
-  opt.job.max_restarts = absl::GetFlag(FLAGS_max_restarts);
-  opt.job.min_world_size = absl::GetFlag(FLAGS_min_world_size);
-  if (std::optional<psync::server::JobConfig::Recovery> r = psync::server::ParseRecovery(absl::GetFlag(FLAGS_recovery))) {
-    opt.job.recovery = *r;
-  } else {
-    return BadFlag("--recovery must be live or restart, not '" + absl::GetFlag(FLAGS_recovery) + "'");
-  }
-  opt.job.rejoin_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_rejoin_timeout));
-  opt.job.test_only_plan_delay = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_test_only_plan_delay));
-  opt.metrics_host = absl::GetFlag(FLAGS_metrics_host);
-  opt.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (opt.token.empty()) {
-    if (const char* t = std::getenv("PSYNC_TOKEN")) opt.token = t;
-  }
-  if (std::string bad = BadJobFlag(opt); !bad.empty()) return BadFlag(bad);
-  if (args.given("heartbeat_timeout")) {
-    opt.job.heartbeat_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_heartbeat_timeout));
-    if (opt.job.heartbeat_timeout.count() <= 0) return BadFlag("--heartbeat-timeout must be > 0");
-  }  // else 0: JobState uses min(5s, report-timeout / 2)
-  const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
-  if (cert.empty() != key.empty()) return BadFlag("--tls-cert and --tls-key go together");
-  if (!cert.empty()) {
-    if (!ReadFile(cert, &opt.tls_cert_pem)) return BadFlag("--tls-cert: cannot read " + cert);
-    if (!ReadFile(key, &opt.tls_key_pem)) return BadFlag("--tls-key: cannot read " + key);
-  }
-
+  const psync::server::ServerOptions opt = ReadOptions(args);
   if (absl::Status st = psync::server::CheckListenPolicy(opt.host, opt.token, opt.allow_unauthenticated); !st.ok()) {
-    return BadFlag(std::string(st.message()));
+    BadFlag(std::string(st.message()));
   }
 
   // Block SIGINT/SIGTERM in every thread; the main thread waits for them.

@@ -31,6 +31,13 @@ class RecoveryLog {
   // generation, or a regroup).
   std::string Formed(Clock::time_point now, int64_t start, bool in_place);
 
+  // Continues from what an earlier coordinator of the job counted
+  // (server/job_journal.h).
+  void Restore(uint64_t live, uint64_t restarted, uint64_t recomputed, double total_seconds, double last_seconds) {
+    live_ = live, restarted_ = restarted, recomputed_ = recomputed;
+    total_seconds_ = total_seconds, last_seconds_ = last_seconds;
+  }
+
   uint64_t live() const { return live_; }          // recoveries with --recovery=live
   uint64_t restarted() const { return restarted_; }  // recoveries that restarted every rank
   double last_seconds() const { return last_seconds_; }  // the newest one's (0 = none yet)

@@ -27,11 +27,11 @@ RankSlot NodeSlot(const LaunchOptions& o, int local) {
   return RankSlot{o.FirstRank() + local, o.WorldSize(), local, o.nproc};
 }
 
-Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file) {
+Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file, const std::string& state_dir) {
   Command c;
   c.argv = {o.coordinator_bin, absl::StrCat("--host=", o.host), absl::StrCat("--port=", o.port),
             absl::StrCat("--world-size=", o.WorldSize()), absl::StrCat("--job-id=", o.job_id),
-            absl::StrCat("--port-file=", port_file)};
+            absl::StrCat("--port-file=", port_file), absl::StrCat("--state-dir=", state_dir)};
   // Restartable: the coordinator takes the world back as its next generation.
   if (o.max_restarts > 0) {
     c.argv.push_back(absl::StrCat("--max-restarts=", o.max_restarts));

@@ -38,9 +38,10 @@ struct RankSlot {
 RankSlot NodeSlot(const LaunchOptions& o, int local);
 
 // psync-coordinator on o.host:o.port for a world of o.WorldSize(), writing
-// its port to `port_file`; restartable with o.max_restarts; in node mode
-// with o.join_timeout.
-Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file);
+// its port to `port_file` and its journal to `state_dir` (one started again
+// keeps the restart count, a shutdown asked for, the events); restartable
+// with o.max_restarts; in node mode with o.join_timeout.
+Command CoordinatorCommand(const LaunchOptions& o, const std::string& port_file, const std::string& state_dir);
 // psync-relay for the o.nproc local ranks, writing its port to `port_file`.
 Command RelayCommand(const LaunchOptions& o, const std::string& coordinator, const std::string& port_file);
 // A worker of generation `restart` (0 = the first start) with `flags`

@@ -1,5 +1,6 @@
 #include "client/launch/launch_dir.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -62,6 +63,17 @@ void LaunchDir::Remove() {
   if (path_.empty()) return;
   for (const std::string& f : {port_file(), relay_port_file(), token_file(), status_file(), status_err_file()}) {
     unlink(f.c_str());
+  }
+  // The journal's files (journal-<epoch>.pb and a temporary one a killed
+  // coordinator may have left): whatever is in the folder the launcher made.
+  if (DIR* d = opendir(state_dir().c_str())) {
+    while (const dirent* e = readdir(d)) {
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") {
+        unlink((state_dir() + "/" + e->d_name).c_str());
+      }
+    }
+    closedir(d);
+    rmdir(state_dir().c_str());
   }
   rmdir(path_.c_str());
   path_.clear();

@@ -1,5 +1,6 @@
 // LaunchDir: psync-launch's private temp folder, /tmp/psync-launch-XXXXXX:
-// the coordinator's and the relay's port files, the job's token (mode
+// the coordinator's and the relay's port files, the coordinator's journal
+// (state_dir()), the job's token (mode
 // 0600) when the launcher made it, and the output of the last psyncctl
 // status probe (status_poller.h). Removed at the end of the job.
 //
@@ -28,6 +29,9 @@ class LaunchDir {
   std::string token_file() const { return path_ + "/token"; }
   std::string status_file() const { return path_ + "/status.json"; }
   std::string status_err_file() const { return path_ + "/status.err"; }
+  // The coordinator's --state-dir (its journal): one the launcher starts
+  // again reads what the one before it kept.
+  std::string state_dir() const { return path_ + "/coordinator"; }
 
   // A random token for the job (32 bytes from /dev/urandom, hex), written
   // to token_file() (mode 0600, never overwritten).

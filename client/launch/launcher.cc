@@ -126,7 +126,7 @@ absl::StatusOr<int> Launcher::SpawnCoordinator(int port) {
   LaunchOptions o = opt_;
   o.port = port;
   std::remove(dir_.port_file().c_str());  // a restart waits for its own
-  const Command c = CoordinatorCommand(o, dir_.port_file());
+  const Command c = CoordinatorCommand(o, dir_.port_file(), dir_.state_dir());
   coordinator_ = Child{"coordinator", -1, false};
   coordinator_.pid = Spawn(c.argv, c.env, devnull_);
   if (coordinator_.pid < 0) return ForkError();

@@ -1474,6 +1474,91 @@ PY
       fail "rank 0 did not re-register: $(grep -i coordinator "$T/n0.log" | tail -3)"
     same_as_uninterrupted_node 3000 ;;
 
+  coordinator_journal)
+    # The durable journal (--state-dir): a hand-started coordinator and a
+    # job of 2 nodes x 2 ranks against it. kill -9 three times, each time
+    # started again with the same command: (1) during the rendezvous (node
+    # 0's ranks joined, node 1 not started: their Joins are retried and the
+    # new coordinator forms the world), (2) at a random iteration, (3) right
+    # after psyncctl heard that a shutdown was scheduled, before any plan
+    # carried it to a worker (that coordinator holds its plans back 500 ms,
+    # --test-only-plan-delay: the stop dies with it unless the journal keeps
+    # it; the next one asks it again). Then: exit 0, the same worker pids,
+    # the job FINISHED for the shutdown's reason, status counts 3
+    # coordinator restarts, the event log goes back to the first
+    # coordinators' events, and the weights equal an uninterrupted run's.
+    export PSYNC_TOKEN=journal-token
+    port=$(free_port)
+    again_by_hand() { kill -9 "$CPID"; wait "$CPID" 2>/dev/null; start_coord 4 --port="$port" --state-dir="$T/state" "$@"; }
+    start_coord 4 --port="$port" --state-dir="$T/state"
+    start_node n0 0 "$CADDR" --relay=false -- --steps=3000 --quiet --save="$T/r.st"
+    for _ in $(seq 600); do [[ $(status_field "$CADDR" "$PSYNC_TOKEN" joined) == 2 ]] && break; sleep 0.1; done
+    [[ $(status_field "$CADDR" "$PSYNC_TOKEN" joined) == 2 ]] || fail "node 0's ranks did not join"
+    again_by_hand
+    start_node n1 1 "$CADDR" --relay=false -- --steps=3000 --quiet
+    wait_iteration "$CADDR" 50 "$PSYNC_TOKEN"
+    declare -A before
+    for r in 0 1 2 3; do before[$r]=$(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r"); done
+    at=$((100 + RANDOM % 300))
+    wait_iteration "$CADDR" "$at" "$PSYNC_TOKEN"
+    again_by_hand --test-only-plan-delay=500ms
+    wait_iteration "$CADDR" $((at + 5)) "$PSYNC_TOKEN"
+    "$CTL" --coordinator="$CADDR" shutdown --reason="journal test" >"$T/shutdown.txt" || fail "psyncctl shutdown: $(cat "$T/shutdown.txt")"
+    again_by_hand
+    wait_nodes n0 n1
+    stop=$(sed -n 's/.*rank 0: stopped after iteration \([0-9]*\).*/\1/p' "$T/n0.log")
+    [[ -n $stop ]] || fail "rank 0 did not stop: $(tail -3 "$T/n0.log")"
+    for r in 0 1 2 3; do
+      [[ $(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r") == "${before[$r]}" ]] || fail "rank $r has another pid"
+    done
+    [[ $(status_field "$CADDR" "$PSYNC_TOKEN" state) == JOB_FINISHED ]] || fail "the job is $(status_field "$CADDR" "$PSYNC_TOKEN" state)"
+    [[ $(status_field "$CADDR" "$PSYNC_TOKEN" coordinator_restarts) == 3 ]] ||
+      fail "status counts $(status_field "$CADDR" "$PSYNC_TOKEN" coordinator_restarts) coordinator restarts, not 3"
+    [[ $(status_field "$CADDR" "$PSYNC_TOKEN" reason) == "journal test" ]] || fail "the reason is lost: $(status_field "$CADDR" "$PSYNC_TOKEN" reason)"
+    "$CTL" --coordinator="$CADDR" watch >"$T/events.txt" 2>&1 || fail "psyncctl watch: $(tail -2 "$T/events.txt")"
+    (($(grep -c "coordinator restarted (epoch .*state-dir" "$T/events.txt") == 3)) || fail "the event log lost a restart: $(cat "$T/events.txt")"
+    grep -q "journal test (asked of the coordinator before it restarted; kept in its --state-dir): every rank stops after iteration $stop" \
+      "$T/events.txt" || fail "the shutdown was not asked again: $(grep -i "stop" "$T/events.txt")"
+    grep -q "WORLD_COMPLETE" "$T/events.txt" || fail "the first coordinators' events are gone: $(head -5 "$T/events.txt")"
+    note "$(cat "$T/shutdown.txt"); stopped after iteration $stop"
+    same_as_uninterrupted_nodes $((stop + 1)) ;;
+
+  coordinator_fenced)
+    # Fencing through the state dir: coordinator A runs a 4-rank job and is
+    # stopped (SIGSTOP); B is started with the same command and state dir
+    # (it takes a newer epoch and waits for the port A holds). A, continued
+    # (SIGCONT), finds B's journal: it sends no plan and exits 1 by itself,
+    # naming B's epoch. B gets the port and the workers resume with it. Then:
+    # exit 0, the same worker pids, the weights equal an uninterrupted run's.
+    export PSYNC_TOKEN=fence-token
+    port=$(free_port)
+    start_coord 4 --port="$port" --state-dir="$T/state"
+    APID=$CPID
+    "$LAUNCH" --nnodes=1 --node-rank=0 --nproc=4 --relay=false --coordinator="$CADDR" -- --steps=1500 --quiet \
+      --save="$T/r.st" >"$T/n0.log" 2>&1 &
+    NPID[n0]=$!; PIDS+=("${NPID[n0]}")
+    wait_iteration "$CADDR" 200 "$PSYNC_TOKEN"
+    declare -A before
+    for r in 0 1 2 3; do before[$r]=$(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r"); done
+    kill -STOP "$APID"
+    "$COORD" --host=127.0.0.1 --port="$port" --world-size=4 --state-dir="$T/state" >"$T/coordB.log" 2>&1 &
+    CPID=$!; PIDS+=("$CPID")
+    for _ in $(seq 300); do grep -q "is in use" "$T/coordB.log" && break; sleep 0.1; done
+    grep -q "is in use" "$T/coordB.log" || fail "B did not wait for the port: $(cat "$T/coordB.log")"
+    epoch_b=$(ls "$T/state" | sed -n 's/^journal-\([0-9]*\)\.pb$/\1/p' | sort -n | tail -1)
+    kill -CONT "$APID"
+    wait_exit "$APID" 30
+    [[ $rc == 1 ]] || fail "A exited $rc, not 1: $(tail -3 "$T/coord.log")"
+    grep -q "fenced: coordinator epoch $epoch_b took over" "$T/coord.log" || fail "A did not name B's epoch $epoch_b: $(tail -3 "$T/coord.log")"
+    wait_exit "${NPID[n0]}" 180
+    [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/n0.log")"
+    for r in 0 1 2 3; do
+      [[ $(rank_pid "$CADDR" "$PSYNC_TOKEN" "$r") == "${before[$r]}" ]] || fail "rank $r has another pid"
+    done
+    grep -q "(epoch $epoch_b)" "$T/coordB.log" || fail "B did not serve with epoch $epoch_b: $(head -3 "$T/coordB.log")"
+    note "$(grep "fenced" "$T/coord.log")"
+    same_as_uninterrupted_node 1500 ;;
+
   launch_coordinator_failover)
     # psync-launch starts its own coordinator again (coordinator failover):
     # --nproc=4 (through the plan relay), the coordinator killed with kill -9
@@ -1490,6 +1575,9 @@ PY
       fail "the launcher did not start its coordinator again: $(grep psync-launch "$T/l.log")"
     }
     coordinator_kills "$LADDR" "$LTOK" again_by_launcher
+    # Its journal (the launcher gives its coordinator a --state-dir) counts them.
+    [[ $(status_field "$LADDR" "$LTOK" coordinator_restarts) == 3 ]] ||
+      fail "status counts $(status_field "$LADDR" "$LTOK" coordinator_restarts) coordinator restarts, not 3"
     wait_exit "$LPID" 180
     [[ $rc == 0 ]] || fail "psync-launch exited $rc: $(tail -5 "$T/l.log")"
     if grep -q "restarting\|starting a replacement" "$T/l.log"; then fail "a worker restarted: $(grep psync-launch "$T/l.log")"; fi

@@ -35,12 +35,13 @@ TEST(ChildCommands, Coordinator) {
   LaunchOptions o = Opts();
   o.port = 29500;
   o.coordinator_args = {"--liveness-period=1s"};
-  Command c = CoordinatorCommand(o, "/tmp/d/port");
+  Command c = CoordinatorCommand(o, "/tmp/d/port", "/tmp/d/coordinator");
   EXPECT_EQ(c.argv, (Strings{"/b/psync-coordinator", "--host=127.0.0.1", "--port=29500", "--world-size=2",
-                             "--job-id=j1", "--port-file=/tmp/d/port", "--liveness-period=1s"}));
+                             "--job-id=j1", "--port-file=/tmp/d/port", "--state-dir=/tmp/d/coordinator",
+                             "--liveness-period=1s"}));
   ExpectTokenOnlyInEnv(c);
   o.max_restarts = 3;
-  EXPECT_TRUE(Has(CoordinatorCommand(o, "p").argv, "--max-restarts=3")) << "restartable";
+  EXPECT_TRUE(Has(CoordinatorCommand(o, "p", "s").argv, "--max-restarts=3")) << "restartable";
 }
 
 TEST(ChildCommands, Relay) {
@@ -90,17 +91,18 @@ TEST(ChildCommands, NodeModeCoordinatorWorkerAndStatus) {
   o.port = 29611;
   o.host_id = "gpu7/node0";
   o.join_timeout = std::chrono::milliseconds(5000);
-  Command c = CoordinatorCommand(o, "/tmp/d/port");
+  Command c = CoordinatorCommand(o, "/tmp/d/port", "/tmp/d/coordinator");
   EXPECT_EQ(c.argv, (Strings{"/b/psync-coordinator", "--host=10.0.0.1", "--port=29611", "--world-size=4",
-                             "--job-id=j1", "--port-file=/tmp/d/port", "--join-timeout=5000ms"}))
+                             "--job-id=j1", "--port-file=/tmp/d/port", "--state-dir=/tmp/d/coordinator",
+                             "--join-timeout=5000ms"}))
       << "the whole job's world; ranks wait --join-timeout for the other nodes";
   ExpectTokenOnlyInEnv(c);
   o.min_nodes = 1;
   o.max_restarts = 1;
   o.rejoin_timeout = std::chrono::milliseconds(3000);
-  EXPECT_EQ(CoordinatorCommand(o, "/tmp/d/port").argv,
+  EXPECT_EQ(CoordinatorCommand(o, "/tmp/d/port", "/tmp/d/coordinator").argv,
             (Strings{"/b/psync-coordinator", "--host=10.0.0.1", "--port=29611", "--world-size=4", "--job-id=j1",
-                     "--port-file=/tmp/d/port", "--max-restarts=1", "--recovery=live", "--join-timeout=5000ms", "--min-world-size=2",
+                     "--port-file=/tmp/d/port", "--state-dir=/tmp/d/coordinator", "--max-restarts=1", "--recovery=live", "--join-timeout=5000ms", "--min-world-size=2",
                      "--rejoin-timeout=3000ms"}))
       << "elastic: a generation may go on with --min-nodes nodes' ranks";
   EXPECT_EQ(RegroupCommand(o, "10.0.0.1:29611", "node 1 is back").argv,
