@@ -1,5 +1,6 @@
 #include "server/job_journal.h"
 
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@ v1::JournalState JobJournal::Snapshot(const JobState& j) {
   s.set_generation(j.gen_->number());
   s.set_iteration(j.gen_->plans().last_plan());
   s.set_restarts(j.restarts_);
+  s.set_last_restart_reason(j.gen_->previous_end());
   s.set_world_change_reason(j.elastic_.note());
   s.set_last_world_size(j.elastic_.last_world_size());
   for (uint64_t n : j.counters_.reports()) s.add_reports(n);
@@ -52,6 +54,17 @@ void JobJournal::Restore(JobState& j, const v1::JournalState& prev, const std::s
       // coordinator started again must not let it run a second time.
       j.state_ = prev.state();
       j.reason_ = prev.reason();
+      break;
+    case v1::JOB_WAITING:
+      // Why open the same generation again: the workers were forming it
+      // (a restart, a regroup) and their Joins name it; generation 1 would
+      // refuse them.
+      if (prev.generation() > 1) {
+        j.gen_ = std::make_unique<Generation>(j.cfg_, prev.generation(), prev.last_restart_reason());
+        j.events_.SetGeneration(prev.generation());
+        j.resume_.restored_generation = prev.generation();
+        j.elastic_.Arm(prev.generation());
+      }
       break;
     case v1::JOB_STOPPING:
       // A shutdown the workers may not hold yet (no plan carried it before

@@ -59,8 +59,8 @@ absl::Status JobResume::Resume(JobState& j, const v1::Hello& hello, Outbox* out)
       j.state_ = v1::JOB_STOPPING;  // it held a stop plan the first rank had not received
       j.reason_ = j.gen_->plans().stop_reason();
     }
-  } else if (j.state_ == v1::JOB_WAITING && g == 1 && j.restarts_ == j.resume_.restored_restarts &&
-             !j.joins_.has_queued()) {
+  } else if (j.state_ == v1::JOB_WAITING && g == j.resume_.restored_generation &&
+             j.restarts_ == j.resume_.restored_restarts && !j.joins_.has_queued()) {
     // Why adopt: this coordinator has met no job but fresh Joins, and the
     // workers hold the one that runs; it goes on where they are, as that
     // generation. The Joins (a replacement for a rank lost meanwhile) wait

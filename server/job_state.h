@@ -131,6 +131,7 @@ struct ResumeState {
   bool journaled = false, fenced = false;
   std::function<int64_t()> newer_epoch;
   int restored_restarts = 0;
+  int64_t restored_generation = 1;  // the generation a restored WAITING job forms
   int coordinator_restarts = 0;  // -1 = unknown (adopted a job without a journal)
   std::string pending_stop;
 };

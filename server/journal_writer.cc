@@ -48,9 +48,15 @@ void JournalWriter::Run() {
       poked_ = false;
     }
     std::lock_guard<std::mutex> l(write_mu_);
-    if (absl::Status st = WriteLocked(); !st.ok() && !fenced_) {
-      PSYNC_LOG(WARNING) << "psync-coordinator: cannot write its journal: " << st.message();
+    absl::Status st = WriteLocked();
+    // Why once per distinct error: a full disk fails every second; the job
+    // goes on (the journal is what a restart would keep), the log says so once.
+    if (!st.ok() && !fenced_ && st.message() != last_error_) {
+      PSYNC_LOG(WARNING) << "psync-coordinator: cannot write its journal (the job goes on; a coordinator "
+                            "started again would miss what came since): "
+                         << st.message();
     }
+    last_error_ = st.ok() ? std::string() : std::string(st.message());
   }
 }
 

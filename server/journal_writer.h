@@ -52,9 +52,9 @@ class JournalWriter {
   std::mutex wake_mu_;  // guards poked_, stopping_
   std::condition_variable cv_;
   bool poked_ = false, stopping_ = false;
-  std::mutex write_mu_;  // guards fenced_, last_written_
+  std::mutex write_mu_;  // guards fenced_, last_written_, last_error_
   bool fenced_ = false;
-  std::string last_written_;
+  std::string last_written_, last_error_;
   std::thread thread_;  // last: starts in the constructor, after the rest
 };
 

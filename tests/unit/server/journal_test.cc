@@ -192,6 +192,43 @@ TEST(JobJournal, AShutdownNoPlanCarriedIsAskedAgainOnceTheWorkersResume) {
   EXPECT_EQ(p.action(), v1::STOP_AFTER);
 }
 
+// The coordinator died while the world formed its next generation (a rank
+// was lost; the survivors Join generation 2): the one started again opens
+// generation 2 again, so their Joins are taken, and the restart count goes on.
+TEST(JobJournal, AGenerationBeingFormedIsOpenedAgain) {
+  ManualScheduler sched;
+  JobConfig cfg = EpochCfg(2, 100);
+  cfg.max_restarts = 3;
+  JobState old(cfg, &sched);
+  std::vector<TestStream> s = JoinAll(old, {0, 1});
+  ReportAll(old, s, 0);
+  old.StreamClosed(s[1].ref, "killed");
+  ASSERT_EQ(old.state(), v1::JOB_WAITING);
+  ASSERT_EQ(old.generation(), 2);
+  const v1::JournalState kept = JobJournal::Snapshot(old);
+
+  cfg.epoch = 200;
+  JobState fresh(cfg, &sched);
+  JobJournal::Restore(fresh, kept, "/state");
+  EXPECT_EQ(fresh.generation(), 2);
+  EXPECT_EQ(fresh.restarts(), 1);
+  v1::StatusResponse st;
+  fresh.FillStatus(&st);
+  EXPECT_NE(st.last_restart_reason().find("lost"), std::string::npos) << st.last_restart_reason();
+  std::vector<std::shared_ptr<Joined>> js;
+  for (int r = 0; r < 2; ++r) {
+    v1::JoinRequest req = Req(r);
+    req.set_generation(2);
+    js.push_back(StartJoin(fresh, req));
+  }
+  for (const auto& j : js) {
+    ASSERT_TRUE(j->done);
+    ASSERT_TRUE(j->r.ok()) << j->r.status();
+    EXPECT_EQ(j->r->generation(), 2);
+  }
+  EXPECT_EQ(fresh.state(), v1::JOB_RUNNING);
+}
+
 TEST(JobJournal, AnEndedJobStaysEndedAndJoinsAreRefused) {
   ManualScheduler sched;
   JobState old(EpochCfg(2, 100), &sched);
