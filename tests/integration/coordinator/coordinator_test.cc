@@ -95,12 +95,24 @@ std::vector<Worker> StartWorld(const Server& s, int n) {
     }));
   }
   std::vector<Worker> out(static_cast<size_t>(n));
+  int opened = 0;
   for (auto& f : fs) {
     Worker w = f.get();
     if (w.joined.rank < 0) continue;
     EXPECT_TRUE(w.client->OpenTrainStream(w.joined.rank, w.joined.generation, w.plans).ok());
     out[static_cast<size_t>(w.joined.rank)] = std::move(w);
+    ++opened;
   }
+  // Why wait: OpenTrainStream returns once the hello is written, and the
+  // coordinator attaches the rank only when it reads it (a test that then
+  // opens a rival stream for the rank must find it attached).
+  EXPECT_TRUE(WaitFor([&] {
+    v1::StatusResponse st;
+    s.srv->job().FillStatus(&st);
+    int training = 0;
+    for (const auto& w : st.workers()) training += w.state() == v1::WORKER_TRAINING ? 1 : 0;
+    return training == opened;
+  })) << "the workers' Train streams never attached";
   return out;
 }
 
