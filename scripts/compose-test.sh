@@ -820,7 +820,6 @@ scenario_worker_killed_no_restart() {
 scenario_coordinator_killed() {
   up_job || return 1
   wait_running 20 || return 1
-  local n s
   log "$project: docker kill coordinator"
   docker kill "$c_coord" >/dev/null || { log "$project: docker kill failed"; return 1; }
   # A killed container may leave no TCP reset behind: the workers' keepalive
@@ -834,10 +833,19 @@ scenario_coordinator_killed() {
   done
   log "$project: the workers ride through; docker start coordinator"
   docker start "$c_coord" >/dev/null || { log "$project: docker start failed"; return 1; }
+  coordinator_back_checks "coordinator started again"
+}
+
+# After the coordinator came back: both workers re-registered and generation
+# 1 runs on, its journal (--state-dir on the volume) counts one coordinator
+# restart, Docker restarted no worker; then the runner's shutdown as in
+# `shutdown`. $1: how it came back (for the log).
+coordinator_back_checks() {
+  local how=$1 s n
   s=$(wait_generation 1 5) || return 1
   grep_log "$c_w0" 're-registered with the coordinator' || return 1
   grep_log "$c_w1" 're-registered with the coordinator' || return 1
-  log "$project: generation 1 runs on at iteration $(json 'd.get("iteration","")' <<<"$s") ($line)"
+  log "$project: $how; generation 1 runs on at iteration $(json 'd.get("iteration","")' <<<"$s") ($line)"
   [[ $(json 'd.get("coordinator_restarts",0)' <<<"$s") == 1 ]] \
     || { log "$project: status counts $(json 'd.get("coordinator_restarts",0)' <<<"$s") coordinator restarts, want 1"; return 1; }
   n="$(docker inspect -f '{{.RestartCount}}' "$c_w0") $(docker inspect -f '{{.RestartCount}}' "$c_w1")"
@@ -856,21 +864,12 @@ scenario_coordinator_restarted() {
   log "$project: SIGKILL psync-coordinator in its container (docker exec; Docker starts it again)"
   kill_process "$c_coord" /usr/local/bin/psync-coordinator \
     || { log "$project: found no psync-coordinator process to kill"; return 1; }
-  local deadline=$((SECONDS + 60)) n s
+  local deadline=$((SECONDS + 60))
   until [[ $(docker inspect -f '{{.RestartCount}}' "$c_coord") == 1 ]]; do
     ((SECONDS < deadline)) || { log "$project: Docker did not start the coordinator again within 60 s"; return 1; }
     sleep 0.5
   done
-  s=$(wait_generation 1 5) || return 1
-  grep_log "$c_w0" 're-registered with the coordinator' || return 1
-  grep_log "$c_w1" 're-registered with the coordinator' || return 1
-  log "$project: coordinator restarted by Docker; generation 1 runs on at iteration $(json 'd.get("iteration","")' <<<"$s") ($line)"
-  # Its journal (--state-dir on the volume) counts it.
-  [[ $(json 'd.get("coordinator_restarts",0)' <<<"$s") == 1 ]] \
-    || { log "$project: status counts $(json 'd.get("coordinator_restarts",0)' <<<"$s") coordinator restarts, want 1"; return 1; }
-  n="$(docker inspect -f '{{.RestartCount}}' "$c_w0") $(docker inspect -f '{{.RestartCount}}' "$c_w1")"
-  [[ $n == "0 0" ]] || { log "$project: Docker restarted the workers ($n times), want 0 0"; return 1; }
-  runner_shutdown_checks
+  coordinator_back_checks "coordinator restarted by Docker"
 }
 
 # The two-node shape (docker-compose.nodes.yml): psync-worker killed in
