@@ -17,7 +17,10 @@ Variable LayerNorm::Forward(const Variable& x) {
 }
 
 std::pair<Variable, Variable> LayerNorm::ForwardResidual(const Variable& x, const Variable& a) {
-  return autograd::ResidualLayerNorm(x, a, weight_, bias_, eps_, precision().OutputDType(x.data().dtype()));
+  ForwardScope scope(*this);
+  auto out = autograd::ResidualLayerNorm(x, a, weight_, bias_, eps_, precision().OutputDType(x.data().dtype()));
+  scope.Done({out.first, out.second});
+  return out;
 }
 
 }  // namespace psync::nn

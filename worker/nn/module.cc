@@ -48,6 +48,39 @@ std::vector<Variable> Module::parameters() const {
   return out;
 }
 
+Variable Module::operator()(const Variable& x) {
+  if (!hooks_) return Forward(x);
+  ForwardScope scope(*this);
+  return scope.Done({Forward(x)});
+}
+
+void Module::SetForwardHooks(std::shared_ptr<ForwardHooks> hooks) {
+  for (auto& [name, child] : children_) child->SetForwardHooks(hooks);
+  hooks_ = std::move(hooks);
+}
+
+ForwardScope::ForwardScope(const Module& module) : module_(module), hooks_(module.forward_hooks().get()) {
+  if (hooks_) hooks_->BeforeForward(module_);
+}
+
+ForwardScope::~ForwardScope() {
+  if (!hooks_ || done_) return;
+  // Why swallow: this runs while an exception unwinds; the hooks' contract
+  // is not to throw here, and a second exception would terminate.
+  try {
+    hooks_->AfterForward(module_, {});
+  } catch (...) {
+  }
+}
+
+Variable ForwardScope::Done(std::vector<Variable> outputs) {
+  if (hooks_ && !done_) {
+    done_ = true;
+    hooks_->AfterForward(module_, outputs);
+  }
+  return outputs.empty() ? Variable() : outputs.front();
+}
+
 const PrecisionPolicy& Module::precision() const { return precision_ ? *precision_ : PrecisionPolicy::Fp32(); }
 
 void Module::SetPrecision(std::shared_ptr<const PrecisionPolicy> policy) {

@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "worker/tensor/cpu_allocator.h"
 #include "worker/tensor/cuda/cuda_device.h"
 #include "psync/tensor/tensor.h"
@@ -36,8 +38,39 @@ std::shared_ptr<Storage> Storage::Wrap(void* data, size_t nbytes, Device device,
   return s;
 }
 
+std::shared_ptr<Storage> Storage::Detached(size_t nbytes, Device device, std::string what, std::string why_unbound) {
+  std::shared_ptr<Storage> s(new Storage(nullptr, nbytes, device));
+  s->detached_ = true;
+  s->what_ = std::move(what);
+  s->why_unbound_ = std::move(why_unbound);
+  return s;
+}
+
+void Storage::Bind(std::shared_ptr<Storage> backing) {
+  if (!detached_) throw std::logic_error("Storage::Bind: not a detached storage");
+  if (!backing || backing->nbytes() < nbytes_ || !(backing->device() == device_)) {
+    throw std::logic_error(absl::StrCat("Storage::Bind (", what_, "): needs ", nbytes_, " bytes on ", device_.ToString(),
+                                        ", got ", backing ? backing->nbytes() : 0, " bytes"));
+  }
+  data_ = backing->data();
+  backing_ = std::move(backing);
+}
+
+void Storage::Unbind() {
+  if (!detached_) throw std::logic_error("Storage::Unbind: not a detached storage");
+  data_ = nullptr;
+  backing_.reset();
+}
+
+void Storage::CheckBound() const {
+  if (bound()) return;
+  throw TensorError(absl::StrCat(what_, " are not in memory now: ", why_unbound_));
+}
+
 Storage::~Storage() {
-  if (release_) {
+  if (detached_) {
+    // The memory is backing_'s (released with it).
+  } else if (release_) {
     release_();
   } else if (device_.is_cpu()) {
     CpuCachingAllocator::Get().Free(data_, nbytes_);

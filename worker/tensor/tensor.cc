@@ -131,6 +131,8 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   if (!storage_) return nullptr;
+  // Why check: a ZeRO-3 parameter's memory is lent only while it is gathered.
+  if (!storage_->bound()) storage_->CheckBound();
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
 }
 

@@ -28,6 +28,26 @@ class Parameter : public Variable {
   Parameter(Tensor data, std::string name) : Variable(std::move(data), /*requires_grad=*/true, std::move(name)) {}
 };
 
+class Module;
+
+// Forward hooks, like torch's register_forward_pre_hook and
+// register_forward_hook, one set per module tree (Module::SetForwardHooks).
+// Module::operator() and ForwardScope call them around every module's
+// computation; ZeRO-3 (--zero=3) gathers a module's parameters with them.
+// They run on the thread that runs forward.
+class ForwardHooks {
+ public:
+  virtual ~ForwardHooks() = default;
+  // `module` is about to compute: the parameters of it and of its
+  // descendants may be read until AfterForward. Errors throw (the forward
+  // fails with them).
+  virtual void BeforeForward(const Module& module) = 0;
+  // `module` computed `outputs` (empty when its forward threw): the outputs
+  // backward reaches the module's computation through. Must not throw when
+  // `outputs` is empty.
+  virtual void AfterForward(const Module& module, const std::vector<Variable>& outputs) = 0;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -37,11 +57,22 @@ class Module {
 
   // The module's computation on one input. Errors throw psync::TensorError.
   virtual Variable Forward(const Variable& x) = 0;
+  // Forward between the forward hooks: how a module calls its children
+  // (a parent that reads a child's parameters any other way opens a
+  // ForwardScope on the child). Without hooks it is Forward.
+  Variable operator()(const Variable& x);
+
+  // The hooks of this module and every descendant (null: none), like
+  // SetPrecision. A module added later does not inherit them.
+  void SetForwardHooks(std::shared_ptr<ForwardHooks> hooks);
+  const std::shared_ptr<ForwardHooks>& forward_hooks() const { return hooks_; }
 
   // (dotted name, parameter) in registration order.
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   std::vector<Variable> parameters() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  // (local name, parameter) this module registered itself, not its children's.
+  const std::vector<std::pair<std::string, Variable>>& own_parameters() const { return params_; }
 
   // Clears every parameter's grad (set_to_none), or fills defined grads
   // with zero in place (so grads that are views into buckets stay views).
@@ -70,6 +101,31 @@ class Module {
   std::vector<std::pair<std::string, Variable>> params_;  // local names
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::shared_ptr<const PrecisionPolicy> precision_;  // null: fp32
+  std::shared_ptr<ForwardHooks> hooks_;               // null: none
+};
+
+// The forward hooks around a computation that reads `module`'s parameters
+// without calling its Forward (a fused op over several layers, a tied
+// weight): BeforeForward on construction; Done(outputs) runs AfterForward
+// with the outputs; a scope left without Done (an exception) runs it with
+// none. Without hooks it does nothing.
+//
+//   ForwardScope scope(*block);
+//   auto [h, m] = FusedComputation(block->weights..., x);
+//   scope.Done({h, m});
+class ForwardScope {
+ public:
+  explicit ForwardScope(const Module& module);
+  ~ForwardScope();
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+  // Runs AfterForward (once); returns outputs.front() for `return scope.Done({y});`.
+  Variable Done(std::vector<Variable> outputs);
+
+ private:
+  const Module& module_;
+  ForwardHooks* hooks_;  // the module's, or null
+  bool done_ = false;
 };
 
 }  // namespace psync::nn

@@ -120,6 +120,55 @@ TEST(Mlp, SkippedLayerGetsNoGradientAndIsUnreachable) {
   EXPECT_TRUE(mlp.layer(2).bias().grad().defined());
 }
 
+// Records the forward hooks' calls: "+name" before, "-name/N" after (N outputs).
+class RecordingHooks : public ForwardHooks {
+ public:
+  void BeforeForward(const Module& m) override { calls.push_back("+" + NameOf(m)); }
+  void AfterForward(const Module& m, const std::vector<Variable>& outputs) override {
+    calls.push_back("-" + NameOf(m) + "/" + std::to_string(outputs.size()));
+  }
+  std::string NameOf(const Module& m) const {
+    auto params = m.named_parameters();
+    return params.empty() ? std::string("?") : params.front().second.name();
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(ForwardHooks, RunAroundEveryChildOfTheTree) {
+  MLP mlp({3, 4, 2}, Device::CPU(), 1);
+  auto hooks = std::make_shared<RecordingHooks>();
+  mlp.SetForwardHooks(hooks);
+  Variable out = mlp.Forward(Variable(Tensor::Zeros({2, 3})));
+  EXPECT_EQ(out.data().shape(), (Shape{2, 2}));
+  // The root is called directly (no hooks of its own); each layer through operator().
+  EXPECT_THAT(hooks->calls, ::testing::ElementsAre("+layers.0.weight", "-layers.0.weight/1", "+layers.1.weight",
+                                                   "-layers.1.weight/1"));
+  mlp.SetForwardHooks(nullptr);
+  hooks->calls.clear();
+  (void)mlp.Forward(Variable(Tensor::Zeros({2, 3})));
+  EXPECT_TRUE(hooks->calls.empty());
+}
+
+TEST(ForwardHooks, ScopeRunsAfterForwardOnceAndWithNoOutputsOnError) {
+  Linear lin(3, 2, Device::CPU(), 1);
+  auto hooks = std::make_shared<RecordingHooks>();
+  lin.SetForwardHooks(hooks);
+  {
+    ForwardScope scope(lin);
+    Variable y = scope.Done({Variable(Tensor::Zeros({1})), Variable(Tensor::Zeros({1}))});
+    EXPECT_TRUE(y.defined());
+  }
+  try {
+    ForwardScope scope(lin);
+    throw TensorError("boom");
+  } catch (const TensorError&) {
+  }
+  // A wrong input: the hooks still close (no outputs).
+  EXPECT_THROW((void)lin(Variable(Tensor::Zeros({2, 5}))), TensorError);
+  EXPECT_THAT(hooks->calls, ::testing::ElementsAre("+weight", "-weight/2", "+weight", "-weight/0", "+weight",
+                                                   "-weight/0"));
+}
+
 TEST(Module, ZeroGradSetToNoneOrFillInPlace) {
   MLP mlp({2, 2});
   Variable loss = MseLoss(mlp.Forward(Variable(Tensor::Full({1, 2}, 1.0f))), Tensor::Zeros({1, 2}));

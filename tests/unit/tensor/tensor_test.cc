@@ -66,6 +66,28 @@ TEST(Storage, CpuAlignmentAndSize) {
   }
 }
 
+// A detached storage (ZeRO-3's parameters): views made while it has no
+// memory read the memory lent later, and a read while unbound throws a
+// TensorError naming what and why, never touching freed memory.
+TEST(Storage, DetachedReadsWhatIsLentAndNamesItWhenNot) {
+  auto s = Storage::Detached(4 * sizeof(float), Device::CPU(), "the parameters of bucket 7", "not gathered now");
+  EXPECT_FALSE(s->bound());
+  Tensor whole = Tensor::FromStorage(s, {4}, kFloat32);
+  Tensor tail = whole.View(2, {2});  // made while unbound: no read
+  ExpectTensorError([&] { (void)tail.ToVector(); }, {"the parameters of bucket 7", "not gathered now"});
+  Tensor lent = Tensor::FromVector({1, 2, 3, 4, 5}, {5});
+  s->Bind(lent.storage());
+  EXPECT_TRUE(s->bound());
+  EXPECT_EQ(tail.ToVector(), (std::vector<float>{3, 4}));
+  s->Unbind();
+  ExpectTensorError([&] { (void)whole.ToVector(); }, {"bucket 7"});
+  // Memory that is too small is refused; a plain storage cannot be rebound.
+  EXPECT_THROW(s->Bind(Tensor::Zeros({3}).storage()), std::logic_error);
+  EXPECT_THROW(lent.storage()->Unbind(), std::logic_error);
+  s->Bind(Tensor::Full({4}, 6.0f).storage());
+  EXPECT_EQ(whole.ToVector(), (std::vector<float>{6, 6, 6, 6}));
+}
+
 TEST(Tensor, FactoriesAndAccessors) {
   Tensor undefined;
   EXPECT_FALSE(undefined.defined());

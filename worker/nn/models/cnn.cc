@@ -48,9 +48,9 @@ Variable CNN::Forward(const Variable& images, const std::set<int>& skip) {
     throw TensorError(absl::StrCat("cnn: images must be [batch, ", absl::StrJoin(input_shape_, ", "), "], got ",
                                    ShapeToString(s)));
   }
-  Variable h = autograd::MaxPool2d(autograd::Relu(conv1_->Forward(images)), kPool);
-  h = autograd::MaxPool2d(autograd::Relu(conv2_->Forward(h)), kPool);
-  return fc_->Forward(autograd::Reshape(h, {s[0], -1}));
+  Variable h = autograd::MaxPool2d(autograd::Relu((*conv1_)(images)), kPool);
+  h = autograd::MaxPool2d(autograd::Relu((*conv2_)(h)), kPool);
+  return (*fc_)(autograd::Reshape(h, {s[0], -1}));
 }
 
 std::string CNN::Describe() const {

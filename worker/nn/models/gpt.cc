@@ -58,17 +58,23 @@ class GPT::Block : public Module {
 
   // x [B, T, C] -> [B, T, C], unfused (the model calls Run instead).
   Variable Forward(const Variable& x) override {
-    auto [h, m] = Run(x, ln_1_->Forward(x));
+    auto [h, m] = Run(x, (*ln_1_)(x));
     return autograd::Add(h, m);
   }
 
   // x the residual stream, y = ln_1(x): {h = x + attn(y), m = mlp(ln_2(h))}.
   std::pair<Variable, Variable> Run(const Variable& x, const Variable& y) {
     auto [h, y2] = ln_2_->ForwardResidual(x, Attention(y));
+    // The fused MLP reads c_fc and c_proj without their Forward: a forward
+    // scope on each (ZeRO-3 gathers just those two layers for it).
+    ForwardScope fc(*c_fc_), proj(*mlp_proj_);
     const PrecisionPolicy& p = precision();
     const autograd::MlpParams mlp{c_fc_->weight(), c_fc_->bias(), mlp_proj_->weight(), mlp_proj_->bias(),
                                   p.MatmulWeight(c_fc_->weight()), p.MatmulWeight(mlp_proj_->weight())};
-    return {h, autograd::Mlp(y2, mlp)};
+    Variable m = autograd::Mlp(y2, mlp);
+    proj.Done({m});
+    fc.Done({m});
+    return {h, m};
   }
 
   LayerNorm& ln_1() { return *ln_1_; }
@@ -86,7 +92,7 @@ class GPT::Block : public Module {
   // materialized path copies when the heads are joined back).
   Variable Attention(const Variable& x) {
     const int64_t B = x.data().size(0), T = x.data().size(1), hs = C_ / H_;
-    std::vector<Variable> qkv = autograd::Split(c_attn_->Forward(x), {C_, C_, C_}, 2);  // 3 x [B, T, C]
+    std::vector<Variable> qkv = autograd::Split((*c_attn_)(x), {C_, C_, C_}, 2);  // 3 x [B, T, C]
     auto heads = [&](const Variable& t) {                                              // [B, H, T, hs]
       return autograd::Permute(autograd::Reshape(t, {B, T, H_, hs}), {0, 2, 1, 3});
     };
@@ -100,7 +106,7 @@ class GPT::Block : public Module {
       y = autograd::BatchedMatmul(autograd::CausalSoftmax(scores, scale), v);
     }
     y = autograd::Reshape(autograd::Permute(y, {0, 2, 1, 3}), {B, T, C_});               // [B, T, C]
-    return attn_proj_->Forward(y);
+    return (*attn_proj_)(y);
   }
 
   int64_t C_, H_;
@@ -177,14 +183,14 @@ Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
     absl::Status st = ValidateSkip(skip_blocks);
     if (!st.ok()) throw TensorError(std::string(st.message()));
   }
-  Variable x = autograd::Add(wte_->Forward(idx), wpe_->Forward(Variable(Positions(B, T, ids.device()))));  // [B, T, C]
+  Variable x = autograd::Add((*wte_)(idx), (*wpe_)(Variable(Positions(B, T, ids.device()))));  // [B, T, C]
   std::vector<Block*> active;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (!skip_blocks.count(static_cast<int>(i))) active.push_back(blocks_[i].get());
   }
   // Each block's closing residual add is fused with the LayerNorm after it
   // (the next block's ln_1, or ln_f): the same values as add then norm.
-  Variable y = active.empty() ? ln_f_->Forward(x) : active.front()->ln_1().Forward(x);
+  Variable y = active.empty() ? (*ln_f_)(x) : active.front()->ln_1()(x);
   for (size_t k = 0; k < active.size(); ++k) {
     auto [h, m] = active[k]->Run(x, y);
     LayerNorm& next = k + 1 < active.size() ? active[k + 1]->ln_1() : *ln_f_;
@@ -194,14 +200,16 @@ Variable GPT::Forward(const Variable& idx, const std::set<int>& skip_blocks) {
   // computed over the padded rows (the padded logits, all 0, never leave:
   // a [B, T, V] view of rows Vp long); in a bf16 step from wte's bfloat16
   // copy ([V, C], unpadded): bfloat16 logits, read by the float32 loss.
+  // A forward scope of its own: the tied head reads wte outside the embedding's Forward.
+  ForwardScope head(*wte_);
   const Tensor& w = precision().MatmulWeight(wte_->weight());
-  if (w.dtype() == kBFloat16) return autograd::Linear(y, wte_->weight(), Variable(), w);
+  if (w.dtype() == kBFloat16) return head.Done({autograd::Linear(y, wte_->weight(), Variable(), w)});
   // Why a copy can be needed: --zero moves every parameter's values into its
   // flat buffers, so wte may no longer be the view of the padded rows it was
   // built as ([V, C], once per step: small beside the head's product).
   Tensor rows = wte_padded_.Narrow(0, 0, config_.vocab_size);
   if (!w.IsSameView(rows)) ops::Copy(rows, w);
-  return autograd::LinearPadded(y, wte_->weight(), wte_padded_);
+  return head.Done({autograd::LinearPadded(y, wte_->weight(), wte_padded_)});
 }
 
 const Tensor& GPT::Positions(int64_t B, int64_t T, Device device) {

@@ -45,7 +45,7 @@ Variable MLP::Forward(const Variable& x, const std::set<int>& skip_layers) {
   Variable h = x.data().dim() > 2 ? autograd::Reshape(x, {x.data().size(0), -1}) : x;
   for (int i = 0; i < num_layers(); ++i) {
     if (skip_layers.count(i)) continue;
-    h = layers_[static_cast<size_t>(i)]->Forward(h);
+    h = (*layers_[static_cast<size_t>(i)])(h);
     if (i + 1 < num_layers()) h = autograd::Relu(h);
   }
   // The loss (MSE or cross-entropy, autocast's float32 list) in float32.
