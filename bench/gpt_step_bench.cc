@@ -13,8 +13,9 @@
 //              compute       the same per-rank step without communication
 //              ddp           DistributedDataParallel over each of --backends
 //                            (gloo: TCP on 127.0.0.1; shm: /dev/shm)
-//              zero1, zero2  the same with --zero=1 / 2 (reduce-scatter, the
-//                            sharded AdamW, all-gather of the parameters),
+//              zero1..zero3  the same with --zero=1 / 2 / 3 (reduce-scatter,
+//                            the sharded AdamW, all-gather of the parameters;
+//                            3: per module before its forward and backward),
 //                            for each stage in --zero (default none)
 //
 // Per mode: median step time, and the medians of its phases (forward incl.
@@ -85,7 +86,7 @@ ABSL_FLAG(int, threads, 1, "OpenBLAS threads (per rank in ddp)");
 ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
 ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20), "ddp: bucket cap (MiB)");
-ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comma list of 1, 2; empty = none)");
+ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comma list of 1, 2, 3; empty = none)");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
@@ -126,7 +127,7 @@ struct Config {
 };
 
 struct ModeResult {
-  std::string mode;     // single, graph (single with --cuda-graph), compute, ddp, zero1, zero2
+  std::string mode;     // single, graph (single with --cuda-graph), compute, ddp, zero1, zero2, zero3
   std::string backend;  // ddp only
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double cpu_ms = 0;
@@ -525,8 +526,10 @@ int main(int argc, char** argv) {
     c.backends.emplace_back(b);
   }
   for (absl::string_view z : absl::StrSplit(absl::GetFlag(FLAGS_zero), ',', absl::SkipEmpty())) {
-    if (z != "1" && z != "2") psync::ExitBadFlag(kName, absl::StrCat("--zero: \"", z, "\" is not 1 or 2"));
-    c.zero_stages.push_back(z == "1" ? 1 : 2);
+    if (z != "1" && z != "2" && z != "3") {
+      psync::ExitBadFlag(kName, absl::StrCat("--zero: \"", z, "\" is not 1, 2 or 3"));
+    }
+    c.zero_stages.push_back(z[0] - '0');
   }
   if (c.mode == "single") return RunSingle(c);
   if (c.mode != "ddp") psync::ExitBadFlag(kName, "--mode=" + c.mode + ": expected single or ddp");

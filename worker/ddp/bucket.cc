@@ -124,4 +124,10 @@ size_t AdoptAveragedGradients(const std::vector<autograd::Variable>& params, con
   return unused;
 }
 
+int64_t ParameterBytes(const std::vector<autograd::Variable>& params) {
+  int64_t bytes = 0;
+  for (const autograd::Variable& p : params) bytes += static_cast<int64_t>(p.data().nbytes());
+  return bytes;
+}
+
 }  // namespace psync::ddp

@@ -100,6 +100,8 @@ void MoveGradIntoSlot(BucketSlot& slot, const autograd::Variable& param);
 
 // A parameter's name in errors: its own, or "parameter #i" (i: its index).
 std::string ParameterName(const autograd::Variable& param, size_t index);
+// The bytes of the parameters' values (every one whole).
+int64_t ParameterBytes(const std::vector<autograd::Variable>& params);
 // The names of the parameters not marked in `ready` (one flag each).
 std::vector<std::string> UnreadyParameterNames(const std::vector<autograd::Variable>& params,
                                                const std::vector<uint8_t>& ready);

@@ -49,7 +49,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                                  std::unique_ptr<Reducer> reducer)
     : module_(std::move(module)), group_(std::move(group)), options_(options), reducer_(std::move(reducer)) {}
 
-DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::~DistributedDataParallel() {
+  // --zero=3: the hooks gather through this reducer's memory, which goes now.
+  if (options_.zero_stage >= 3) module_->SetForwardHooks(nullptr);
+}
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
     std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> group, DdpOptions options,
@@ -79,6 +82,12 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   // The reducer takes its part of the options as they are (and checks them).
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                          Reducer::Create(std::move(params), group, options, std::move(source)));
+  if (options.zero_stage >= 3) {
+    // Why hooks on every module: a module's parameters are gathered just
+    // before its forward and released after it (zero_schedule.h).
+    module->SetForwardHooks(reducer->zero_buckets()->AttachModule(
+        *module, ZeroScheduleOptions{options.zero3_prefetch, options.reshard_after_forward}));
+  }
   return std::unique_ptr<DistributedDataParallel>(
       new DistributedDataParallel(std::move(module), std::move(group), options, std::move(reducer)));
 }

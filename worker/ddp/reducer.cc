@@ -13,6 +13,7 @@
 #include "psync/common/status_macros.h"
 #include "psync/autograd/engine.h"
 #include "worker/ddp/missing_gradient.h"
+#include "worker/ddp/reducer_inputs.h"
 #include "worker/ddp/unused_buckets.h"
 #include "psync/tensor/ops.h"
 
@@ -25,27 +26,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<autograd::V
                                                          ReducerOptions options,
                                                          std::shared_ptr<UnusedParameterSource> source) {
   if (!group) return absl::InvalidArgumentError("Reducer needs a process group");
-  if (params.empty()) return absl::InvalidArgumentError("Reducer needs at least one parameter");
-  PSYNC_RETURN_IF_ERROR(options.bucket_caps.Validate());
-  if (options.zero_stage < 0 || options.zero_stage > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("--zero must be 0, 1 or 2, got ", options.zero_stage));
-  }
-  if (options.zero_stage > 0 && options.comm_hook) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--zero=", options.zero_stage, " reduce-scatters the plain gradients: it cannot be combined with the comm "
-        "hook '", options.comm_hook->name(), "' (--grad-compression)"));
-  }
-  std::unordered_set<const autograd::VariableState*> seen;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const autograd::Variable& p = params[i];
-    if (!p.defined() || !p.requires_grad() || !p.is_leaf()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ParameterName(p, i), " is not a leaf that requires grad; DDP reduces parameters only"));
-    }
-    if (!seen.insert(p.state().get()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(ParameterName(p, i), " is listed twice"));
-    }
-  }
+  PSYNC_RETURN_IF_ERROR(ValidateReducerInputs(params, options));
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(group), options, std::move(source)));
   const std::vector<size_t> order = ReverseOrder(reducer->params_.size());
   absl::Status st = RunCatching("building buckets", [&] { reducer->InstallBuckets(reducer->PlanFromOrder(order)); });
@@ -145,6 +126,8 @@ void Reducer::InstallBuckets(const BucketPlan& plan) {
   PointDestinationsAtBuckets();
 }
 
+int64_t Reducer::parameter_bytes() const { return zero_ ? zero_->parameter_bytes() : ParameterBytes(params_); }
+
 int64_t Reducer::gradient_bytes() const {
   if (staging_) return zero_->shard_bytes() + static_cast<int64_t>(staging_->buffer().nbytes());
   int64_t bytes = 0;
@@ -169,10 +152,12 @@ absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
   std::vector<Device> devices;
   for (const auto& p : params_) devices.push_back(p.data().device());
   PSYNC_RETURN_IF_ERROR(ValidateBucketPlan(plan, devices));
-  if (zero_ && state_ != State::kPrepared) {
+  if (zero_ && (state_ != State::kPrepared || zero_->stage() >= 3)) {
     // ZeRO: the last backward's reduced shards (and the parameters' layout)
     // must reach the optimizer's step first; the plan takes effect at the
-    // next forward (PrepareForBackward), the same iteration on every rank.
+    // next forward (PrepareForBackward; --zero=3: before it, since its
+    // graph reads the parameters of the layout it ran with), the same
+    // iteration on every rank.
     deferred_plan_.reset();
     if (plan != bucket_plan()) deferred_plan_ = plan;
     return absl::OkStatus();
@@ -248,13 +233,25 @@ void Reducer::ResetIteration(bool sync) {
 absl::Status Reducer::WaitForParameters() {
   if (state_ == State::kFailed) return failure_;
   if (!zero_) return absl::OkStatus();
-  absl::Status st = zero_->WaitParameters();
+  absl::Status st = zero_->Summon();
   if (st.ok()) return st;
   return Fail(Annotate(st, absl::StrCat("DDP: gathering the updated parameters (rank ", group_->rank(), ")")));
 }
 
 absl::Status Reducer::CheckReadyForForward() {
-  PSYNC_RETURN_IF_ERROR(WaitForParameters());
+  if (state_ == State::kFailed) return failure_;
+  if (zero_) {
+    // Stages 1-2: the last step's gathers land; stage 3: the forward
+    // gathers what it needs, starting from nothing (a plan given since the
+    // last backward takes effect first).
+    absl::Status st = zero_->BeginForward();
+    if (st.ok() && zero_->stage() >= 3) st = ApplyDeferredPlan();
+    if (!st.ok()) return Fail(Annotate(st, absl::StrCat("DDP: before the forward (rank ", group_->rank(), ")")));
+  }
+  return CheckBackwardFinished();
+}
+
+absl::Status Reducer::CheckBackwardFinished() {
   if (state_ == State::kInBackward && expect_sync_) {
     // Why: hooks fired but Finalize never ran (backward failed midway, or
     // its error was ignored); buckets may be in flight on some ranks only.
@@ -267,8 +264,11 @@ absl::Status Reducer::CheckReadyForForward() {
 }
 
 absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& outputs) {
-  PSYNC_RETURN_IF_ERROR(CheckReadyForForward());
-  if (absl::Status st = ApplyDeferredPlan(); !st.ok()) return Fail(st);
+  // --zero=3: after its forward nothing is waited for (its gathers were),
+  // and a plan waits for the next forward.
+  const bool sharded_parameters = zero_ && zero_->stage() >= 3;
+  PSYNC_RETURN_IF_ERROR(sharded_parameters ? CheckBackwardFinished() : CheckReadyForForward());
+  if (absl::Status st = sharded_parameters ? absl::OkStatus() : ApplyDeferredPlan(); !st.ok()) return Fail(st);
   // Why: a new forward starts a new backward's bookkeeping. From kPrepared
   // this is the "output discarded without backward" case; nothing was
   // launched, so resetting is safe. A no_sync backward needs no finishing.
@@ -299,6 +299,8 @@ void Reducer::OnGradAccumulated(size_t param) {
   }
   absl::Status st = RunCatching(absl::StrCat("DDP hook of ", ParameterName(params_[param], param)), [&] {
     if (state_ != State::kInBackward) BeginBackward();
+    // --zero=3: a bucket whose gradients all arrived is released (no_sync too).
+    if (zero_) zero_->ParameterDone(param);
     // Why: usage is what the global unused map is made of; OR-ed over a
     // no_sync window because the flags are only cleared by a synced Finalize.
     local_used_[param] = 1;
@@ -312,7 +314,9 @@ void Reducer::BeginBackward() {
   if (state_ == State::kIdle) {
     // Why: forward did not go through PrepareForBackward (module called
     // directly); treat it as a forward with every parameter expected.
-    if (absl::Status st = ApplyDeferredPlan(); !st.ok()) RecordError(st);
+    if (!zero_ || zero_->stage() < 3) {
+      if (absl::Status st = ApplyDeferredPlan(); !st.ok()) RecordError(st);
+    }
     ResetIteration(sync_enabled_);
   }
   state_ = State::kInBackward;
@@ -326,7 +330,10 @@ void Reducer::BeginBackward() {
   if (absl::Status st = step_check_->Issue(iteration_, plan_id_, buckets_.front().tail()); !st.ok()) RecordError(st);
   // Why at the first hook and not in PrepareForBackward: only now is this
   // backward certain to run, so the caller could discard the outputs before.
-  for (size_t i : locally_unused_) MarkReady(i);
+  for (size_t i : locally_unused_) {
+    if (zero_) zero_->ParameterDone(i);
+    MarkReady(i);
+  }
   trace_.locally_unused = locally_unused_.size();
 }
 
@@ -433,6 +440,7 @@ void Reducer::RecordError(const absl::Status& status) {
 absl::Status Reducer::FinishLocalBackward() {
   // Why: a no_sync backward has nothing to wait for; gradients stay local.
   state_ = State::kIdle;
+  if (zero_) RecordError(zero_->BackwardDone());  // --zero=3: its parameters released
   trace_.finalize_begin = trace_.finalize_end = TraceClock::now();
   last_trace_ = trace_;
   if (observer_) observer_->OnIterationFinalized(last_trace_);
@@ -501,6 +509,10 @@ absl::Status Reducer::Finalize() {
   absl::Status st = RunCatching("DDP: averaging gradients",
                                 [&] { WriteBackGradients(options_.find_unused_parameters ? &global_used : nullptr); });
   if (!st.ok()) return Fail(st);
+  if (zero_) {
+    // --zero=3: the backward's parameters released (what prefetch started too).
+    if (st = zero_->BackwardDone(); !st.ok()) return Fail(st);
+  }
 
   if (recording_order_) {
     // Why: the first synced backward's ready order is the layout the next

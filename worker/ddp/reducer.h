@@ -106,12 +106,15 @@ class Reducer {
   absl::Status PrepareForBackward(const std::vector<autograd::Variable>& outputs);
   // The check PrepareForBackward starts with, for callers that want to fail
   // before running forward: the sticky error, or the unfinished-backward
-  // error (which also enters kFailed). With ZeRO it first waits for the
-  // last step's parameter all-gathers (WaitForParameters).
+  // error (which also enters kFailed). With --zero=1|2 it first waits for
+  // the last step's parameter all-gathers; with --zero=3 it releases every
+  // gathered parameter (the forward gathers what it needs) and applies a
+  // bucket plan given since the last backward.
   absl::Status CheckReadyForForward();
-  // ZeRO: waits for the parameter all-gathers the sharded optimizer's last
-  // step started; call it before reading the parameters outside a forward
-  // through DDP (evaluation, saving). A failure fails the reducer.
+  // ZeRO: makes the parameters readable outside a forward through DDP
+  // (evaluation, saving): --zero=1|2 wait for the all-gathers the sharded
+  // optimizer's last step started; --zero=3 gathers every parameter, kept
+  // until the next forward. A failure fails the reducer.
   absl::Status WaitForParameters();
 
   // false = no_sync: hooks only record usage and gradients accumulate
@@ -173,6 +176,9 @@ class Reducer {
   // Bytes of gradient storage this rank holds between steps: the bucket
   // buffers (stage 2: the shards and the staging buffer).
   int64_t gradient_bytes() const;
+  // Bytes of parameter storage this rank holds: every value (--zero=3: its
+  // shards plus the most it had gathered at once).
+  int64_t parameter_bytes() const;
   // The slot of parameter `param` in its bucket: its grad after a synced backward.
   const Tensor& bucket_view(size_t param) const {
     return buckets_[locations_[param].bucket].slots()[locations_[param].slot].view;
@@ -193,6 +199,8 @@ class Reducer {
   void PointDestinationsAtBuckets();
   absl::Status RebuildBuckets(const BucketPlan& plan);  // validated InstallBuckets, no state check
   absl::Status ApplyDeferredPlan();  // ZeRO: a plan given between a backward and its step
+  // The unfinished-backward check of CheckReadyForForward (enters kFailed).
+  absl::Status CheckBackwardFinished();
 
   // Hook path (backward thread).
   void OnGradAccumulated(size_t param);

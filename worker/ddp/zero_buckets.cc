@@ -18,11 +18,15 @@ ZeroBuckets::ZeroBuckets(std::vector<autograd::Variable> params, std::shared_ptr
                          int stage, std::chrono::milliseconds timeout)
     : params_(std::move(params)), group_(std::move(group)), stage_(stage), timeout_(timeout) {
   used_.assign(params_.size(), 0);
+  if (stage_ >= 3) memory_ = std::make_unique<ZeroParameters>(group_, timeout_);
 }
 
 void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
-  // The parameters' values move: the last gathers must have landed.
-  if (absl::Status st = WaitParameters(); !st.ok()) throw std::runtime_error(st.ToString());
+  // The parameters' values move: the last gathers must have landed (stage
+  // 3: every value gathered, from which the new shards are cut).
+  if (absl::Status st = memory_ && memory_->installed() ? Summon() : WaitParameters(); !st.ok()) {
+    throw std::runtime_error(st.ToString());
+  }
   optim::ShardPlan plan;
   plan.world = group_->size();
   plan.rank = group_->rank();
@@ -47,6 +51,13 @@ void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
       throw std::runtime_error(absl::StrCat("bucket ", b.index(), ": gradient buffer of ", b.buffer().numel(),
                                             " elements, ZeRO needs ", fb.padded));
     }
+    const int64_t s = fb.padded / plan.world;
+    if (memory_) {
+      // Stage 3: ZeroParameters keeps the values (below); the gradients as stage 2.
+      grad_shards.push_back(Tensor::Zeros({s}, kFloat32, first.device()));
+      plan.buckets.push_back(std::move(fb));
+      continue;
+    }
     // The parameters' values, flat in the bucket's layout; the group's
     // collective buffer so the all-gather runs in place (shm).
     absl::StatusOr<Tensor> buf = group_->NewCollectiveBuffer({fb.padded}, first.dtype(), first.device());
@@ -62,11 +73,14 @@ void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
       // and the all-gather fills the rest, so the model reads the new values.
       p.mutable_data() = view;
     }
-    const int64_t s = fb.padded / plan.world;
     grad_shards.push_back(stage_ >= 2 ? Tensor::Zeros({s}, kFloat32, first.device())
                                       : b.buffer().View(static_cast<int64_t>(plan.rank) * s, {s}));
     param_buffers.push_back(std::move(*buf));
     plan.buckets.push_back(std::move(fb));
+  }
+  if (memory_) {
+    memory_->Install(params_, plan);
+    if (schedule_) schedule_->SetLayout(plan);
   }
   plan_ = std::move(plan);
   param_buffers_ = std::move(param_buffers);
@@ -119,7 +133,15 @@ Tensor ZeroBuckets::GradShard(size_t b) const {
   return grad_shards_[b];
 }
 
+Tensor ZeroBuckets::OwnParamShard(size_t b) const {
+  if (memory_) return memory_->shard(b);
+  const int64_t s = plan_.shard(b);
+  return param_buffers_[b].View(static_cast<int64_t>(plan_.rank) * s, {s});
+}
+
 void ZeroBuckets::GatherParameters(size_t b) {
+  // Stage 3: the next forward gathers what it needs, from the shards.
+  if (memory_) return;
   gathers_.push_back(group_->Allgather(param_buffers_[b], absl::StrCat("parameters of bucket ", b)));
 }
 
@@ -134,6 +156,40 @@ absl::Status ZeroBuckets::WaitParameters() {
   parameters_whole_ = first.ok();
   if (first.ok() && after_gather_) first = RunCatching("after gathering the parameters", after_gather_);
   return first;
+}
+
+std::shared_ptr<nn::ForwardHooks> ZeroBuckets::AttachModule(const nn::Module& root, ZeroScheduleOptions options) {
+  if (!memory_) return nullptr;
+  schedule_ = std::make_shared<ZeroSchedule>(*memory_, root, params_, options);
+  if (memory_->installed()) schedule_->SetLayout(plan_);
+  return schedule_;
+}
+
+absl::Status ZeroBuckets::BeginForward() {
+  if (!memory_) return WaitParameters();
+  return schedule_ ? schedule_->ReleaseAll() : memory_->ReleaseAll();
+}
+
+void ZeroBuckets::ParameterDone(size_t param) {
+  if (schedule_) schedule_->ParameterDone(param);
+}
+
+absl::Status ZeroBuckets::BackwardDone() {
+  if (!memory_) return absl::OkStatus();
+  return schedule_ ? schedule_->ReleaseAll() : memory_->ReleaseAll();
+}
+
+absl::Status ZeroBuckets::Summon() {
+  if (!memory_) return WaitParameters();
+  if (schedule_) return schedule_->Summon();
+  return memory_->GatherAll();
+}
+
+int64_t ZeroBuckets::parameter_bytes() const {
+  if (memory_) return memory_->shard_bytes() + memory_->window_bytes();
+  int64_t bytes = 0;
+  for (const Tensor& t : param_buffers_) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
 }
 
 int64_t ZeroBuckets::shard_bytes() const {

@@ -19,9 +19,15 @@
 // it (the trainer's plans, data, metrics).
 //
 // Gradient memory: stage 1 keeps the reducer's full bucket buffers (the
-// shard is a view of them). Stage 2 keeps only this rank's shards between
-// steps (grad_shards_, 1/W) plus one staging buffer the size of the largest
-// bucket that backward fills bucket after bucket (zero_staging.h).
+// shard is a view of them). Stages 2 and 3 keep only this rank's shards
+// between steps (grad_shards_, 1/W) plus one staging buffer the size of the
+// largest bucket that backward fills bucket after bucket (zero_staging.h).
+//
+// Stage 3 (--zero=3) shards the parameters too: instead of flat parameter
+// buffers, ZeroParameters keeps this rank's shard of every bucket's values
+// and gathers a bucket only while a module needs it, when ZeroSchedule's
+// module hooks (AttachModule) say so; the optimizer updates the shard
+// (OwnParamShard) and gathers nothing after its step.
 //
 // Threads: the training thread; the group's communication thread touches a
 // buffer only between a collective's launch and its completion.
@@ -35,7 +41,10 @@
 
 #include "psync/autograd/variable.h"
 #include "psync/comm/process_group.h"
+#include "psync/nn/module.h"
 #include "worker/ddp/bucket.h"
+#include "worker/ddp/zero_parameters.h"
+#include "worker/ddp/zero_schedule.h"
 #include "worker/optim/gradient_shards.h"
 
 namespace psync::ddp {
@@ -80,6 +89,26 @@ class ZeroBuckets : public optim::GradientShards {
   // shard). fn may throw; WaitParameters returns it as a Status.
   void SetAfterGather(std::function<void()> fn) { after_gather_ = std::move(fn); }
 
+  // Stage 3: the hooks that gather `root`'s parameters (set them on root's
+  // tree: Module::SetForwardHooks). Call once, after the first Install.
+  std::shared_ptr<nn::ForwardHooks> AttachModule(const nn::Module& root, ZeroScheduleOptions options);
+  // The reducer's calls around an iteration. BeginForward: stages 1-2 wait
+  // for the last step's gathers; stage 3 releases what is gathered.
+  // ParameterDone: a parameter's gradient arrived in this backward, or it is
+  // unused here (stage 3 releases a bucket once all of its did). The end of
+  // a backward (stage 3 releases everything).
+  absl::Status BeginForward();
+  void ParameterDone(size_t param);
+  absl::Status BackwardDone();
+  // Every parameter readable until the next BeginForward (stage 3 gathers
+  // them all; stages 1-2 wait for the last step's gathers).
+  absl::Status Summon();
+  // Bytes of parameter storage this rank holds: stages 1-2 the flat buffers
+  // (every value); stage 3 its shards plus the most gathered at once.
+  int64_t parameter_bytes() const;
+  // Stage 3: the part of it that is the window (the most gathered at once).
+  int64_t parameter_window_bytes() const { return memory_ ? memory_->window_bytes() : 0; }
+
   // optim::GradientShards
   const std::vector<autograd::Variable>& parameters() const override { return params_; }
   const optim::ShardPlan& plan() const override { return plan_; }
@@ -89,7 +118,8 @@ class ZeroBuckets : public optim::GradientShards {
   void GatherParameters(size_t b) override;
   absl::Status WaitParameters() override;
   bool ParametersWhole() const override { return parameters_whole_; }
-  Tensor ParamBuffer(size_t b) const override { return param_buffers_[b]; }
+  Tensor ParamBuffer(size_t b) const override { return stage_ >= 3 ? Tensor() : param_buffers_[b]; }
+  Tensor OwnParamShard(size_t b) const override;
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
@@ -106,6 +136,8 @@ class ZeroBuckets : public optim::GradientShards {
   std::vector<uint8_t> reduced_;       // per bucket, likewise
   std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
   std::function<void()> after_gather_;                // SetAfterGather
+  std::unique_ptr<ZeroParameters> memory_;            // stage 3: the parameters' shards and window
+  std::shared_ptr<ZeroSchedule> schedule_;            // stage 3: AttachModule
   bool parameters_whole_ = true;                      // ParametersWhole
 };
 

@@ -69,7 +69,11 @@ class GradientShards {
   virtual bool ParametersWhole() const = 0;
   // Bucket b's flat parameter buffer (`padded` elements): rank r's shard of
   // it is [r*s, (r+1)*s). Live recovery reads the owned shard from it.
+  // Undefined when the parameters are sharded too (ZeRO-3).
   virtual Tensor ParamBuffer(size_t b) const = 0;
+  // This rank's shard of bucket b's parameter values (shard(b) elements):
+  // what the optimizer updates in place before GatherParameters(b).
+  virtual Tensor OwnParamShard(size_t b) const = 0;
   virtual comm::ProcessGroup& group() const = 0;
   // Bound on the optimizer's waits for its collectives.
   virtual std::chrono::milliseconds timeout() const = 0;

@@ -40,6 +40,11 @@ absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
                                                      "') is not the data-parallel layer's parameter ", i));
     }
   }
+  if (replica_copies_ > 0 && !shards->plan().buckets.empty() && !shards->ParamBuffer(0).defined()) {
+    return absl::FailedPreconditionError(
+        "sharded optimizer: live recovery's shard copies need the parameters whole on every rank (--zero=1|2); "
+        "with --zero=3 a lost rank's shard comes back from the newest checkpoint (--recovery=restart)");
+  }
   shards_ = std::move(shards);
   absl::Status st = RunCatching("sharded optimizer: making the state of this rank's shards", [&] {
     Layout(shards_->plan());
@@ -102,8 +107,10 @@ void ShardedOptimizer::RefillReplicas(const std::map<std::string, const Tensor*>
   });
 }
 
-Tensor ShardedOptimizer::MasterSlice(const Segment& seg) const {
-  return Slice1d(params_[seg.param].second.data(), seg.param_offset, seg.length);
+Tensor ShardedOptimizer::MasterSlice(size_t b, const Segment& seg) const {
+  // The parameter's elements in this rank's shard (ZeRO-3: the shard is all
+  // this rank keeps of them).
+  return OwnParams(b).View(seg.shard_offset, {seg.length});
 }
 
 absl::Status ShardedOptimizer::Gathered() {
@@ -168,7 +175,7 @@ absl::Status ShardedOptimizer::UpdateBucket(size_t b, const Tensor& grad, double
     std::vector<Tensor> bufs;
     for (const Tensor& t : state_[b]) bufs.push_back(t.View(seg.shard_offset, {seg.length}));
     try {
-      rule_->Apply(MasterSlice(seg), grad.View(seg.shard_offset, {seg.length}), bufs,
+      rule_->Apply(MasterSlice(b, seg), grad.View(seg.shard_offset, {seg.length}), bufs,
                    ParamStep{params_[seg.param].second.data().dim(), steps_[seg.param]}, lr);
     } catch (const TensorError& e) {
       (void)Gathered();
@@ -181,10 +188,7 @@ absl::Status ShardedOptimizer::UpdateBucket(size_t b, const Tensor& grad, double
   return absl::OkStatus();
 }
 
-Tensor ShardedOptimizer::OwnParams(size_t b) const {
-  const int64_t s = plan_.shard(b);
-  return shards_->ParamBuffer(b).View(static_cast<int64_t>(plan_.rank) * s, {s});
-}
+Tensor ShardedOptimizer::OwnParams(size_t b) const { return shards_->OwnParamShard(b); }
 
 absl::StatusOr<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm)) {

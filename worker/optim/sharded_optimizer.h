@@ -139,9 +139,9 @@ class ShardedOptimizer final : public Optimizer {
   // This rank's slices of a full state (names as State() of the unsharded optimizer).
   absl::Status Slice(const NamedTensors& full);
   std::vector<StateEntry> FullEntries() const;
-  // The values the update runs on for `seg`, and where they go after it
-  // (the parameter itself: both no-ops; see "Precision" above).
-  Tensor MasterSlice(const Segment& seg) const;
+  // The values the update runs on for `seg` of bucket b: this rank's shard
+  // of the parameter values (see "Precision" above).
+  Tensor MasterSlice(size_t b, const Segment& seg) const;
   // Waits for the last step's parameter gathers and replica shifts (before
   // touching them again).
   absl::Status Gathered();

@@ -67,6 +67,11 @@ void AddOptimisation(const WorkerOptions& opt, JobSettings* out) {
   out->emplace_back("--warmup-steps", absl::StrCat(opt.warmup_steps));
   out->emplace_back("--precision", opt.precision);
   out->emplace_back("--zero", absl::StrCat(opt.zero));
+  if (opt.zero == 3) {
+    // They decide the order of the parameter gathers, which every rank must issue alike.
+    out->emplace_back("--zero3-prefetch", absl::StrCat(opt.zero3_prefetch));
+    out->emplace_back("--reshard-after-forward", opt.reshard_after_forward ? "true" : "false");
+  }
   out->emplace_back("--grad-compression", opt.grad_compression);
   out->emplace_back("--find-unused-parameters", opt.find_unused_parameters ? "true" : "false");
 }

@@ -37,6 +37,8 @@ std::string RunSummary::ToJson() const {
   o["total_s"] = num(total_s);
   if (optimizer_state_bytes >= 0) o["optimizer_state_bytes"] = optimizer_state_bytes;
   if (gradient_bytes >= 0) o["gradient_bytes"] = gradient_bytes;
+  if (parameter_bytes >= 0) o["parameter_bytes"] = parameter_bytes;
+  if (parameter_window_bytes >= 0) o["parameter_window_bytes"] = parameter_window_bytes;
   if (peak_device_bytes >= 0) o["peak_device_bytes"] = peak_device_bytes;
   return json::Serialize(o, /*pretty=*/true) + "\n";
 }

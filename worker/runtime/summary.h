@@ -33,10 +33,13 @@ struct RunSummary {
   // Memory this rank holds at the end of the run (-1: unknown, not written):
   // optimizer state (moments, momentum, step counts; 1/W of it with
   // --zero), gradient storage (the reducer's buckets; the shards and one
-  // staging bucket with --zero=2), and on CUDA the device memory pool's
+  // staging bucket with --zero=2|3), parameter storage (--zero=3: the shards
+  // plus the most gathered at once), and on CUDA the device memory pool's
   // high-water mark.
   int64_t optimizer_state_bytes = -1;
   int64_t gradient_bytes = -1;
+  int64_t parameter_bytes = -1;  // the parameters' storage (--zero=3: the shards plus the window)
+  int64_t parameter_window_bytes = -1;  // --zero=3: of it, the buffers parameters are gathered into
   int64_t peak_device_bytes = -1;
 
   // Over the steps after the first 10 (all steps when there are 10 or

@@ -100,6 +100,8 @@ class TrainLoop {
   absl::Status SaveCheckpoint(int64_t steps_completed) {
     TraceWriter::Scope span(ctx_.trace, "checkpoint", "train", TraceWriter::kMain,
                             {{"steps", std::to_string(steps_completed)}});
+    // --zero=3: rank 0 writes every parameter, so every rank gathers them.
+    PSYNC_RETURN_IF_ERROR(reducer_.WaitForParameters());
     PSYNC_RETURN_IF_ERROR(ctx_.save_checkpoint(steps_completed));
     last_checkpoint_ = steps_completed;
     return absl::OkStatus();

@@ -177,6 +177,8 @@ absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> WorkerRun::BuildDd
   dopt.comm_hook = *ddp::CommHookFromFlag(opt_.grad_compression);  // validated with the flags
   if (opt_.zero == 0) dopt.comm_hook = test_kill::Wrap(dopt.comm_hook);  // PSYNC_TEST_KILL's allreduce phase
   dopt.zero_stage = opt_.zero;
+  dopt.zero3_prefetch = opt_.zero3_prefetch;
+  dopt.reshard_after_forward = opt_.reshard_after_forward;
   return session_->MakeDdp(model_, dopt);
 }
 
@@ -226,7 +228,10 @@ absl::Status WorkerRun::SetUpTraining() {
   // with live recovery, keeps each step's shard on another rank too).
   if (sharded != nullptr) {
     // Not on CUDA, which cannot rejoin in place yet (JobSession::RejoinGeneration).
-    if (session_->live_recovery() && !device_.is_cuda()) sharded->EnableReplicas(session_->replica_distance());
+    // Nor with --zero=3: its copies would need every value on every rank.
+    if (session_->live_recovery() && !device_.is_cuda() && opt_.zero < 3) {
+      sharded->EnableReplicas(session_->replica_distance());
+    }
     sharded->set_step(first_step_);
   }
   if (absl::Status st = ddp::AttachOptimizer(*optimizer_, *ddp_, precision_); !st.ok()) {
@@ -372,6 +377,8 @@ WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainRes
     if (ddp_) {  // the memory this rank holds (1/W of the optimizer state with --zero)
       s.optimizer_state_bytes = optimizer_->state_bytes();
       s.gradient_bytes = ddp_->reducer().gradient_bytes();
+      s.parameter_bytes = ddp_->reducer().parameter_bytes();
+      if (opt_.zero == 3) s.parameter_window_bytes = ddp_->reducer().zero_buckets()->parameter_window_bytes();
       if (device_.is_cuda()) s.peak_device_bytes = PeakDeviceBytes(device_);
     }
     absl::Status st = s.WriteJson(ExpandRank(opt_.summary_path, rank_));
@@ -399,7 +406,7 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer, bool rejoin) {
 int64_t WorkerRun::RejoinGeneration(int code) const {
   if (state_lost_) return 0;
   // --zero rejoins in place where its shards have replicas (live recovery on).
-  return session_ ? session_->RejoinGeneration(code, opt_.zero, session_->live_recovery()) : 0;
+  return session_ ? session_->RejoinGeneration(code, opt_.zero, session_->live_recovery() && opt_.zero < 3) : 0;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {

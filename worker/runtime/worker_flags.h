@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "psync/common/bucket_packer.h"
 #include "psync/control/session_options.h"
+#include "psync/ddp/reducer_options.h"
 #include "worker/checkpoint/weights.h"
 #include "psync/nn/models/model_flags.h"
 #include "worker/data/data_options.h"
@@ -81,7 +82,9 @@ struct WorkerOptions {
   BucketCaps bucket_caps;  // --bucket-cap-mb, --first-bucket-mb (include/psync/common/bucket_packer.h)
   std::string backend = "auto";  // auto | gloo | shm | hier | nccl (comm/backend_choice.h)
   std::string grad_compression = "none";  // none | bf16 | fp16 (ddp/compression_hook.h)
-  int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients (ddp/zero_buckets.h)
+  int zero = 0;  // ZeRO stage: 0 none, 1 sharded optimizer state, 2 also sharded gradients, 3 also parameters (ddp/zero_buckets.h)
+  int zero3_prefetch = ddp::ReducerOptions{}.zero3_prefetch;                // --zero3-prefetch
+  bool reshard_after_forward = ddp::ReducerOptions{}.reshard_after_forward;  // --reshard-after-forward
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N"
   std::string precision = "fp32";  // fp32 | tf32 | bf16 (nn/precision.h)
   // outputs

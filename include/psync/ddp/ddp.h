@@ -38,8 +38,12 @@ namespace psync::ddp {
 class Reducer;  // worker/ddp/reducer.h: the mechanics, private to psync
 
 // Everything the reducer takes (reducer.h: bucket_caps, find_unused_parameters,
-// timeout, rebuild, comm_hook, check_in_step, zero_stage; with --zero=1|2
-// the sharded optimizer must be attached to reducer().zero_buckets()), plus
+// timeout, rebuild, comm_hook, check_in_step, zero_stage, zero3_prefetch,
+// reshard_after_forward; with --zero=1|2|3 the sharded optimizer must be
+// attached to reducer().zero_buckets(); --zero=3 sets the module's forward
+// hooks (psync/nn/module.h), so a module must call its children through
+// Module::operator() or a ForwardScope, and every rank must run the same
+// modules in the same order, as with PyTorch FSDP), plus
 // what only the wrapper does. One struct, so the reducer's options are
 // passed on as they are, never copied field by field.
 struct DdpOptions : ReducerOptions {

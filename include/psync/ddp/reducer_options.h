@@ -36,13 +36,21 @@ struct ReducerOptions {
   // Exchange and compare the step tags (step_check.h) in every synchronised
   // backward (world > 1). Off only to measure what the check costs.
   bool check_in_step = true;
-  // ZeRO (zero_buckets.h): 0 = every rank averages every gradient
-  // (allreduce); 1 = each bucket is reduce-scattered (this rank keeps the
-  // average of its 1/W shard) and the parameters live in flat buffers the
-  // sharded optimizer all-gathers; 2 = also only the shards are kept
-  // between steps (one staging bucket for backward). Needs the default
-  // comm hook.
+  // ZeRO: 0 = every rank averages every gradient (allreduce); 1 = each
+  // bucket is reduce-scattered (this rank keeps the average of its 1/W
+  // shard) and the parameters live in flat buffers the sharded optimizer
+  // all-gathers; 2 = also only the shards are kept between steps (one
+  // staging bucket for backward); 3 = the parameters too: a rank keeps its
+  // 1/W of them and gathers a module's just before its forward and again
+  // before its backward (the module's forward hooks, psync/nn/module.h).
+  // Needs the default comm hook.
   int zero_stage = 0;
+  // --zero=3: buckets whose gather starts ahead of the one a module needs
+  // (the window is this many buckets plus those in use).
+  int zero3_prefetch = 1;
+  // --zero=3: release a module's parameters after its forward (gathered
+  // again for backward); false keeps them from forward to backward.
+  bool reshard_after_forward = true;
 };
 
 }  // namespace psync::ddp

@@ -426,15 +426,36 @@ case $CASE in
       run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
       same_weights "$T/torch.st" "$T/psync.st" 1e-5
     done ;;
+  torch_zero3)  # --zero=3 (parameters sharded, each layer gathered for its forward and backward)
+                # against torch_reference.py: the MLP at W=2 and 4, a layer skipped, accumulation
+    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+    R=$HERE/torch_reference.py
+    /usr/bin/python3 "$R" make-inputs --rows=200 --seed=3 --init="$T/init.st" --data="$T/data.st" || fail "make-inputs"
+    Z="--zero=3 --optimizer=sgd --bucket-cap-mb=0.004 --first-bucket-mb=0.001"
+    for cfg in "2||$Z" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters $Z" \
+               "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters $Z --zero3-prefetch=2"; do
+      IFS='|' read -r n common extra <<<"$cfg"
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$R" train --init="$T/init.st" --data="$T/data.st" --world-size="$n" --steps=25 $common \
+        --out="$T/torch.st" || fail "torch reference failed"
+      # shellcheck disable=SC2086
+      run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
+      same_weights "$T/torch.st" "$T/psync.st" 1e-5
+    done
+    # the GPT: W=2, 3 and 4, a block skipped on odd steps, accumulation with a block skipped in the last micro-batch
+    Z=(--zero=3 --bucket-cap-mb=0.01 --first-bucket-mb=0.005)
+    gpt_vs_torch "2|--global-batch=12 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|${Z[*]}" \
+                 "3|--global-batch=12 --skip-block=1 --skip-pattern=odd|--find-unused-parameters ${Z[*]}" \
+                 "4|--global-batch=8 --accumulate=2 --skip-block=1 --skip-pattern=lastmicro|--find-unused-parameters ${Z[*]} --reshard-after-forward=false" ;;
 
   gpt_torch)  # --model=gpt against gpt_reference.py (PyTorch, one process on the full batch), 20 AdamW steps
     gpt_vs_torch "2|--global-batch=8|" \
                  "2|--global-batch=8 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|" \
                  "4|--global-batch=8 --skip-block=1 --skip-pattern=odd|--find-unused-parameters" \
                  "2|--global-batch=8 --accumulate=4 --skip-block=0 --skip-pattern=lastmicro|--find-unused-parameters" ;;
-  zero_equal)  # --zero=1 and --zero=2 end with the weights of --zero=0: bit for bit on shm without
+  zero_equal)  # --zero=1, 2 and 3 end with the weights of --zero=0: bit for bit on shm without
                # clipping (the reduce-scatter sums in the allreduce's order), within 1e-6 with it;
-               # at --precision=bf16 too
+               # at --precision=bf16 too (--zero=1|2)
     python3 -c 'import random,sys; random.seed(9); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
       >"$T/tokens.bin"
     GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
@@ -444,7 +465,7 @@ case $CASE in
     [[ $BACKEND == shm || $BACKEND == auto ]] && exact=0 || exact=3e-5
     for n in 2 3; do
       run_job "$n" "$T/z0.st" "${GPT[@]}" --zero=0
-      for z in 1 2; do
+      for z in 1 2 3; do
         run_job "$n" "$T/z$z.st" "${GPT[@]}" --zero="$z"
         same_weights "$T/z0.st" "$T/z$z.st" "$exact"
       done
@@ -459,16 +480,23 @@ case $CASE in
       run_job 2 "$T/b$z.st" "${GPT[@]}" --precision=bf16 --zero="$z"
       same_weights "$T/b0.st" "$T/b$z.st" "$exact"
     done ;;
-  zero_memory)  # the per-rank summary at W=4: optimizer state and gradients held, zero 0 / 1 / 2
+  zero_memory)  # the per-rank summary at W=4: optimizer state, gradients and parameters held, zero 0 / 1 / 2 / 3
     head -c 40000 /dev/urandom >"$T/tokens.bin"
     GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=4 --n-head=2 --n-embd=64 --data="$T/tokens.bin"
          --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 --steps=3 --bucket-cap-mb=0.05
          --first-bucket-mb=0.05)
-    for z in 0 1 2; do run_job 4 "$T/m$z.st" "${GPT[@]}" --zero="$z" --summary="$T/m$z-{rank}.json"; done
+    for z in 0 1 2 3; do run_job 4 "$T/m$z.st" "${GPT[@]}" --zero="$z" --summary="$T/m$z-{rank}.json"; done
     for r in 0 1 2 3; do
       s0=$(json_field "$T/m0-$r.json" optimizer_state_bytes); s1=$(json_field "$T/m1-$r.json" optimizer_state_bytes)
       g0=$(json_field "$T/m0-$r.json" gradient_bytes); g2=$(json_field "$T/m2-$r.json" gradient_bytes)
-      note "rank $r: optimizer state $s1 of $s0 bytes, gradients (--zero=2) $g2 of $g0 bytes"
+      p0=$(json_field "$T/m0-$r.json" parameter_bytes); p3=$(json_field "$T/m3-$r.json" parameter_bytes)
+      w3=$(json_field "$T/m3-$r.json" parameter_window_bytes)
+      note "rank $r: optimizer state $s1 of $s0 bytes, gradients (--zero=2) $g2 of $g0 bytes, parameters (--zero=3) $p3 of $p0 bytes ($w3 of them the window)"
+      # --zero=3: a quarter of the parameters, plus the window: at most the 4 buckets of the
+      # fused MLP (c_fc and c_proj), the prefetched one and the one kept, each at most b
+      /usr/bin/python3 -c "import sys; p0,p3,w3=map(int,sys.argv[1:]); b=64*256*4+4*64*4; \
+sys.exit(0 if p3 - w3 <= 0.3*p0 and w3 <= 6*b else 1)" "$p0" "$p3" "$w3" ||
+        fail "rank $r: parameters $p3/$p0 (window $w3) over the bound"
       # one bucket: the largest (a 64 x 256 weight alone, over the 0.05 MiB cap), padded to 4 x 64 floats
       /usr/bin/python3 -c "import sys; s0,s1,g0,g2=map(int,sys.argv[1:]); b=64*256*4+4*64*4; \
 sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g2" ||
@@ -491,6 +519,22 @@ sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g
     # the same file resumes without --zero too (one format)
     rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
     run_job 4 "$T/r0.st" "${GPT[@]/--zero=1/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
+    same_weights "$T/whole.st" "$T/r0.st" 0 ;;
+  zero3_checkpoint)  # a W=4 --zero=3 checkpoint resumes at W=4 (bit for bit), at W=2 (1e-4) and under
+                     # --zero=0 (bit for bit) of the uninterrupted run: the one unsharded format
+    head -c 30000 /dev/urandom >"$T/tokens.bin"
+    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
+         --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=12
+         --lr-schedule=cosine --warmup-steps=3 --zero=3 --bucket-cap-mb=0.02 --first-bucket-mb=0.005)
+    run_job 4 "$T/whole.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --checkpoint-every=10 --keep-checkpoints=0
+    for n in 4 2; do
+      rm -rf "$T/ck$n" && mkdir "$T/ck$n" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck$n/"
+      run_job "$n" "$T/r$n.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ck$n" --resume
+      grep -q "resumed from .*ckpt-00000010" "$T/w0.log" || fail "W=$n did not resume from step 10"
+      [[ $n == 4 ]] && same_weights "$T/whole.st" "$T/r$n.st" 0 || same_weights "$T/whole.st" "$T/r$n.st" 1e-4
+    done
+    rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
+    run_job 4 "$T/r0.st" "${GPT[@]/--zero=3/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
     same_weights "$T/whole.st" "$T/r0.st" 0 ;;
   gpt_torch_zero)  # --zero=1|2 against gpt_reference.py (one PyTorch process, full batch): W=2, 3, 4,
                    # a block skipped on odd steps, accumulation with a block skipped in the last micro-batch

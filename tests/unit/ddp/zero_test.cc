@@ -1,7 +1,8 @@
-// ZeRO (--zero=1|2): the reducer reduce-scatters each bucket and the sharded
-// optimizer updates only this rank's shard, then all-gathers the parameters.
-// Real ranks (forked) train an MLP with AdamW three ways in the same
-// processes: --zero=0 (the reference), 1 and 2, and compare the weights:
+// ZeRO (--zero=1|2|3): the reducer reduce-scatters each bucket and the
+// sharded optimizer updates only this rank's shard, then all-gathers the
+// parameters (--zero=3: each layer's, just before its forward and backward).
+// Real ranks (forked) train an MLP with AdamW four ways in the same
+// processes: --zero=0 (the reference), 1, 2 and 3, and compare the weights:
 // bit for bit on shm (the reduce-scatter sums in the allreduce's order, the
 // update is element-wise), within float round-off on gloo and hier. With
 // unused parameters (a layer skipped on odd steps, one skipped by one rank
@@ -51,6 +52,8 @@ struct RunResult {
   size_t largest_bucket_bytes = 0;
   NamedTensors state;  // the full optimizer state (CheckpointState)
   size_t skipped_buckets = 0;  // over the run
+  int64_t parameter_bytes = 0;
+  int64_t window_bytes = 0;  // --zero=3: the most parameters gathered at once
 };
 
 std::set<int> Skips(const ZeroCase& zc, int step, int rank) {
@@ -161,6 +164,8 @@ std::optional<RunResult> Train(const ZeroCase& zc, int zero, int rank, const std
   for (const auto& p : mlp->parameters()) r.weights.push_back(p.data().ToVector());
   r.state_bytes = opt->state_bytes();
   r.gradient_bytes = ddp->reducer().gradient_bytes();
+  r.parameter_bytes = ddp->reducer().parameter_bytes();
+  if (zero == 3) r.window_bytes = ddp->reducer().zero_buckets()->parameter_window_bytes();
   const BucketPlan plan = ddp->reducer().bucket_plan();
   for (const auto& bucket : plan) {
     size_t bytes = 0;
@@ -196,7 +201,10 @@ TEST_P(Zero, ShardedEqualsUnsharded) {
       [&](int rank) -> int {
         std::optional<RunResult> ref = Train(zc, 0, rank, dir.path());
         CHILD_CHECK(rank, ref.has_value(), "zero=0 run");
-        for (int zero : {1, 2}) {
+        for (int zero : {1, 2, 3}) {
+          // --zero=3 gathers from the module hooks: every rank must run the
+          // same layers (as FSDP requires), which one rank skipping a layer breaks.
+          if (zero == 3 && zc.skip_rank1) continue;
           std::optional<RunResult> got = Train(zc, zero, rank, dir.path());
           CHILD_CHECK(rank, got.has_value(), absl::StrCat("zero=", zero, " run"));
           for (size_t i = 0; i < ref->weights.size(); ++i) {
@@ -309,6 +317,40 @@ TEST(ZeroMemory, QuarterOfTheStateAtWorld4) {
         CHILD_CHECK(rank, state_ratio <= 0.26, std::to_string(state_ratio));
         CHILD_CHECK(rank, grad_ratio <= 0.26, std::to_string(grad_ratio));
         CHILD_CHECK(rank, two->state_bytes == one->state_bytes, "zero=2 shards the same state");
+        return 0;
+      },
+      std::chrono::seconds(120)));
+}
+
+// --zero=3 at world 4: a rank keeps a quarter of the parameters (its
+// shards) plus the window of buckets gathered at once: a layer's (at most
+// two: weight and bias), the prefetched one, and the one kept for a layer
+// that may share it, each at most the largest bucket.
+TEST(ZeroMemory, QuarterOfTheParametersPlusAWindowAtWorld4) {
+  ZeroCase zc;
+  zc.name = "memory3";
+  zc.world = 4;
+  zc.widths = {64, 128, 128, 128, 128, 128, 64};
+  zc.steps = 2;
+  TempDir dir;
+  ExpectAllRanksOk(RunRanks(
+      zc.world,
+      [&](int rank) -> int {
+        std::optional<RunResult> ref = Train(zc, 0, rank, dir.path());
+        std::optional<RunResult> three = Train(zc, 3, rank, dir.path());
+        CHILD_CHECK(rank, ref && three, "runs");
+        const int64_t window_bound =
+            4 * (static_cast<int64_t>(three->largest_bucket_bytes) + kZeroShardAlign * zc.world * 4);
+        const double ratio = static_cast<double>(three->parameter_bytes - three->window_bytes) /
+                             static_cast<double>(ref->parameter_bytes);
+        std::fprintf(stderr, "rank %d: zero=3 parameters %lld B of %lld B (%.3fx; less the window of %lld B: %.3fx)\n",
+                     rank, static_cast<long long>(three->parameter_bytes), static_cast<long long>(ref->parameter_bytes),
+                     static_cast<double>(three->parameter_bytes) / static_cast<double>(ref->parameter_bytes),
+                     static_cast<long long>(three->window_bytes), ratio);
+        CHILD_CHECK(rank, ratio <= 0.3, std::to_string(ratio));
+        CHILD_CHECK(rank, three->window_bytes > 0 && three->window_bytes <= window_bound,
+                    absl::StrCat("window ", three->window_bytes, " B, bound ", window_bound, " B"));
+        CHILD_CHECK(rank, three->gradient_bytes < ref->gradient_bytes, "zero=3 shards the gradients too");
         return 0;
       },
       std::chrono::seconds(120)));

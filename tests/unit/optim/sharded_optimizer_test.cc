@@ -34,8 +34,18 @@ class FakeShards : public GradientShards {
         n += params_[k].data().numel();
       }
       b.padded = (n + 63) / 64 * 64;
+      // The values move into a flat buffer of the bucket's layout, as the
+      // data-parallel layer's (the optimizer updates its shard in place).
+      Tensor values = Tensor::Zeros({b.padded});
+      for (size_t k = 0; k < b.params.size(); ++k) {
+        const autograd::Variable& p = params_[b.params[k]];
+        Tensor view = values.View(b.offsets[k], p.data().shape());
+        ops::Copy(view, p.data());
+        p.mutable_data() = view;
+      }
       plan_.buckets.push_back(b);
       grads_.push_back(Tensor::Zeros({b.padded}));
+      values_.push_back(values);
     }
     auto pg = comm::GlooGroup::Create(std::make_shared<comm::HashStore>(), 0, 1);
     EXPECT_TRUE(pg.ok()) << pg.status();
@@ -62,7 +72,8 @@ class FakeShards : public GradientShards {
   void GatherParameters(size_t) override {}
   absl::Status WaitParameters() override { return absl::OkStatus(); }
   bool ParametersWhole() const override { return true; }
-  Tensor ParamBuffer(size_t) const override { return Tensor(); }  // world 1: no replicas read it
+  Tensor ParamBuffer(size_t b) const override { return values_[b]; }
+  Tensor OwnParamShard(size_t b) const override { return values_[b]; }  // world 1: every value
   comm::ProcessGroup& group() const override { return *group_; }
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(5000); }
 
@@ -70,6 +81,7 @@ class FakeShards : public GradientShards {
   std::vector<autograd::Variable> params_;
   ShardPlan plan_;
   std::vector<Tensor> grads_;
+  std::vector<Tensor> values_;  // per bucket: the parameters' values, flat
   std::vector<uint8_t> used_;
   std::unique_ptr<comm::ProcessGroup> group_;
 };

@@ -85,7 +85,14 @@ TEST_F(WorkerFlags, ZeroStages) {
   o = Parse({"--zero=2"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->zero, 2);
-  ExpectError({"--zero=3"}, {}, {"--zero", "3", "0|1|2"});
+  o = Parse({"--zero=3", "--zero3-prefetch=2", "--reshard-after-forward=false"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->zero, 3);
+  EXPECT_EQ(o->zero3_prefetch, 2);
+  EXPECT_FALSE(o->reshard_after_forward);
+  ExpectError({"--zero=4"}, {}, {"--zero", "4", "0|1|2|3"});
+  ExpectError({"--zero=3", "--zero3-prefetch=-1"}, {}, {"--zero3-prefetch", "-1", ">= 0"});
+  ExpectError({"--zero=3", "--precision=bf16"}, {}, {"--zero=3", "--precision=bf16"});
   ExpectError({"--zero=1", "--grad-compression=bf16"}, {}, {"--zero", "--grad-compression=bf16"});
 }
 
