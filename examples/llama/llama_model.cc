@@ -75,7 +75,11 @@ class Llama : public psync::nn::Model {
                                " exceeds --block-size=" + Str(c_.block_size));
     }
     if (absl::Status st = ValidateSkip(skip); !st.ok()) throw psync::TensorError(std::string(st.message()));
-    return LlamaForward(c_, params_, t, skip);
+    // The parameters are this module's own and the forward reads them
+    // directly: one forward scope around it (with --zero=3 the whole model is
+    // gathered for the forward; child modules would gather layer by layer).
+    psync::nn::ForwardScope scope(*this);
+    return scope.Done({LlamaForward(c_, params_, t, skip)});
   }
 
   absl::Status ValidateSkip(const std::set<int>& skip) const override {

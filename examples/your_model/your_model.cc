@@ -38,13 +38,15 @@ class ResidualMlp : public psync::nn::Model {
   }
 
   // `skip`: blocks left out of this forward (--skip-layer; their parameters get no gradient).
+  // Children are called through operator(), which runs the forward hooks
+  // (with --zero=3 they gather each layer's parameters just before it).
   Variable Forward(const Variable& x, const std::set<int>& skip) override {
-    Variable h = in_->Forward(x);
+    Variable h = (*in_)(x);
     for (size_t b = 0; b < up_.size(); ++b) {
       if (skip.count(static_cast<int>(b))) continue;
-      h = psync::autograd::Add(h, down_[b]->Forward(psync::autograd::Relu(up_[b]->Forward(h))));
+      h = psync::autograd::Add(h, (*down_[b])(psync::autograd::Relu((*up_[b])(h))));
     }
-    return out_->Forward(h);
+    return (*out_)(h);
   }
 
   absl::Status ValidateSkip(const std::set<int>& skip) const override {

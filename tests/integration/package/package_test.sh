@@ -116,6 +116,10 @@ case $CASE in
     launch 2 "$T/two.log" "${M[@]}" --steps=20 --save="$T/two.st" || fail "2 ranks: exit $?"
     launch 1 "$T/one.log" "${M[@]}" --steps=20 --save="$T/one.st" || fail "1 rank: exit $?"
     "$DIFF" "$T/one.st" "$T/two.st" 1e-5 >"$T/diff1.log" 2>&1 || fail "2 ranks differ from one process: $(cat "$T/diff1.log")"
+    # --zero=3 gathers the model's layers from its forward hooks (it calls them through operator())
+    launch 2 "$T/z3.log" "${M[@]}" --steps=20 --zero=3 --bucket-cap-mb=0.002 --first-bucket-mb=0.001 \
+      --save="$T/z3.st" || fail "2 ranks, --zero=3: exit $?"
+    "$DIFF" "$T/two.st" "$T/z3.st" 1e-5 >"$T/diff3.log" 2>&1 || fail "--zero=3 differs: $(cat "$T/diff3.log")"
     launch 2 "$T/cut.log" "${M[@]}" --steps=10 --checkpoint-dir="$T/ckpt" --checkpoint-every=5 || fail "cut run"
     launch 2 "$T/resumed.log" "${M[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --resume --save="$T/resumed.st" \
       || fail "resumed run"
@@ -138,7 +142,7 @@ case $CASE in
     PSYNC_TOKEN=$LTOK "$BIN/psyncctl" --coordinator="$LADDR" shutdown >"$T/ctl.log" 2>&1 || fail "psyncctl shutdown"
     wait_exit "$LP" 60
     [[ $rc == 0 ]] || fail "psync-launch after shutdown: exit $rc"
-    note "2 ranks == 1 process (1e-5), resume bit for bit, shutdown after iteration ${it:-?}" ;;
+    note "2 ranks == 1 process (1e-5), --zero=3 == --zero=0 (1e-5), resume bit for bit, shutdown after iteration ${it:-?}" ;;
 
   llama)
     build_examples llama llama_gradcheck

@@ -185,6 +185,24 @@ equal_to_single() {
 # gpt_vs_torch CFG...: each CFG "WORLD|flags both take|psync-only flags": gpt_reference.py (PyTorch,
 # one process on the full batch) and a psync job of WORLD ranks train the GPT 20 AdamW steps from the
 # same initial weights and data; the weights must agree within 1e-4.
+# mlp_vs_torch "N|COMMON|EXTRA" ...: per config, torch_reference.py (one
+# PyTorch process on the full batch, COMMON flags) and an N-rank psync job
+# (COMMON and EXTRA) on the same inputs end with weights within 1e-5.
+mlp_vs_torch() {
+  if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
+  local R=$HERE/torch_reference.py cfg n common extra
+  /usr/bin/python3 "$R" make-inputs --rows=200 --seed=3 --init="$T/init.st" --data="$T/data.st" || fail "make-inputs"
+  for cfg in "$@"; do
+    IFS='|' read -r n common extra <<<"$cfg"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$R" train --init="$T/init.st" --data="$T/data.st" --world-size="$n" --steps=25 $common \
+      --out="$T/torch.st" || fail "torch reference failed"
+    # shellcheck disable=SC2086
+    run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
+    same_weights "$T/torch.st" "$T/psync.st" 1e-5
+  done
+}
+
 gpt_vs_torch() {
   if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
   local R=$HERE/gpt_reference.py cfg n common extra
@@ -413,35 +431,13 @@ case $CASE in
     equal_to_single 2 --steps=30 --bucket-cap-mb=0.004 --first-bucket-mb=0.001 ;;
 
   torch)
-    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
-    R=$HERE/torch_reference.py
-    /usr/bin/python3 "$R" make-inputs --rows=200 --seed=3 --init="$T/init.st" --data="$T/data.st" || fail "make-inputs"
-    for cfg in "2||" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters" \
-               "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters"; do
-      IFS='|' read -r n common extra <<<"$cfg"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$R" train --init="$T/init.st" --data="$T/data.st" --world-size="$n" --steps=25 $common \
-        --out="$T/torch.st" || fail "torch reference failed"
-      # shellcheck disable=SC2086
-      run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
-      same_weights "$T/torch.st" "$T/psync.st" 1e-5
-    done ;;
+    mlp_vs_torch "2||" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters" \
+                 "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters" ;;
   torch_zero3)  # --zero=3 (parameters sharded, each layer gathered for its forward and backward)
                 # against torch_reference.py: the MLP at W=2 and 4, a layer skipped, accumulation
-    if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
-    R=$HERE/torch_reference.py
-    /usr/bin/python3 "$R" make-inputs --rows=200 --seed=3 --init="$T/init.st" --data="$T/data.st" || fail "make-inputs"
     Z="--zero=3 --optimizer=sgd --bucket-cap-mb=0.004 --first-bucket-mb=0.001"
-    for cfg in "2||$Z" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters $Z" \
-               "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters $Z --zero3-prefetch=2"; do
-      IFS='|' read -r n common extra <<<"$cfg"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$R" train --init="$T/init.st" --data="$T/data.st" --world-size="$n" --steps=25 $common \
-        --out="$T/torch.st" || fail "torch reference failed"
-      # shellcheck disable=SC2086
-      run_job "$n" "$T/psync.st" --init="$T/init.st" --data="$T/data.st" --steps=25 $common $extra
-      same_weights "$T/torch.st" "$T/psync.st" 1e-5
-    done
+    mlp_vs_torch "2||$Z" "2|--accumulate=2 --skip-layer=1 --skip-pattern=lastmicro|--find-unused-parameters $Z" \
+                 "4|--skip-layer=1 --skip-pattern=odd --momentum=0.9 --weight-decay=0.01|--find-unused-parameters $Z --zero3-prefetch=2"
     # the GPT: W=2, 3 and 4, a block skipped on odd steps, accumulation with a block skipped in the last micro-batch
     Z=(--zero=3 --bucket-cap-mb=0.01 --first-bucket-mb=0.005)
     gpt_vs_torch "2|--global-batch=12 --lr-schedule=cosine --warmup-steps=3 --clip-grad-norm=0.5 --weight-decay=0.1|${Z[*]}" \
