@@ -188,6 +188,29 @@ equal_to_single() {
 # mlp_vs_torch "N|COMMON|EXTRA" ...: per config, torch_reference.py (one
 # PyTorch process on the full batch, COMMON flags) and an N-rank psync job
 # (COMMON and EXTRA) on the same inputs end with weights within 1e-5.
+# zero_checkpoint_resumes Z N...: a W=4 --zero=Z GPT run's step-10 checkpoint
+# resumes at each world N (N=4: bit for bit the uninterrupted run; else
+# 1e-4) and at W=4 under --zero=0 (bit for bit): one unsharded format.
+zero_checkpoint_resumes() {
+  local z=$1 n; shift
+  head -c 30000 /dev/urandom >"$T/tokens.bin"
+  local GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
+             --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=12
+             --lr-schedule=cosine --warmup-steps=3 --zero="$z" --bucket-cap-mb=0.02 --first-bucket-mb=0.005)
+  # the uninterrupted run also leaves its step-10 checkpoint (the schedule spans all 20 steps)
+  run_job 4 "$T/whole.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --checkpoint-every=10 --keep-checkpoints=0
+  for n in "$@"; do
+    rm -rf "$T/ck$n" && mkdir "$T/ck$n" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck$n/"
+    run_job "$n" "$T/r$n.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ck$n" --resume
+    grep -q "resumed from .*ckpt-00000010" "$T/w0.log" || fail "W=$n did not resume from step 10"
+    [[ $n == 4 ]] && same_weights "$T/whole.st" "$T/r$n.st" 0 || same_weights "$T/whole.st" "$T/r$n.st" 1e-4
+  done
+  # the same file resumes without --zero too (one format)
+  rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
+  run_job 4 "$T/r0.st" "${GPT[@]/--zero=$z/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
+  same_weights "$T/whole.st" "$T/r0.st" 0
+}
+
 mlp_vs_torch() {
   if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then echo "SKIP: no PyTorch"; exit 77; fi
   local R=$HERE/torch_reference.py cfg n common extra
@@ -500,38 +523,9 @@ sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g
     done ;;
   zero_reshard)  # a W=4 --zero=1 checkpoint resumes at W=4 (bit for bit), W=2 and W=3 (1e-4) of the
                  # uninterrupted W=4 run: the optimizer state is one logical checkpoint, re-sliced
-    head -c 30000 /dev/urandom >"$T/tokens.bin"
-    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
-         --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=12
-         --lr-schedule=cosine --warmup-steps=3 --zero=1 --bucket-cap-mb=0.02 --first-bucket-mb=0.005)
-    # the uninterrupted run also leaves its step-10 checkpoint (the schedule spans all 20 steps)
-    run_job 4 "$T/whole.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --checkpoint-every=10 --keep-checkpoints=0
-    for n in 4 2 3; do
-      rm -rf "$T/ck$n" && mkdir "$T/ck$n" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck$n/"
-      run_job "$n" "$T/r$n.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ck$n" --resume
-      grep -q "resumed from .*ckpt-00000010" "$T/w0.log" || fail "W=$n did not resume from step 10"
-      [[ $n == 4 ]] && same_weights "$T/whole.st" "$T/r$n.st" 0 || same_weights "$T/whole.st" "$T/r$n.st" 1e-4
-    done
-    # the same file resumes without --zero too (one format)
-    rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
-    run_job 4 "$T/r0.st" "${GPT[@]/--zero=1/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
-    same_weights "$T/whole.st" "$T/r0.st" 0 ;;
-  zero3_checkpoint)  # a W=4 --zero=3 checkpoint resumes at W=4 (bit for bit), at W=2 (1e-4) and under
-                     # --zero=0 (bit for bit) of the uninterrupted run: the one unsharded format
-    head -c 30000 /dev/urandom >"$T/tokens.bin"
-    GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=2 --n-head=2 --n-embd=32 --data="$T/tokens.bin"
-         --data-format=bytes --optimizer=adamw --lr=0.003 --weight-decay=0.1 --clip-grad-norm=1 --global-batch=12
-         --lr-schedule=cosine --warmup-steps=3 --zero=3 --bucket-cap-mb=0.02 --first-bucket-mb=0.005)
-    run_job 4 "$T/whole.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ckpt" --checkpoint-every=10 --keep-checkpoints=0
-    for n in 4 2; do
-      rm -rf "$T/ck$n" && mkdir "$T/ck$n" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck$n/"
-      run_job "$n" "$T/r$n.st" "${GPT[@]}" --steps=20 --checkpoint-dir="$T/ck$n" --resume
-      grep -q "resumed from .*ckpt-00000010" "$T/w0.log" || fail "W=$n did not resume from step 10"
-      [[ $n == 4 ]] && same_weights "$T/whole.st" "$T/r$n.st" 0 || same_weights "$T/whole.st" "$T/r$n.st" 1e-4
-    done
-    rm -rf "$T/ck0" && mkdir "$T/ck0" && cp "$T/ckpt/ckpt-00000010.safetensors" "$T/ck0/"
-    run_job 4 "$T/r0.st" "${GPT[@]/--zero=3/--zero=0}" --steps=20 --checkpoint-dir="$T/ck0" --resume
-    same_weights "$T/whole.st" "$T/r0.st" 0 ;;
+    zero_checkpoint_resumes 1 4 2 3 ;;
+  zero3_checkpoint)  # the same with --zero=3 (parameters sharded too): W=4, W=2 and --zero=0
+    zero_checkpoint_resumes 3 4 2 ;;
   gpt_torch_zero)  # --zero=1|2 against gpt_reference.py (one PyTorch process, full batch): W=2, 3, 4,
                    # a block skipped on odd steps, accumulation with a block skipped in the last micro-batch
     Z=(--bucket-cap-mb=0.01 --first-bucket-mb=0.005)
