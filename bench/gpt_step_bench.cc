@@ -87,6 +87,7 @@ ABSL_FLAG(int, world, 2, "ddp: ranks (processes forked on this machine)");
 ABSL_FLAG(std::string, backends, "gloo,shm", "ddp: process groups to run DDP over: gloo, shm (comma list)");
 ABSL_FLAG(double, bucket_cap_mb, static_cast<double>(psync::kDefaultBucketCapBytes) / (1 << 20), "ddp: bucket cap (MiB)");
 ABSL_FLAG(std::string, zero, "", "ddp: also run DDP with these ZeRO stages (comma list of 1, 2, 3; empty = none)");
+ABSL_FLAG(int, zero3_prefetch, psync::ddp::ReducerOptions{}.zero3_prefetch, "ddp, --zero=3: buckets gathered ahead");
 ABSL_FLAG(int, steps, 20, "timed steps per mode");
 ABSL_FLAG(int, warmup, 3, "untimed steps first (allocator pools, BLAS start-up, bucket rebuild)");
 ABSL_FLAG(int, rounds, 1, "repeat the modes; each keeps its best median (least disturbed by other load)");
@@ -446,6 +447,7 @@ int RunRank(const Config& c, int rank, const std::string& dir) {
           psync::ddp::DdpOptions opts;
           opts.bucket_caps = c.bucket_caps;
           opts.zero_stage = zero;
+          opts.zero3_prefetch = absl::GetFlag(FLAGS_zero3_prefetch);
           auto ddp = psync::ddp::DistributedDataParallel::Create(model, groups[g], opts);
           if (!ddp.ok()) {
             std::fprintf(stderr, "rank %d: ddp: %s\n", rank, ddp.status().ToString().c_str());
