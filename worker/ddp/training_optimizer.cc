@@ -38,7 +38,11 @@ absl::Status AttachOptimizer(optim::Optimizer& optimizer, DistributedDataParalle
     return absl::FailedPreconditionError("the sharded optimizer needs DDP built with --zero (no ZeRO buckets)");
   }
   if (absl::Status st = sharded->Attach(zero); !st.ok()) return st;
-  if (precision && precision->precision() == nn::Precision::kBf16) zero->SetAfterGather([precision] { precision->RefreshCopies(); });
+  if (precision && precision->precision() == nn::Precision::kBf16) {
+    zero->SetAfterGather([precision](const std::vector<autograd::Variable>& gathered) {
+      precision->RefreshCopiesOf(gathered);
+    });
+  }
   return absl::OkStatus();
 }
 

@@ -154,8 +154,21 @@ absl::Status ZeroBuckets::WaitParameters() {
   }
   gathers_.clear();
   parameters_whole_ = first.ok();
-  if (first.ok() && after_gather_) first = RunCatching("after gathering the parameters", after_gather_);
+  if (first.ok() && after_gather_) {
+    first = RunCatching("after gathering the parameters", [&] { after_gather_(params_); });
+  }
   return first;
+}
+
+void ZeroBuckets::SetAfterGather(AfterGather fn) {
+  after_gather_ = std::move(fn);
+  if (!memory_) return;
+  memory_->SetAfterGather([this](size_t b) {
+    if (!after_gather_) return;
+    std::vector<autograd::Variable> gathered;
+    for (size_t i : plan_.buckets[b].params) gathered.push_back(params_[i]);
+    after_gather_(gathered);
+  });
 }
 
 std::shared_ptr<nn::ForwardHooks> ZeroBuckets::AttachModule(const nn::Module& root, ZeroScheduleOptions options) {

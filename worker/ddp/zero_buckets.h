@@ -83,11 +83,13 @@ class ZeroBuckets : public optim::GradientShards {
   // Bytes of gradient storage this rank holds between steps (stage 2: the
   // shards; the reducer adds its buffers).
   int64_t shard_bytes() const;
-  // Runs `fn` (training thread) each time a round of parameter gathers has
-  // landed: --precision=bf16 rewrites the weights' bfloat16 copies from the
-  // gathered float32 values (the sharded update wrote only this rank's
-  // shard). fn may throw; WaitParameters returns it as a Status.
-  void SetAfterGather(std::function<void()> fn) { after_gather_ = std::move(fn); }
+  // Runs `fn` (training thread) with the parameters just gathered, each
+  // time gathers land (stages 1-2: a round of every bucket's; stage 3: one
+  // bucket's): --precision=bf16 rewrites those weights' bfloat16 copies from
+  // the gathered float32 values (the sharded update wrote only this rank's
+  // shard). fn may throw; the wait returns it as a Status.
+  using AfterGather = std::function<void(const std::vector<autograd::Variable>& gathered)>;
+  void SetAfterGather(AfterGather fn);
 
   // Stage 3: the hooks that gather `root`'s parameters (set them on root's
   // tree: Module::SetForwardHooks). Call once, after the first Install.
@@ -135,7 +137,7 @@ class ZeroBuckets : public optim::GradientShards {
   std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward
   std::vector<uint8_t> reduced_;       // per bucket, likewise
   std::vector<std::shared_ptr<comm::Work>> gathers_;  // parameter all-gathers not waited for yet
-  std::function<void()> after_gather_;                // SetAfterGather
+  AfterGather after_gather_;                          // SetAfterGather
   std::unique_ptr<ZeroParameters> memory_;            // stage 3: the parameters' shards and window
   std::shared_ptr<ZeroSchedule> schedule_;            // stage 3: AttachModule
   bool parameters_whole_ = true;                      // ParametersWhole

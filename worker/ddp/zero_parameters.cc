@@ -117,6 +117,9 @@ absl::Status ZeroParameters::Wait(size_t b) {
   if (!gathers_[b]) return absl::OkStatus();
   absl::Status st = gathers_[b]->Wait(timeout_);
   gathers_[b].reset();
+  if (st.ok() && after_gather_) {
+    st = RunCatching(absl::StrCat("--zero=3: after gathering bucket ", b), [&] { after_gather_(b); });
+  }
   return Annotate(st, absl::StrCat("--zero=3: gathering the parameters of bucket ", b, " (rank ", plan_.rank, ")"));
 }
 

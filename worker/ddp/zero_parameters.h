@@ -68,6 +68,11 @@ class ZeroParameters {
   // Every bucket gathered and waited for (own buffers).
   absl::Status GatherAll();
 
+  // Runs `fn(b)` (training thread) once bucket b's gather completed, before
+  // anyone reads it (--precision=bf16's copies). fn may throw: Wait returns
+  // it as a Status.
+  void SetAfterGather(std::function<void(size_t)> fn) { after_gather_ = std::move(fn); }
+
   // This rank's shard of bucket b's values (shard(b) elements).
   const Tensor& shard(size_t b) const { return shards_[b]; }
   // Bytes this rank holds for the parameters: its shards, and the window
@@ -91,6 +96,7 @@ class ZeroParameters {
   std::map<int64_t, std::vector<Tensor>> free_;     // the pool's buffers not lent, by float32 elements
   int64_t pool_bytes_ = 0;                          // the pool's buffers, lent or not (this layout)
   int64_t peak_window_bytes_ = 0;                   // the largest pool, any layout
+  std::function<void(size_t)> after_gather_;        // SetAfterGather
 };
 
 }  // namespace psync::ddp

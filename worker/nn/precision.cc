@@ -74,6 +74,15 @@ std::vector<Tensor> PrecisionPolicy::CopiesFor(
   return out;
 }
 
+void PrecisionPolicy::RefreshCopiesOf(const std::vector<autograd::Variable>& weights) const {
+  for (const autograd::Variable& w : weights) {
+    auto it = copies_.find(w.state().get());
+    if (it == copies_.end()) continue;
+    Tensor copy = it->second.second;
+    ops::Copy(copy, w.data());  // rounds to nearest even, as the optimizer's store
+  }
+}
+
 void PrecisionPolicy::RefreshCopies() const {
   for (const auto& [state, entry] : copies_) {
     Tensor copy = entry.second;

@@ -223,7 +223,8 @@ absl::Status WorkerRun::SetUpTraining() {
   ddp_ = std::move(*ddp);
   // The bf16 copies, once, from the weights every rank now holds: rank 0's
   // (DDP's broadcast), which are the agreed checkpoint's with --resume.
-  precision_->RefreshCopies();
+  // (--zero=3: each bucket's, once gathered, by the hook AttachOptimizer sets.)
+  if (opt_.zero < 3) precision_->RefreshCopies();
   // --zero: the optimizer updates the shards DDP's buckets hand it (and,
   // with live recovery, keeps each step's shard on another rank too).
   if (sharded != nullptr) {

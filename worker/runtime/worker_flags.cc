@@ -371,10 +371,6 @@ absl::Status ParseDdp(WorkerOptions& o) {
   o.zero3_prefetch = absl::GetFlag(FLAGS_zero3_prefetch);
   if (o.zero3_prefetch < 0) return Bad("zero3-prefetch", absl::StrCat(o.zero3_prefetch, " must be >= 0"));
   o.reshard_after_forward = absl::GetFlag(FLAGS_reshard_after_forward);
-  if (o.zero == 3 && o.precision == "bf16") {
-    return Bad("zero", "--zero=3 does not support --precision=bf16 yet (its bfloat16 weight copies are whole); use "
-                       "--zero=2 with bf16, or --zero=3 with fp32/tf32");
-  }
   if (o.zero > 0 && o.grad_compression != "none") {
     return Bad("zero", absl::StrCat("--zero=", o.zero, " reduce-scatters plain float32 gradients; it cannot be "
                                     "combined with --grad-compression=", o.grad_compression));

@@ -78,6 +78,9 @@ class PrecisionPolicy {
   const Tensor& flat_copies() const { return flat_; }
   // Rewrites every copy from its master's current value.
   void RefreshCopies() const;
+  // Rewrites the copies of those of `weights` that have one (--zero=3: a
+  // bucket's, once its parameters are gathered).
+  void RefreshCopiesOf(const std::vector<autograd::Variable>& weights) const;
 
  private:
   PrecisionPolicy() = default;

@@ -92,7 +92,6 @@ TEST_F(WorkerFlags, ZeroStages) {
   EXPECT_FALSE(o->reshard_after_forward);
   ExpectError({"--zero=4"}, {}, {"--zero", "4", "0|1|2|3"});
   ExpectError({"--zero=3", "--zero3-prefetch=-1"}, {}, {"--zero3-prefetch", "-1", ">= 0"});
-  ExpectError({"--zero=3", "--precision=bf16"}, {}, {"--zero=3", "--precision=bf16"});
   ExpectError({"--zero=1", "--grad-compression=bf16"}, {}, {"--zero", "--grad-compression=bf16"});
 }
 
