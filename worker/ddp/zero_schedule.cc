@@ -73,7 +73,7 @@ void ZeroSchedule::Need(const std::vector<size_t>& buckets, size_t from, int ste
   for (size_t b : buckets) memory_.Gather(b);
   // Why prefetch after the demand: the demanded gathers are first in line
   // on the communication thread; the next ones overlap this module's work.
-  for (int k = 1; k <= options_.prefetch; ++k) {
+  for (int k = 1; step != 0 && k <= options_.prefetch; ++k) {
     const int64_t b = static_cast<int64_t>(from) + static_cast<int64_t>(step) * k;
     if (b < 0 || b >= static_cast<int64_t>(memory_.num_buckets())) break;
     if (!done_[static_cast<size_t>(b)]) memory_.Gather(static_cast<size_t>(b));
@@ -87,7 +87,12 @@ void ZeroSchedule::Need(const std::vector<size_t>& buckets, size_t from, int ste
 void ZeroSchedule::BeforeForward(const nn::Module& module) {
   const std::vector<size_t>* buckets = BucketsOf(module);
   if (!buckets || summoned_) return;
-  Need(*buckets, buckets->front(), -1);
+  // A module behind the furthest point of this forward (a tied weight read
+  // again, like the GPT's head) prefetches nothing: what lies ahead of it
+  // was passed already.
+  const bool ahead = buckets->front() <= forward_low_;
+  if (ahead) forward_low_ = buckets->front();
+  Need(*buckets, buckets->front(), ahead ? -1 : 0);
   for (size_t b : *buckets) ++pins_[b];
 }
 
@@ -148,6 +153,7 @@ absl::Status ZeroSchedule::ReleaseAll() {
   std::fill(pins_.begin(), pins_.end(), 0);
   std::fill(done_.begin(), done_.end(), 0);
   remaining_ = bucket_size_;
+  forward_low_ = SIZE_MAX;
   return memory_.ReleaseAll();
 }
 

@@ -31,6 +31,7 @@
 // on the thread that calls Engine::Backward).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -75,7 +76,8 @@ class ZeroSchedule : public nn::ForwardHooks, public std::enable_shared_from_thi
   // Before a module's backward (its outputs' node pre-hook).
   void BeforeBackward(const std::vector<size_t>& buckets);
   // Gathers `buckets` if not resident, starts the next `prefetch` from
-  // `from` in direction `step` (+1/-1), and waits for `buckets`. Throws.
+  // `from` in direction `step` (+1/-1; 0: none), and waits for `buckets`.
+  // Throws.
   void Need(const std::vector<size_t>& buckets, size_t from, int step);
   const std::vector<size_t>* BucketsOf(const nn::Module& module) const;
 
@@ -88,6 +90,7 @@ class ZeroSchedule : public nn::ForwardHooks, public std::enable_shared_from_thi
   std::vector<size_t> bucket_of_;    // per parameter
   std::vector<size_t> bucket_size_;  // per bucket: its parameters
   std::vector<size_t> remaining_;    // per bucket: parameters whose gradient has not arrived in this backward
+  size_t forward_low_ = SIZE_MAX;    // the lowest bucket a module needed in this forward
   bool summoned_ = false;
 };
 
