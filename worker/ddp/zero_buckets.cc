@@ -178,19 +178,15 @@ std::shared_ptr<nn::ForwardHooks> ZeroBuckets::AttachModule(const nn::Module& ro
   return schedule_;
 }
 
-absl::Status ZeroBuckets::BeginForward() {
-  if (!memory_) return WaitParameters();
-  return schedule_ ? schedule_->ReleaseAll() : memory_->ReleaseAll();
-}
+absl::Status ZeroBuckets::BeginForward() { return memory_ ? ReleaseGathered() : WaitParameters(); }
+
+absl::Status ZeroBuckets::ReleaseGathered() { return schedule_ ? schedule_->ReleaseAll() : memory_->ReleaseAll(); }
 
 void ZeroBuckets::ParameterDone(size_t param) {
   if (schedule_) schedule_->ParameterDone(param);
 }
 
-absl::Status ZeroBuckets::BackwardDone() {
-  if (!memory_) return absl::OkStatus();
-  return schedule_ ? schedule_->ReleaseAll() : memory_->ReleaseAll();
-}
+absl::Status ZeroBuckets::BackwardDone() { return memory_ ? ReleaseGathered() : absl::OkStatus(); }
 
 absl::Status ZeroBuckets::Summon() {
   if (!memory_) return WaitParameters();

@@ -132,6 +132,9 @@ class ZeroBuckets : public optim::GradientShards {
   const std::chrono::milliseconds timeout_;
   optim::ShardPlan plan_;
   uint64_t version_ = 0;
+  // Stage 3: nothing gathered any more (the schedule's pins reset too).
+  absl::Status ReleaseGathered();
+
   std::vector<Tensor> param_buffers_;  // per bucket: the parameters' values, flat and padded
   std::vector<Tensor> grad_shards_;    // per bucket: this rank's averaged gradient shard
   std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward
