@@ -40,6 +40,7 @@ std::string RunSummary::ToJson() const {
   if (parameter_bytes >= 0) o["parameter_bytes"] = parameter_bytes;
   if (parameter_window_bytes >= 0) o["parameter_window_bytes"] = parameter_window_bytes;
   if (peak_device_bytes >= 0) o["peak_device_bytes"] = peak_device_bytes;
+  if (activation_bytes >= 0) o["activation_bytes"] = activation_bytes;
   return json::Serialize(o, /*pretty=*/true) + "\n";
 }
 

@@ -41,6 +41,7 @@ struct RunSummary {
   int64_t parameter_bytes = -1;  // the parameters' storage (--zero=3: the shards plus the window)
   int64_t parameter_window_bytes = -1;  // --zero=3: of it, the buffers parameters are gathered into
   int64_t peak_device_bytes = -1;
+  int64_t activation_bytes = -1;  // the last step's forward: what it left held for backward (TrainResult)
 
   // Over the steps after the first 10 (all steps when there are 10 or
   // fewer); exact up to 4096 of them, then within 1% (step_times.h).

@@ -26,6 +26,8 @@
 #include "worker/runtime/worker_exit.h"
 #include "psync/tensor/ops.h"
 #include "worker/ddp/reducer.h"
+#include "worker/tensor/cpu_allocator.h"
+#include "worker/tensor/cuda/cuda_device.h"
 
 namespace psync::runtime {
 
@@ -35,6 +37,13 @@ using control::IterationPlan;
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// The bytes of tensor memory lent now on `device`: psync's CPU allocator,
+// or the CUDA device's pool.
+int64_t TensorBytesInUse(Device device) {
+  if (device.is_cuda()) return static_cast<int64_t>(cuda_device::InUseBytes(device.index));
+  return static_cast<int64_t>(CpuCachingAllocator::Get().stats().in_use_bytes);
+}
 
 std::string Duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -197,6 +206,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
   const float micro_scale = 1.0f / static_cast<float>(M);
   std::vector<uint8_t> used(reducer_.parameters().size(), opt_.find_unused_parameters ? 0 : 1);
   double step_loss = 0;
+  int64_t activation_bytes = 0;  // the most one micro-batch's forward left held (TrainResult)
   for (int64_t m = 0; m < M; ++m) {
     const data::Batch& batch = batches.micro[static_cast<size_t>(m)];
     const Tensor inputs = batch.inputs.To(ctx_.device);
@@ -205,6 +215,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
     if (m + 1 < M) no_sync.emplace(ddp.NoSync());
 
     absl::StatusOr<autograd::Variable> loss;
+    const int64_t in_use = TensorBytesInUse(ctx_.device);
     {
       TraceWriter::Scope span(ctx_.trace, "forward", "train", TraceWriter::kMain,
                               {{"iteration", std::to_string(step)}, {"micro", std::to_string(m)},
@@ -216,6 +227,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
       });
     }
     if (!loss.ok()) return loss.status();
+    activation_bytes = std::max(activation_bytes, TensorBytesInUse(ctx_.device) - in_use);
     if (opt_.find_unused_parameters) {
       for (const auto& acc : autograd::ReachableAccumulators({*loss})) {
         auto it = param_of_accumulator_.find(acc.get());
@@ -237,6 +249,7 @@ absl::StatusOr<double> TrainLoop::ForwardBackward(int64_t step, const data::Step
     }
     step_loss += loss->data().Item();
   }
+  result_.activation_bytes = activation_bytes;
   return step_loss;
 }
 

@@ -83,6 +83,10 @@ struct TrainResult {
   double val_accuracy = 0;         // NaN when none ran, or regression
   StepTimes step_ms;               // bounded, O(1) per step (step_times.h)
   double items_per_s = 0;          // tokens (language model) or examples per second, all ranks, median step
+  // The most bytes of tensor memory one micro-batch's forward left held for
+  // its backward (the activations it saved, and its output) in the last
+  // step: what was in use after the forward less what was before. -1: no step.
+  int64_t activation_bytes = -1;
   // The coordinator stopped this generation to regroup (an elastic job goes
   // on as the next one): the checkpoint is written, the run's outputs are not.
   bool regroup = false;

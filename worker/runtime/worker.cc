@@ -373,6 +373,7 @@ WorkerExit WorkerRun::Finish(int code, const std::string& reason, const TrainRes
       s.val_accuracy = tr->val_accuracy;
       s.items_per_s = tr->items_per_s;
       s.step_ms = tr->step_ms;
+      s.activation_bytes = tr->activation_bytes;
     }
     s.total_s = std::chrono::duration<double>(Clock::now() - started_).count();
     if (ddp_) {  // the memory this rank holds (1/W of the optimizer state with --zero)

@@ -505,7 +505,7 @@ case $CASE in
       run_job 2 "$T/b$z.st" "${GPT[@]}" --precision=bf16 --zero="$z"
       same_weights "$T/b0.st" "$T/b$z.st" "$exact"
     done ;;
-  zero_memory)  # the per-rank summary at W=4: optimizer state, gradients and parameters held, zero 0 / 1 / 2 / 3
+  zero_memory)  # the per-rank summary at W=4: optimizer state, gradients, parameters and activations held, zero 0 / 1 / 2 / 3
     head -c 40000 /dev/urandom >"$T/tokens.bin"
     GPT=(--model=gpt --vocab-size=256 --block-size=16 --n-layer=4 --n-head=2 --n-embd=64 --data="$T/tokens.bin"
          --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 --steps=3 --bucket-cap-mb=0.05
@@ -516,12 +516,16 @@ case $CASE in
       g0=$(json_field "$T/m0-$r.json" gradient_bytes); g2=$(json_field "$T/m2-$r.json" gradient_bytes)
       p0=$(json_field "$T/m0-$r.json" parameter_bytes); p3=$(json_field "$T/m3-$r.json" parameter_bytes)
       w3=$(json_field "$T/m3-$r.json" parameter_window_bytes)
-      note "rank $r: optimizer state $s1 of $s0 bytes, gradients (--zero=2) $g2 of $g0 bytes, parameters (--zero=3) $p3 of $p0 bytes ($w3 of them the window)"
+      a0=$(json_field "$T/m0-$r.json" activation_bytes); a3=$(json_field "$T/m3-$r.json" activation_bytes)
+      note "rank $r: optimizer state $s1 of $s0 bytes, gradients (--zero=2) $g2 of $g0 bytes, parameters (--zero=3) $p3 of $p0 bytes ($w3 of them the window), activations $a3 (--zero=3) and $a0 (--zero=0) bytes"
       # --zero=3: a quarter of the parameters, plus the window: at most the 4 buckets of the
       # fused MLP (c_fc and c_proj), the prefetched one and the one kept, each at most b
       /usr/bin/python3 -c "import sys; p0,p3,w3=map(int,sys.argv[1:]); b=64*256*4+4*64*4; \
 sys.exit(0 if p3 - w3 <= 0.3*p0 and w3 <= 6*b else 1)" "$p0" "$p3" "$w3" ||
         fail "rank $r: parameters $p3/$p0 (window $w3) over the bound"
+      # what a forward saves for backward does not depend on where the parameters live
+      /usr/bin/python3 -c "import sys; a0,a3=map(int,sys.argv[1:]); sys.exit(0 if a0 > 0 and abs(a3 - a0) <= 0.02*a0 else 1)" \
+        "$a0" "$a3" || fail "rank $r: activations $a3 bytes with --zero=3, $a0 with --zero=0"
       # one bucket: the largest (a 64 x 256 weight alone, over the 0.05 MiB cap), padded to 4 x 64 floats
       /usr/bin/python3 -c "import sys; s0,s1,g0,g2=map(int,sys.argv[1:]); b=64*256*4+4*64*4; \
 sys.exit(0 if s1 <= 0.26*s0 and g2 <= 0.26*g0 + b else 1)" "$s0" "$s1" "$g0" "$g2" ||

@@ -102,12 +102,15 @@ TEST(RunSummary, MemoryFieldsWhenKnown) {
   EXPECT_FALSE(v->contains("optimizer_state_bytes"));
   EXPECT_FALSE(v->contains("gradient_bytes"));
   EXPECT_FALSE(v->contains("peak_device_bytes"));
+  EXPECT_FALSE(v->contains("activation_bytes"));
   s.optimizer_state_bytes = 437152;
   s.gradient_bytes = 289024;
+  s.activation_bytes = 576640;
   v = json::Parse(s.ToJson());
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ((*v)["optimizer_state_bytes"].get<double>(), 437152);
   EXPECT_EQ((*v)["gradient_bytes"].get<double>(), 289024);
+  EXPECT_EQ((*v)["activation_bytes"].get<double>(), 576640);
   EXPECT_FALSE(v->contains("peak_device_bytes"));  // CPU: not written
 }
 

@@ -119,6 +119,15 @@ uint64_t PeakBytes(int device) {
   return high;
 }
 
+uint64_t InUseBytes(int device) {
+  cuda::ComputeStream(device);
+  cudaMemPool_t pool;
+  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t used = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return used;
+}
+
 void ResetPeakBytes(int device) {
   cuda::ComputeStream(device);
   cudaMemPool_t pool;

@@ -51,5 +51,8 @@ void Synchronize(int device);
 // peak GPU memory. 0 without CUDA.
 uint64_t PeakBytes(int device);
 void ResetPeakBytes(int device);
+// The bytes the device's memory pool has lent now (in stream order: a
+// tensor freed is counted out once its free is queued). 0 without CUDA.
+uint64_t InUseBytes(int device);
 
 }  // namespace psync::cuda_device

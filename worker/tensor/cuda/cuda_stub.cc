@@ -29,6 +29,7 @@ void SetCurrentDevice(int) { NoCuda(); }
 void Synchronize(int) { NoCuda(); }
 uint64_t PeakBytes(int) { return 0; }
 void ResetPeakBytes(int) {}
+uint64_t InUseBytes(int) { return 0; }
 }  // namespace cuda_device
 
 namespace cuda_graph {
