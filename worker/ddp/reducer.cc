@@ -18,6 +18,12 @@
 #include "psync/tensor/ops.h"
 
 namespace psync::ddp {
+namespace {
+
+// --zero=3: the parameters live in shards, gathered per module.
+bool ShardsParameters(const ZeroBuckets* zero) { return zero != nullptr && zero->stage() >= 3; }
+
+}  // namespace
 
 // ---------------------------------------------------------------- creation
 
@@ -152,7 +158,7 @@ absl::Status Reducer::RebuildBuckets(const BucketPlan& plan) {
   std::vector<Device> devices;
   for (const auto& p : params_) devices.push_back(p.data().device());
   PSYNC_RETURN_IF_ERROR(ValidateBucketPlan(plan, devices));
-  if (zero_ && (state_ != State::kPrepared || zero_->stage() >= 3)) {
+  if (zero_ && (state_ != State::kPrepared || ShardsParameters(zero_.get()))) {
     // ZeRO: the last backward's reduced shards (and the parameters' layout)
     // must reach the optimizer's step first; the plan takes effect at the
     // next forward (PrepareForBackward; --zero=3: before it, since its
@@ -245,7 +251,7 @@ absl::Status Reducer::CheckReadyForForward() {
     // gathers what it needs, starting from nothing (a plan given since the
     // last backward takes effect first).
     absl::Status st = zero_->BeginForward();
-    if (st.ok() && zero_->stage() >= 3) st = ApplyDeferredPlan();
+    if (st.ok() && ShardsParameters(zero_.get())) st = ApplyDeferredPlan();
     if (!st.ok()) return Fail(Annotate(st, absl::StrCat("DDP: before the forward (rank ", group_->rank(), ")")));
   }
   return CheckBackwardFinished();
@@ -266,7 +272,7 @@ absl::Status Reducer::CheckBackwardFinished() {
 absl::Status Reducer::PrepareForBackward(const std::vector<autograd::Variable>& outputs) {
   // --zero=3: after its forward nothing is waited for (its gathers were),
   // and a plan waits for the next forward.
-  const bool sharded_parameters = zero_ && zero_->stage() >= 3;
+  const bool sharded_parameters = ShardsParameters(zero_.get());
   PSYNC_RETURN_IF_ERROR(sharded_parameters ? CheckBackwardFinished() : CheckReadyForForward());
   if (absl::Status st = sharded_parameters ? absl::OkStatus() : ApplyDeferredPlan(); !st.ok()) return Fail(st);
   // Why: a new forward starts a new backward's bookkeeping. From kPrepared
@@ -314,7 +320,7 @@ void Reducer::BeginBackward() {
   if (state_ == State::kIdle) {
     // Why: forward did not go through PrepareForBackward (module called
     // directly); treat it as a forward with every parameter expected.
-    if (!zero_ || zero_->stage() < 3) {
+    if (!ShardsParameters(zero_.get())) {
       if (absl::Status st = ApplyDeferredPlan(); !st.ok()) RecordError(st);
     }
     ResetIteration(sync_enabled_);

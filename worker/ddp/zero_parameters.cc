@@ -74,9 +74,13 @@ void ZeroParameters::Install(const std::vector<autograd::Variable>& params, cons
   pool_bytes_ = 0;
 }
 
-Tensor ZeroParameters::TakeBuffer(size_t b, bool pooled) {
+int64_t ZeroParameters::PoolKey(size_t b) const {
   // float32 elements, whatever the parameters' dtype: a buffer is bytes lent.
-  const int64_t elements = (static_cast<int64_t>(views_[b].nbytes()) + 3) / 4;
+  return (static_cast<int64_t>(views_[b].nbytes()) + 3) / 4;
+}
+
+Tensor ZeroParameters::TakeBuffer(size_t b, bool pooled) {
+  const int64_t elements = PoolKey(b);
   std::vector<Tensor>& free = free_[elements];
   if (pooled && !free.empty()) {
     Tensor buf = std::move(free.back());
@@ -128,7 +132,7 @@ absl::Status ZeroParameters::Release(size_t b) {
   absl::Status st;
   if (gathers_[b]) st = Wait(b);  // the communication thread may still write the buffer
   storages_[b]->Unbind();
-  if (pooled_[b]) free_[(static_cast<int64_t>(views_[b].nbytes()) + 3) / 4].push_back(std::move(buffers_[b]));
+  if (pooled_[b]) free_[PoolKey(b)].push_back(std::move(buffers_[b]));
   buffers_[b] = Tensor();
   pooled_[b] = 0;
   return st;

@@ -83,6 +83,8 @@ class ZeroParameters {
  private:
   // A buffer for bucket b: the pool's (or a new one for it), or its own.
   Tensor TakeBuffer(size_t b, bool pooled);
+  // The float32 elements of bucket b's buffer: its size in the pool.
+  int64_t PoolKey(size_t b) const;
 
   const std::shared_ptr<comm::ProcessGroup> group_;
   const std::chrono::milliseconds timeout_;
