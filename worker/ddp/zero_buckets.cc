@@ -18,7 +18,18 @@ ZeroBuckets::ZeroBuckets(std::vector<autograd::Variable> params, std::shared_ptr
                          int stage, std::chrono::milliseconds timeout)
     : params_(std::move(params)), group_(std::move(group)), stage_(stage), timeout_(timeout) {
   used_.assign(params_.size(), 0);
-  if (stage_ >= 3) memory_ = std::make_unique<ZeroParameters>(group_, timeout_);
+  if (stage_ >= 3) {
+    memory_ = std::make_unique<ZeroParameters>(group_, timeout_);
+    memory_->SetAfterGather([this](size_t b) {
+      // A gather issued after the last step's shards changed completed: every
+      // rank entered it (ParametersWhole).
+      parameters_whole_ = true;
+      if (!after_gather_) return;
+      std::vector<autograd::Variable> gathered;
+      for (size_t i : plan_.buckets[b].params) gathered.push_back(params_[i]);
+      after_gather_(gathered);
+    });
+  }
 }
 
 void ZeroBuckets::Install(const std::vector<Bucket>& buckets) {
@@ -140,8 +151,12 @@ Tensor ZeroBuckets::OwnParamShard(size_t b) const {
 }
 
 void ZeroBuckets::GatherParameters(size_t b) {
-  // Stage 3: the next forward gathers what it needs, from the shards.
-  if (memory_) return;
+  if (memory_) {
+    // Stage 3: the next forward gathers what it needs, from the shards; the
+    // first of its gathers to complete makes the parameters whole again.
+    parameters_whole_ = false;
+    return;
+  }
   gathers_.push_back(group_->Allgather(param_buffers_[b], absl::StrCat("parameters of bucket ", b)));
 }
 
@@ -160,16 +175,7 @@ absl::Status ZeroBuckets::WaitParameters() {
   return first;
 }
 
-void ZeroBuckets::SetAfterGather(AfterGather fn) {
-  after_gather_ = std::move(fn);
-  if (!memory_) return;
-  memory_->SetAfterGather([this](size_t b) {
-    if (!after_gather_) return;
-    std::vector<autograd::Variable> gathered;
-    for (size_t i : plan_.buckets[b].params) gathered.push_back(params_[i]);
-    after_gather_(gathered);
-  });
-}
+void ZeroBuckets::SetAfterGather(AfterGather fn) { after_gather_ = std::move(fn); }
 
 std::shared_ptr<nn::ForwardHooks> ZeroBuckets::AttachModule(const nn::Module& root, ZeroScheduleOptions options) {
   if (!memory_) return nullptr;

@@ -66,6 +66,9 @@ class GradientShards {
   virtual absl::Status WaitParameters() = 0;
   // False from a round of gathers that failed (WaitParameters) until one
   // succeeds: this rank's parameters outside its shards are then torn.
+  // ZeRO-3 (whose gathers are the next forward's): false from
+  // GatherParameters until one gather issued after it completed, so every
+  // rank has entered it (live recovery's step protocol, shard_records.h).
   virtual bool ParametersWhole() const = 0;
   // Bucket b's flat parameter buffer (`padded` elements): rank r's shard of
   // it is [r*s, (r+1)*s). Live recovery reads the owned shard from it.

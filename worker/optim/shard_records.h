@@ -22,7 +22,10 @@
 // coordinator restarts from) is either one every survivor updated and
 // every replica received (the live shards and newest replicas), or one
 // nobody finished (the previous records and older replicas). Each rank
-// answers which it holds with Own/Replica below.
+// answers which it holds with Own/Replica below. ZeRO-3 has no gathers
+// after a step (its forward gathers what it needs): there the next
+// forward's first gather to complete plays their part (a rank enters it
+// only after its shifts), GradientShards::ParametersWhole.
 //
 // Cost: 1 + 2 x copies records of (1 + buffers) x (parameters / world)
 // elements, 15P/W for AdamW with two copies (P parameters, W ranks), and

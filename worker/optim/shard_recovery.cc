@@ -272,8 +272,18 @@ absl::Status ShardedOptimizer::RecoverFromShards(comm::ProcessGroup& group, int6
 }
 
 absl::Status ShardedOptimizer::AdoptWhole(const std::vector<Tensor>& params, NamedTensors state, int64_t step) {
+  const bool sharded = ParamsSharded();
   absl::Status st = RunCatching("recovering the sharded optimizer state: writing the parameters", [&] {
-    for (size_t i = 0; i < params_.size(); ++i) ops::Copy(params_[i].second.data(), params[i]);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      // ZeRO-3: the parameter is a view of its old layout's bucket, which
+      // goes with it (below): it becomes the recovered tensor itself, a
+      // plain one, as before that DDP existed; the next one shards it again.
+      if (sharded) {
+        params_[i].second.mutable_data() = params[i];
+      } else {
+        ops::Copy(params_[i].second.data(), params[i]);
+      }
+    }
   });
   if (!st.ok()) return st;
   // Detached: the next Attach (the new generation's DDP) slices the state

@@ -40,11 +40,6 @@ absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
                                                      "') is not the data-parallel layer's parameter ", i));
     }
   }
-  if (replica_copies_ > 0 && !shards->plan().buckets.empty() && !shards->ParamBuffer(0).defined()) {
-    return absl::FailedPreconditionError(
-        "sharded optimizer: live recovery's shard copies need the parameters whole on every rank (--zero=1|2); "
-        "with --zero=3 a lost rank's shard comes back from the newest checkpoint (--recovery=restart)");
-  }
   shards_ = std::move(shards);
   absl::Status st = RunCatching("sharded optimizer: making the state of this rank's shards", [&] {
     Layout(shards_->plan());
@@ -53,6 +48,7 @@ absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
   version_ = shards_->version();
   if (pending_.empty()) {
     // A fresh state (zero moments): its replica is whole from the start.
+    if (ParamsSharded()) return ShiftReplicas();
     return RunCatching("sharded optimizer: the replica of a fresh state", [&] { RefillReplicas({}); });
   }
   NamedTensors full = std::move(pending_);
@@ -120,6 +116,20 @@ absl::Status ShardedOptimizer::Gathered() {
   absl::Status shifted = records_.WaitShifts(shards_->timeout());
   if (st.ok()) st = shifted;
   return Annotate(st, absl::StrCat(name(), " (sharded): gathering the updated parameters"));
+}
+
+bool ShardedOptimizer::ParamsSharded() const {
+  return shards_ != nullptr && !shards_->plan().buckets.empty() && !shards_->ParamBuffer(0).defined();
+}
+
+absl::Status ShardedOptimizer::ShiftReplicas() {
+  if (!records_.enabled()) return absl::OkStatus();
+  absl::Status st = RunCatching("sharded optimizer: the replicas of this layout", [&] {
+    for (size_t b = 0; b < state_.size(); ++b) records_.Shift(shards_->group(), b, OwnParams(b), state_[b], step_);
+  });
+  absl::Status shifted = records_.WaitShifts(shards_->timeout());
+  if (st.ok()) st = Annotate(shifted, "sharded optimizer: sending this rank's shard to its replica holders");
+  return st;
 }
 
 bool ShardedOptimizer::LastStepWhole() {
@@ -328,7 +338,7 @@ absl::Status ShardedOptimizer::Slice(const NamedTensors& full) {
   absl::StatusOr<std::map<std::string, const Tensor*>> matched = MatchState(FullEntries(), full);
   if (!matched.ok()) return matched.status();
   const std::map<std::string, const Tensor*>& given = *matched;
-  return RunCatching(absl::StrCat(name(), " state: copying this rank's slices"), [&] {
+  absl::Status st = RunCatching(absl::StrCat(name(), " state: copying this rank's slices"), [&] {
     for (size_t i = 0; i < params_.size(); ++i) {
       steps_[i] = given.at(absl::StrCat(params_[i].first, ".step"))->To(Device::CPU()).Item<int64_t>();
     }
@@ -340,8 +350,10 @@ absl::Status ShardedOptimizer::Slice(const NamedTensors& full) {
         }
       }
     }
-    RefillReplicas(given);
+    if (!ParamsSharded()) RefillReplicas(given);
   });
+  if (st.ok() && ParamsSharded()) st = ShiftReplicas();
+  return st;
 }
 
 absl::Status ShardedOptimizer::Reshard() {

@@ -124,6 +124,12 @@ class ShardedOptimizer final : public Optimizer {
   std::vector<Segment> SegmentsOf(const FlatBucket& fb, int64_t shard, int rank) const;
   // The replica records' contents from a whole state (after Slice).
   void RefillReplicas(const std::map<std::string, const Tensor*>& given);
+  // ZeRO-3: no rank holds another's parameter values, so the replicas of a
+  // new layout's state come from their owners instead (a round of shifts of
+  // every rank's live shard; collective, at Attach and Reshard).
+  absl::Status ShiftReplicas();
+  // Whether the data-parallel layer shards the parameters too (ZeRO-3).
+  bool ParamsSharded() const;
   // Recover's parts (shard_recovery.cc).
   std::string EncodeRecoveryHeader(int64_t step) const;
   absl::Status RecoverFromShards(comm::ProcessGroup& group, int64_t step, std::chrono::milliseconds timeout,

@@ -229,8 +229,7 @@ absl::Status WorkerRun::SetUpTraining() {
   // with live recovery, keeps each step's shard on another rank too).
   if (sharded != nullptr) {
     // Not on CUDA, which cannot rejoin in place yet (JobSession::RejoinGeneration).
-    // Nor with --zero=3: its copies would need every value on every rank.
-    if (session_->live_recovery() && !device_.is_cuda() && opt_.zero < 3) {
+    if (session_->live_recovery() && !device_.is_cuda()) {
       sharded->EnableReplicas(session_->replica_distance());
     }
     sharded->set_step(first_step_);
@@ -408,7 +407,7 @@ absl::Status WorkerRun::JoinJob(const control::StartOffer& offer, bool rejoin) {
 int64_t WorkerRun::RejoinGeneration(int code) const {
   if (state_lost_) return 0;
   // --zero rejoins in place where its shards have replicas (live recovery on).
-  return session_ ? session_->RejoinGeneration(code, opt_.zero, session_->live_recovery() && opt_.zero < 3) : 0;
+  return session_ ? session_->RejoinGeneration(code, opt_.zero, session_->live_recovery()) : 0;
 }
 
 absl::Status WorkerRun::RejoinLive(int64_t generation) {

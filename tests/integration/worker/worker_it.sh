@@ -899,6 +899,13 @@ EOF
     live_phases 900 --backend=shm ;;
   launch_live_phases_zero)  # --zero=2: the lost rank's optimizer shard rebuilt from its replica
     LIVE_AT_400=step live_phases 900 --backend=gloo --zero=2 --optimizer=adamw --lr=0.003 ;;
+  launch_live_chaos_zero3)  # --zero=3 over shared memory, five kills (parameter shards too, from replicas)
+    live_chaos 2000 5 --backend=shm --zero=3 --optimizer=adamw --lr=0.003 ;;
+  launch_live_phases_zero3)  # --zero=3, the GPT over gloo, kills at chosen moments
+    python3 -c 'import random,sys; random.seed(7); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(20000)))' \
+      >"$T/tokens.bin"
+    LIVE_AT_400=step live_phases 900 --backend=gloo --zero=3 --model=gpt --vocab-size=256 --block-size=16 --n-layer=2 \
+      --n-head=2 --n-embd=32 --data="$T/tokens.bin" --data-format=bytes --optimizer=adamw --lr=0.003 --global-batch=8 ;;
   launch_live_mtbf)
     # Failures at a mean time between them of 3 s (exponential gaps) for 60 s
     # (MTBF_S, CHAOS_S): a random worker of 4 is killed each time, a

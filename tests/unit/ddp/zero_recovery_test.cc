@@ -1,5 +1,6 @@
 // Live recovery with --zero (issue 32): four ranks train an MLP with AdamW
-// sharded over them (ShardedOptimizer with replicas, ZeRO stage 2); rank 1
+// sharded over them (ShardedOptimizer with replicas, ZeRO stage 2, or 3:
+// the parameters sharded too, whose replicas are the records' own); rank 1
 // is killed at one of three moments of a step; the three survivors form a
 // new group in process, agree on the newest step one of them vouches for
 // (what the coordinator picks), rebuild the whole state from their shards
@@ -13,11 +14,12 @@
 //                so they go back one step (their previous records)
 //   after_step   right after its step (shifts and gathers in flight): the
 //                survivors go on from that step or the one before, as far
-//                as its data reached them
+//                as its data reached them (stage 3: the one before, since
+//                no gather of the next forward completes without it)
 //   two_lost     before its backward, and rank 2, which kept the first copy
 //                of its shard, as soon as it sees the loss: the two
 //                survivors rebuild rank 1's shard from the second copy
-// Over gloo, shm and hier.
+// Over gloo, shm and hier, at stages 2 and 3.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -93,20 +95,20 @@ struct Member {
   std::unique_ptr<DistributedDataParallel> ddp;
 };
 
-// A DDP with ZeRO-2 over `group`, the optimizer attached to its shards.
+// A DDP with ZeRO-`stage` over `group`, the optimizer attached to its shards.
 absl::StatusOr<Member> Build(std::shared_ptr<nn::MLP> mlp, std::shared_ptr<comm::ProcessGroup> group,
-                             optim::ShardedOptimizer& opt) {
+                             optim::ShardedOptimizer& opt, int stage) {
   DdpOptions opts;
   opts.bucket_caps = *BucketCaps::FromMiB(0.0005, 0.0002);
   opts.timeout = milliseconds(20000);
-  opts.zero_stage = 2;
+  opts.zero_stage = stage;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
                          DistributedDataParallel::Create(mlp, group, opts));
   PSYNC_RETURN_IF_ERROR(opt.Attach(ddp->reducer().zero_buckets()));
   return Member{std::move(group), std::move(ddp)};
 }
 
-int RunRank(const std::string& backend, const std::string& phase, int rank, const std::string& dir) {
+int RunRank(const std::string& backend, const std::string& phase, int stage, int rank, const std::string& dir) {
   auto mlp = std::make_shared<nn::MLP>(Widths(), Device::CPU(), kSeed + static_cast<uint64_t>(rank));
   auto rule = optim::UpdateRules().Create("adamw", AdamOptions());
   CHILD_CHECK(rank, rule.ok(), rule.status().ToString());
@@ -115,7 +117,7 @@ int RunRank(const std::string& backend, const std::string& phase, int rank, cons
   optim::ShardedOptimizer& opt = **made;
   opt.EnableReplicas(1);
   opt.set_step(0);
-  absl::StatusOr<Member> m = Build(mlp, MakeGroup(dir, rank, kWorld, milliseconds(5000), backend, "e0"), opt);
+  absl::StatusOr<Member> m = Build(mlp, MakeGroup(dir, rank, kWorld, milliseconds(5000), backend, "e0"), opt, stage);
   CHILD_CHECK(rank, m.ok(), m.status().ToString());
   int world = kWorld, micro = kMicro, me = rank;
   int64_t completed = 0;  // steps whose optimizer step returned
@@ -158,24 +160,24 @@ int RunRank(const std::string& backend, const std::string& phase, int rank, cons
                  static_cast<long long>(start));
     st = opt.Recover(*next, start, milliseconds(20000));
     CHILD_CHECK(rank, st.ok(), st.ToString());
-    m = Build(mlp, next, opt);
+    m = Build(mlp, next, opt, stage);
     CHILD_CHECK(rank, m.ok(), m.status().ToString());
     completed = start;
     s = static_cast<int>(start) - 1;  // the loop computes step `start` next
   }
   CHILD_CHECK(rank, world < kWorld, "rank 1 was never lost");
-  CHILD_CHECK(rank, m->ddp->reducer().zero_buckets()->WaitParameters().ok(), "last gathers");
+  CHILD_CHECK(rank, m->ddp->reducer().WaitForParameters().ok(), "last gathers");
   float worst = 0;
   return CheckWeights(rank, *mlp, Reference(), *m->group, 1e-5f, &worst);
 }
 
-class ZeroRecovery : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class ZeroRecovery : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {};
 
 TEST_P(ZeroRecovery, SurvivorsRebuildTheLostShardAndMatchOneProcess) {
-  const auto& [backend, phase] = GetParam();
+  const auto& [backend, phase, stage] = GetParam();
   TempDir dir;
   auto results = RunRanks(
-      kWorld, [&](int rank) { return RunRank(backend, phase, rank, dir.path()); }, std::chrono::seconds(120));
+      kWorld, [&](int rank) { return RunRank(backend, phase, stage, rank, dir.path()); }, std::chrono::seconds(120));
   ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
   for (int r = 0; r < kWorld; ++r) {
     if (r == kVictim || (phase == "two_lost" && r == kVictim + 1)) {
@@ -188,8 +190,12 @@ TEST_P(ZeroRecovery, SurvivorsRebuildTheLostShardAndMatchOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ZeroRecovery,
                          ::testing::Combine(::testing::Values("gloo", "shm", "hier"),
-                                            ::testing::Values("backward", "before_step", "after_step", "two_lost")),
-                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+                                            ::testing::Values("backward", "before_step", "after_step", "two_lost"),
+                                            ::testing::Values(2, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_zero" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 }  // namespace
 }  // namespace psync::ddp::testing
