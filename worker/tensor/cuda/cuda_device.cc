@@ -110,30 +110,32 @@ void Synchronize(int device) {
   PSYNC_CUDA_CHECK(cudaStreamSynchronize(cuda::ComputeStream(device)));
 }
 
-uint64_t PeakBytes(int device) {
-  cuda::ComputeStream(device);  // the pool is configured with the context
-  cudaMemPool_t pool;
-  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t high = 0;
-  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  return high;
-}
+namespace {
 
-uint64_t InUseBytes(int device) {
+// The device's default memory pool (every tensor's storage), configured
+// with its context.
+cudaMemPool_t DefaultPool(int device) {
   cuda::ComputeStream(device);
   cudaMemPool_t pool;
   PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t used = 0;
-  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
-  return used;
+  return pool;
 }
+
+uint64_t PoolBytes(int device, cudaMemPoolAttr attr) {
+  uint64_t bytes = 0;
+  PSYNC_CUDA_CHECK(cudaMemPoolGetAttribute(DefaultPool(device), attr, &bytes));
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t PeakBytes(int device) { return PoolBytes(device, cudaMemPoolAttrUsedMemHigh); }
+
+uint64_t InUseBytes(int device) { return PoolBytes(device, cudaMemPoolAttrUsedMemCurrent); }
 
 void ResetPeakBytes(int device) {
-  cuda::ComputeStream(device);
-  cudaMemPool_t pool;
-  PSYNC_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
   uint64_t zero = 0;
-  PSYNC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  PSYNC_CUDA_CHECK(cudaMemPoolSetAttribute(DefaultPool(device), cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
 }  // namespace psync::cuda_device
