@@ -48,8 +48,7 @@ absl::Status ShardedOptimizer::Attach(std::shared_ptr<GradientShards> shards) {
   version_ = shards_->version();
   if (pending_.empty()) {
     // A fresh state (zero moments): its replica is whole from the start.
-    if (ParamsSharded()) return ShiftReplicas();
-    return RunCatching("sharded optimizer: the replica of a fresh state", [&] { RefillReplicas({}); });
+    return FillReplicas({});
   }
   NamedTensors full = std::move(pending_);
   pending_.clear();
@@ -120,6 +119,11 @@ absl::Status ShardedOptimizer::Gathered() {
 
 bool ShardedOptimizer::ParamsSharded() const {
   return shards_ != nullptr && !shards_->plan().buckets.empty() && !shards_->ParamBuffer(0).defined();
+}
+
+absl::Status ShardedOptimizer::FillReplicas(const std::map<std::string, const Tensor*>& given) {
+  if (ParamsSharded()) return ShiftReplicas();
+  return RunCatching("sharded optimizer: the replicas of this layout", [&] { RefillReplicas(given); });
 }
 
 absl::Status ShardedOptimizer::ShiftReplicas() {
@@ -350,9 +354,8 @@ absl::Status ShardedOptimizer::Slice(const NamedTensors& full) {
         }
       }
     }
-    if (!ParamsSharded()) RefillReplicas(given);
   });
-  if (st.ok() && ParamsSharded()) st = ShiftReplicas();
+  if (st.ok()) st = FillReplicas(given);
   return st;
 }
 

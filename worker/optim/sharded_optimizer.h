@@ -122,6 +122,10 @@ class ShardedOptimizer final : public Optimizer {
   void Layout(const ShardPlan& plan);
   // The segments of rank `rank`'s shard of bucket `fb` (shard elements).
   std::vector<Segment> SegmentsOf(const FlatBucket& fb, int64_t shard, int rank) const;
+  // The replica records of a new layout's state (after Layout, and Slice of
+  // `given`, the whole state; empty: a fresh one): RefillReplicas, or with
+  // ZeRO-3 ShiftReplicas. Collective with ZeRO-3.
+  absl::Status FillReplicas(const std::map<std::string, const Tensor*>& given);
   // The replica records' contents from a whole state (after Slice).
   void RefillReplicas(const std::map<std::string, const Tensor*>& given);
   // ZeRO-3: no rank holds another's parameter values, so the replicas of a
