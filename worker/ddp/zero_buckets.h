@@ -126,15 +126,15 @@ class ZeroBuckets : public optim::GradientShards {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
  private:
+  // Stage 3: nothing gathered any more (the schedule's pins reset too).
+  absl::Status ReleaseGathered();
+
   const std::vector<autograd::Variable> params_;
   const std::shared_ptr<comm::ProcessGroup> group_;
   const int stage_;
   const std::chrono::milliseconds timeout_;
   optim::ShardPlan plan_;
   uint64_t version_ = 0;
-  // Stage 3: nothing gathered any more (the schedule's pins reset too).
-  absl::Status ReleaseGathered();
-
   std::vector<Tensor> param_buffers_;  // per bucket: the parameters' values, flat and padded
   std::vector<Tensor> grad_shards_;    // per bucket: this rank's averaged gradient shard
   std::vector<uint8_t> used_;          // per parameter, from the last synchronised backward

@@ -111,15 +111,17 @@ wait_generation() {
   done
   fail "the job at $1 did not run generation $3 within 60 s (last: ${g:-none})"
 }
-# rank_pid ADDR TOKEN RANK: the pid the coordinator knows for RANK (psyncctl --json workers).
+# rank_pid ADDR TOKEN [RANK]: the pid the coordinator knows for RANK, or
+# without RANK every rank's pid in rank order (one psyncctl call, so the
+# pids are of one moment).
 rank_pid() {
-  PSYNC_TOKEN=$2 "$CTL" --coordinator="$1" --json workers |
-    /usr/bin/python3 -c 'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w.get("rank", 0) == int(sys.argv[1])][0])' "$3"
-}
-# rank_pids ADDR TOKEN: every rank's pid in rank order, from one psyncctl call.
-rank_pids() {
-  PSYNC_TOKEN=$2 "$CTL" --coordinator="$1" --json workers |
-    /usr/bin/python3 -c 'import json,sys; print(" ".join(str(w["pid"]) for w in sorted(json.load(sys.stdin)["workers"], key=lambda w: w.get("rank", 0))))'
+  PSYNC_TOKEN=$2 "$CTL" --coordinator="$1" --json workers | /usr/bin/python3 -c '
+import json, sys
+workers = sorted(json.load(sys.stdin)["workers"], key=lambda w: w.get("rank", 0))
+if len(sys.argv) > 1:
+    print([w["pid"] for w in workers if w.get("rank", 0) == int(sys.argv[1])][0])
+else:
+    print(" ".join(str(w["pid"]) for w in workers))' ${3:+"$3"}
 }
 json_field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1 | tr -d '"'; }
 # free_port: a port nobody listens on now (for --start-coordinator, which
@@ -284,7 +286,7 @@ coordinator_kills() {
   RANDOM=$seed
   note "seed $seed (PSYNC_CHAOS_SEED)"
   wait_iteration "$addr" 50 "$token"
-  before=$(rank_pids "$addr" "$token")
+  before=$(rank_pid "$addr" "$token")
   # The kills end by iteration 1250 of the caller's 3000 or more: the job
   # (and a launcher's coordinator with it) must outlive the checks after
   # the last one (seen failing when kill 3 came at 1379 on a loaded machine).
@@ -295,7 +297,7 @@ coordinator_kills() {
     "$kill_fn" "$k"
     wait_iteration "$addr" $((at + 1)) "$token"
     note "kill $k at iteration $at: the next plan $((($(date +%s%N) - t0) / 1000000)) ms after the kill"
-    now=$(rank_pids "$addr" "$token")
+    now=$(rank_pid "$addr" "$token")
     [[ $now == "$before" ]] || fail "the ranks' pids were $before and are $now after kill $k"
   done
 }
