@@ -1,6 +1,5 @@
 // Ring all-gather over Gloo's unbound buffers (see ring.h), in place: each
 // step forwards the shard received in the previous one.
-#include <gloo/common/error.h>
 #include <gloo/types.h>
 
 #include "worker/comm/flat_shard.h"
@@ -8,12 +7,13 @@
 
 namespace psync::comm::gloo_ring {
 
-void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
-               void* data, size_t count, size_t elem_size) {
+void Allgather(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t tag,
+               std::chrono::milliseconds timeout, void* data, size_t count, size_t elem_size) {
   const int n = ctx->size, me = ctx->rank;
   if (n == 1 || count == 0) return;
   const size_t es = elem_size;
   auto buf = ctx->createUnboundBuffer(data, count * es);
+  PeerWatch::Scope watched(watch, {buf.get()});
   const auto slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   for (int i = 0; i < n - 1; ++i) {
@@ -21,8 +21,8 @@ void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chr
     const ShardRange r = ShardOf(count, n, ((me - i - 1) % n + n) % n, es);
     if (!s.empty()) buf->send(right, slot, s.begin * es, s.size() * es);
     if (!r.empty()) buf->recv(left, slot, r.begin * es, r.size() * es);
-    if (!s.empty() && !buf->waitSend(timeout)) throw gloo::IoException("all-gather send aborted");
-    if (!r.empty() && !buf->waitRecv(timeout)) throw gloo::IoException("all-gather receive aborted");
+    if (!s.empty()) PeerWatch::CheckWait(buf->waitSend(timeout), watch, "all-gather send");
+    if (!r.empty()) PeerWatch::CheckWait(buf->waitRecv(timeout), watch, "all-gather receive");
   }
 }
 

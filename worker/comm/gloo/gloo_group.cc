@@ -153,6 +153,9 @@ struct GlooGroup::State {
   std::shared_ptr<GlooStoreAdapter> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
+  // Wakes the ring ops' waits on a lost connection (declared after ctx: it
+  // stops its thread before the context goes).
+  std::unique_ptr<gloo_ring::PeerWatch> watch;
   // The running op's tag: ops run one at a time in issue order, so every
   // rank gives the same op the same tag. Each op may use tag and tag+1.
   std::atomic<uint32_t> next_tag{0};
@@ -176,7 +179,7 @@ std::shared_ptr<Work> GlooGroup::Enqueue(std::string desc, GlooFn fn) {
   std::shared_ptr<State> s = state_;
   return queue_->Enqueue(desc, [s, desc, fn = std::move(fn)](internal::SerialQueue::Clock::time_point) {
     const uint32_t tag = s->next_tag.fetch_add(2);
-    return RunGloo(desc, s->peer_hint, s->timeout, [&] { fn(s->ctx, tag); });
+    return RunGloo(desc, s->peer_hint, s->timeout, [&] { fn(s->ctx, s->watch.get(), tag); });
   });
 }
 
@@ -212,6 +215,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> GlooGroup::Create(std::shared_ptr<
     state->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     state->ctx->setTimeout(options.timeout);
     state->ctx->connectFullMesh(*state->store, state->device);
+    state->watch = std::make_unique<gloo_ring::PeerWatch>(state->ctx);
   } catch (const std::exception& e) {
     absl::Status st = state->store->first_error();
     if (!st.ok()) return Annotate(st, where);
@@ -258,7 +262,7 @@ std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& 
                             tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return;
     gloo::AllreduceOptions opts(ctx);
@@ -295,8 +299,9 @@ std::shared_ptr<Work> GlooGroup::ReduceScatterSum(Tensor tensor, const std::stri
     return internal::SerialQueue::Failed(desc, st);
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
-    gloo_ring::ReduceScatter(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch* watch,
+                                    uint32_t tag) {
+    gloo_ring::ReduceScatter(ctx, watch, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                              tensor.dtype());
   });
 }
@@ -307,8 +312,9 @@ std::shared_ptr<Work> GlooGroup::Allgather(Tensor tensor, const std::string& nam
     return internal::SerialQueue::Failed(desc, st);
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
-    gloo_ring::Allgather(ctx, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch* watch,
+                                    uint32_t tag) {
+    gloo_ring::Allgather(ctx, watch, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                          tensor.element_size());
   });
 }
@@ -324,8 +330,9 @@ std::shared_ptr<Work> GlooGroup::Shift(Tensor send, Tensor recv, int distance, c
   }
   const internal::ShiftPeers peers = internal::PeersOf(rank_, size_, distance);
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [send, recv, peers, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
-    gloo_ring::Shift(ctx, tag, timeout, send.raw_data(), recv.raw_data(), send.nbytes(), peers.to, peers.from);
+  return Enqueue(desc, [send, recv, peers, timeout](const std::shared_ptr<gloo::Context>& ctx,
+                                                  gloo_ring::PeerWatch* watch, uint32_t tag) {
+    gloo_ring::Shift(ctx, watch, tag, timeout, send.raw_data(), recv.raw_data(), send.nbytes(), peers.to, peers.from);
   });
 }
 
@@ -341,7 +348,7 @@ std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::s
   }
   const Millis timeout = options_.timeout;
   return Enqueue(desc,
-                         [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+                         [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
                            // Bytes: any dtype broadcasts the same way.
                            const size_t n = tensor.nbytes();
                            if (n == 0) return;
@@ -361,7 +368,7 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::AllgatherBytes(const std::st
   const int size = size_;
   const Millis op_timeout = options_.timeout;
   auto work = Enqueue(
-      desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+      desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
         // 1) everyone's length, 2) everyone's bytes padded to the longest.
         int64_t mine = static_cast<int64_t>(bytes.size());
         std::vector<int64_t> lens(static_cast<size_t>(size), 0);
@@ -394,7 +401,7 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::AllgatherBytes(const std::st
 absl::Status GlooGroup::Barrier(Millis timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_);
   const Millis op_timeout = options_.timeout;
-  auto work = Enqueue(desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
+  auto work = Enqueue(desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
     gloo::BarrierOptions opts(ctx);
     opts.setTag(tag);
     opts.setTimeout(op_timeout);

@@ -19,7 +19,10 @@
 // be used safely afterwards (like NCCL's watchdog).
 //
 // Reduce-scatter and all-gather are ring algorithms over Gloo's transport
-// (gloo/ring.h), for flat buffers with the shards of comm/flat_shard.h.
+// (gloo/ring.h), for flat buffers with the shards of comm/flat_shard.h; a
+// PeerWatch (gloo/peer_watch.h) ends their waits within a fraction of a
+// second when a peer's connection is lost mid-message, which Gloo would
+// leave to the timeout. Gloo's own allreduce still can.
 //
 // Collectives use the Gloo context timeout (= GlooOptions::timeout), so a
 // dead or absent peer unblocks the communication thread within it.
@@ -43,6 +46,9 @@ class Context;
 }  // namespace gloo
 
 namespace psync::comm {
+namespace gloo_ring {
+class PeerWatch;
+}  // namespace gloo_ring
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // address to bind and advertise (used when iface is empty)
@@ -84,7 +90,9 @@ class GlooGroup : public ProcessGroup {
   struct State;  // implementation detail (gloo_group.cc)
 
  private:
-  using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;
+  // Runs on the communication thread with the context, its PeerWatch (for
+  // the ring ops) and the op's tag.
+  using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, gloo_ring::PeerWatch*, uint32_t tag)>;
   GlooGroup(int rank, int size, GlooOptions options, std::shared_ptr<State> state);
   // Queues `fn` (run with the Gloo context and the op's tag), its Gloo
   // exceptions turned into a Status naming `desc`.

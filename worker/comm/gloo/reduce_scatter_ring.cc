@@ -2,7 +2,6 @@
 // sends one shard to the right neighbour and receives one from the left
 // into a scratch shard, then adds it in; every rank moves (n-1)/n of the
 // buffer each way, as the first half of a ring allreduce does.
-#include <gloo/common/error.h>
 #include <gloo/types.h>
 
 #include <vector>
@@ -31,21 +30,17 @@ void Add(DType type, void* acc, const void* in, size_t n) {
   }
 }
 
-void Wait(bool sent_or_received, const char* what) {
-  // false: the wait was aborted (never done here); Gloo throws on errors.
-  if (!sent_or_received) throw gloo::IoException(std::string(what) + " aborted");
-}
-
 }  // namespace
 
-void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
-                   void* data, size_t count, DType type) {
+void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t tag,
+                   std::chrono::milliseconds timeout, void* data, size_t count, DType type) {
   const int n = ctx->size, me = ctx->rank;
   if (n == 1 || count == 0) return;
   const size_t es = ElementSize(type);
   std::vector<char> scratch(ShardSize(count, n, es) * es);
   auto buf = ctx->createUnboundBuffer(data, count * es);
   auto in = ctx->createUnboundBuffer(scratch.data(), scratch.size());
+  PeerWatch::Scope watched(watch, {buf.get(), in.get()});
   const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   char* base = static_cast<char*>(data);
@@ -55,9 +50,9 @@ void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std:
     // Empty shards (the tail of a short buffer) move nothing on either side.
     if (!s.empty()) buf->send(right, slot, s.begin * es, s.size() * es);
     if (!r.empty()) in->recv(left, slot, 0, r.size() * es);
-    if (!s.empty()) Wait(buf->waitSend(timeout), "reduce-scatter send");
+    if (!s.empty()) PeerWatch::CheckWait(buf->waitSend(timeout), watch, "reduce-scatter send");
     if (!r.empty()) {
-      Wait(in->waitRecv(timeout), "reduce-scatter receive");
+      PeerWatch::CheckWait(in->waitRecv(timeout), watch, "reduce-scatter receive");
       Add(type, base + r.begin * es, scratch.data(), r.size());
     }
   }

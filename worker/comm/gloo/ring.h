@@ -4,7 +4,8 @@
 // Gloo's own algorithms (equal counts only) do not. They run on the calling
 // thread (GlooGroup's communication thread) and report errors as Gloo does,
 // by throwing gloo::IoException (a peer lost, a timeout), which the group
-// turns into a Status.
+// turns into a Status. A PeerWatch (peer_watch.h; may be null) wakes their
+// waits when a peer's connection is lost.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <gloo/context.h>
 
 #include "psync/tensor/dtype.h"
+#include "worker/comm/gloo/peer_watch.h"
 
 namespace psync::comm::gloo_ring {
 
@@ -22,22 +24,23 @@ namespace psync::comm::gloo_ring {
 inline constexpr uint8_t kReduceScatterSlotPrefix = 0x50;
 inline constexpr uint8_t kAllgatherSlotPrefix = 0x51;
 inline constexpr uint8_t kShiftSlotPrefix = 0x52;
+inline constexpr uint8_t kProbeSlotPrefix = 0x53;  // PeerWatch's: nothing is ever sent on it
 
 // n-1 steps: at step i rank r sends its partial sum of shard (r-i-1) to
 // rank r+1 and adds what rank r-1 sends of shard (r-i-2) into its own; so
 // shard r ends on rank r, summed in the fixed ring order (x[r+1] + ... ) +
 // x[r]. float32, bfloat16, float16 (16-bit: each add in float, rounded).
-void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
-                   void* data, size_t count, DType type);
+void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t tag,
+                   std::chrono::milliseconds timeout, void* data, size_t count, DType type);
 
 // n-1 steps: at step i rank r sends shard (r-i) to rank r+1 and receives
 // shard (r-i-1) from rank r-1, in place. Any element type.
-void Allgather(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
-               void* data, size_t count, size_t elem_size);
+void Allgather(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t tag,
+               std::chrono::milliseconds timeout, void* data, size_t count, size_t elem_size);
 
 // One step: `send` (bytes) to rank `to`, `recv` (as many) from rank
 // `from` (ProcessGroup::Shift), concurrently.
-void Shift(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag, std::chrono::milliseconds timeout,
-           const void* send, void* recv, size_t bytes, int to, int from);
+void Shift(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t tag,
+           std::chrono::milliseconds timeout, const void* send, void* recv, size_t bytes, int to, int from);
 
 }  // namespace psync::comm::gloo_ring
