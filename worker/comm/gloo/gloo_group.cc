@@ -179,7 +179,7 @@ std::shared_ptr<Work> GlooGroup::Enqueue(std::string desc, GlooFn fn) {
   std::shared_ptr<State> s = state_;
   return queue_->Enqueue(desc, [s, desc, fn = std::move(fn)](internal::SerialQueue::Clock::time_point) {
     const uint32_t tag = s->next_tag.fetch_add(2);
-    return RunGloo(desc, s->peer_hint, s->timeout, [&] { fn(s->ctx, s->watch.get(), tag); });
+    return RunGloo(desc, s->peer_hint, s->timeout, [&] { fn(s->ctx, tag); });
   });
 }
 
@@ -262,7 +262,7 @@ std::shared_ptr<Work> GlooGroup::AllreduceSum(Tensor tensor, const std::string& 
                             tensor.defined() ? tensor.DebugString() : std::string("an undefined tensor"))));
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
+  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return;
     gloo::AllreduceOptions opts(ctx);
@@ -299,8 +299,9 @@ std::shared_ptr<Work> GlooGroup::ReduceScatterSum(Tensor tensor, const std::stri
     return internal::SerialQueue::Failed(desc, st);
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch* watch,
-                                    uint32_t tag) {
+  // The watch lives in the State, which the queued op keeps alive.
+  gloo_ring::PeerWatch* watch = state_->watch.get();
+  return Enqueue(desc, [tensor, timeout, watch](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo_ring::ReduceScatter(ctx, watch, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                              tensor.dtype());
   });
@@ -312,8 +313,8 @@ std::shared_ptr<Work> GlooGroup::Allgather(Tensor tensor, const std::string& nam
     return internal::SerialQueue::Failed(desc, st);
   }
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [tensor, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch* watch,
-                                    uint32_t tag) {
+  gloo_ring::PeerWatch* watch = state_->watch.get();
+  return Enqueue(desc, [tensor, timeout, watch](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo_ring::Allgather(ctx, watch, tag, timeout, tensor.raw_data(), static_cast<size_t>(tensor.numel()),
                          tensor.element_size());
   });
@@ -330,8 +331,8 @@ std::shared_ptr<Work> GlooGroup::Shift(Tensor send, Tensor recv, int distance, c
   }
   const internal::ShiftPeers peers = internal::PeersOf(rank_, size_, distance);
   const Millis timeout = options_.timeout;
-  return Enqueue(desc, [send, recv, peers, timeout](const std::shared_ptr<gloo::Context>& ctx,
-                                                  gloo_ring::PeerWatch* watch, uint32_t tag) {
+  gloo_ring::PeerWatch* watch = state_->watch.get();
+  return Enqueue(desc, [send, recv, peers, timeout, watch](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo_ring::Shift(ctx, watch, tag, timeout, send.raw_data(), recv.raw_data(), send.nbytes(), peers.to, peers.from);
   });
 }
@@ -348,7 +349,7 @@ std::shared_ptr<Work> GlooGroup::Broadcast(Tensor tensor, int root, const std::s
   }
   const Millis timeout = options_.timeout;
   return Enqueue(desc,
-                         [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
+                         [tensor, root, timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
                            // Bytes: any dtype broadcasts the same way.
                            const size_t n = tensor.nbytes();
                            if (n == 0) return;
@@ -368,7 +369,7 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::AllgatherBytes(const std::st
   const int size = size_;
   const Millis op_timeout = options_.timeout;
   auto work = Enqueue(
-      desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
+      desc, [bytes, result, size, op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
         // 1) everyone's length, 2) everyone's bytes padded to the longest.
         int64_t mine = static_cast<int64_t>(bytes.size());
         std::vector<int64_t> lens(static_cast<size_t>(size), 0);
@@ -401,7 +402,7 @@ absl::StatusOr<std::vector<std::string>> GlooGroup::AllgatherBytes(const std::st
 absl::Status GlooGroup::Barrier(Millis timeout) {
   const std::string desc = absl::StrCat("barrier on rank ", rank_, " of ", size_);
   const Millis op_timeout = options_.timeout;
-  auto work = Enqueue(desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, gloo_ring::PeerWatch*, uint32_t tag) {
+  auto work = Enqueue(desc, [op_timeout](const std::shared_ptr<gloo::Context>& ctx, uint32_t tag) {
     gloo::BarrierOptions opts(ctx);
     opts.setTag(tag);
     opts.setTimeout(op_timeout);

@@ -46,9 +46,6 @@ class Context;
 }  // namespace gloo
 
 namespace psync::comm {
-namespace gloo_ring {
-class PeerWatch;
-}  // namespace gloo_ring
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // address to bind and advertise (used when iface is empty)
@@ -90,9 +87,7 @@ class GlooGroup : public ProcessGroup {
   struct State;  // implementation detail (gloo_group.cc)
 
  private:
-  // Runs on the communication thread with the context, its PeerWatch (for
-  // the ring ops) and the op's tag.
-  using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, gloo_ring::PeerWatch*, uint32_t tag)>;
+  using GlooFn = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;
   GlooGroup(int rank, int size, GlooOptions options, std::shared_ptr<State> state);
   // Queues `fn` (run with the Gloo context and the op's tag), its Gloo
   // exceptions turned into a Status naming `desc`.
