@@ -40,9 +40,9 @@ void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, 
   std::vector<char> scratch(ShardSize(count, n, es) * es);
   auto buf = ctx->createUnboundBuffer(data, count * es);
   auto in = ctx->createUnboundBuffer(scratch.data(), scratch.size());
-  PeerWatch::Scope watched(watch, {buf.get(), in.get()});
-  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
   const int right = (me + 1) % n, left = (me + n - 1) % n;
+  PeerWatch::Scope watched(watch, left, {in.get()}, right, {buf.get()});
+  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
   char* base = static_cast<char*>(data);
   for (int i = 0; i < n - 1; ++i) {
     const ShardRange s = ShardOf(count, n, ((me - i - 1) % n + n) % n, es);
@@ -50,9 +50,9 @@ void ReduceScatter(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, 
     // Empty shards (the tail of a short buffer) move nothing on either side.
     if (!s.empty()) buf->send(right, slot, s.begin * es, s.size() * es);
     if (!r.empty()) in->recv(left, slot, 0, r.size() * es);
-    if (!s.empty()) PeerWatch::CheckWait(buf->waitSend(timeout), watch, "reduce-scatter send");
+    if (!s.empty()) watched.WaitSend(buf.get(), timeout, "reduce-scatter send");
     if (!r.empty()) {
-      PeerWatch::CheckWait(in->waitRecv(timeout), watch, "reduce-scatter receive");
+      watched.WaitRecv(in.get(), timeout, "reduce-scatter receive");
       Add(type, base + r.begin * es, scratch.data(), r.size());
     }
   }

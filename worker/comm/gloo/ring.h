@@ -5,7 +5,7 @@
 // thread (GlooGroup's communication thread) and report errors as Gloo does,
 // by throwing gloo::IoException (a peer lost, a timeout), which the group
 // turns into a Status. A PeerWatch (peer_watch.h; may be null) wakes their
-// waits when a peer's connection is lost.
+// waits on a peer whose connection is lost.
 #pragma once
 
 #include <chrono>

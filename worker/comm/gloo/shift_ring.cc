@@ -13,12 +13,12 @@ void Shift(const std::shared_ptr<gloo::Context>& ctx, PeerWatch* watch, uint32_t
   // Gloo's buffers are not const: the send buffer is only read.
   auto out = ctx->createUnboundBuffer(const_cast<void*>(send), bytes);
   auto in = ctx->createUnboundBuffer(recv, bytes);
-  PeerWatch::Scope watched(watch, {out.get(), in.get()});
+  PeerWatch::Scope watched(watch, from, {in.get()}, to, {out.get()});
   const auto slot = gloo::Slot::build(kShiftSlotPrefix, tag);
   out->send(to, slot);
   in->recv(from, slot);
-  PeerWatch::CheckWait(out->waitSend(timeout), watch, "shift send");
-  PeerWatch::CheckWait(in->waitRecv(timeout), watch, "shift receive");
+  watched.WaitSend(out.get(), timeout, "shift send");
+  watched.WaitRecv(in.get(), timeout, "shift receive");
 }
 
 }  // namespace psync::comm::gloo_ring
