@@ -163,11 +163,9 @@ bool PeerWatch::Rearm(const std::string& error) {
   // others it stays posted and tells the new probe of the next loss.
   auto probe = ctx_->createUnboundBuffer(&probe_byte_, 1);
   std::vector<std::pair<int, std::string>> found;
-  size_t posted = 0;
   for (int r : healthy) {
     try {
       probe->recv(r, ProbeSlot(), 0, 1);
-      ++posted;
     } catch (const std::exception& e) {
       found.emplace_back(r, e.what());
     } catch (...) {
@@ -180,11 +178,12 @@ bool PeerWatch::Rearm(const std::string& error) {
     // message, which nobody sends): count every peer lost rather than
     // leave a cut-off receive to the timeout.
     for (int r : healthy) found.emplace_back(r, error);
-    posted = 0;
   }
+  // Every peer found lost: the new probe has no receive left to tell of a loss.
+  const bool none_left = found.size() == healthy.size();
   for (auto& [r, e] : found) lost_[static_cast<size_t>(r)] = std::move(e);
   AbortWatchedIfLost();
-  if (stopping_ || posted == 0) return false;
+  if (stopping_ || none_left) return false;
   probes_.push_back(std::move(probe));
   return true;
 }
