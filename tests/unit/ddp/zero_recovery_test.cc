@@ -9,6 +9,11 @@
 // weights equal one process running AdamW on the full batch, to float32
 // round-off, and each other bit for bit. The moments:
 //   backward     before its synchronised backward: nobody updated the step
+//   mid_backward during its synchronised backward, before it has the
+//                gradients of layers.0 (the last bucket): the survivors'
+//                reduction of that bucket fails with its gradients computed,
+//                which belong to the interrupted iteration and are dropped
+//                (as the worker does) before the new DDP adopts them
 //   before_step  after its backward, before its optimizer step: the
 //                survivors updated their shards but its shift never came,
 //                so they go back one step (their previous records)
@@ -90,6 +95,20 @@ absl::Status ForwardBackward(DistributedDataParallel& ddp, nn::MLP& mlp, int ste
   return absl::OkStatus();
 }
 
+// Kills this process when the synchronised micro-batch (the `micro`-th
+// backward) reaches layers.0.weight's gradient: the buckets of the layers
+// after it are being reduced, its own never will be.
+void KillBeforeLastBucket(nn::MLP& mlp, int micro) {
+  for (const auto& [name, p] : mlp.named_parameters()) {
+    if (name != "layers.0.weight") continue;
+    auto seen = std::make_shared<int>(0);
+    p.grad_accumulator()->AddPreHook([seen, micro](const autograd::TensorList& grads) {
+      if (++*seen == micro) raise(SIGKILL);
+      return grads;
+    });
+  }
+}
+
 struct Member {
   std::shared_ptr<comm::ProcessGroup> group;
   std::unique_ptr<DistributedDataParallel> ddp;
@@ -124,6 +143,7 @@ int RunRank(const std::string& backend, const std::string& phase, int stage, int
   for (int s = 0; s < kSteps; ++s) {
     const bool doomed = world == kWorld && rank == kVictim && s == kLostStep;
     if (doomed && (phase == "backward" || phase == "two_lost")) raise(SIGKILL);
+    if (doomed && phase == "mid_backward") KillBeforeLastBucket(*mlp, micro);
     absl::Status st = ForwardBackward(*m->ddp, *mlp, s, me, micro);
     if (doomed && phase == "before_step") raise(SIGKILL);
     if (st.ok()) st = opt.Step(kLr);
@@ -139,6 +159,10 @@ int RunRank(const std::string& backend, const std::string& phase, int stage, int
     const int64_t held = opt.LastStepWhole() ? completed : completed - 1;
     m->ddp.reset();
     m->group.reset();
+    // The interrupted iteration's gradients are dropped: it is computed again
+    // (WorkerRun::RejoinLive). A failed backward leaves some behind, and a
+    // new DDP adopts a parameter's gradient as PyTorch's does.
+    opt.ZeroGrad(/*set_to_none=*/true);
     const int lost = phase == "two_lost" ? 2 : 1;  // ranks kVictim .. kVictim + lost - 1
     world = kWorld - lost;
     micro = kWorld * kMicro / world;
@@ -190,7 +214,7 @@ TEST_P(ZeroRecovery, SurvivorsRebuildTheLostShardAndMatchOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ZeroRecovery,
                          ::testing::Combine(::testing::Values("gloo", "shm", "hier"),
-                                            ::testing::Values("backward", "before_step", "after_step", "two_lost"),
+                                            ::testing::Values("backward", "mid_backward", "before_step", "after_step", "two_lost"),
                                             ::testing::Values(2, 3)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_zero" +
