@@ -24,7 +24,7 @@
 namespace psync::comm::shm {
 
 inline constexpr uint64_t kWorkspaceMagic = 0x31767370636e7370ULL;  // "psncpsv1"
-inline constexpr uint32_t kWorkspaceVersion = 1;
+inline constexpr uint32_t kWorkspaceVersion = 2;  // 2: a longer abort_reason
 inline constexpr size_t kCacheLine = 64;
 
 enum Counter : int {
@@ -82,7 +82,9 @@ struct ControlBlock {
   std::atomic<uint32_t> waiters{0};
   // ---- 0 healthy; 1 reason being written; 2 reason readable (first abort wins)
   alignas(kCacheLine) std::atomic<uint32_t> abort_state{0};
-  char abort_reason[248] = {};
+  // Room for a nested error (a hier group's reason quotes its Gloo
+  // group's); a longer one keeps its head and tail (shm_context.cc).
+  char abort_reason[1016] = {};
   // ---- bumped every ~100 ms when peers cannot watch our pid
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat{0};
   PaddedCounter counters[kNumCounters];

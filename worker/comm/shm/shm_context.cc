@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "psync/common/logging.h"
 #include "psync/common/status_macros.h"
 #include "worker/comm/prefix_store.h"
@@ -44,6 +45,23 @@ uint64_t RandomNonce() {
   const uint64_t a = rd(), b = rd();
   const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return ((a << 32) ^ b ^ t) | 1;  // never 0
+}
+
+// Writes `reason` NUL-terminated into `out` (`cap` bytes). One too long
+// keeps its head (what failed) and its tail (the cause: nested errors end
+// with it), the middle elided.
+void WriteReason(char* out, size_t cap, absl::string_view reason) {
+  constexpr absl::string_view kGap = " [...] ";
+  if (reason.size() < cap) {
+    std::memcpy(out, reason.data(), reason.size());
+    out[reason.size()] = '\0';
+    return;
+  }
+  const size_t head = (cap - 1 - kGap.size()) / 3, tail = cap - 1 - kGap.size() - head;
+  char* at = std::copy_n(reason.data(), head, out);
+  at = std::copy_n(kGap.data(), kGap.size(), at);
+  at = std::copy_n(reason.data() + reason.size() - tail, tail, at);
+  *at = '\0';
 }
 
 // The arguments of ShmContext::Create, checked before anything is created.
@@ -253,7 +271,7 @@ void ShmContext::Abort(const absl::Status& reason) {
   ControlBlock* b = block(me_);
   uint32_t expected = 0;
   if (b->abort_state.compare_exchange_strong(expected, 1)) {
-    std::snprintf(b->abort_reason, sizeof(b->abort_reason), "%s", std::string(reason.message()).c_str());
+    WriteReason(b->abort_reason, sizeof(b->abort_reason), reason.message());
     b->abort_state.store(2, std::memory_order_release);
   }
   b->bell.fetch_add(1);
@@ -381,7 +399,7 @@ absl::Status ShmContext::PeerFailure(int local, const Op& op, const char* phase,
   const ControlBlock* b = block(local);
   const std::string peer = absl::StrCat("local peer rank ", global_rank(local), " (pid ", b->pid, ")");
   const std::string me = absl::StrCat("rank ", global_rank(me_));
-  // State 1 means the peer is writing its reason right now (a snprintf into
+  // State 1 means the peer is writing its reason right now (a copy into
   // its control block): wait briefly for it rather than report an abort
   // without its cause. Bounded, in case the peer died mid-write.
   for (int i = 0; i < 1000 && b->abort_state.load(std::memory_order_acquire) == 1; ++i) {
