@@ -16,6 +16,10 @@
 // rank 0's parameters (so every replica starts the same). Gradients are always views into the buckets
 // (gradient_as_bucket_view): ZeroGrad(set_to_none=false) zeroes them in
 // place, set_to_none drops them and the next backward copies them in again.
+// With --zero=1|2|3 the averaged gradients live in this rank's shards
+// between a synchronised backward and the optimizer's step, and a second
+// synchronised backward before the step replaces them (plain DDP, like
+// PyTorch's, adds to them): accumulate micro-batches under NoSync.
 //
 // Threads: Create, Forward, NoSync and the getters run on the training
 // thread (the thread that calls backward).
